@@ -1,0 +1,1 @@
+//! rpcrdma applications

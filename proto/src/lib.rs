@@ -1,0 +1,30 @@
+//! # rpcrdma-proto: the sans-IO RPC-over-RDMA wire engine
+//!
+//! Everything here is pure: no I/O, no clock, no `unsafe`, no allocation on the hot
+//! path. Decoders return borrowed views over `&[u8]` that were validated once, so
+//! their accessors cannot panic; encoders write into caller buffers.
+//!
+//! | module | what | spec |
+//! |---|---|---|
+//! | [`xdr`] | zero-copy XDR cursor and writer | RFC 4506 |
+//! | [`rpc`] | ONC RPC call/reply headers, AUTH_NONE, AUTH_SYS | RFC 5531 |
+//! | [`header`] | RPC-over-RDMA v1 and v2 transport headers and chunk lists | RFC 8166 s4, draft-cel-nfsv4-rpcrdma-version-two-09 s3-6 |
+//! | [`private_data`] | RDMA-CM private data | RFC 8797 |
+//! | [`negotiate`] | v1/v2 version negotiation as a state machine | draft -09 s7 |
+//! | [`ulb`] | Upper-Layer Bindings and the NFSv3 binding | RFC 8166 s6, RFC 8267 |
+//! | [`plan`] | chunk planning for requester and responder | RFC 8166 s3.4-3.5 |
+//!
+//! Functions here may be called from any core; nothing holds shared state.
+#![forbid(unsafe_code)]
+#![deny(missing_debug_implementations)]
+
+pub mod error;
+pub mod header;
+pub mod negotiate;
+pub mod plan;
+pub mod private_data;
+pub mod rpc;
+pub mod ulb;
+pub mod xdr;
+
+pub use error::{DecodeError, DecodeErrorKind, EncodeError};
