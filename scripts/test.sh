@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# scripts/test.sh — install what the tests need, then run them all.
+#
+# Usage: scripts/test.sh [--no-install]
+#   Runs: cargo fmt check, cargo clippy (warnings are errors), every unit,
+#   integration and doc test in the workspace, and compiles the benches.
+#   Longer suites have their own scripts (scripts/fuzz.sh, ...); .ci/run calls them.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+install=1
+[ "${1:-}" = "--no-install" ] && install=0
+
+need_apt=()
+if [ "$install" = 1 ]; then
+    # C toolchain pieces some -sys crates need.
+    command -v cc >/dev/null || need_apt+=(build-essential)
+    command -v pkg-config >/dev/null || need_apt+=(pkg-config)
+    if [ ${#need_apt[@]} -gt 0 ]; then
+        if [ "$(id -u)" = 0 ]; then
+            export DEBIAN_FRONTEND=noninteractive
+            apt-get update -qq
+            apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
+        else
+            echo "test.sh: please install: ${need_apt[*]}" >&2
+        fi
+    fi
+    rustup component list --installed 2>/dev/null | grep -q rustfmt || rustup component add rustfmt clippy 2>/dev/null || true
+fi
+
+echo "== cargo fmt --check"
+cargo fmt --all -- --check
+
+echo "== cargo clippy"
+cargo clippy --workspace --all-targets --quiet -- -D warnings
+
+echo "== cargo test"
+mkdir -p target
+cargo test --workspace --quiet 2>&1 | tee target/test.log
+# Build the benches too (they are run by scripts/bench.sh, not here).
+cargo build --workspace --benches --quiet
