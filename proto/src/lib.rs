@@ -21,6 +21,7 @@
 pub mod error;
 pub mod header;
 pub mod negotiate;
+pub mod nfs3;
 pub mod plan;
 pub mod private_data;
 pub mod rpc;
