@@ -160,7 +160,7 @@ const _: () = assert!(NFS3_FHSIZE == FHSIZE3);
 const _: () = assert!(NFS3_FHSIZE & 3 == 0);
 
 /// The largest results of an NFSv3 procedure (everything after the RPC reply
-/// header), **after** RFC 8267 reduction: for READ and READLINK the data item is
+/// header), **after** reduction (RFC 8166 section 3.4.6): for READ and READLINK the data item is
 /// in a Write chunk and only its length word remains. Taken over both the resok
 /// and resfail arms with every optional attribute present and handles at 64
 /// bytes.

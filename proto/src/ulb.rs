@@ -80,7 +80,7 @@ pub const NFS3_DEFAULT_MAX_DIR_REPLY_BYTES: u32 = 64 * 1024;
 
 /// The Upper-Layer Binding of NFS version 3 to RPC-over-RDMA (RFC 8267 section 4).
 ///
-/// DDP-eligible items (RFC 8267 section 4.1; all other NFSv3 data items are
+/// DDP-eligible items (RFC 8267 section 4; all other NFSv3 data items are
 /// not DDP-eligible):
 ///
 /// | procedure | direction | item |
