@@ -1,0 +1,90 @@
+//! Per-core statistics.
+//!
+//! Each core counts into a plain local [`CoreStats`] and publishes it to a
+//! cache-line-aligned block of atomics ([`SharedStats`]) at least once per
+//! timer tick, before it sleeps, and when it exits. Any thread can read a
+//! [`CoreStats`] snapshot through [`crate::ReactorHandle::stats`]; each
+//! field is individually exact as of the last publication, but fields are
+//! not read atomically as a group (a snapshot may mix two publications).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use serde::Serialize;
+
+/// Counters of one core.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct CoreStats {
+    /// Core index.
+    pub core: usize,
+    /// CPU the core thread is pinned to.
+    pub cpu: usize,
+    /// Loop iterations.
+    pub loops: u64,
+    /// Time spent in iterations that found work (messages, timers or a busy
+    /// poller), in nanoseconds.
+    pub busy_ns: u64,
+    /// Time spent in iterations that found no work, including pauses and
+    /// sleeps, in nanoseconds.
+    pub idle_ns: u64,
+    /// Closure messages executed on this core.
+    pub messages_handled: u64,
+    /// Closure messages this core sent (successfully queued) to any core.
+    pub messages_sent: u64,
+    /// Timer callbacks run.
+    pub timers_fired: u64,
+    /// Timers dropped unfired because shutdown began.
+    pub timers_dropped: u64,
+    /// Idle sleeps started (spin-then-sleep policy).
+    pub sleeps: u64,
+    /// Iterations that used pause hints (spin-then-pause policy).
+    pub pauses: u64,
+}
+
+/// Atomic mirror of [`CoreStats`], written by its core only.
+#[repr(align(128))]
+#[derive(Debug, Default)]
+pub(crate) struct SharedStats {
+    loops: AtomicU64,
+    busy_ns: AtomicU64,
+    idle_ns: AtomicU64,
+    messages_handled: AtomicU64,
+    messages_sent: AtomicU64,
+    timers_fired: AtomicU64,
+    timers_dropped: AtomicU64,
+    sleeps: AtomicU64,
+    pauses: AtomicU64,
+}
+
+impl SharedStats {
+    /// Publishes the owner's counters. Relaxed: readers want recent values,
+    /// not a happens-before edge (no other data is published with them).
+    /// Only the owning core thread calls this.
+    pub(crate) fn publish(&self, s: &CoreStats) {
+        self.loops.store(s.loops, Ordering::Relaxed);
+        self.busy_ns.store(s.busy_ns, Ordering::Relaxed);
+        self.idle_ns.store(s.idle_ns, Ordering::Relaxed);
+        self.messages_handled.store(s.messages_handled, Ordering::Relaxed);
+        self.messages_sent.store(s.messages_sent, Ordering::Relaxed);
+        self.timers_fired.store(s.timers_fired, Ordering::Relaxed);
+        self.timers_dropped.store(s.timers_dropped, Ordering::Relaxed);
+        self.sleeps.store(s.sleeps, Ordering::Relaxed);
+        self.pauses.store(s.pauses, Ordering::Relaxed);
+    }
+
+    /// Reads the last published counters. Any thread.
+    pub(crate) fn snapshot(&self, core: usize, cpu: usize) -> CoreStats {
+        CoreStats {
+            core,
+            cpu,
+            loops: self.loops.load(Ordering::Relaxed),
+            busy_ns: self.busy_ns.load(Ordering::Relaxed),
+            idle_ns: self.idle_ns.load(Ordering::Relaxed),
+            messages_handled: self.messages_handled.load(Ordering::Relaxed),
+            messages_sent: self.messages_sent.load(Ordering::Relaxed),
+            timers_fired: self.timers_fired.load(Ordering::Relaxed),
+            timers_dropped: self.timers_dropped.load(Ordering::Relaxed),
+            sleeps: self.sleeps.load(Ordering::Relaxed),
+            pauses: self.pauses.load(Ordering::Relaxed),
+        }
+    }
+}
