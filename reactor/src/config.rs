@@ -42,7 +42,7 @@ pub const INLINE_MAX_BYTES: u32 = 262_144;
 pub const INLINE_UNIT_BYTES: u32 = 1024;
 
 const _: () = assert!(INLINE_MAX_BYTES == 256 * INLINE_UNIT_BYTES);
-const _: () = assert!(INLINE_MIN_BYTES % INLINE_UNIT_BYTES == 0);
+const _: () = assert!(INLINE_MIN_BYTES / INLINE_UNIT_BYTES * INLINE_UNIT_BYTES == INLINE_MIN_BYTES);
 
 /// Largest message ring accepted in the configuration.
 pub const MAX_MESSAGE_RING: u32 = 1 << 16;

@@ -428,7 +428,9 @@ impl Core {
                 if !holding_unit && shared.quiescent() {
                     break;
                 }
-                if t_now >= drain_deadline {
+                // Only a core that still has work gives up; idle cores wait
+                // for quiescence or for the abort of the core that gives up.
+                if holding_unit && t_now >= drain_deadline {
                     shared.abort();
                     self.publish_stats();
                     return Err(ReactorError::DrainTimeout {

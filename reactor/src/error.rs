@@ -78,8 +78,10 @@ pub enum ReactorError {
         /// The panic payload, if it was a string.
         message: String,
     },
-    /// Shutdown did not reach quiescence in time on a core: some poller kept
-    /// returning `Busy` from `drain`, or messages kept circulating.
+    /// Shutdown did not reach quiescence in time: this core still had work
+    /// when its drain timeout expired (a poller kept returning `Busy` from
+    /// `drain`, or messages kept circulating). The other cores were stopped
+    /// without finishing their drain.
     #[error("core {core} did not drain within {timeout_ms} ms")]
     DrainTimeout {
         /// Core index that gave up first.

@@ -75,8 +75,9 @@ pub struct ReactorOptions {
     pub timer_slots: usize,
     /// Timers each core can hold.
     pub max_timers: usize,
-    /// How long shutdown may wait for quiescence before giving up with
-    /// [`ReactorError::DrainTimeout`].
+    /// How long a core may keep having work after shutdown began before
+    /// it gives up with [`ReactorError::DrainTimeout`] (which stops every
+    /// core). A core blocked inside a closure or poller cannot time out.
     pub drain_timeout: Duration,
 }
 

@@ -1,0 +1,339 @@
+//! The `cores.json` loader and validator: the example files validate, and
+//! bad configurations are reported with the JSON path, what was expected
+//! and what was found.
+
+use std::path::PathBuf;
+
+use reactor::config::{
+    BackendConfig, Config, ConfigError, ConfigProblems, CoreRole, FabricConfig, PageSize, PoolUsage,
+};
+use reactor::{Reactor, ReactorError};
+use serde_json::{json, Value};
+
+fn config_path(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../configs").join(name)
+}
+
+fn example_value(name: &str) -> Value {
+    let text = std::fs::read_to_string(config_path(name)).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+/// Applies `edit` to the quick-start config and returns the problems.
+fn problems_after(edit: impl FnOnce(&mut Value)) -> ConfigProblems {
+    let mut v = example_value("cores.json");
+    edit(&mut v);
+    match Config::from_json_value(&v) {
+        Err(ConfigError::Invalid(p)) => p,
+        other => panic!("expected problems, got {other:?}"),
+    }
+}
+
+/// Asserts a problem at `path` whose expected/found texts contain the
+/// given fragments.
+fn assert_problem(p: &ConfigProblems, path: &str, expected: &str, found: &str) {
+    let at_path: Vec<_> = p.0.iter().filter(|q| q.path == path).collect();
+    assert!(!at_path.is_empty(), "no problem reported at {path}; got:\n{p}");
+    assert!(
+        at_path
+            .iter()
+            .any(|q| q.expected.contains(expected) && q.found.contains(found)),
+        "{path}: no problem with expected-text containing {expected:?} and found-text containing {found:?}; got:\n{p}"
+    );
+}
+
+#[test]
+fn example_configs_validate() {
+    for name in ["cores.json", "single-nic.json", "many-core.json"] {
+        let c = Config::load(config_path(name)).unwrap_or_else(|e| panic!("{name} does not load: {e}"));
+        c.validate().unwrap();
+        // The serde derives describe the same schema as the walker.
+        let text = std::fs::read_to_string(config_path(name)).unwrap();
+        let via_serde: Config = serde_json::from_str(&text).unwrap();
+        assert_eq!(via_serde, c, "{name}: serde derive and loader disagree");
+        // Printing and reloading gives the same configuration.
+        assert_eq!(Config::from_json_str(&c.to_json_pretty()).unwrap(), c);
+        // The reactor options derived from it are valid.
+        c.reactor_options().check().unwrap();
+    }
+}
+
+#[test]
+fn quick_start_config_is_the_small_host_profile() {
+    let c = Config::load(config_path("cores.json")).unwrap();
+    assert_eq!(c.cores.len(), 2);
+    assert_eq!(c.io_cores(), vec![1]);
+    assert_eq!(c.cores[0].role, CoreRole::Admin);
+    assert!(matches!(c.fabric, FabricConfig::Shm { .. }));
+    assert!(c.pools.iter().all(|p| p.page_size == PageSize::Size4K));
+    assert_eq!(c.backends.len(), 1);
+    assert!(matches!(c.backends[0], BackendConfig::Mem { .. }));
+    assert_eq!(c.exports.len(), 1);
+    assert!(c.exports[0].allows("127.0.0.1".parse().unwrap()));
+    assert!(!c.exports[0].allows("10.0.0.1".parse().unwrap()));
+    assert_eq!(c.credits.max_per_connection, 128);
+    assert_eq!(c.inline.v1.receive_bytes, 1024);
+    assert_eq!(c.inline.v2.receive_bytes, 4096);
+    assert_eq!(c.receive_pool().unwrap().usage, PoolUsage::Receive);
+}
+
+#[test]
+fn quick_start_config_starts_a_reactor_here() {
+    let c = Config::load(config_path("cores.json")).unwrap();
+    let r = Reactor::start(c.reactor_options()).unwrap();
+    assert_eq!(r.num_cores(), 2);
+    r.shutdown().unwrap();
+}
+
+#[test]
+fn missing_cpu_is_only_detected_at_start() {
+    let mut v = example_value("cores.json");
+    v["cores"][1]["cpu"] = json!(4000);
+    let c = Config::from_json_value(&v).expect("validation does not look at the machine");
+    match Reactor::start(c.reactor_options()) {
+        Err(ReactorError::CpuUnavailable { core, cpu, .. }) => assert_eq!((core, cpu), (1, 4000)),
+        other => panic!("expected CpuUnavailable, got {:?}", other.map(|_| ())),
+    }
+}
+
+#[test]
+fn defaults_apply_to_optional_sections() {
+    let mut v = example_value("cores.json");
+    let m = v.as_object_mut().unwrap();
+    m.remove("reactor");
+    m.remove("credits");
+    m.remove("inline");
+    let c = Config::from_json_value(&v).unwrap();
+    assert_eq!(c.reactor, Default::default());
+    assert_eq!(c.credits.max_per_connection, 128);
+    assert_eq!(c.inline.v1.send_bytes, 1024);
+    assert_eq!(c.inline.v2.send_bytes, 4096);
+    assert!(c.exports[0].root_squash);
+}
+
+#[test]
+fn pool_count_zero() {
+    let p = problems_after(|v| v["pools"][1]["count"] = json!(0));
+    assert_problem(&p, "$.pools[1].count", "at least 1 buffer", "0");
+    assert_eq!(
+        p.at("$.pools[1].count").unwrap().to_string(),
+        "$.pools[1].count: expected at least 1 buffer, found 0"
+    );
+}
+
+#[test]
+fn unknown_fields_are_rejected_with_their_path() {
+    let p = problems_after(|v| {
+        v["pools"][0]["colour"] = json!("blue");
+        v["listeners"]["fabric"][0]["mtu"] = json!(4096);
+        v["extra"] = json!(true);
+        v["fabric"]["device"] = json!("mlx5_0"); // not an shm option
+    });
+    assert_problem(&p, "$.pools[0].colour", "`buffer_size_bytes`", "unknown field `colour`");
+    assert_problem(
+        &p,
+        "$.listeners.fabric[0].mtu",
+        "only known fields",
+        "unknown field `mtu`",
+    );
+    assert_problem(&p, "$.extra", "`exports`", "unknown field `extra`");
+    assert_problem(&p, "$.fabric.device", "`socket_path`", "unknown field `device`");
+    assert_eq!(p.0.len(), 4, "{p}");
+}
+
+#[test]
+fn wrong_types_and_missing_fields() {
+    let p = problems_after(|v| {
+        v["cores"][0]["cpu"] = json!("zero");
+        v["cores"][1]["role"] = json!("worker");
+        v["listeners"].as_object_mut().unwrap().remove("nfs_tcp_port");
+        v["listeners"]["mount_tcp_port"] = json!(70000);
+        v["pools"][2]["page_size"] = json!("3M");
+        v["exports"][0]["read_only"] = json!("no");
+        v["listeners"]["fabric"][0]["address"] = json!("localhost");
+    });
+    assert_problem(&p, "$.cores[0].cpu", "an integer in 0..=4294967295", "\"zero\"");
+    assert_problem(&p, "$.cores[1].role", "one of \"io\", \"admin\"", "\"worker\"");
+    assert_problem(&p, "$.listeners.nfs_tcp_port", "required", "no such field");
+    assert_problem(&p, "$.listeners.mount_tcp_port", "0..=65535", "70000");
+    assert_problem(&p, "$.pools[2].page_size", "one of \"4K\", \"2M\", \"1G\"", "\"3M\"");
+    assert_problem(&p, "$.exports[0].read_only", "true or false", "\"no\"");
+    assert_problem(
+        &p,
+        "$.listeners.fabric[0].address",
+        "IPv4 or IPv6 address",
+        "\"localhost\"",
+    );
+    assert_eq!(p.0.len(), 7, "{p}");
+}
+
+#[test]
+fn tagged_sections_report_bad_tags() {
+    let p = problems_after(|v| {
+        v["fabric"]["provider"] = json!("tcp");
+        v["backends"][0]["type"] = json!("disk");
+        v["reactor"]["idle"] = json!({"policy": "nap"});
+    });
+    assert_problem(&p, "$.fabric.provider", "one of \"shm\", \"verbs\", \"sim\"", "\"tcp\"");
+    assert_problem(&p, "$.backends[0].type", "\"mem\", \"uring\", \"nvme\"", "\"disk\"");
+    assert_problem(&p, "$.reactor.idle.policy", "\"spin_then_sleep\"", "\"nap\"");
+}
+
+#[test]
+fn duplicate_cpus_and_no_io_core() {
+    let p = problems_after(|v| {
+        v["cores"] = json!([{"cpu": 3, "role": "admin"}, {"cpu": 3, "role": "admin"}]);
+    });
+    assert_problem(&p, "$.cores[1].cpu", "already $.cores[0].cpu", "3");
+    assert_problem(&p, "$.cores", "role \"io\"", "none");
+}
+
+#[test]
+fn credits_bounds() {
+    let p = problems_after(|v| v["credits"]["max_per_connection"] = json!(0));
+    assert_problem(&p, "$.credits.max_per_connection", "1..=1024", "0");
+    let p = problems_after(|v| v["credits"]["max_per_connection"] = json!(1025));
+    assert_problem(&p, "$.credits.max_per_connection", "$.pools[0].count", "1025");
+}
+
+#[test]
+fn inline_thresholds_follow_rfc8797() {
+    let p = problems_after(|v| {
+        v["inline"]["v1"]["send_bytes"] = json!(512);
+        v["inline"]["v1"]["receive_bytes"] = json!(1536);
+        v["inline"]["v2"]["send_bytes"] = json!(262_144 + 1024);
+    });
+    for (path, found) in [
+        ("$.inline.v1.send_bytes", "512"),
+        ("$.inline.v1.receive_bytes", "1536"),
+        ("$.inline.v2.send_bytes", "263168"),
+    ] {
+        assert_problem(&p, path, "a multiple of 1024 in 1024..=262144", found);
+    }
+    // The largest legal value is accepted, and then the pools must hold it.
+    let p = problems_after(|v| v["inline"]["v2"]["receive_bytes"] = json!(262_144));
+    assert!(p.at("$.inline.v2.receive_bytes").is_none());
+    assert_problem(&p, "$.pools[0].buffer_size_bytes", "at least 262144", "4096");
+}
+
+#[test]
+fn pools_cross_checks() {
+    let p = problems_after(|v| {
+        v["pools"][1]["usage"] = json!("receive");
+        v["pools"][2]["per_core_cache"] = json!(200);
+        v["pools"][2]["name"] = json!("recv");
+    });
+    assert_problem(&p, "$.pools", "exactly one pool with usage \"receive\"", "2");
+    assert_problem(&p, "$.pools", "at least one pool with usage \"send\"", "none");
+    assert_problem(
+        &p,
+        "$.pools[2].per_core_cache",
+        "at most count / cores = 256 / 2 = 128",
+        "200",
+    );
+    assert_problem(&p, "$.pools[2].name", "not used by $.pools[0]", "\"recv\"");
+}
+
+#[test]
+fn exports_and_backends_cross_checks() {
+    let p = problems_after(|v| {
+        v["exports"][0]["backend"] = json!("nvme9");
+        v["exports"][0]["clients"] = json!(["10.0.0.1/8", "everyone"]);
+        v["exports"][0]["path"] = json!("export");
+        v["backends"][0]["size_bytes"] = json!(1000);
+    });
+    assert_problem(&p, "$.exports[0].backend", "one of \"mem0\"", "\"nvme9\"");
+    assert_problem(&p, "$.exports[0].clients[0]", "host bits set", "\"10.0.0.1/8\"");
+    assert_problem(&p, "$.exports[0].clients[1]", "not an IP address", "\"everyone\"");
+    assert_problem(&p, "$.exports[0].path", "an absolute path", "\"export\"");
+    assert_problem(&p, "$.backends[0].size_bytes", "multiple of 4096", "1000");
+}
+
+#[test]
+fn listener_cross_checks() {
+    let p = problems_after(|v| {
+        v["listeners"]["fabric"] = json!([
+            {"address": "127.0.0.1", "port": 20049, "versions": [1, 3, 1]},
+            {"address": "127.0.0.1", "port": 20049, "versions": []}
+        ]);
+        v["listeners"]["mount_tcp_port"] = json!(2049);
+    });
+    assert_problem(&p, "$.listeners.fabric[0].versions[1]", "version 1 or 2", "3");
+    assert_problem(
+        &p,
+        "$.listeners.fabric[0].versions[2]",
+        "each version listed once",
+        "version 1 again",
+    );
+    assert_problem(&p, "$.listeners.fabric[1].versions", "non-empty", "an empty list");
+    assert_problem(
+        &p,
+        "$.listeners.fabric[1]",
+        "not used by $.listeners.fabric[0]",
+        "127.0.0.1 port 20049",
+    );
+    assert_problem(
+        &p,
+        "$.listeners.mount_tcp_port",
+        "different from $.listeners.nfs_tcp_port",
+        "2049",
+    );
+}
+
+#[test]
+fn verbs_and_nvme_checks_on_the_many_core_example() {
+    let mut v = example_value("many-core.json");
+    v["fabric"]["port_num"] = json!(0);
+    v["listeners"]["fabric"][0]["address"] = json!("10.20.0.12");
+    v["backends"][1]["pci_address"] = json!("3b:00.0");
+    v["backends"][2]["queue_depth"] = json!(100);
+    let p = match Config::from_json_value(&v) {
+        Err(ConfigError::Invalid(p)) => p,
+        other => panic!("expected problems, got {other:?}"),
+    };
+    assert_problem(&p, "$.fabric.port_num", "a port number >= 1", "0");
+    assert_problem(
+        &p,
+        "$.listeners.fabric[0].address",
+        "$.fabric.ip (10.20.0.11)",
+        "10.20.0.12",
+    );
+    assert_problem(&p, "$.backends[1].pci_address", "DDDD:BB:DD.F", "\"3b:00.0\"");
+    assert_problem(&p, "$.backends[2].queue_depth", "a power of two in 2..=4096", "100");
+    assert_eq!(p.0.len(), 4, "{p}");
+}
+
+#[test]
+fn every_problem_is_reported_at_once() {
+    let p = problems_after(|v| {
+        v["pools"][0]["count"] = json!(0);
+        v["exports"][0]["backend"] = json!("missing");
+        v["inline"]["v2"]["receive_bytes"] = json!(100);
+        v["reactor"]["message_ring_size"] = json!(1000);
+    });
+    assert!(p.at("$.pools[0].count").is_some());
+    assert!(p.at("$.exports[0].backend").is_some());
+    assert!(p.at("$.inline.v2.receive_bytes").is_some());
+    assert_problem(&p, "$.reactor.message_ring_size", "a power of two in 2..=65536", "1000");
+    let text = ConfigError::Invalid(p.clone()).to_string();
+    assert!(text.starts_with(&format!("{} configuration problem(s):", p.0.len())));
+    assert!(text.contains("$.exports[0].backend: expected the name of a backend"));
+}
+
+#[test]
+fn syntax_and_io_errors() {
+    match Config::from_json_str("{\n  \"cores\": [\n  oops\n}") {
+        Err(ConfigError::Syntax { line, .. }) => assert_eq!(line, 3),
+        other => panic!("expected a syntax error, got {other:?}"),
+    }
+    match Config::from_json_str("[1, 2]") {
+        Err(ConfigError::Invalid(p)) => assert_problem(&p, "$", "an object", "an array of 2 element(s)"),
+        other => panic!("expected problems, got {other:?}"),
+    }
+    match Config::load(config_path("does-not-exist.json")) {
+        Err(e @ ConfigError::Io { .. }) => {
+            assert!(std::error::Error::source(&e).is_some());
+        }
+        other => panic!("expected an I/O error, got {other:?}"),
+    }
+}
