@@ -5,7 +5,7 @@
 //! The model is the RDMA verbs one, cut down to what RPC-over-RDMA needs:
 //!
 //! - a protection domain with **memory regions registered once** at start-up: every
-//!   [`mempool::Region`] is registered with [`Fabric::register_region`] before any
+//!   [`mempool::region::Region`] is registered with [`Fabric::register_region`] before any
 //!   connection exists and stays registered for the life of the process
 //!   (persistent steering tags). Local buffers are named by `(region, offset)`
 //!   ([`LocalBuf`]); the provider turns that into its own address and local key with
@@ -33,7 +33,7 @@ use std::fmt;
 use std::sync::Arc;
 
 /// A locally registered buffer: `len` bytes at `offset` inside region `region`
-/// (a [`mempool::Region`] id registered with this fabric).
+/// (a [`mempool::region::Region`] id registered with this fabric).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub struct LocalBuf {
     pub region: u16,
@@ -382,7 +382,7 @@ pub trait Fabric {
     /// Called once per region at start-up; keys live until the fabric is dropped.
     /// The provider may keep a clone of the `Arc` to reach the region's memory
     /// (shm and sim copy through it).
-    fn register_region(&mut self, region: &Arc<mempool::Region>) -> Result<MrKeys, FabricError>;
+    fn register_region(&mut self, region: &Arc<mempool::region::Region>) -> Result<MrKeys, FabricError>;
 
     /// The address a peer must use in a segment's offset to reach `offset` bytes
     /// into local region `region` (a virtual address for verbs, a region-relative

@@ -8,9 +8,17 @@
 //! | [`fabric`] | the verbs-shaped provider interface |
 //! | [`sim`] | in-process deterministic fabric with fault injection |
 //! | [`shm`] | two processes on one host over shared memory |
+//! | [`responder`] | the server side of the transport engine |
+//! | [`service`] | what the responder hands decoded Calls to |
+//! | [`credits`] | credit accounting for both roles |
+//! | [`queue`] | fixed-capacity pending queues and slabs |
 #![deny(missing_debug_implementations)]
 
+pub mod credits;
 pub mod fabric;
+pub mod queue;
+pub mod responder;
+pub mod service;
 pub mod shm;
 pub mod sim;
 

@@ -1,0 +1,1399 @@
+//! The responder (server) side of the RPC-over-RDMA transport engine, versions 1
+//! and 2, for one core.
+//!
+//! # Model (SPDK nvmf/rdma.c style)
+//!
+//! - Receives are pre-posted on the core's shared receive queue and are separate
+//!   from requests: a receive completion is turned into a request slot, and a fresh
+//!   receive buffer is posted at once, so the SRQ stays full.
+//! - Every request has an explicit [`ReqState`], advanced by one function,
+//!   [`Responder::advance`]. When a scarce resource is missing the request waits
+//!   in that resource's pending queue ([`IndexQueue`]): chunk data buffers, RDMA
+//!   Read slots on the connection, reply buffers, send-queue slots. Queues are
+//!   drained in order on every [`Responder::poll`].
+//! - `wr_id`s carry a tag and an index (+ a generation for requests): never a
+//!   pointer. Completions are polled in fixed batches of [`CQ_BATCH`].
+//! - All memory comes from the [`mempool::Mempool`] registered once with the
+//!   fabric; the hot path never registers memory, and nothing is allocated per
+//!   request (request slots, queues and maps are sized at construction).
+//!
+//! # Protocol (RFC 8166; draft-cel-nfsv4-rpcrdma-version-two-09)
+//!
+//! - The whole transport header is decoded and validated before anything acts on
+//!   it (`proto::header::decode`, then `proto::plan::plan_reads`). Errors are
+//!   answered with RDMA_ERROR (ERR_VERS / ERR_CHUNK, RFC 8166 s4.5) or
+//!   RDMA2_ERROR (draft s5.3.3), copying the XID and version.
+//! - Read chunks (Position-Zero included) are pulled with RDMA Read into one data
+//!   buffer; the Call reaches the service as borrowed pieces (zero copy).
+//! - The reply goes inline, with RDMA Writes into Write chunks, or as a Long reply
+//!   through the Reply chunk with RDMA_NOMSG (`proto::plan::plan_reply`).
+//! - Send with Invalidate is used when allowed: in v2 when the Call's
+//!   `rdma_inv_handle` is non-zero (draft s3.3), in v1 when both peers set the
+//!   RFC 8797 R flag (s4.1).
+//! - Credits: never zero, never more than the receives reserved for the
+//!   connection; an overrun closes the connection (RFC 8166 s3.3.1).
+//! - Versions: one listener takes v1 and v2; the first accepted message fixes the
+//!   connection's version (draft s7.3); a v2 RDMA2_CONNPROP is answered with ours.
+//!
+//! All methods are called from the core that owns the responder.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use mempool::pool::{BufRef, ClassId, Mempool, PoolCache};
+use proto::header::{
+    self, Body, ChunkLists, HeaderOut, BodyOut, Limits, Property, RDMA2_PROPID_RBSIZ, RPCRDMA2_F_RESPONSE,
+    RPCRDMA_VERSION_1, RPCRDMA_VERSION_2,
+};
+use proto::negotiate::{self, CallVerdict, VersionRange};
+use proto::plan::{self, ReadLimits, ReadPlan, ReplyKind, ReplyPlan};
+use proto::private_data::{self, PrivateData as Rfc8797};
+
+use crate::credits::ResponderCredits;
+use crate::fabric::*;
+use crate::queue::{IndexQueue, Slab};
+use crate::service::{CallView, ReplyBuilder, ReplyShape, Service, ServiceError};
+
+/// Completions polled per `poll_cq` call.
+pub const CQ_BATCH: usize = 32;
+
+const TAG_RECV: u8 = 1;
+/// The last bytes of every head buffer stay zero: the XDR padding source for
+/// RDMA Writes of a padded item into a Reply chunk.
+const HEAD_PAD_BYTES: usize = 4;
+const TAG_REQ: u8 = 2;
+
+/// Responder configuration (one core).
+#[derive(Clone, Debug)]
+pub struct ResponderConfig {
+    /// Versions accepted (draft s7).
+    pub versions: VersionRange,
+    /// Receives reserved per connection = the most credits ever granted.
+    pub credits: u32,
+    /// Connections this core serves at most.
+    pub max_conns: u32,
+    /// Send-queue depth per connection.
+    pub send_depth: u32,
+    /// RDMA Reads outstanding per connection (initiator depth).
+    pub max_rdma_reads: u32,
+    /// Decoder limits on chunk lists.
+    pub limits: Limits,
+    /// Most bytes of Read chunks pulled for one Call.
+    pub max_read_bytes: u64,
+    /// Pool classes: inline receive buffers, send/head buffers, data buffers.
+    pub recv_class: ClassId,
+    pub send_class: ClassId,
+    pub data_class: ClassId,
+    /// Advertise and use remote invalidation (RFC 8797 R flag) in v1.
+    pub remote_invalidation: bool,
+}
+
+impl ResponderConfig {
+    /// Request slots needed: one per receive that can be outstanding.
+    pub fn request_slots(&self) -> u32 {
+        self.max_conns * self.credits
+    }
+    /// Depth of the shared receive queue.
+    pub fn srq_depth(&self) -> u32 {
+        self.max_conns * self.credits
+    }
+}
+
+/// Counters, readable by the application.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ResponderStats {
+    pub calls: u64,
+    pub replies: u64,
+    pub replies_inline: u64,
+    pub replies_write_chunks: u64,
+    pub replies_long: u64,
+    pub error_replies: u64,
+    pub rdma_reads: u64,
+    pub rdma_writes: u64,
+    pub sends_with_invalidate: u64,
+    pub conns_accepted: u64,
+    pub conns_rejected: u64,
+    pub conns_closed: u64,
+    pub credit_overruns: u64,
+    pub dropped: u64,
+    pub ignored: u64,
+    pub wc_errors: u64,
+    pub recv_refill_stalls: u64,
+}
+
+/// State of one request (SPDK-style explicit state machine).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ReqState {
+    #[default]
+    Free,
+    /// Decoded; needs to decide what to do.
+    New,
+    /// Waiting for a data buffer for its Read chunks.
+    NeedChunkBuf,
+    /// Waiting for RDMA Read slots on its connection.
+    NeedReadSlots,
+    /// RDMA Reads posted, waiting for their completions.
+    Reading,
+    /// Ready to run the service.
+    Execute,
+    /// Waiting for reply buffers (send and head, data when the service wants one).
+    NeedReplyBufs,
+    /// Reply planned; waiting for send-queue slots.
+    NeedSendSlots,
+    /// Writes and Send posted; waiting for their completions.
+    Sending,
+    /// An error reply (or a CONNPROP answer) waits for a send buffer and slot.
+    NeedControlSend,
+    /// Its connection is gone; waiting for posted work to flush.
+    Draining,
+}
+
+/// What the request will send back when it is not an RPC Reply.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+enum Control {
+    #[default]
+    None,
+    ErrorV1(header::V1Error),
+    ErrorV2(header::V2Error),
+    /// An ERR_VERS for a version we do not speak, in that version's word.
+    ErrVersRaw(u32),
+    ConnProp,
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct Request {
+    state: ReqState,
+    gen: u32,
+    conn: u32,
+    vers: u32,
+    xid: u32,
+    recv: Option<BufRef>,
+    recv_len: u32,
+    read_plan: ReadPlan,
+    chunk_offs: [u32; plan::PLAN_READ_CHUNKS],
+    /// Accounted as a Call in the connection's credits.
+    counted: bool,
+    chunk_buf: Option<BufRef>,
+    reads_posted: u32,
+    reads_done: u32,
+    reads_total: u32,
+    send_buf: Option<BufRef>,
+    head_buf: Option<BufRef>,
+    data_buf: Option<BufRef>,
+    data_hint: u32,
+    shape: ReplyShape,
+    reply: Option<ReplyPlan>,
+    control: Control,
+    /// Work requests posted and not yet completed.
+    wr_out: u32,
+    /// Send-queue slots this request needs for its reply.
+    sq_need: u32,
+    failed: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+enum ConnState {
+    #[default]
+    Accepting,
+    Up,
+    Dead,
+}
+
+#[derive(Debug)]
+struct Conn {
+    id: ConnId,
+    state: ConnState,
+    credits: ResponderCredits,
+    neg: negotiate::Responder,
+    sq_used: u32,
+    reads_out: u32,
+    /// Live requests of this connection (any state but Free).
+    requests: u32,
+    /// Largest Send toward the peer (server-to-client inline threshold).
+    send_max: u32,
+    /// v1: both sides set the RFC 8797 R flag.
+    remote_inv: bool,
+}
+
+/// The responder engine for one core. Generic over the fabric provider `F` and
+/// the service `S`; borrows the process-wide pool for `'p`.
+pub struct Responder<'p, F: Fabric, S: Service> {
+    cfg: ResponderConfig,
+    fabric: F,
+    service: S,
+    pool: &'p Mempool,
+    recv_cache: PoolCache<'p>,
+    send_cache: PoolCache<'p>,
+    data_cache: PoolCache<'p>,
+    cq: CqId,
+    srq: SrqId,
+    srq_posted: u32,
+    srq_deficit: u32,
+    reqs: Slab<Request>,
+    conns: Slab<Option<Conn>>,
+    conn_by_id: HashMap<ConnId, u32>,
+    wait_chunk_buf: IndexQueue,
+    wait_read_slots: IndexQueue,
+    wait_reply_bufs: IndexQueue,
+    wait_send_slots: IndexQueue,
+    listener: Option<ListenerId>,
+    recv_size: u32,
+    send_size: u32,
+    data_size: u32,
+    stats: ResponderStats,
+    wcs: [Completion; CQ_BATCH],
+}
+
+impl<F: Fabric, S: Service> std::fmt::Debug for Responder<'_, F, S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Responder")
+            .field("fabric", &self.fabric.name())
+            .field("stats", &self.stats)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Errors setting a responder up.
+#[derive(Debug, thiserror::Error)]
+pub enum ResponderError {
+    #[error(transparent)]
+    Fabric(#[from] FabricError),
+    #[error(transparent)]
+    Pool(#[from] mempool::MempoolError),
+    #[error("configuration: {0}")]
+    Config(String),
+}
+
+/// Buffer accounting snapshot (for leak tests): buffers this responder holds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HeldBuffers {
+    pub srq_posted: u32,
+    pub recv: u32,
+    pub send: u32,
+    pub data: u32,
+    pub requests: u32,
+}
+
+impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
+    /// Build a responder on `core`: registers every pool region with `fabric`,
+    /// creates the CQ and SRQ and fills the SRQ. `listen`: address to listen at.
+    pub fn new(
+        cfg: ResponderConfig,
+        mut fabric: F,
+        service: S,
+        pool: &'p Mempool,
+        regions: &[Arc<mempool::region::Region>],
+        core: usize,
+        listen: Option<&str>,
+    ) -> Result<Self, ResponderError> {
+        if cfg.credits == 0 || cfg.max_conns == 0 {
+            return Err(ResponderError::Config("credits and max_conns must be at least 1".into()));
+        }
+        let class_size = |c: ClassId| pool.class_info(c).map(|i| i.buf_size as u32);
+        let (Some(recv_size), Some(send_size), Some(data_size)) =
+            (class_size(cfg.recv_class), class_size(cfg.send_class), class_size(cfg.data_class))
+        else {
+            return Err(ResponderError::Config("unknown pool class".into()));
+        };
+        if recv_size < 1024 || send_size < 1024 {
+            return Err(ResponderError::Config("inline buffers must be at least 1024 bytes (RFC 8166 s3.3.3)".into()));
+        }
+        // Register every region once (persistent keys). A responder exposes none
+        // of its own memory to the peer (RFC 8166 s8.1), so only local keys matter.
+        for r in regions {
+            fabric.register_region(r)?;
+        }
+        let cq = fabric.create_cq(cfg.srq_depth() + cfg.max_conns * cfg.send_depth)?;
+        let srq = fabric.create_srq(cfg.srq_depth())?;
+        let listener = match listen {
+            Some(a) => Some(fabric.listen(a)?),
+            None => None,
+        };
+        let slots = cfg.request_slots() as usize;
+        let mut me = Responder {
+            recv_cache: pool.cache(cfg.recv_class, core)?,
+            send_cache: pool.cache(cfg.send_class, core)?,
+            data_cache: pool.cache(cfg.data_class, core)?,
+            reqs: Slab::with_capacity(slots),
+            conns: Slab::with_capacity(cfg.max_conns as usize),
+            conn_by_id: HashMap::with_capacity(cfg.max_conns as usize * 2),
+            wait_chunk_buf: IndexQueue::with_capacity(slots),
+            wait_read_slots: IndexQueue::with_capacity(slots),
+            wait_reply_bufs: IndexQueue::with_capacity(slots),
+            wait_send_slots: IndexQueue::with_capacity(slots),
+            cfg,
+            fabric,
+            service,
+            pool,
+            cq,
+            srq,
+            srq_posted: 0,
+            srq_deficit: 0,
+            listener,
+            recv_size,
+            send_size,
+            data_size,
+            stats: ResponderStats::default(),
+            wcs: [Completion {
+                wr_id: WrId(0),
+                status: WcStatus::Success,
+                opcode: WcOpcode::Recv,
+                conn: ConnId(0),
+                byte_len: 0,
+                invalidated_rkey: None,
+            }; CQ_BATCH],
+        };
+        me.srq_deficit = me.cfg.srq_depth();
+        me.refill_srq();
+        Ok(me)
+    }
+
+    pub fn stats(&self) -> ResponderStats {
+        self.stats
+    }
+    pub fn fabric(&mut self) -> &mut F {
+        &mut self.fabric
+    }
+    pub fn service(&mut self) -> &mut S {
+        &mut self.service
+    }
+    pub fn listener(&self) -> Option<ListenerId> {
+        self.listener
+    }
+    /// Live connections.
+    pub fn connections(&self) -> usize {
+        self.conns.in_use()
+    }
+
+    /// Buffers held right now, for accounting tests.
+    pub fn held(&self) -> HeldBuffers {
+        let mut h = HeldBuffers {
+            srq_posted: self.srq_posted,
+            requests: self.reqs.in_use() as u32,
+            ..Default::default()
+        };
+        for i in self.reqs.used_indices() {
+            let r = self.reqs.get(i).expect("used");
+            h.recv += r.recv.is_some() as u32;
+            h.send += r.send_buf.is_some() as u32 + r.head_buf.is_some() as u32;
+            h.data += r.chunk_buf.is_some() as u32 + r.data_buf.is_some() as u32;
+        }
+        h
+    }
+
+    /// One turn of the core's loop: connection events, a batch of completions,
+    /// SRQ refill, pending queues. Returns the amount of work done (0 = idle).
+    pub fn poll(&mut self) -> usize {
+        let mut work = 0;
+        while let Some(ev) = self.fabric.poll_cm() {
+            self.handle_cm(ev);
+            work += 1;
+        }
+        let n = self.fabric.poll_cq(self.cq, &mut self.wcs);
+        for i in 0..n {
+            let wc = self.wcs[i];
+            self.handle_completion(wc);
+        }
+        work += n;
+        if self.srq_deficit > 0 {
+            self.refill_srq();
+        }
+        work += self.drain_pending();
+        work
+    }
+
+    // ------------------------------------------------------------- connections
+
+    fn handle_cm(&mut self, ev: CmEvent) {
+        match ev {
+            CmEvent::ConnectRequest { req, private_data, .. } => {
+                let peer = private_data::decode(private_data.as_bytes());
+                let ours = Rfc8797::new(self.cfg.remote_invalidation, self.send_size, self.recv_size);
+                let mut pd = [0u8; 8];
+                let pd_len = ours.encode(&mut pd).unwrap_or(0);
+                if self.conns.available() == 0 {
+                    self.stats.conns_rejected += 1;
+                    let _ = self.fabric.reject(req, &pd[..pd_len]);
+                    return;
+                }
+                let qp = QpConfig {
+                    cq: self.cq,
+                    srq: Some(self.srq),
+                    send_depth: self.cfg.send_depth,
+                    recv_depth: 0,
+                    max_rdma_reads: self.cfg.max_rdma_reads.min(255) as u8,
+                    ..QpConfig::default()
+                };
+                match self.fabric.accept(req, &qp, &pd[..pd_len]) {
+                    Ok(id) => {
+                        let slot = self.conns.alloc().expect("checked available");
+                        let cfg = negotiate::Config::new(self.cfg.versions, self.send_size, self.recv_size)
+                            .expect("sizes checked at construction");
+                        let mut neg = negotiate::Responder::new(cfg);
+                        // RFC 8797: sizes the peer advertised bound what we send.
+                        if peer.present() {
+                            let _ = neg.set_peer_receive_size(peer.data().receive_size_bytes);
+                        }
+                        let send_max = private_data::server_to_client_threshold_bytes(&ours, &peer.data())
+                            .min(self.send_size);
+                        *self.conns.get_mut(slot).expect("allocated") = Some(Conn {
+                            id,
+                            state: ConnState::Accepting,
+                            credits: ResponderCredits::new(self.cfg.credits),
+                            neg,
+                            sq_used: 0,
+                            reads_out: 0,
+                            requests: 0,
+                            send_max,
+                            remote_inv: private_data::remote_invalidation_allowed(&ours, &peer.data()),
+                        });
+                        self.conn_by_id.insert(id, slot);
+                        self.stats.conns_accepted += 1;
+                    }
+                    Err(_) => self.stats.conns_rejected += 1,
+                }
+            }
+            CmEvent::Established { conn, .. } => {
+                if let Some(c) = self.conn_mut_by_id(conn) {
+                    if c.state == ConnState::Accepting {
+                        c.state = ConnState::Up;
+                    }
+                }
+            }
+            CmEvent::Disconnected { conn } | CmEvent::Unreachable { conn } | CmEvent::Rejected { conn, .. } => {
+                if let Some(&slot) = self.conn_by_id.get(&conn) {
+                    self.kill_conn(slot, false);
+                }
+            }
+        }
+    }
+
+    fn conn_mut_by_id(&mut self, id: ConnId) -> Option<&mut Conn> {
+        let slot = *self.conn_by_id.get(&id)?;
+        self.conns.get_mut(slot)?.as_mut()
+    }
+
+    fn conn(&self, slot: u32) -> Option<&Conn> {
+        self.conns.get(slot)?.as_ref()
+    }
+
+    fn conn_mut(&mut self, slot: u32) -> Option<&mut Conn> {
+        self.conns.get_mut(slot)?.as_mut()
+    }
+
+    /// Tear a connection down: disconnect, release every request that has no
+    /// work posted, leave the others to drain their flushed completions.
+    fn kill_conn(&mut self, slot: u32, disconnect: bool) {
+        let Some(c) = self.conn_mut(slot) else { return };
+        if c.state == ConnState::Dead {
+            return;
+        }
+        c.state = ConnState::Dead;
+        let id = c.id;
+        if disconnect {
+            let _ = self.fabric.disconnect(id);
+        }
+        self.stats.conns_closed += 1;
+        // Requests of this connection leave every pending queue.
+        let reqs = &self.reqs;
+        let of_conn = |i: u32| reqs.get(i).is_some_and(|r| r.conn == slot);
+        for q in [
+            &mut self.wait_chunk_buf,
+            &mut self.wait_read_slots,
+            &mut self.wait_reply_bufs,
+            &mut self.wait_send_slots,
+        ] {
+            q.remove_where(of_conn);
+        }
+        let live: Vec<u32> = self.reqs.used_indices().filter(|&i| of_conn(i)).collect();
+        for i in live {
+            let r = self.reqs.get_mut(i).expect("live");
+            if r.wr_out == 0 {
+                self.release(i);
+            } else {
+                r.state = ReqState::Draining;
+            }
+        }
+        self.maybe_forget_conn(slot);
+    }
+
+    /// Forget a dead connection once no request refers to it.
+    fn maybe_forget_conn(&mut self, slot: u32) {
+        let Some(c) = self.conn(slot) else { return };
+        if c.state == ConnState::Dead && c.requests == 0 {
+            let id = c.id;
+            self.conn_by_id.remove(&id);
+            *self.conns.get_mut(slot).expect("live") = None;
+            self.conns.free(slot);
+        }
+    }
+
+    // ------------------------------------------------------------- receives
+
+    fn refill_srq(&mut self) {
+        while self.srq_deficit > 0 {
+            let Some(b) = self.recv_cache.get() else {
+                self.stats.recv_refill_stalls += 1;
+                return;
+            };
+            let b = b.into_raw();
+            let wr = RecvWr {
+                wr_id: WrId::new(TAG_RECV, b.to_u64()),
+                buf: self.local(b, self.recv_size),
+            };
+            if self.fabric.post_srq_recv(self.srq, &wr).is_err() {
+                self.put_buf(b);
+                return;
+            }
+            self.srq_posted += 1;
+            self.srq_deficit -= 1;
+        }
+    }
+
+    fn local(&self, b: BufRef, len: u32) -> LocalBuf {
+        LocalBuf {
+            region: b.region,
+            offset: self.pool.offset(b).unwrap_or(0) as u64,
+            len,
+        }
+    }
+
+    fn put_buf(&mut self, b: BufRef) {
+        let cache = if b.class == self.cfg.recv_class.get() {
+            &mut self.recv_cache
+        } else if b.class == self.cfg.send_class.get() {
+            &mut self.send_cache
+        } else {
+            &mut self.data_cache
+        };
+        // SAFETY: `b` came from this pool and this engine is its only holder;
+        // no work request referring to it is outstanding (callers release only
+        // after the completions of every posted work request).
+        let r = unsafe { cache.put_bulk(&[b]) };
+        debug_assert!(r.is_ok(), "returning {b:?}: {r:?}");
+    }
+
+    fn bytes(&self, b: BufRef) -> &'p [u8] {
+        let pool: &'p Mempool = self.pool;
+        // SAFETY: the engine holds `b` and no posted work request writes it while
+        // a request reads it (reads complete before execution; sends post after).
+        unsafe { pool.bytes(b) }.unwrap_or(&[])
+    }
+
+    #[allow(clippy::mut_from_ref)]
+    fn bytes_mut(&self, b: BufRef) -> &'p mut [u8] {
+        let pool: &'p Mempool = self.pool;
+        // SAFETY: as in `bytes`, and each BufRef is borrowed mutably at most once
+        // at a time by the engine's code paths (distinct buffers per role).
+        unsafe { pool.bytes_mut(b) }.unwrap_or(&mut [])
+    }
+
+    fn handle_completion(&mut self, wc: Completion) {
+        match wc.wr_id.tag() {
+            TAG_RECV => self.handle_recv(wc),
+            TAG_REQ => self.handle_req_completion(wc),
+            _ => self.stats.ignored += 1,
+        }
+    }
+
+    fn handle_recv(&mut self, wc: Completion) {
+        let Some(b) = BufRef::from_u64(wc.wr_id.index()) else { return };
+        self.srq_posted = self.srq_posted.saturating_sub(1);
+        self.srq_deficit += 1;
+        let slot = self.conn_by_id.get(&wc.conn).copied();
+        if !wc.status.is_success() {
+            // SRQ receives only fail for the message that hit them (e.g. too long).
+            self.put_buf(b);
+            if wc.status != WcStatus::Flushed {
+                self.stats.wc_errors += 1;
+                if let Some(s) = slot {
+                    self.kill_conn(s, true);
+                }
+            }
+            return;
+        }
+        let Some(slot) = slot.filter(|&s| self.conn(s).is_some_and(|c| c.state != ConnState::Dead)) else {
+            self.put_buf(b);
+            self.stats.ignored += 1;
+            return;
+        };
+        if let Some(c) = self.conn_mut(slot) {
+            if c.state == ConnState::Accepting {
+                c.state = ConnState::Up; // a message implies the connection is up
+            }
+        }
+        let Some(i) = self.reqs.alloc() else {
+            // Cannot happen when the SRQ is sized from the request slots.
+            debug_assert!(false, "request slots exhausted");
+            self.put_buf(b);
+            self.stats.dropped += 1;
+            return;
+        };
+        let gen = self.reqs.get(i).map_or(0, |r| r.gen.wrapping_add(1));
+        *self.reqs.get_mut(i).expect("allocated") = Request {
+            state: ReqState::New,
+            gen,
+            conn: slot,
+            recv: Some(b),
+            recv_len: wc.byte_len.min(self.recv_size),
+            ..Request::default()
+        };
+        if let Some(c) = self.conn_mut(slot) {
+            c.requests += 1;
+        }
+        self.advance(i);
+    }
+
+    fn handle_req_completion(&mut self, wc: Completion) {
+        let idx = wc.wr_id.index();
+        let (i, gen) = ((idx & 0xffff_ffff) as u32, (idx >> 32) as u32 & 0xff_ffff);
+        let Some(r) = self.reqs.get_mut(i) else {
+            self.stats.ignored += 1;
+            return;
+        };
+        if r.gen & 0xff_ffff != gen {
+            self.stats.ignored += 1;
+            return;
+        }
+        r.wr_out = r.wr_out.saturating_sub(1);
+        let conn = r.conn;
+        if let Some(c) = self.conn_mut(conn) {
+            c.sq_used = c.sq_used.saturating_sub(1);
+            if wc.opcode == WcOpcode::RdmaRead {
+                c.reads_out = c.reads_out.saturating_sub(1);
+            }
+        }
+        let r = self.reqs.get_mut(i).expect("live");
+        if !wc.status.is_success() {
+            r.failed = true;
+            if wc.status != WcStatus::Flushed {
+                self.stats.wc_errors += 1;
+            }
+            // An error completion means the QP is in error: tear it down.
+            self.kill_conn(conn, true);
+            if let Some(r) = self.reqs.get_mut(i) {
+                if r.wr_out == 0 {
+                    self.release(i);
+                }
+            }
+            return;
+        }
+        match (r.state, wc.opcode) {
+            (ReqState::Reading, WcOpcode::RdmaRead) => {
+                r.reads_done += 1;
+                if r.reads_done == r.reads_total {
+                    r.state = ReqState::Execute;
+                    self.advance(i);
+                } else if r.reads_posted < r.reads_total {
+                    // More reads to post once slots free up.
+                    self.advance(i);
+                }
+            }
+            (ReqState::Sending, _) => {
+                if r.wr_out == 0 {
+                    self.release(i);
+                }
+            }
+            (ReqState::Draining, _) => {
+                if r.wr_out == 0 {
+                    self.release(i);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    // ------------------------------------------------------------- the state machine
+
+    /// Advance request `i` as far as its resources allow. The single place where
+    /// request states change (besides completions recording progress).
+    fn advance(&mut self, i: u32) {
+        loop {
+            let Some(r) = self.reqs.get(i) else { return };
+            let conn_dead = self.conn(r.conn).is_none_or(|c| c.state == ConnState::Dead);
+            if conn_dead && r.state != ReqState::Draining {
+                if r.wr_out == 0 {
+                    self.release(i);
+                } else {
+                    self.reqs.get_mut(i).expect("live").state = ReqState::Draining;
+                }
+                return;
+            }
+            let next = match r.state {
+                ReqState::Free | ReqState::Reading | ReqState::Sending | ReqState::Draining => return,
+                ReqState::New => self.step_new(i),
+                ReqState::NeedChunkBuf => self.step_chunk_buf(i),
+                ReqState::NeedReadSlots => self.step_reads(i),
+                ReqState::Execute | ReqState::NeedReplyBufs => self.step_execute(i),
+                ReqState::NeedSendSlots => self.step_send(i),
+                ReqState::NeedControlSend => self.step_control(i),
+            };
+            match next {
+                Step::Continue => continue,
+                Step::Wait => return,
+            }
+        }
+    }
+
+    fn set_state(&mut self, i: u32, s: ReqState) {
+        if let Some(r) = self.reqs.get_mut(i) {
+            r.state = s;
+        }
+    }
+
+    fn control(&mut self, i: u32, c: Control) -> Step {
+        let r = self.reqs.get_mut(i).expect("live");
+        r.control = c;
+        r.state = ReqState::NeedControlSend;
+        Step::Continue
+    }
+
+    /// Decode and validate the received message.
+    fn step_new(&mut self, i: u32) -> Step {
+        let r = *self.reqs.get(i).expect("live");
+        let b = r.recv.expect("new request holds its receive");
+        let msg = &self.bytes(b)[..r.recv_len as usize];
+        let Some(prefix) = header::peek_prefix(msg) else {
+            // Too short to answer at all (RFC 8166 s4.5 needs the XID): drop.
+            self.stats.dropped += 1;
+            self.drop_call(i, false);
+            return Step::Wait;
+        };
+        let rr = self.reqs.get_mut(i).expect("live");
+        rr.xid = prefix.xid;
+        rr.vers = prefix.vers;
+        // Version negotiation (draft s7): unknown versions, or a change of version
+        // on a connection whose version is fixed, get ERR_VERS.
+        let verdict = match self.conn_mut(r.conn) {
+            Some(c) => c.neg.handle_call(prefix.vers),
+            None => return Step::Wait,
+        };
+        if let CallVerdict::RejectVersion { low, high } = verdict {
+            let ctl = match prefix.vers {
+                RPCRDMA_VERSION_1 => Control::ErrorV1(header::V1Error::Vers { low, high }),
+                RPCRDMA_VERSION_2 => Control::ErrorV2(header::V2Error::Vers { low, high }),
+                v => Control::ErrVersRaw(v),
+            };
+            return self.control(i, ctl);
+        }
+        let h = match header::decode(msg, &self.cfg.limits) {
+            Ok(h) => h,
+            Err(e) => {
+                let (lo, hi) = (self.cfg.versions.low(), self.cfg.versions.high());
+                let ctl = if prefix.vers == RPCRDMA_VERSION_2 {
+                    Control::ErrorV2(e.v2_reply(lo, hi))
+                } else {
+                    Control::ErrorV1(e.v1_reply(lo, hi))
+                };
+                return self.control(i, ctl);
+            }
+        };
+        match h.body {
+            Body::Msg { .. } | Body::NoMsg { .. } => {}
+            Body::ConnProp(_) => return self.control(i, Control::ConnProp),
+            Body::MsgP { .. } => {
+                // RFC 8166 s4.6: no longer used; answer ERR_CHUNK.
+                return self.control(i, Control::ErrorV1(header::V1Error::Chunk));
+            }
+            // RDMA_DONE is ignored (s4.6); errors never flow to a responder.
+            Body::Done | Body::ErrorV1(_) | Body::ErrorV2(_) => {
+                self.stats.ignored += 1;
+                self.drop_call(i, false);
+                return Step::Wait;
+            }
+        }
+        // A v2 Call must not carry RESPONSE (draft s3.2): such a message is a
+        // reverse-direction reply, which this responder does not use.
+        if h.vers == RPCRDMA_VERSION_2 && h.is_response() {
+            return self.control(i, Control::ErrorV2(header::V2Error::BadXdr));
+        }
+        let credits_ok = match self.conn_mut(r.conn) {
+            Some(c) => c.credits.on_call(h.credits),
+            None => return Step::Wait,
+        };
+        if credits_ok.is_err() {
+            // RFC 8166 s3.3.1: the requester exceeded its credits; with an SRQ the
+            // extra Calls eat other connections' receives. Close the connection.
+            self.stats.credit_overruns += 1;
+            let conn = r.conn;
+            self.drop_call(i, false);
+            self.kill_conn(conn, true);
+            return Step::Wait;
+        }
+        self.stats.calls += 1;
+        let limits = ReadLimits {
+            max_total_bytes: self.cfg.max_read_bytes.min(self.data_size as u64),
+            max_chunks: self.cfg.limits.max_read_chunks,
+            max_segments: self.cfg.limits.max_read_segments,
+        };
+        let plan = match plan::plan_reads(&h, &limits) {
+            Ok(p) => p,
+            Err(e) => {
+                let ctl = if h.vers == RPCRDMA_VERSION_2 {
+                    Control::ErrorV2(e.v2())
+                } else {
+                    Control::ErrorV1(e.v1())
+                };
+                return self.control(i, ctl);
+            }
+        };
+        let rr = self.reqs.get_mut(i).expect("live");
+        rr.counted = true;
+        for (k, o) in rr.chunk_offs.iter_mut().enumerate().take(plan.chunk_count()) {
+            *o = plan.chunk_offset(k as u32).unwrap_or(0);
+        }
+        rr.read_plan = plan;
+        rr.reads_total = h.chunks().map_or(0, |c| c.reads.segment_count() as u32);
+        rr.state = if rr.reads_total > 0 {
+            ReqState::NeedChunkBuf
+        } else {
+            ReqState::Execute
+        };
+        Step::Continue
+    }
+
+    fn step_chunk_buf(&mut self, i: u32) -> Step {
+        match self.data_cache.get() {
+            Some(b) => {
+                let b = b.into_raw();
+                let r = self.reqs.get_mut(i).expect("live");
+                r.chunk_buf = Some(b);
+                r.state = ReqState::NeedReadSlots;
+                // Zero the padding room so chunk data plus padding is valid XDR.
+                let area = r.read_plan.data_area_len as usize;
+                let buf = self.bytes_mut(b);
+                let n = area.min(buf.len());
+                buf[..n].fill(0);
+                Step::Continue
+            }
+            None => self.wait(i, Queue::ChunkBuf),
+        }
+    }
+
+    /// Post as many of the request's RDMA Reads as the connection allows.
+    fn step_reads(&mut self, i: u32) -> Step {
+        let r = *self.reqs.get(i).expect("live");
+        let Some(c) = self.conn(r.conn) else { return Step::Wait };
+        let (conn_id, room_reads, room_sq) = (
+            c.id,
+            self.cfg.max_rdma_reads.saturating_sub(c.reads_out),
+            self.cfg.send_depth.saturating_sub(c.sq_used),
+        );
+        let room = room_reads.min(room_sq);
+        if room == 0 {
+            self.set_state(i, ReqState::NeedReadSlots);
+            return self.wait(i, Queue::ReadSlots);
+        }
+        let b = r.chunk_buf.expect("chunk buffer attached");
+        let base = self.pool.offset(b).unwrap_or(0) as u64;
+        let msg = &self.bytes(r.recv.expect("recv"))[..r.recv_len as usize];
+        let Ok(h) = header::decode(msg, &self.cfg.limits) else { return Step::Wait };
+        let Some(chunks) = h.chunks() else { return Step::Wait };
+        let mut posted = 0u32;
+        let mut post_err = false;
+        for (k, op) in r.read_plan.read_ops(&chunks.reads).enumerate().skip(r.reads_posted as usize) {
+            if posted == room {
+                break;
+            }
+            let wr = SendWr::new(
+                self.req_wr_id(i),
+                SendOp::RdmaRead,
+                LocalBuf {
+                    region: b.region,
+                    offset: base + op.dest_offset as u64,
+                    len: op.segment.length,
+                },
+                op.segment,
+            );
+            if self.fabric.post_send(conn_id, &wr).is_err() {
+                post_err = true;
+                break;
+            }
+            let _ = k;
+            posted += 1;
+        }
+        self.stats.rdma_reads += posted as u64;
+        let rr = self.reqs.get_mut(i).expect("live");
+        rr.reads_posted += posted;
+        rr.wr_out += posted;
+        let conn = rr.conn;
+        let all = rr.reads_posted == rr.reads_total;
+        rr.state = if all { ReqState::Reading } else { ReqState::NeedReadSlots };
+        if let Some(c) = self.conn_mut(conn) {
+            c.reads_out += posted;
+            c.sq_used += posted;
+        }
+        if post_err {
+            self.kill_conn(conn, true);
+            return Step::Wait;
+        }
+        if all {
+            Step::Wait // completions continue it
+        } else {
+            self.wait(i, Queue::ReadSlots)
+        }
+    }
+
+    fn req_wr_id(&self, i: u32) -> WrId {
+        let gen = self.reqs.get(i).map_or(0, |r| r.gen) & 0xff_ffff;
+        WrId::new(TAG_REQ, ((gen as u64) << 32) | i as u64)
+    }
+
+    /// Run the service and plan the reply.
+    fn step_execute(&mut self, i: u32) -> Step {
+        // Reply buffers: a send buffer (transport header + inline reply), a head
+        // buffer, and a data buffer when the service asks for one.
+        let r = *self.reqs.get(i).expect("live");
+        if r.state == ReqState::Execute {
+            let hint = {
+                let recv = self.bytes(r.recv.expect("recv"));
+                let chunk_area = r.chunk_buf.map_or(&[][..], |b| self.bytes(b));
+                let view = self.view(&r, recv, chunk_area);
+                match view {
+                    Some(v) => self.service.reply_data_hint(&v),
+                    None => 0,
+                }
+            };
+            let rr = self.reqs.get_mut(i).expect("live");
+            rr.data_hint = hint.min(u32::MAX as usize) as u32;
+            rr.state = ReqState::NeedReplyBufs;
+        }
+        if !self.take_reply_bufs(i) {
+            return self.wait(i, Queue::ReplyBufs);
+        }
+        let r = *self.reqs.get(i).expect("live");
+        let recv = self.bytes(r.recv.expect("recv"));
+        let chunk_area = r.chunk_buf.map_or(&[][..], |b| self.bytes(b));
+        let Some(view) = self.view(&r, recv, chunk_area) else {
+            return self.control(i, Control::ErrorV1(header::V1Error::Chunk));
+        };
+        let head = self.bytes_mut(r.head_buf.expect("head"));
+        let head_room = head.len() - HEAD_PAD_BYTES;
+        let data = r.data_buf.map(|b| self.bytes_mut(b));
+        let mut rb = ReplyBuilder::new(&mut head[..head_room], data);
+        let res = self.service.handle_call(&view, &mut rb);
+        let shape = rb.finish();
+        if let Err(ServiceError::Drop) = res {
+            self.stats.dropped += 1;
+            self.drop_call(i, true);
+            return Step::Wait;
+        }
+        // Plan the reply against the Call's Write list and Reply chunk.
+        let msg = &recv[..r.recv_len as usize];
+        let Ok(h) = header::decode(msg, &self.cfg.limits) else {
+            return self.control(i, Control::ErrorV1(header::V1Error::Chunk));
+        };
+        let chunks = *h.chunks().expect("a call has chunk lists");
+        let send_max = self.conn(r.conn).map_or(1024, |c| c.send_max);
+        let item_arr = shape.items();
+        let items = item_arr.as_slice();
+        match plan::plan_reply(shape.stream_len() as usize, items, &chunks, r.vers, send_max) {
+            Ok(p) => {
+                let n_writes = p.write_ops(&chunks).count() as u32;
+                let rr = self.reqs.get_mut(i).expect("live");
+                rr.shape = shape;
+                rr.reply = Some(p);
+                rr.sq_need = n_writes + 1;
+                rr.state = ReqState::NeedSendSlots;
+                Step::Continue
+            }
+            Err(e) => {
+                let ctl = if r.vers == RPCRDMA_VERSION_2 {
+                    Control::ErrorV2(e.v2())
+                } else {
+                    Control::ErrorV1(e.v1())
+                };
+                self.control(i, ctl)
+            }
+        }
+    }
+
+    fn take_reply_bufs(&mut self, i: u32) -> bool {
+        let r = *self.reqs.get(i).expect("live");
+        if r.send_buf.is_none() {
+            let Some(b) = self.send_cache.get() else { return false };
+            self.reqs.get_mut(i).expect("live").send_buf = Some(b.into_raw());
+        }
+        if r.head_buf.is_none() {
+            let Some(b) = self.send_cache.get() else { return false };
+            self.reqs.get_mut(i).expect("live").head_buf = Some(b.into_raw());
+        }
+        if r.data_hint > 0 && r.data_buf.is_none() {
+            let Some(b) = self.data_cache.get() else { return false };
+            self.reqs.get_mut(i).expect("live").data_buf = Some(b.into_raw());
+        }
+        true
+    }
+
+    fn view<'v>(&self, r: &'v Request, recv: &'v [u8], chunk_area: &'v [u8]) -> Option<CallView<'v>> {
+        let msg = &recv[..r.recv_len as usize];
+        let h = header::decode(msg, &self.cfg.limits).ok()?;
+        let (inline, _) = match h.body {
+            Body::Msg { payload_offset, payload, .. } => (payload, payload_offset),
+            _ => (&[][..], 0),
+        };
+        Some(CallView {
+            conn: self.conn(r.conn)?.id,
+            vers: r.vers,
+            xid: r.xid,
+            pieces: r.read_plan.pieces(),
+            inline,
+            chunk_area,
+            chunk_offsets: &r.chunk_offs[..r.read_plan.chunk_count()],
+        })
+    }
+
+    /// Map a byte range of the unreduced reply stream (head ++ data ++ pad) onto
+    /// local buffers, calling `f` for each contiguous piece.
+    fn for_each_local(&self, r: &Request, start: u32, len: u32, mut f: impl FnMut(LocalBuf, u32)) {
+        let head_len = r.shape.head_len;
+        let data_len = r.shape.data_len;
+        let mut at = start;
+        let end = start + len;
+        while at < end {
+            if at < head_len {
+                let n = (head_len - at).min(end - at);
+                let b = r.head_buf.expect("head");
+                let base = self.pool.offset(b).unwrap_or(0) as u64;
+                f(LocalBuf { region: b.region, offset: base + at as u64, len: n }, at - start);
+                at += n;
+            } else if at < head_len + data_len {
+                let off = at - head_len;
+                let n = (data_len - off).min(end - at);
+                let b = r.data_buf.expect("data");
+                let base = self.pool.offset(b).unwrap_or(0) as u64;
+                f(LocalBuf { region: b.region, offset: base + off as u64, len: n }, at - start);
+                at += n;
+            } else {
+                // Padding: zero bytes; a Write into a Reply chunk needs them
+                // (s3.5.3). They come from the zeroed tail of the head buffer.
+                let n = end - at;
+                let b = r.head_buf.expect("head");
+                let base = self.pool.offset(b).unwrap_or(0) as u64;
+                let pad_at = (self.send_size as usize - HEAD_PAD_BYTES) as u64;
+                f(LocalBuf { region: b.region, offset: base + pad_at, len: n.min(4) }, at - start);
+                at += n.min(4);
+            }
+        }
+    }
+
+    /// Post the reply: RDMA Writes, then the Send.
+    fn step_send(&mut self, i: u32) -> Step {
+        let r = *self.reqs.get(i).expect("live");
+        let Some(c) = self.conn(r.conn) else { return Step::Wait };
+        let (conn_id, remote_inv) = (c.id, c.remote_inv);
+        if self.cfg.send_depth.saturating_sub(c.sq_used) < r.sq_need {
+            return self.wait(i, Queue::SendSlots);
+        }
+        let plan = r.reply.expect("planned");
+        let recv = self.bytes(r.recv.expect("recv"));
+        let msg = &recv[..r.recv_len as usize];
+        let Ok(h) = header::decode(msg, &self.cfg.limits) else { return Step::Wait };
+        let chunks: ChunkLists<'_> = *h.chunks().expect("call");
+        let inv_handle = h.inv_handle();
+        let first_handle = chunks
+            .writes
+            .iter()
+            .flat_map(|w| w.iter())
+            .chain(chunks.reply.iter().flat_map(|r| r.iter()))
+            .chain(chunks.reads.segments().map(|s| s.target))
+            .map(|s| s.handle)
+            .next();
+        // Zero the 4 pad bytes at the end of the head buffer.
+        {
+            let head = self.bytes_mut(r.head_buf.expect("head"));
+            let n = head.len();
+            head[n - 4..].fill(0);
+        }
+        // Credits: the grant goes in this reply (never zero, at most reserved).
+        let grant = self.conn(r.conn).map_or(1, |c| c.credits.grant());
+        // Transport header + inline reply in the send buffer.
+        let send_b = r.send_buf.expect("send");
+        let flags = if r.vers == RPCRDMA_VERSION_2 { RPCRDMA2_F_RESPONSE } else { 0 };
+        let hdr_len = {
+            let out = self.bytes_mut(send_b);
+            match plan::encode_reply_header(&plan, &chunks, r.xid, grant, flags, out) {
+                Ok(n) => n,
+                Err(_) => return self.control(i, Control::ErrorV1(header::V1Error::Chunk)),
+            }
+        };
+        let mut send_len = hdr_len;
+        if plan.kind == ReplyKind::Short {
+            // Copy the reduced reply after the header (at most the inline
+            // threshold, which the plan checked).
+            let head = self.bytes(r.head_buf.expect("head"));
+            let data = r.data_buf.map_or(&[][..], |b| self.bytes(b));
+            let out = self.bytes_mut(send_b);
+            for rg in plan.reduced_ranges() {
+                let (s, e) = (rg.start as usize, rg.start as usize + rg.len as usize);
+                let mut at = s;
+                while at < e {
+                    let (src, n): (&[u8], usize) = if at < r.shape.head_len as usize {
+                        let n = (r.shape.head_len as usize - at).min(e - at);
+                        (&head[at..at + n], n)
+                    } else if at < (r.shape.head_len + r.shape.data_len) as usize {
+                        let off = at - r.shape.head_len as usize;
+                        let n = (r.shape.data_len as usize - off).min(e - at);
+                        (&data[off..off + n], n)
+                    } else {
+                        let n = e - at;
+                        (&[0u8; 4][..n.min(4)], n.min(4))
+                    };
+                    if send_len + n > out.len() {
+                        return self.control(i, Control::ErrorV1(header::V1Error::Chunk));
+                    }
+                    out[send_len..send_len + n].copy_from_slice(src);
+                    send_len += n;
+                    at += n;
+                }
+            }
+        }
+        // RDMA Writes: Write chunks, then the Reply chunk for a Long reply.
+        let mut posted = 0u32;
+        let mut err = false;
+        for op in plan.write_ops(&chunks) {
+            let mut pieces = [LocalBuf::default(); MAX_SGE];
+            let mut n = 0usize;
+            let mut overflow = false;
+            self.for_each_local(&r, op.src.start, op.src.len, |lb, _| {
+                if n < MAX_SGE {
+                    pieces[n] = lb;
+                    n += 1;
+                } else {
+                    overflow = true;
+                }
+            });
+            if overflow || n == 0 {
+                err = true;
+                break;
+            }
+            let mut wr = SendWr::new(self.req_wr_id(i), SendOp::RdmaWrite, pieces[0], op.target);
+            wr.sge = pieces;
+            wr.num_sge = n as u8;
+            wr.remote.length = op.src.len;
+            if self.fabric.post_send(conn_id, &wr).is_err() {
+                err = true;
+                break;
+            }
+            posted += 1;
+        }
+        self.stats.rdma_writes += posted as u64;
+        if !err {
+            let op = match (r.vers, inv_handle, remote_inv, first_handle) {
+                (RPCRDMA_VERSION_2, h, _, _) if h != 0 => SendOp::SendWithInv { rkey: h },
+                (RPCRDMA_VERSION_1, _, true, Some(h)) if self.fabric.caps().send_with_invalidate => {
+                    SendOp::SendWithInv { rkey: h }
+                }
+                _ => SendOp::Send,
+            };
+            let wr = SendWr::new(self.req_wr_id(i), op, self.local(send_b, send_len as u32), RemoteBuf::default());
+            if self.fabric.post_send(conn_id, &wr).is_ok() {
+                posted += 1;
+                if matches!(op, SendOp::SendWithInv { .. }) {
+                    self.stats.sends_with_invalidate += 1;
+                }
+            } else {
+                err = true;
+            }
+        }
+        let conn = r.conn;
+        {
+            let rr = self.reqs.get_mut(i).expect("live");
+            rr.wr_out += posted;
+            rr.state = ReqState::Sending;
+        }
+        if let Some(c) = self.conn_mut(conn) {
+            c.sq_used += posted;
+            if !err {
+                c.credits.on_reply(grant);
+            }
+        }
+        if err {
+            self.kill_conn(conn, true);
+            return Step::Wait;
+        }
+        self.stats.replies += 1;
+        match plan.kind {
+            ReplyKind::Long => self.stats.replies_long += 1,
+            ReplyKind::Short if !plan.reduced_items().is_empty() => self.stats.replies_write_chunks += 1,
+            ReplyKind::Short => self.stats.replies_inline += 1,
+        }
+        Step::Wait
+    }
+
+    /// Send an error reply or a CONNPROP answer.
+    fn step_control(&mut self, i: u32) -> Step {
+        let r = *self.reqs.get(i).expect("live");
+        let Some(c) = self.conn(r.conn) else { return Step::Wait };
+        let conn_id = c.id;
+        if c.sq_used >= self.cfg.send_depth {
+            return self.wait(i, Queue::SendSlots);
+        }
+        // Control replies also answer a message that consumed a receive: grant.
+        let grant = c.credits.grant();
+        if r.send_buf.is_none() {
+            match self.send_cache.get() {
+                Some(b) => self.reqs.get_mut(i).expect("live").send_buf = Some(b.into_raw()),
+                None => return self.wait(i, Queue::ReplyBufs),
+            }
+        }
+        let send_b = self.reqs.get(i).expect("live").send_buf.expect("send");
+        let rbsiz = self.recv_size.to_be_bytes();
+        let props = [Property { id: RDMA2_PROPID_RBSIZ, data: &rbsiz }];
+        let out = self.bytes_mut(send_b);
+        let len = match r.control {
+            Control::ErrorV1(e) => header::encode(
+                &HeaderOut { xid: r.xid, vers: RPCRDMA_VERSION_1, credits: grant, flags: 0, body: BodyOut::ErrorV1(e) },
+                out,
+            ),
+            Control::ErrorV2(e) => header::encode(
+                &HeaderOut {
+                    xid: r.xid,
+                    vers: RPCRDMA_VERSION_2,
+                    credits: grant,
+                    flags: RPCRDMA2_F_RESPONSE,
+                    body: BodyOut::ErrorV2(e),
+                },
+                out,
+            ),
+            Control::ErrVersRaw(v) => {
+                let p = header::Prefix { xid: r.xid, vers: v, credits: grant };
+                let e = proto::DecodeError::new(proto::DecodeErrorKind::BadVersion { vers: v }, "rdma_vers", 4);
+                header::encode_error_reply(&p, grant, &e, (self.cfg.versions.low(), self.cfg.versions.high()), out)
+            }
+            Control::ConnProp => header::encode(
+                &HeaderOut {
+                    xid: r.xid,
+                    vers: RPCRDMA_VERSION_2,
+                    credits: grant,
+                    flags: RPCRDMA2_F_RESPONSE,
+                    body: BodyOut::ConnProp(&props),
+                },
+                out,
+            ),
+            Control::None => Ok(0),
+        };
+        let Ok(len) = len else {
+            self.drop_call(i, false);
+            return Step::Wait;
+        };
+        let wr = SendWr::new(self.req_wr_id(i), SendOp::Send, self.local(send_b, len as u32), RemoteBuf::default());
+        let conn = r.conn;
+        if self.fabric.post_send(conn_id, &wr).is_err() {
+            self.kill_conn(conn, true);
+            return Step::Wait;
+        }
+        if !matches!(r.control, Control::ConnProp) {
+            self.stats.error_replies += 1;
+        }
+        let rr = self.reqs.get_mut(i).expect("live");
+        rr.wr_out += 1;
+        rr.state = ReqState::Sending;
+        if let Some(c) = self.conn_mut(conn) {
+            c.sq_used += 1;
+            if r.counted {
+                c.credits.on_reply(grant);
+            }
+        }
+        Step::Wait
+    }
+
+    /// Drop a message without replying. `counted`: it was accounted as a Call.
+    fn drop_call(&mut self, i: u32, _counted: bool) {
+        if self.reqs.get(i).is_some_and(|r| r.counted) {
+            let conn = self.reqs.get(i).map(|r| r.conn);
+            if let Some(c) = conn.and_then(|s| self.conn_mut(s)) {
+                c.credits.on_drop();
+            }
+        }
+        self.release(i);
+    }
+
+    /// Return every buffer a request holds and free its slot.
+    fn release(&mut self, i: u32) {
+        let Some(r) = self.reqs.get(i).copied() else { return };
+        debug_assert_eq!(r.wr_out, 0, "releasing request {i} with work outstanding");
+        for b in [r.recv, r.chunk_buf, r.send_buf, r.head_buf, r.data_buf].into_iter().flatten() {
+            self.put_buf(b);
+        }
+        let gen = r.gen;
+        *self.reqs.get_mut(i).expect("live") = Request { gen, ..Request::default() };
+        self.reqs.free(i);
+        if let Some(c) = self.conn_mut(r.conn) {
+            c.requests = c.requests.saturating_sub(1);
+        }
+        self.maybe_forget_conn(r.conn);
+    }
+
+    fn wait(&mut self, i: u32, q: Queue) -> Step {
+        let queue = match q {
+            Queue::ChunkBuf => &mut self.wait_chunk_buf,
+            Queue::ReadSlots => &mut self.wait_read_slots,
+            Queue::ReplyBufs => &mut self.wait_reply_bufs,
+            Queue::SendSlots => &mut self.wait_send_slots,
+        };
+        // Sized to the request slots: a request waits in one queue at a time.
+        let pushed = queue.push(i);
+        debug_assert!(pushed.is_ok(), "pending queue overflow");
+        Step::Wait
+    }
+
+    /// Retry waiting requests, in order, per resource.
+    fn drain_pending(&mut self) -> usize {
+        let mut work = 0;
+        for q in [Queue::ChunkBuf, Queue::ReadSlots, Queue::ReplyBufs, Queue::SendSlots] {
+            let n = self.queue(q).len();
+            for _ in 0..n {
+                let Some(i) = self.queue(q).pop() else { break };
+                let before = self.queue(q).len();
+                self.advance(i);
+                work += 1;
+                // Still blocked on the same resource: stop, keep FIFO order.
+                if self.queue(q).len() > before {
+                    break;
+                }
+            }
+        }
+        work
+    }
+
+    fn queue(&mut self, q: Queue) -> &mut IndexQueue {
+        match q {
+            Queue::ChunkBuf => &mut self.wait_chunk_buf,
+            Queue::ReadSlots => &mut self.wait_read_slots,
+            Queue::ReplyBufs => &mut self.wait_reply_bufs,
+            Queue::SendSlots => &mut self.wait_send_slots,
+        }
+    }
+
+    /// Disconnect everything, poll until all work has flushed, and return every
+    /// buffer (including the SRQ's receives, which are reclaimed by dropping the
+    /// fabric's SRQ). Returns the buffers still held (zero when clean).
+    pub fn shutdown(&mut self, max_polls: usize) -> HeldBuffers {
+        let slots: Vec<u32> = self.conns.used_indices().collect();
+        for s in slots {
+            self.kill_conn(s, true);
+        }
+        for _ in 0..max_polls {
+            if self.reqs.in_use() == 0 {
+                break;
+            }
+            self.poll();
+        }
+        self.held()
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Step {
+    Continue,
+    Wait,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Queue {
+    ChunkBuf,
+    ReadSlots,
+    ReplyBufs,
+    SendSlots,
+}

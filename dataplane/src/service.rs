@@ -1,0 +1,211 @@
+//! The interface between the responder engine and the RPC services above it.
+//!
+//! A decoded Call reaches a [`Service`] as a [`CallView`]: borrowed slices of the
+//! receive buffer and of the buffer the Read chunks were pulled into, in stream
+//! order, with no copy. The service writes its Reply's head (RPC reply header and
+//! results) with a [`ReplyBuilder`] and may attach one data item (e.g. NFS READ
+//! data) in a registered buffer the engine provides, which the engine moves with
+//! RDMA Write into the requester's Write chunk when one was provided.
+//!
+//! Services run on the core that owns the connection.
+
+use proto::plan::Piece;
+use proto::ulb::DdpItem;
+
+use crate::fabric::ConnId;
+
+/// A reassembled Call, as borrowed pieces.
+#[derive(Debug, Clone, Copy)]
+pub struct CallView<'a> {
+    pub conn: ConnId,
+    /// RPC-over-RDMA version of the connection.
+    pub vers: u32,
+    pub xid: u32,
+    pub(crate) pieces: &'a [Piece],
+    pub(crate) inline: &'a [u8],
+    pub(crate) chunk_area: &'a [u8],
+    pub(crate) chunk_offsets: &'a [u32],
+}
+
+impl<'a> CallView<'a> {
+    /// A view over one contiguous message (tests and the TCP path).
+    pub fn contiguous(conn: ConnId, vers: u32, xid: u32, msg: &'a [u8], piece: &'a [Piece; 1]) -> Self {
+        CallView {
+            conn,
+            vers,
+            xid,
+            pieces: piece,
+            inline: msg,
+            chunk_area: &[],
+            chunk_offsets: &[],
+        }
+    }
+
+    /// Total length of the reassembled Call.
+    pub fn len(&self) -> usize {
+        self.slices().map(|s| s.len()).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The Call's bytes in stream order, one slice per piece (chunk data includes
+    /// its XDR padding, which the engine zero-fills).
+    pub fn slices(&self) -> impl Iterator<Item = &'a [u8]> + 'a {
+        let (inline, area, offs) = (self.inline, self.chunk_area, self.chunk_offsets);
+        self.pieces.iter().map(move |p| match *p {
+            Piece::Inline { start, len } => inline.get(start as usize..(start + len) as usize).unwrap_or(&[]),
+            Piece::Chunk { index, len, pad } => {
+                let at = offs.get(index as usize).copied().unwrap_or(0) as usize;
+                area.get(at..at + len as usize + pad as usize).unwrap_or(&[])
+            }
+        })
+    }
+
+    /// The first piece: for every Call this engine builds, it holds at least the
+    /// RPC header and the procedure's fixed arguments up to the first chunk.
+    pub fn head(&self) -> &'a [u8] {
+        self.slices().next().unwrap_or(&[])
+    }
+
+    /// Data of Read chunk `index` (without padding), the zero-copy path for
+    /// DDP-eligible arguments such as NFS WRITE data.
+    pub fn chunk(&self, index: usize) -> Option<&'a [u8]> {
+        self.pieces.iter().find_map(|p| match *p {
+            Piece::Chunk { index: i, len, .. } if i as usize == index => {
+                let at = *self.chunk_offsets.get(index)? as usize;
+                self.chunk_area.get(at..at + len as usize)
+            }
+            _ => None,
+        })
+    }
+
+    /// Copy the whole Call into `out` (tests, and services that want one buffer).
+    /// Returns the bytes copied; stops when `out` is full.
+    pub fn copy_to(&self, out: &mut [u8]) -> usize {
+        let mut n = 0;
+        for s in self.slices() {
+            let k = s.len().min(out.len() - n);
+            out[n..n + k].copy_from_slice(&s[..k]);
+            n += k;
+            if n == out.len() {
+                break;
+            }
+        }
+        n
+    }
+}
+
+/// Builds one Reply: a head written into an engine buffer and an optional data
+/// item in a registered data buffer.
+#[derive(Debug)]
+pub struct ReplyBuilder<'a> {
+    head: &'a mut [u8],
+    head_len: usize,
+    data: Option<&'a mut [u8]>,
+    data_len: usize,
+    data_ddp: bool,
+    data_used: bool,
+}
+
+impl<'a> ReplyBuilder<'a> {
+    pub(crate) fn new(head: &'a mut [u8], data: Option<&'a mut [u8]>) -> Self {
+        ReplyBuilder {
+            head,
+            head_len: 0,
+            data,
+            data_len: 0,
+            data_ddp: false,
+            data_used: false,
+        }
+    }
+    /// Room for the head (the RPC reply header and results, without the data item).
+    pub fn head_mut(&mut self) -> &mut [u8] {
+        self.head
+    }
+    /// Set how many head bytes were written (multiple of 4 for valid XDR).
+    pub fn set_head_len(&mut self, n: usize) {
+        self.head_len = n.min(self.head.len());
+    }
+    pub fn head_len(&self) -> usize {
+        self.head_len
+    }
+    /// Capacity of the data buffer (0 when the engine has none for this call).
+    pub fn data_capacity(&self) -> usize {
+        self.data.as_ref().map_or(0, |d| d.len())
+    }
+    /// The registered data buffer, to fill with the data item (a backend reads
+    /// straight into it). `None` when the engine had no data buffer to give.
+    pub fn data_mut(&mut self) -> Option<&mut [u8]> {
+        self.data.as_deref_mut()
+    }
+    /// Attach `len` bytes of the data buffer as the item that follows the head in
+    /// the reply stream. `ddp`: the item is DDP-eligible (RFC 8166 s6.1), so it may
+    /// travel in a Write chunk. Its XDR padding is added by the engine.
+    pub fn set_data(&mut self, len: usize, ddp: bool) {
+        self.data_len = len.min(self.data_capacity());
+        self.data_ddp = ddp;
+        self.data_used = true;
+    }
+    pub(crate) fn finish(&self) -> ReplyShape {
+        ReplyShape {
+            head_len: self.head_len as u32,
+            data_len: if self.data_used { self.data_len as u32 } else { 0 },
+            data_ddp: self.data_used && self.data_ddp,
+            has_data: self.data_used,
+        }
+    }
+}
+
+/// What a finished [`ReplyBuilder`] holds, for the engine's planner.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ReplyShape {
+    pub head_len: u32,
+    pub data_len: u32,
+    pub data_ddp: bool,
+    pub has_data: bool,
+}
+
+impl ReplyShape {
+    /// Padding after the data item.
+    pub fn pad(&self) -> u32 {
+        if self.has_data {
+            (4 - self.data_len % 4) % 4
+        } else {
+            0
+        }
+    }
+    /// Unreduced reply length: head, data, padding.
+    pub fn stream_len(&self) -> u64 {
+        self.head_len as u64 + self.data_len as u64 + self.pad() as u64
+    }
+    /// The DDP-eligible items of the unreduced reply.
+    pub fn items(&self) -> Option<DdpItem> {
+        (self.has_data && self.data_ddp).then_some(DdpItem {
+            offset: self.head_len,
+            len: self.data_len,
+        })
+    }
+}
+
+/// What a service reports for a Call it cannot answer with an RPC reply.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ServiceError {
+    /// Drop the Call without a reply (the RPC layer will retransmit). The credit
+    /// is still returned by the engine with an RDMA_ERROR? No: the engine closes
+    /// nothing and simply releases the Call's resources.
+    Drop,
+}
+
+/// An RPC service the responder engine dispatches decoded Calls to.
+pub trait Service {
+    /// Handle one Call and build its Reply. Runs on the connection's core.
+    fn handle_call(&mut self, call: &CallView<'_>, reply: &mut ReplyBuilder<'_>) -> Result<(), ServiceError>;
+
+    /// How many bytes of data buffer this Call's reply may need (e.g. the count of
+    /// an NFS READ), so the engine attaches a data buffer. Default: none.
+    fn reply_data_hint(&mut self, _call: &CallView<'_>) -> usize {
+        0
+    }
+}
