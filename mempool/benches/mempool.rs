@@ -5,6 +5,8 @@
 
 use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 
+use mempool::pool::{BufRef, Mempool, PoolPlan};
+use mempool::region::RegionConfig;
 use mempool::ring::{spsc, Ring};
 
 const BURST: usize = 32;
@@ -45,5 +47,40 @@ fn ring_benches(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, ring_benches);
+fn pool_benches(c: &mut Criterion) {
+    let mut plan = PoolPlan::new(1);
+    let class = plan.add_class("4k", 4096, 256).unwrap();
+    plan.reserve("bench", class, 4096);
+    let pool = Mempool::new(&plan, &RegionConfig::default()).unwrap();
+    if let Some(w) = pool.warning() {
+        eprintln!("{w}");
+    }
+    let mut cache = pool.cache(class, 0).unwrap();
+    let mut bufs = [BufRef {
+        region: 0,
+        class: 0,
+        index: 0,
+    }; BURST];
+
+    let mut g = c.benchmark_group("pool");
+    g.throughput(Throughput::Elements(BURST as u64));
+    g.bench_function(BenchmarkId::new("cache_get_put_bulk", BURST), |b| {
+        b.iter(|| {
+            let n = cache.get_bulk(black_box(&mut bufs));
+            // SAFETY: we hold the `n` buffers just handed out.
+            unsafe { cache.put_bulk(black_box(&bufs[..n])).unwrap() };
+            n
+        })
+    });
+    g.throughput(Throughput::Elements(1));
+    g.bench_function("cache_get_put_single", |b| {
+        b.iter(|| {
+            let buf = cache.get().unwrap();
+            cache.put(black_box(buf)).unwrap();
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, ring_benches, pool_benches);
 criterion_main!(benches);

@@ -42,8 +42,14 @@ pub enum MempoolError {
     },
     /// Hugepages were required (`RegionConfig::allow_fallback == false`) but
     /// could not be mapped.
-    #[error("hugepages required but unavailable: {0}")]
-    HugepagesUnavailable(String),
+    #[error("{page_size}-byte hugepages required but could not be mapped (reserve them with vm.nr_hugepages or scripts/hugepages.sh)")]
+    HugepagesUnavailable {
+        /// Hugepage size asked for, in bytes.
+        page_size: usize,
+        /// The error from the hugetlb attempt.
+        #[source]
+        source: io::Error,
+    },
     /// The pool plan is inconsistent (sizes, counts, caches or classes).
     #[error("invalid pool plan: {0}")]
     InvalidPlan(String),

@@ -11,9 +11,12 @@
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
+// `usize::is_multiple_of` needs Rust 1.87; the workspace MSRV is 1.80.
+#![allow(unknown_lints, clippy::manual_is_multiple_of)]
 
 pub mod error;
 pub mod pool;
+pub mod region;
 pub mod ring;
 
 pub use error::{BufError, MempoolError};
