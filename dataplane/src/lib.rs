@@ -17,6 +17,7 @@
 pub mod credits;
 pub mod fabric;
 pub mod queue;
+pub mod requester;
 pub mod responder;
 pub mod service;
 pub mod shm;

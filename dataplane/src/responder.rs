@@ -769,10 +769,14 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
             None => return Step::Wait,
         };
         if let CallVerdict::RejectVersion { low, high } = verdict {
+            // A version we speak but the connection is fixed to another: answer in
+            // that version's layout. A version we do not speak: the v1 layout,
+            // which every version shares, under the peer's version word (RFC 8166
+            // s4.5, draft s7.2; as Linux svcrdma does).
             let ctl = match prefix.vers {
-                RPCRDMA_VERSION_1 => Control::ErrorV1(header::V1Error::Vers { low, high }),
+                v if !self.cfg.versions.contains(v) => Control::ErrVersRaw(v),
                 RPCRDMA_VERSION_2 => Control::ErrorV2(header::V2Error::Vers { low, high }),
-                v => Control::ErrVersRaw(v),
+                _ => Control::ErrorV1(header::V1Error::Vers { low, high }),
             };
             return self.control(i, ctl);
         }
@@ -1257,9 +1261,13 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
                 out,
             ),
             Control::ErrVersRaw(v) => {
-                let p = header::Prefix { xid: r.xid, vers: v, credits: grant };
-                let e = proto::DecodeError::new(proto::DecodeErrorKind::BadVersion { vers: v }, "rdma_vers", 4);
-                header::encode_error_reply(&p, grant, &e, (self.cfg.versions.low(), self.cfg.versions.high()), out)
+                let mut w = proto::xdr::Writer::new(out);
+                header::put_prefix(&mut w, r.xid, RPCRDMA_VERSION_1, grant, header::RDMA_ERROR, 0)
+                    .and_then(|_| w.put_u32(header::ERR_VERS))
+                    .and_then(|_| w.put_u32(self.cfg.versions.low()))
+                    .and_then(|_| w.put_u32(self.cfg.versions.high()))
+                    .and_then(|_| w.patch_u32(4, v))
+                    .map(|_| w.len())
             }
             Control::ConnProp => header::encode(
                 &HeaderOut {

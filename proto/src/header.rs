@@ -716,6 +716,16 @@ pub struct Prefix {
     pub credits: u32,
 }
 
+/// An ERR_VERS in the version 1 layout (`xid vers credit RDMA_ERROR ERR_VERS low
+/// high`) whatever its `rdma_vers` word says. A responder that does not know the
+/// version a requester used cannot use that version's layout, so it answers in
+/// the layout every version shares (RFC 8166 s4.5; draft s7.2); Linux svcrdma
+/// copies the requester's version word into it. Returns `(low, high)`.
+pub fn peek_err_vers_v1_layout(buf: &[u8]) -> Option<(u32, u32)> {
+    (buf.len() >= 28 && be32(buf, 12) == RDMA_ERROR && be32(buf, 16) == ERR_VERS)
+        .then(|| (be32(buf, 20), be32(buf, 24)))
+}
+
 /// Read the common prefix; `None` if fewer than 12 bytes (such a message cannot be
 /// answered at all and is dropped).
 pub fn peek_prefix(buf: &[u8]) -> Option<Prefix> {
@@ -1663,6 +1673,15 @@ mod tests {
                 assert!(e.is_err(), "cut at {cut} decoded");
             }
         }
+    }
+
+    #[test]
+    fn v1_layout_err_vers_is_recognised_under_any_version_word() {
+        let b = words(&[XID, 2, 1, RDMA_ERROR, ERR_VERS, 1, 1]);
+        assert!(decode(&b, &Limits::DEFAULT).is_err(), "not a valid v2 header");
+        assert_eq!(peek_err_vers_v1_layout(&b), Some((1, 1)));
+        assert_eq!(peek_err_vers_v1_layout(&words(&[XID, 1, 1, RDMA_ERROR, ERR_CHUNK, 0, 0])), None);
+        assert_eq!(peek_err_vers_v1_layout(&words(&[XID, 1, 1, RDMA_ERROR, ERR_VERS, 1])), None);
     }
 
     #[test]

@@ -1,0 +1,1025 @@
+//! The requester (client) side of the transport engine, versions 1 and 2, for one
+//! connection on one core. Used by the perf tool and the tests.
+//!
+//! - The caller encodes an RPC Call into a registered buffer from
+//!   [`Requester::call_buf`] and submits it with its DDP-eligible items and reply
+//!   needs (from an Upper-Layer Binding). The requester plans the Call
+//!   (`proto::plan::plan_call`, RFC 8166 s3.5), exposes Read chunks straight from
+//!   that buffer (its memory is registered once: persistent steering tags, so no
+//!   per-call registration), provisions Write and Reply chunks from the pool, and
+//!   sends.
+//! - Replies are matched by XID in a fixed table; Write-chunk and Reply-chunk data
+//!   land in the provisioned buffers (`proto::plan::reassemble_reply`). The caller
+//!   reads a [`ReplyView`] and releases it.
+//! - Credits (RFC 8166 s3.3) and version negotiation (draft s7) gate sending: one
+//!   message until the first grant; a v2 requester opens with RDMA2_CONNPROP and
+//!   falls back to v1 after ERR_VERS.
+//! - Persistent registrations must not be invalidated remotely, so this requester
+//!   advertises no RFC 8797 R flag and sends `rdma_inv_handle` 0 (draft s3.3).
+//!
+//! Every method is called from the core that owns the requester.
+
+use std::sync::Arc;
+
+use mempool::pool::{BufRef, ClassId, Mempool, PoolCache};
+use proto::header::{
+    self, Body, BodyOut, HeaderOut, Limits, Property, Segment, RDMA2_PROPID_RBSIZ, RPCRDMA_VERSION_1,
+    RPCRDMA_VERSION_2,
+};
+use proto::negotiate::{self, Phase, PeerMemory, RequesterAction, VersionRange};
+use proto::plan::{self, CallKind, CallParams, ReplyKind, ReplyLayout, ReplyNeeds};
+use proto::private_data::{self, PrivateData as Rfc8797};
+use proto::ulb::DdpItem;
+
+use crate::credits::RequesterCredits;
+use crate::fabric::*;
+use crate::queue::Slab;
+
+const TAG_RECV: u8 = 1;
+const TAG_CALL: u8 = 2;
+const TAG_CTRL: u8 = 3;
+
+/// Completions polled per `poll_cq` call.
+pub const CQ_BATCH: usize = 32;
+
+/// Requester configuration.
+#[derive(Clone, Debug)]
+pub struct RequesterConfig {
+    pub versions: VersionRange,
+    /// Calls wanted outstanding (the credit request).
+    pub credits: u32,
+    pub send_depth: u32,
+    pub limits: Limits,
+    /// Receive buffers (inline replies), send buffers (headers), data buffers
+    /// (Calls, Write chunks, Reply chunks).
+    pub recv_class: ClassId,
+    pub send_class: ClassId,
+    pub data_class: ClassId,
+    /// Use DDP (Read and Write chunks) for eligible items.
+    pub ddp: bool,
+    /// Include XDR padding in Read chunks (RFC 8166 s3.4.5.2 SHOULD NOT; for tests).
+    pub pad_read_chunks: bool,
+}
+
+/// Why a submit was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SubmitError {
+    #[error("not connected")]
+    NotConnected,
+    #[error("no credit or call slot available")]
+    Busy,
+    #[error("out of buffers")]
+    NoBuffers,
+    #[error("the call cannot be conveyed: {0}")]
+    Plan(plan::PlanError),
+    #[error("the call is larger than its buffer")]
+    TooLarge,
+}
+
+/// How a Call ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CallOutcome {
+    /// A Reply arrived; read it with [`Requester::reply`].
+    Reply,
+    /// The responder answered RDMA_ERROR / RDMA2_ERROR.
+    TransportErrorV1(header::V1Error),
+    TransportErrorV2(header::V2Error),
+    /// The reply could not be reassembled (malformed).
+    BadReply,
+    /// The connection was lost before a reply.
+    ConnectionLost,
+}
+
+/// A finished Call, from [`Requester::poll_completion`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Completed {
+    pub id: CallId,
+    pub xid: u32,
+    pub outcome: CallOutcome,
+}
+
+/// Handle of a submitted Call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct CallId(pub u32);
+
+/// A registered buffer to encode a Call into.
+#[derive(Debug)]
+pub struct CallBuf<'p> {
+    buf: BufRef,
+    bytes: &'p mut [u8],
+}
+
+impl CallBuf<'_> {
+    pub fn as_mut(&mut self) -> &mut [u8] {
+        self.bytes
+    }
+    pub fn len(&self) -> usize {
+        self.bytes.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.bytes.is_empty()
+    }
+}
+
+/// A received Reply: its reduced inline (or Reply-chunk) payload and the data
+/// each Write chunk received.
+#[derive(Debug, Clone, Copy)]
+pub struct ReplyView<'a> {
+    pub vers: u32,
+    pub xid: u32,
+    pub kind: ReplyKind,
+    /// The reduced reply (inline payload, or the Reply chunk's contents).
+    pub reduced: &'a [u8],
+    write_data: [&'a [u8]; plan::PLAN_WRITE_CHUNKS],
+    write_count: usize,
+}
+
+impl<'a> ReplyView<'a> {
+    /// Data written into Write chunk `k` (its length is what the responder
+    /// reported, s3.4.6).
+    pub fn write_chunk(&self, k: usize) -> Option<&'a [u8]> {
+        (k < self.write_count).then(|| self.write_data[k])
+    }
+    /// Reassemble the whole Reply into `out`, given where each Write chunk's data
+    /// goes in the reduced reply (see `proto::plan::ReplyLayout::pieces`).
+    /// Returns the reply length.
+    pub fn reassemble(&self, positions: &[u32], out: &mut [u8]) -> Option<usize> {
+        let mut lens = [0u32; plan::PLAN_WRITE_CHUNKS];
+        for (k, d) in self.write_data[..self.write_count].iter().enumerate() {
+            lens[k] = d.len() as u32;
+        }
+        let layout = ReplyLayout {
+            kind: self.kind,
+            reduced_len: self.reduced.len() as u32,
+            write_lens: plan::FixedVec::from_slice(&lens[..self.write_count])?,
+        };
+        let pieces = layout.pieces(positions).ok()?;
+        let mut n = 0usize;
+        for p in pieces.iter() {
+            let src: &[u8] = match *p {
+                plan::Piece::Inline { start, len } => self.reduced.get(start as usize..(start + len) as usize)?,
+                plan::Piece::Chunk { index, .. } => self.write_data.get(index as usize)?,
+            };
+            out.get_mut(n..n + src.len())?.copy_from_slice(src);
+            n += src.len();
+            if let plan::Piece::Chunk { pad, .. } = *p {
+                out.get_mut(n..n + pad as usize)?.fill(0);
+                n += pad as usize;
+            }
+        }
+        Some(n)
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+enum CallState {
+    #[default]
+    Free,
+    /// Sent; waiting for the Send completion and the Reply.
+    InFlight,
+    /// Finished; buffers held until the caller releases the call.
+    Done,
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct Call {
+    state: CallState,
+    xid: u32,
+    vers: u32,
+    call_buf: Option<BufRef>,
+    hdr_buf: Option<BufRef>,
+    /// Length of the Send (transport header and inline Call): kept to decode
+    /// the Call's chunk lists again when its Reply arrives.
+    hdr_len: u32,
+    write_bufs: [Option<BufRef>; plan::PLAN_WRITE_CHUNKS],
+    reply_buf: Option<BufRef>,
+    recv: Option<BufRef>,
+    recv_len: u32,
+    send_done: bool,
+    replied: bool,
+    layout: Option<ReplyLayout>,
+    outcome: Option<CallOutcome>,
+}
+
+/// Counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RequesterStats {
+    pub calls: u64,
+    pub replies: u64,
+    pub short_calls: u64,
+    pub chunked_calls: u64,
+    pub long_calls: u64,
+    pub transport_errors: u64,
+    pub bad_replies: u64,
+    pub unmatched: u64,
+    pub wc_errors: u64,
+    pub fallbacks_to_v1: u64,
+}
+
+/// Connection lifecycle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LinkState {
+    Idle,
+    Connecting,
+    /// Connected; negotiating the version (CONNPROP or the first call in flight).
+    Negotiating,
+    Ready,
+    Failed,
+}
+
+/// The requester engine for one connection.
+pub struct Requester<'p, F: Fabric> {
+    cfg: RequesterConfig,
+    fabric: F,
+    pool: &'p Mempool,
+    recv_cache: PoolCache<'p>,
+    send_cache: PoolCache<'p>,
+    data_cache: PoolCache<'p>,
+    rkeys: Vec<u32>,
+    cq: CqId,
+    conn: Option<ConnId>,
+    link: LinkState,
+    neg: negotiate::Requester,
+    credits: RequesterCredits,
+    calls: Slab<Call>,
+    next_xid: u32,
+    /// log2 of the call slots (rounded up to a power of two).
+    slot_bits: u32,
+    /// Receives posted on the connection.
+    recvs_posted: u32,
+    recv_size: u32,
+    send_size: u32,
+    data_size: u32,
+    /// The peer's RFC 8797 / CONNPROP receive size: our call inline threshold.
+    call_inline_max: u32,
+    vers: u32,
+    connprop_xid: Option<u32>,
+    connprop_buf: Option<BufRef>,
+    completions: std::collections::VecDeque<Completed>,
+    stats: RequesterStats,
+    wcs: [Completion; CQ_BATCH],
+}
+
+impl<F: Fabric> std::fmt::Debug for Requester<'_, F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Requester")
+            .field("link", &self.link)
+            .field("vers", &self.vers)
+            .field("stats", &self.stats)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Errors setting a requester up.
+#[derive(Debug, thiserror::Error)]
+pub enum RequesterError {
+    #[error(transparent)]
+    Fabric(#[from] FabricError),
+    #[error(transparent)]
+    Pool(#[from] mempool::MempoolError),
+    #[error("configuration: {0}")]
+    Config(String),
+}
+
+impl<'p, F: Fabric> Requester<'p, F> {
+    pub fn new(
+        cfg: RequesterConfig,
+        mut fabric: F,
+        pool: &'p Mempool,
+        regions: &[Arc<mempool::region::Region>],
+        core: usize,
+    ) -> Result<Self, RequesterError> {
+        let size = |c: ClassId| pool.class_info(c).map(|i| i.buf_size as u32);
+        let (Some(recv_size), Some(send_size), Some(data_size)) =
+            (size(cfg.recv_class), size(cfg.send_class), size(cfg.data_class))
+        else {
+            return Err(RequesterError::Config("unknown pool class".into()));
+        };
+        let mut rkeys = Vec::new();
+        for r in regions {
+            let k = fabric.register_region(r)?;
+            let id = r.id() as usize;
+            if rkeys.len() <= id {
+                rkeys.resize(id + 1, 0);
+            }
+            rkeys[id] = k.rkey;
+        }
+        let cq = fabric.create_cq(cfg.credits * 2 + cfg.send_depth + 8)?;
+        let ncfg = negotiate::Config::new(cfg.versions, send_size, recv_size)
+            .map_err(|e| RequesterError::Config(e.to_string()))?;
+        let slots = (cfg.credits.max(1) as usize).next_power_of_two();
+        Ok(Requester {
+            recv_cache: pool.cache(cfg.recv_class, core)?,
+            send_cache: pool.cache(cfg.send_class, core)?,
+            data_cache: pool.cache(cfg.data_class, core)?,
+            neg: negotiate::Requester::new(ncfg, PeerMemory::UNKNOWN),
+            credits: RequesterCredits::new(cfg.credits),
+            calls: Slab::with_capacity(slots),
+            completions: std::collections::VecDeque::with_capacity(slots + 1),
+            cfg,
+            fabric,
+            pool,
+            rkeys,
+            cq,
+            conn: None,
+            link: LinkState::Idle,
+            next_xid: 0x1000,
+            slot_bits: slots.trailing_zeros(),
+            recvs_posted: 0,
+            recv_size,
+            send_size,
+            data_size,
+            call_inline_max: 1024,
+            vers: RPCRDMA_VERSION_1,
+            connprop_xid: None,
+            connprop_buf: None,
+            stats: RequesterStats::default(),
+            wcs: [Completion {
+                wr_id: WrId(0),
+                status: WcStatus::Success,
+                opcode: WcOpcode::Recv,
+                conn: ConnId(0),
+                byte_len: 0,
+                invalidated_rkey: None,
+            }; CQ_BATCH],
+        })
+    }
+
+    pub fn stats(&self) -> RequesterStats {
+        self.stats
+    }
+    pub fn link(&self) -> LinkState {
+        self.link
+    }
+    /// The negotiated RPC-over-RDMA version (valid once [`LinkState::Ready`]).
+    pub fn version(&self) -> u32 {
+        self.vers
+    }
+    pub fn fabric(&mut self) -> &mut F {
+        &mut self.fabric
+    }
+    /// Calls outstanding or finished-but-unreleased.
+    pub fn calls_held(&self) -> usize {
+        self.calls.in_use()
+    }
+
+    /// Start connecting to `addr`. Receives are posted at once.
+    pub fn connect(&mut self, addr: &str) -> Result<(), RequesterError> {
+        let ours = Rfc8797::new(false, self.send_size, self.recv_size);
+        let mut pd = [0u8; 8];
+        let n = ours.encode(&mut pd).unwrap_or(0);
+        let qp = QpConfig {
+            cq: self.cq,
+            srq: None,
+            send_depth: self.cfg.send_depth,
+            recv_depth: self.cfg.credits + 2,
+            ..QpConfig::default()
+        };
+        let id = self.fabric.connect(addr, &qp, &pd[..n])?;
+        self.conn = Some(id);
+        self.link = LinkState::Connecting;
+        // Receives: one per credit, plus one for an unsolicited message.
+        for _ in 0..self.cfg.credits + 1 {
+            if !self.post_recv() {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    fn post_recv(&mut self) -> bool {
+        let Some(conn) = self.conn else { return false };
+        let Some(b) = self.recv_cache.get() else { return false };
+        let b = b.into_raw();
+        let wr = RecvWr {
+            wr_id: WrId::new(TAG_RECV, b.to_u64()),
+            buf: self.local(b, self.recv_size),
+        };
+        if self.fabric.post_recv(conn, &wr).is_err() {
+            self.put(b);
+            return false;
+        }
+        self.recvs_posted += 1;
+        true
+    }
+
+    fn local(&self, b: BufRef, len: u32) -> LocalBuf {
+        LocalBuf {
+            region: b.region,
+            offset: self.pool.offset(b).unwrap_or(0) as u64,
+            len,
+        }
+    }
+
+    fn remote(&self, b: BufRef, at: u32, len: u32) -> Segment {
+        let off = self.pool.offset(b).unwrap_or(0) as u64 + at as u64;
+        Segment {
+            handle: self.rkeys.get(b.region as usize).copied().unwrap_or(0),
+            length: len,
+            offset: self.fabric.remote_addr(b.region, off).unwrap_or(0),
+        }
+    }
+
+    fn put(&mut self, b: BufRef) {
+        let c = if b.class == self.cfg.recv_class.get() {
+            &mut self.recv_cache
+        } else if b.class == self.cfg.send_class.get() {
+            &mut self.send_cache
+        } else {
+            &mut self.data_cache
+        };
+        // SAFETY: the requester holds `b` and no work request using it is
+        // outstanding (buffers are returned only after completions or teardown).
+        let r = unsafe { c.put_bulk(&[b]) };
+        debug_assert!(r.is_ok());
+    }
+
+    fn bytes(&self, b: BufRef) -> &'p [u8] {
+        let pool: &'p Mempool = self.pool;
+        // SAFETY: the requester holds `b`; the device is not writing it now (the
+        // reply that fills it has completed).
+        unsafe { pool.bytes(b) }.unwrap_or(&[])
+    }
+
+    #[allow(clippy::mut_from_ref)]
+    fn bytes_mut(&self, b: BufRef) -> &'p mut [u8] {
+        let pool: &'p Mempool = self.pool;
+        // SAFETY: the requester holds `b` exclusively while building a message.
+        unsafe { pool.bytes_mut(b) }.unwrap_or(&mut [])
+    }
+
+    /// Ready to submit a Call now (connected, negotiated or negotiating with no
+    /// message outstanding, a credit and a slot free).
+    pub fn can_submit(&self) -> bool {
+        matches!(self.link, LinkState::Ready) && self.credits.can_send() && self.calls.available() > 0
+    }
+
+    /// A registered buffer to encode a Call into (data-class size).
+    pub fn call_buf(&mut self) -> Option<CallBuf<'p>> {
+        let b = self.data_cache.get()?.into_raw();
+        Some(CallBuf {
+            buf: b,
+            bytes: self.bytes_mut(b),
+        })
+    }
+
+    /// Give back an unused call buffer.
+    pub fn discard(&mut self, cb: CallBuf<'p>) {
+        self.put(cb.buf);
+    }
+
+    /// Submit the Call of `len` bytes in `cb` whose DDP-eligible items are `items`
+    /// and whose reply needs are `needs`. On error the buffer is returned to the
+    /// caller inside the error tuple.
+    pub fn submit(
+        &mut self,
+        cb: CallBuf<'p>,
+        len: usize,
+        items: &[DdpItem],
+        needs: &ReplyNeeds,
+    ) -> Result<CallId, (SubmitError, CallBuf<'p>)> {
+        if self.link != LinkState::Ready {
+            return Err((SubmitError::NotConnected, cb));
+        }
+        if !self.credits.can_send() || self.calls.available() == 0 {
+            return Err((SubmitError::Busy, cb));
+        }
+        if len > cb.len() || len < 4 {
+            return Err((SubmitError::TooLarge, cb));
+        }
+        if self.neg.phase() == Phase::Negotiating {
+            // The first v1 Call is the negotiation message (draft s7); the
+            // negotiator tracks it (it may already be marked in flight).
+            let _ = self.neg.try_send();
+        }
+        let params = CallParams {
+            vers: self.vers,
+            call_inline_max: self.call_inline_max.min(self.send_size),
+            reply_inline_max: self.recv_size,
+            ddp: self.cfg.ddp,
+            max_segments_per_chunk: 1,
+            pad_read_chunks: self.cfg.pad_read_chunks,
+        };
+        let plan = match plan::plan_call(len, items, needs, &params) {
+            Ok(p) => p,
+            Err(e) => return Err((SubmitError::Plan(e), cb)),
+        };
+        // Buffers: a header buffer, one per Write chunk, one for the Reply chunk.
+        let Some(hdr) = self.send_cache.get().map(|b| b.into_raw()) else {
+            return Err((SubmitError::NoBuffers, cb));
+        };
+        let mut wbufs = [None; plan::PLAN_WRITE_CHUNKS];
+        let mut ok = true;
+        for (k, &wlen) in plan.write_chunks.iter().enumerate() {
+            if wlen > self.data_size {
+                ok = false;
+                break;
+            }
+            match self.data_cache.get() {
+                Some(b) => wbufs[k] = Some(b.into_raw()),
+                None => {
+                    ok = false;
+                    break;
+                }
+            }
+        }
+        let rbuf = match plan.reply_chunk {
+            Some(rlen) if ok && rlen <= self.data_size => match self.data_cache.get() {
+                Some(b) => Some(b.into_raw()),
+                None => {
+                    ok = false;
+                    None
+                }
+            },
+            Some(_) => {
+                ok = false;
+                None
+            }
+            None => None,
+        };
+        if !ok {
+            self.put(hdr);
+            for b in wbufs.into_iter().flatten() {
+                self.put(b);
+            }
+            if let Some(b) = rbuf {
+                self.put(b);
+            }
+            return Err((SubmitError::NoBuffers, cb));
+        }
+        let Some(i) = self.calls.alloc() else {
+            unreachable!("availability checked above");
+        };
+        // The XID carries the slot in its low bits, so a Reply finds its Call
+        // with an array index (checked against the stored XID).
+        let xid = ((self.next_xid << self.slot_bits) | i) & 0x7fff_ffff;
+        self.next_xid = self.next_xid.wrapping_add(1);
+        // The Call's XID must match the transport header's (RFC 8166 s4.2.1).
+        cb.bytes[..4].copy_from_slice(&xid.to_be_bytes());
+        // Segments: one per chunk, straight from registered buffers.
+        let mut read_segs = [[Segment::default(); 1]; plan::PLAN_READ_CHUNKS];
+        for (k, r) in plan.reads.iter().enumerate() {
+            read_segs[k][0] = self.remote(cb.buf, r.range.start, r.range.len);
+        }
+        let read_refs: [&[Segment]; plan::PLAN_READ_CHUNKS] = std::array::from_fn(|k| &read_segs[k][..]);
+        let mut write_segs = [[Segment::default(); 1]; plan::PLAN_WRITE_CHUNKS];
+        for (k, &wlen) in plan.write_chunks.iter().enumerate() {
+            write_segs[k][0] = self.remote(wbufs[k].expect("allocated"), 0, wlen);
+        }
+        let write_refs: [&[Segment]; plan::PLAN_WRITE_CHUNKS] = std::array::from_fn(|k| &write_segs[k][..]);
+        let reply_seg = [plan.reply_chunk.map_or(Segment::default(), |l| self.remote(rbuf.expect("reply buf"), 0, l))];
+        let out = self.bytes_mut(hdr);
+        let hlen = match plan::encode_call_header(
+            &plan,
+            xid,
+            self.credits.request(),
+            0,
+            &read_refs[..plan.reads.len()],
+            &write_refs[..plan.write_chunks.len()],
+            plan.reply_chunk.map(|_| &reply_seg[..]),
+            out,
+        ) {
+            Ok(n) => n,
+            Err(e) => {
+                self.calls.free(i);
+                self.put(hdr);
+                for b in wbufs.into_iter().flatten() {
+                    self.put(b);
+                }
+                if let Some(b) = rbuf {
+                    self.put(b);
+                }
+                return Err((SubmitError::Plan(e), cb));
+            }
+        };
+        // Inline part of the Call after the header (copied: at most the inline
+        // threshold, which the plan checked).
+        let mut send_len = hlen;
+        for r in plan.inline.iter() {
+            let src = &cb.bytes[r.range()];
+            out[send_len..send_len + src.len()].copy_from_slice(src);
+            send_len += src.len();
+        }
+        let Some(conn) = self.conn else {
+            unreachable!("Ready implies a connection");
+        };
+        let wr = SendWr::new(
+            WrId::new(TAG_CALL, i as u64),
+            SendOp::Send,
+            self.local(hdr, send_len as u32),
+            Segment::default(),
+        );
+        if self.fabric.post_send(conn, &wr).is_err() {
+            self.calls.free(i);
+            self.put(hdr);
+            for b in wbufs.into_iter().flatten() {
+                self.put(b);
+            }
+            if let Some(b) = rbuf {
+                self.put(b);
+            }
+            return Err((SubmitError::NotConnected, cb));
+        }
+        let sent = self.credits.on_send();
+        debug_assert!(sent);
+        *self.calls.get_mut(i).expect("allocated") = Call {
+            state: CallState::InFlight,
+            xid,
+            vers: self.vers,
+            call_buf: Some(cb.buf),
+            hdr_buf: Some(hdr),
+            hdr_len: send_len as u32,
+            write_bufs: wbufs,
+            reply_buf: rbuf,
+            ..Call::default()
+        };
+        self.stats.calls += 1;
+        match plan.kind {
+            CallKind::Short => self.stats.short_calls += 1,
+            CallKind::Chunked => self.stats.chunked_calls += 1,
+            CallKind::Long => self.stats.long_calls += 1,
+        }
+        Ok(CallId(i))
+    }
+
+    /// The next finished Call, if any.
+    pub fn poll_completion(&mut self) -> Option<Completed> {
+        self.completions.pop_front()
+    }
+
+    /// The Reply of a finished Call (outcome [`CallOutcome::Reply`]).
+    pub fn reply(&self, id: CallId) -> Option<ReplyView<'p>> {
+        let c = self.calls.get(id.0)?;
+        if c.outcome != Some(CallOutcome::Reply) {
+            return None;
+        }
+        let layout = c.layout?;
+        let reduced = match layout.kind {
+            ReplyKind::Short => {
+                let recv = self.bytes(c.recv?);
+                let msg = &recv[..c.recv_len as usize];
+                let h = header::decode(msg, &self.cfg.limits).ok()?;
+                h.payload()?
+            }
+            ReplyKind::Long => &self.bytes(c.reply_buf?)[..layout.reduced_len as usize],
+        };
+        let mut write_data: [&[u8]; plan::PLAN_WRITE_CHUNKS] = [&[]; plan::PLAN_WRITE_CHUNKS];
+        for (k, &n) in layout.write_lens.iter().enumerate() {
+            write_data[k] = &self.bytes(c.write_bufs[k]?)[..n as usize];
+        }
+        Some(ReplyView {
+            vers: c.vers,
+            xid: c.xid,
+            kind: layout.kind,
+            reduced,
+            write_data,
+            write_count: layout.write_lens.len(),
+        })
+    }
+
+    /// Release a finished Call and all its buffers.
+    pub fn release(&mut self, id: CallId) {
+        let Some(c) = self.calls.get(id.0).copied() else { return };
+        if c.state != CallState::Done {
+            return;
+        }
+        self.free_call(id.0);
+    }
+
+    fn free_call(&mut self, i: u32) {
+        let Some(c) = self.calls.get(i).copied() else { return };
+        for b in [c.call_buf, c.hdr_buf, c.reply_buf, c.recv].into_iter().chain(c.write_bufs).flatten() {
+            self.put(b);
+        }
+        *self.calls.get_mut(i).expect("live") = Call::default();
+        self.calls.free(i);
+    }
+
+    /// One turn: connection events, completions, negotiation.
+    pub fn poll(&mut self) -> usize {
+        let mut work = 0;
+        while let Some(ev) = self.fabric.poll_cm() {
+            self.handle_cm(ev);
+            work += 1;
+        }
+        let n = self.fabric.poll_cq(self.cq, &mut self.wcs);
+        for k in 0..n {
+            let wc = self.wcs[k];
+            self.handle_completion(wc);
+        }
+        work + n
+    }
+
+    fn handle_cm(&mut self, ev: CmEvent) {
+        match ev {
+            CmEvent::Established { conn, private_data } if Some(conn) == self.conn => {
+                let peer = private_data::decode(private_data.as_bytes());
+                let _ = self.neg.apply_private_data(&peer);
+                let ours = Rfc8797::new(false, self.send_size, self.recv_size);
+                self.call_inline_max = private_data::client_to_server_threshold_bytes(&ours, &peer.data());
+                self.link = LinkState::Negotiating;
+                self.start_negotiation();
+            }
+            CmEvent::Rejected { conn, .. } | CmEvent::Unreachable { conn } if Some(conn) == self.conn => {
+                self.link = LinkState::Failed;
+                self.fail_all();
+            }
+            CmEvent::Disconnected { conn } if Some(conn) == self.conn => {
+                self.link = LinkState::Failed;
+                self.fail_all();
+            }
+            _ => {}
+        }
+    }
+
+    /// The first message: a v2 requester sends RDMA2_CONNPROP (draft s5.3.4) and
+    /// learns the version from the answer; a v1-only requester is ready at once
+    /// and its first Call negotiates.
+    fn start_negotiation(&mut self) {
+        match self.neg.try_send() {
+            Ok(p) if p.vers == RPCRDMA_VERSION_2 => self.send_connprop(p.vers),
+            Ok(p) => {
+                // v1: nothing to exchange before Calls; the credit limit of one
+                // until the first reply (draft s7) applies through the credits.
+                self.vers = p.vers;
+                self.link = LinkState::Ready;
+            }
+            Err(_) => self.link = LinkState::Failed,
+        }
+    }
+
+    fn send_connprop(&mut self, vers: u32) {
+        let Some(conn) = self.conn else { return };
+        let Some(b) = self.send_cache.get().map(|b| b.into_raw()) else {
+            self.link = LinkState::Failed;
+            return;
+        };
+        // Tagged so it never equals a Call's XID (those keep bit 31 clear).
+        let xid = 0x8000_0000 | self.next_xid;
+        self.next_xid = self.next_xid.wrapping_add(1);
+        let rb = self.recv_size.to_be_bytes();
+        let props = [Property { id: RDMA2_PROPID_RBSIZ, data: &rb }];
+        let h = HeaderOut {
+            xid,
+            vers,
+            credits: self.credits.request(),
+            flags: 0,
+            body: BodyOut::ConnProp(&props),
+        };
+        let out = self.bytes_mut(b);
+        let Ok(n) = header::encode(&h, out) else {
+            self.put(b);
+            self.link = LinkState::Failed;
+            return;
+        };
+        let wr = SendWr::new(WrId::new(TAG_CTRL, 0), SendOp::Send, self.local(b, n as u32), Segment::default());
+        if self.fabric.post_send(conn, &wr).is_err() {
+            self.put(b);
+            self.link = LinkState::Failed;
+            return;
+        }
+        self.credits.on_send();
+        self.connprop_xid = Some(xid);
+        self.connprop_buf = Some(b);
+    }
+
+    fn handle_completion(&mut self, wc: Completion) {
+        match wc.wr_id.tag() {
+            TAG_RECV => self.handle_recv(wc),
+            TAG_CALL => {
+                let i = wc.wr_id.index() as u32;
+                if !wc.status.is_success() {
+                    self.on_wc_error(wc.status);
+                }
+                if let Some(c) = self.calls.get_mut(i) {
+                    c.send_done = true;
+                    if c.replied && c.state == CallState::InFlight {
+                        c.state = CallState::Done;
+                    }
+                }
+            }
+            TAG_CTRL => {
+                if !wc.status.is_success() {
+                    self.on_wc_error(wc.status);
+                }
+                // The CONNPROP buffer is freed when its answer arrives or the link fails.
+            }
+            _ => {}
+        }
+    }
+
+    fn on_wc_error(&mut self, status: WcStatus) {
+        if status != WcStatus::Flushed {
+            self.stats.wc_errors += 1;
+        }
+        if let Some(c) = self.conn {
+            let _ = self.fabric.disconnect(c);
+        }
+        if self.link != LinkState::Failed {
+            self.link = LinkState::Failed;
+            self.fail_all();
+        }
+    }
+
+    /// The connection is gone: every Call in flight ends with ConnectionLost.
+    fn fail_all(&mut self) {
+        let ids: Vec<u32> = self.calls.used_indices().collect();
+        for i in ids {
+            let c = self.calls.get_mut(i).expect("used");
+            if c.state == CallState::InFlight {
+                c.state = CallState::Done;
+                c.outcome = Some(CallOutcome::ConnectionLost);
+                let xid = c.xid;
+                self.credits.on_abandon();
+                self.completions.push_back(Completed {
+                    id: CallId(i),
+                    xid,
+                    outcome: CallOutcome::ConnectionLost,
+                });
+            }
+        }
+        if let Some(b) = self.connprop_buf.take() {
+            self.put(b);
+        }
+    }
+
+    fn handle_recv(&mut self, wc: Completion) {
+        let Some(b) = BufRef::from_u64(wc.wr_id.index()) else { return };
+        self.recvs_posted = self.recvs_posted.saturating_sub(1);
+        if !wc.status.is_success() {
+            self.put(b);
+            self.on_wc_error(wc.status);
+            return;
+        }
+        // Keep the receive queue full before anything else.
+        self.post_recv();
+        let len = (wc.byte_len as usize).min(self.recv_size as usize);
+        let msg = &self.bytes(b)[..len];
+        let Some(prefix) = header::peek_prefix(msg) else {
+            self.put(b);
+            return;
+        };
+        // Version negotiation answers (CONNPROP or the first v1 call).
+        let decoded = header::decode(msg, &self.cfg.limits);
+        if Some(prefix.xid) == self.connprop_xid {
+            self.connprop_xid = None;
+            if let Some(cb) = self.connprop_buf.take() {
+                self.put(cb);
+            }
+            self.credits.on_reply(prefix.credits);
+            let kind = match decoded {
+                Ok(h) => match h.body {
+                    Body::ErrorV1(header::V1Error::Vers { low, high })
+                    | Body::ErrorV2(header::V2Error::Vers { low, high }) => {
+                        negotiate::ReplyKind::VersionError { low, high }
+                    }
+                    Body::ErrorV1(_) | Body::ErrorV2(_) => negotiate::ReplyKind::OtherError,
+                    _ => negotiate::ReplyKind::Normal { credits: h.credits },
+                },
+                Err(_) => match header::peek_err_vers_v1_layout(msg) {
+                    Some((low, high)) => negotiate::ReplyKind::VersionError { low, high },
+                    None => negotiate::ReplyKind::OtherError,
+                },
+            };
+            if let Ok(h) = decoded {
+                if let Body::ConnProp(p) = h.body {
+                    let _ = self.neg.set_peer_receive_size(p.rbsiz());
+                    self.call_inline_max = p.rbsiz().min(self.send_size);
+                }
+            }
+            let _ = self.neg.handle_reply(prefix.vers, kind);
+            self.put(b);
+            self.after_negotiation_input();
+            return;
+        }
+        let h = match decoded {
+            Ok(h) => h,
+            Err(_) => {
+                self.stats.bad_replies += 1;
+                self.put(b);
+                return;
+            }
+        };
+        // Find the Call.
+        let i = h.xid & ((1 << self.slot_bits) - 1);
+        let Some(i) = self.calls.get(i).filter(|c| c.xid == h.xid && c.state == CallState::InFlight).map(|_| i) else {
+            self.stats.unmatched += 1;
+            self.put(b);
+            return;
+        };
+        self.credits.on_reply(h.credits);
+        if self.neg.phase() == Phase::Negotiating {
+            let kind = match h.body {
+                Body::ErrorV1(header::V1Error::Vers { low, high }) | Body::ErrorV2(header::V2Error::Vers { low, high }) => {
+                    negotiate::ReplyKind::VersionError { low, high }
+                }
+                Body::ErrorV1(_) | Body::ErrorV2(_) => negotiate::ReplyKind::OtherError,
+                _ => negotiate::ReplyKind::Normal { credits: h.credits },
+            };
+            let _ = self.neg.handle_reply(h.vers, kind);
+        }
+        let c = *self.calls.get(i).expect("found");
+        let outcome = match h.body {
+            Body::ErrorV1(e) => {
+                self.stats.transport_errors += 1;
+                CallOutcome::TransportErrorV1(e)
+            }
+            Body::ErrorV2(e) => {
+                self.stats.transport_errors += 1;
+                CallOutcome::TransportErrorV2(e)
+            }
+            Body::Msg { .. } | Body::NoMsg { .. } => {
+                let call_hdr = &self.bytes(c.hdr_buf.expect("hdr"))[..c.hdr_len as usize];
+                // The call's header has no payload after hdr_len; decode its lists.
+                match header::decode(call_hdr, &self.cfg.limits)
+                    .ok()
+                    .and_then(|ch| ch.chunks().copied())
+                    .map(|cl| plan::reassemble_reply(&h, &cl))
+                {
+                    Some(Ok(layout)) => {
+                        let cm = self.calls.get_mut(i).expect("found");
+                        cm.layout = Some(layout);
+                        self.stats.replies += 1;
+                        CallOutcome::Reply
+                    }
+                    _ => {
+                        self.stats.bad_replies += 1;
+                        CallOutcome::BadReply
+                    }
+                }
+            }
+            _ => {
+                self.stats.bad_replies += 1;
+                CallOutcome::BadReply
+            }
+        };
+        let cm = self.calls.get_mut(i).expect("found");
+        cm.recv = Some(b);
+        cm.recv_len = len as u32;
+        cm.replied = true;
+        cm.outcome = Some(outcome);
+        // A reply implies the Send was delivered; its completion may still be
+        // pending in the CQ, but the buffers are no longer used by the device.
+        cm.state = CallState::Done;
+        let xid = cm.xid;
+        self.completions.push_back(Completed {
+            id: CallId(i),
+            xid,
+            outcome,
+        });
+        self.after_negotiation_input();
+    }
+
+    fn after_negotiation_input(&mut self) {
+        match self.neg.phase() {
+            Phase::Established => {
+                if let Some(v) = self.neg.version() {
+                    if v == RPCRDMA_VERSION_1 && self.vers == RPCRDMA_VERSION_2 {
+                        self.stats.fallbacks_to_v1 += 1;
+                    }
+                    self.vers = v;
+                }
+                self.link = LinkState::Ready;
+            }
+            Phase::Failed(_) | Phase::Closed => self.link = LinkState::Failed,
+            Phase::Negotiating => {
+                if let Some(RequesterAction::Resend { params }) = self.neg.poll_action() {
+                    // The server does not speak our version: use the one it offered.
+                    // v1 needs no CONNPROP; the next Call goes in v1.
+                    if params.vers == RPCRDMA_VERSION_1 {
+                        self.stats.fallbacks_to_v1 += 1;
+                        self.vers = RPCRDMA_VERSION_1;
+                        self.link = LinkState::Ready;
+                    } else {
+                        self.send_connprop(params.vers);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Disconnect and return every buffer (calls, receives). Returns the calls
+    /// still held afterwards (0 when clean).
+    pub fn shutdown(&mut self, max_polls: usize) -> usize {
+        if let Some(c) = self.conn {
+            let _ = self.fabric.disconnect(c);
+        }
+        for _ in 0..max_polls {
+            self.poll();
+            if self.link == LinkState::Failed && self.recvs_posted == 0 {
+                break;
+            }
+        }
+        while self.completions.pop_front().is_some() {}
+        let ids: Vec<u32> = self.calls.used_indices().collect();
+        for i in ids {
+            self.free_call(i);
+        }
+        self.calls.in_use()
+    }
+
+    /// Receives still posted (for accounting tests).
+    pub fn recvs_posted(&self) -> u32 {
+        self.recvs_posted
+    }
+}
