@@ -449,6 +449,9 @@ impl Core {
                         std::hint::spin_loop();
                     }
                 }
+                // While draining, idle cores only wait for the others to
+                // finish: yield instead of sleeping so shutdown is prompt.
+                IdleAction::Sleep(_) if draining => std::thread::yield_now(),
                 IdleAction::Sleep(max) => self.sleep(max, next_tick_at),
             }
         }
