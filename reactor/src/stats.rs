@@ -1,7 +1,7 @@
 //! Per-core statistics.
 //!
 //! Each core counts into a plain local [`CoreStats`] and publishes it to a
-//! cache-line-aligned block of atomics ([`SharedStats`]) at least once per
+//! cache-line-aligned block of atomics (`SharedStats`) at least once per
 //! timer tick, before it sleeps, and when it exits. Any thread can read a
 //! [`CoreStats`] snapshot through [`crate::ReactorHandle::stats`]; each
 //! field is individually exact as of the last publication, but fields are
