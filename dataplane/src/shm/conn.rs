@@ -1,0 +1,811 @@
+//! One shm connection (queue pair) and its data path: posting receive
+//! descriptors, executing send-queue work requests by copying in this process,
+//! turning the peer's delivery entries into receive completions, RNR retry, and
+//! the error state (drain what landed, flush the rest).
+//!
+//! Everything here is called from the core that owns the [`super::ShmFabric`];
+//! nothing makes a system call except `Instant::now()` (vDSO) while a Send
+//! waits for the peer to post a receive.
+
+use std::collections::VecDeque;
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use mempool::region::Region;
+
+use super::mapping::SharedFile;
+use super::ring::{ring_bytes, Consumer, Producer, INDEX_BLOCK};
+use super::sock::{self, UnixAddr};
+use super::ShmConfig;
+use crate::fabric::{
+    CmEvent, Completion, ConnId, LocalBuf, PrivateData, QpConfig, RecvWr, SendOp, SendWr, WcOpcode, WcStatus, MAX_SGE,
+};
+
+/// Words of a receive descriptor: `rkey | len << 32`, `offset`, `seq`, spare.
+pub const DESC_WORDS: usize = 4;
+/// Words of a delivery entry: `seq | byte_len << 32`, `kind | inv_rkey << 32`.
+pub const DELIV_WORDS: usize = 2;
+
+/// Delivery kinds.
+const KIND_SEND: u32 = 1;
+const KIND_SEND_INV: u32 = 2;
+/// The message was larger than the receive buffer (receiver: LocalLength).
+const KIND_LEN_ERR: u32 = 3;
+/// The receive descriptor named memory outside the receiver's regions
+/// (receiver: LocalProtection).
+const KIND_PROT_ERR: u32 = 4;
+
+/// "RSHQ": magic of a connection's ring file.
+const FILE_MAGIC: u32 = u32::from_le_bytes(*b"RSHQ");
+const FILE_VERSION: u32 = 1;
+/// Offsets in the ring file header. The `closed` word is alone in block 0 (it
+/// is polled by the peer); magic, version and capacity sit in block 1.
+const OFF_CLOSED: usize = 0;
+const OFF_MAGIC: usize = INDEX_BLOCK;
+const OFF_VERSION: usize = INDEX_BLOCK + 4;
+const OFF_CAP: usize = INDEX_BLOCK + 8;
+const FILE_HEADER: usize = 2 * INDEX_BLOCK;
+
+const _: () = assert!(FILE_HEADER & (INDEX_BLOCK - 1) == 0);
+const _: () = assert!(DESC_WORDS >= 3 && DELIV_WORDS >= 2);
+
+/// Where the two rings of a ring file of capacity `cap` live:
+/// `(descriptor ring offset, delivery ring offset, file length)`.
+///
+/// A connection's ring file holds the rings of *its owner's inbound direction*:
+/// the receive-descriptor ring (owner produces, peer consumes) and the delivery
+/// ring (peer produces, owner consumes). Each side creates its own and passes
+/// it to the other, so each sizes its rings from its own receive depth.
+pub fn file_layout(cap: u32) -> Option<(usize, usize, usize)> {
+    let desc = ring_bytes(cap, DESC_WORDS)?;
+    let deliv = ring_bytes(cap, DELIV_WORDS)?;
+    let desc_off = FILE_HEADER;
+    let deliv_off = desc_off.checked_add(desc)?;
+    Some((desc_off, deliv_off, deliv_off.checked_add(deliv)?))
+}
+
+fn header_word(file: &SharedFile, off: usize) -> &AtomicU32 {
+    debug_assert!(off & 3 == 0 && off + 4 <= FILE_HEADER && FILE_HEADER <= file.len());
+    // SAFETY: `off` is a 4-aligned offset inside the header, which every ring
+    // file has (layouts start the rings after it and the mapping is page
+    // aligned and at least FILE_HEADER long); AtomicU32 is valid for any bit
+    // pattern; the returned reference borrows `file`, keeping it mapped.
+    unsafe { &*file.as_ptr().add(off).cast::<AtomicU32>() }
+}
+
+/// Connection state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum State {
+    /// Active side: socket not yet connected (`connected == false`, the
+    /// listener's backlog was full) or REQ sent and waiting for ACCEPT/REJECT.
+    Connecting {
+        connected: bool,
+    },
+    /// Passive side: ACCEPT sent, waiting for the active side's RTU.
+    AcceptWait,
+    Established,
+    /// Error or disconnected: draining deliveries that landed before, then
+    /// flushing. Terminal.
+    Error,
+}
+
+/// A peer region mapped into this process.
+#[derive(Debug)]
+pub struct PeerRegion {
+    pub rkey: u32,
+    /// Usable length (the smaller of what the peer announced and what we mapped).
+    pub len: u64,
+    pub region: Region,
+}
+
+/// What this side holds of the peer: its ring file and regions.
+#[derive(Debug)]
+pub struct Peer {
+    file: Arc<SharedFile>,
+    /// Pop the peer's receive descriptors (peer's inbound descriptor ring).
+    desc_rx: Consumer<DESC_WORDS>,
+    /// Push deliveries into the peer (peer's inbound delivery ring).
+    deliv_tx: Producer<DELIV_WORDS>,
+    /// Indexed by region id (= rkey & 0xffff).
+    regions: Vec<Option<PeerRegion>>,
+}
+
+impl Peer {
+    /// Map the peer's ring file (`fds[0]`) and regions (`fds[1..]`, in the
+    /// order of `hello.regions`). Everything the peer said is checked against
+    /// the kernel's view (file sizes, seals) and our limits. Control path.
+    pub fn attach(hello: &super::wire::Hello, fds: Vec<OwnedFd>, cfg: &ShmConfig) -> Result<Peer, String> {
+        if fds.len() != 1 + hello.regions.len() {
+            return Err(format!("{} descriptors for {} regions", fds.len(), hello.regions.len()));
+        }
+        let cap = hello.ring_cap;
+        if !cap.is_power_of_two() || cap > cfg.max_ring_depth.next_power_of_two() {
+            return Err(format!("peer ring capacity {cap} is not a power of two within limits"));
+        }
+        let (desc_off, deliv_off, total) = file_layout(cap).ok_or("bad ring layout")?;
+        if hello.file_len < total as u64 {
+            return Err("peer ring file is shorter than its layout".into());
+        }
+        let mut fds = fds.into_iter();
+        let ring_fd = fds.next().ok_or("missing ring descriptor")?;
+        let file = Arc::new(SharedFile::open_peer(ring_fd, total).map_err(|e| format!("ring file: {e}"))?);
+        // Acquire: the peer wrote the header before sending the descriptor;
+        // the socket already orders that, this only documents intent.
+        let magic = header_word(&file, OFF_MAGIC).load(Ordering::Acquire);
+        let version = header_word(&file, OFF_VERSION).load(Ordering::Acquire);
+        let fcap = header_word(&file, OFF_CAP).load(Ordering::Acquire);
+        if magic != FILE_MAGIC || version != FILE_VERSION || fcap != cap {
+            return Err("peer ring file header does not match".into());
+        }
+        let desc_rx = Consumer::new(Arc::clone(&file), desc_off, cap, 0).ok_or("descriptor ring")?;
+        let deliv_tx = Producer::new(Arc::clone(&file), deliv_off, cap, 0).ok_or("delivery ring")?;
+        let max_id = hello.regions.iter().map(|r| r.id as usize).max();
+        let mut regions: Vec<Option<PeerRegion>> = Vec::new();
+        regions.resize_with(max_id.map_or(0, |m| m + 1), || None);
+        for (ri, fd) in hello.regions.iter().zip(fds) {
+            let len = usize::try_from(ri.len).map_err(|_| "region length")?;
+            let region = Region::map_from_fd(fd, len, ri.id).map_err(|e| format!("peer region {}: {e}", ri.id))?;
+            if cfg.require_sealed_regions && !region.is_sealed() {
+                return Err(format!(
+                    "peer region {} is not sealed against shrinking (set require_sealed_regions = false to allow)",
+                    ri.id
+                ));
+            }
+            let len = ri.len.min(region.len() as u64);
+            regions[ri.id as usize] = Some(PeerRegion {
+                rkey: ri.rkey,
+                len,
+                region,
+            });
+        }
+        Ok(Peer {
+            file,
+            desc_rx,
+            deliv_tx,
+            regions,
+        })
+    }
+
+    /// The peer's memory for `[offset, offset + len)` of the region `rkey`
+    /// names, if the key is one the peer registered and the range is inside it.
+    #[inline]
+    fn resolve(&self, rkey: u32, offset: u64, len: u64) -> Option<*mut u8> {
+        let r = self.regions.get((rkey & 0xffff) as usize)?.as_ref()?;
+        let end = offset.checked_add(len)?;
+        if r.rkey != rkey || end > r.len {
+            return None;
+        }
+        // SAFETY: offset + len <= r.len <= the mapping's length, so the
+        // pointer stays inside the live mapping `r.region` owns.
+        Some(unsafe { r.region.as_ptr().add(offset as usize) })
+    }
+
+    fn closed(&self) -> bool {
+        // Acquire: pairs with the peer's Release store of its closed word in
+        // `Conn::fail` (or its drop): deliveries it published before closing
+        // are visible when we drain.
+        header_word(&self.file, OFF_CLOSED).load(Ordering::Acquire) != 0
+    }
+}
+
+/// A locally registered region.
+#[derive(Debug)]
+pub struct LocalRegion {
+    pub region: Arc<Region>,
+    pub rkey: u32,
+}
+
+/// This fabric's registered regions, indexed by region id.
+#[derive(Debug, Default)]
+pub struct RegionTable {
+    pub by_id: Vec<Option<LocalRegion>>,
+    pub count: usize,
+}
+
+impl RegionTable {
+    /// Local memory of `buf` if its region is registered and the range is
+    /// inside it.
+    #[inline]
+    pub fn resolve(&self, buf: &LocalBuf) -> Option<*mut u8> {
+        let r = self.by_id.get(buf.region as usize)?.as_ref()?;
+        let end = buf.offset.checked_add(buf.len as u64)?;
+        if end > r.region.len() as u64 {
+            return None;
+        }
+        // SAFETY: offset + len <= region length: inside the live mapping the
+        // Arc keeps alive.
+        Some(unsafe { r.region.as_ptr().add(buf.offset as usize) })
+    }
+
+    #[inline]
+    pub fn rkey(&self, region: u16) -> Option<u32> {
+        self.by_id.get(region as usize)?.as_ref().map(|r| r.rkey)
+    }
+}
+
+/// A completion queue: completions generated but not yet polled, bounded by
+/// its depth, and the connections whose progress feeds it.
+#[derive(Debug)]
+pub struct Cq {
+    pub queue: VecDeque<Completion>,
+    pub depth: usize,
+    /// Connection slot indices bound to this CQ.
+    pub conns: Vec<usize>,
+}
+
+impl Cq {
+    pub fn new(depth: usize) -> Cq {
+        Cq {
+            queue: VecDeque::with_capacity(depth),
+            depth,
+            conns: Vec::new(),
+        }
+    }
+    #[inline]
+    fn room(&self) -> usize {
+        self.depth - self.queue.len()
+    }
+    #[inline]
+    fn push(&mut self, c: Completion) {
+        debug_assert!(self.queue.len() < self.depth);
+        self.queue.push_back(c);
+    }
+}
+
+/// A shared receive queue: receives posted but not yet handed to a QP's
+/// descriptor ring. `outstanding` counts every receive posted to the SRQ and not
+/// yet completed (queued here or sitting in a QP's ring), bounded by `depth`.
+#[derive(Debug)]
+pub struct Srq {
+    pub queue: VecDeque<RecvWr>,
+    pub depth: u32,
+    pub outstanding: u32,
+    /// Connection slot indices attached to this SRQ.
+    pub conns: Vec<usize>,
+    /// Round-robin cursor into `conns`.
+    pub next: usize,
+}
+
+impl Srq {
+    pub fn new(depth: u32) -> Srq {
+        Srq {
+            queue: VecDeque::with_capacity(depth as usize),
+            depth,
+            outstanding: 0,
+            conns: Vec::new(),
+            next: 0,
+        }
+    }
+}
+
+/// Outcome of executing one send-queue work request.
+enum Exec {
+    Done(WcStatus, u32),
+    /// Send found no receive posted at the peer.
+    Rnr,
+}
+
+/// RNR state of the send at the head of the queue.
+#[derive(Clone, Copy, Debug)]
+struct Rnr {
+    retries: u8,
+    next: Instant,
+}
+
+/// One connection.
+#[derive(Debug)]
+pub struct Conn {
+    pub state: State,
+    pub cq: usize,
+    pub srq: Option<usize>,
+    pub qp: QpConfig,
+    /// The CM socket (None once closed).
+    pub sock: Option<OwnedFd>,
+    /// Active side, while connecting: where to.
+    pub addr: Option<UnixAddr>,
+    /// Connection setup must finish by then.
+    pub deadline: Instant,
+    /// Our inbound ring file (passed to the peer).
+    pub file: Arc<SharedFile>,
+    pub ring_cap: u32,
+    desc_tx: Producer<DESC_WORDS>,
+    deliv_rx: Consumer<DELIV_WORDS>,
+    pub peer: Option<Peer>,
+    /// Most receives this QP keeps posted (recv_depth, or the SRQ window).
+    recv_limit: usize,
+    /// Send work requests not yet executed (head may be waiting on RNR), and in
+    /// the error state those still to be flushed.
+    sq: VecDeque<SendWr>,
+    /// Receives whose descriptor is in our descriptor ring (or, in the error
+    /// state, still to flush), oldest first. `front_seq` is the descriptor
+    /// sequence number of the front entry.
+    posted: VecDeque<RecvWr>,
+    front_seq: u32,
+    next_seq: u32,
+    rnr: Option<Rnr>,
+    /// In the error state: deliveries up to this index landed before the error
+    /// and still complete normally.
+    drain_limit: u32,
+    /// The terminal CM event was handed to the consumer.
+    pub terminal_delivered: bool,
+    /// Active side: the private data to send in REQ (kept for a retried
+    /// connect).
+    pub pending_pd: PrivateData,
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        // Release: pairs with the peer's Acquire load in `Peer::closed`.
+        header_word(&self.file, OFF_CLOSED).store(1, Ordering::Release);
+    }
+}
+
+fn opcode(op: SendOp) -> WcOpcode {
+    match op {
+        SendOp::Send | SendOp::SendWithInv { .. } => WcOpcode::Send,
+        SendOp::RdmaWrite => WcOpcode::RdmaWrite,
+        SendOp::RdmaRead => WcOpcode::RdmaRead,
+    }
+}
+
+/// Copy the local scatter/gather list into contiguous memory at `dst`.
+///
+/// # Safety
+/// `src[i]` are valid for `len` bytes of reads, `dst` for their sum of writes.
+unsafe fn gather(src: &[(*mut u8, usize)], mut dst: *mut u8) {
+    for &(p, n) in src {
+        // SAFETY: per the contract. Source and destination are different
+        // mappings (ours and the peer's, or two buffers the consumer chose);
+        // bytes in a shared mapping are outside Rust's object model, and who
+        // may touch them is the buffer-ownership rule RDMA imposes on both
+        // sides.
+        unsafe {
+            std::ptr::copy_nonoverlapping(p, dst, n);
+            dst = dst.add(n);
+        }
+    }
+}
+
+/// Copy contiguous memory at `src` into the local scatter list.
+///
+/// # Safety
+/// As [`gather`], reversed.
+unsafe fn scatter(mut src: *const u8, dst: &[(*mut u8, usize)]) {
+    for &(p, n) in dst {
+        // SAFETY: per the contract (see `gather`).
+        unsafe {
+            std::ptr::copy_nonoverlapping(src, p, n);
+            src = src.add(n);
+        }
+    }
+}
+
+impl Conn {
+    /// A new connection with its inbound ring file created. Control path.
+    pub fn new(qp: &QpConfig, cq: usize, srq: Option<usize>, cfg: &ShmConfig, now: Instant) -> Result<Conn, String> {
+        let recv_limit = if srq.is_some() { cfg.srq_window } else { qp.recv_depth };
+        if recv_limit > cfg.max_ring_depth {
+            return Err(format!(
+                "receive depth {recv_limit} exceeds max_ring_depth {}",
+                cfg.max_ring_depth
+            ));
+        }
+        let cap = recv_limit.max(1).next_power_of_two();
+        let (desc_off, deliv_off, total) = file_layout(cap).ok_or("bad ring layout")?;
+        let file = Arc::new(SharedFile::create("qp", total).map_err(|e| format!("ring file: {e}"))?);
+        // Relaxed: the file reaches the peer through a socket message sent
+        // after these stores, which orders them.
+        header_word(&file, OFF_MAGIC).store(FILE_MAGIC, Ordering::Relaxed);
+        header_word(&file, OFF_VERSION).store(FILE_VERSION, Ordering::Relaxed);
+        header_word(&file, OFF_CAP).store(cap, Ordering::Relaxed);
+        let desc_tx = Producer::new(Arc::clone(&file), desc_off, cap, 0).ok_or("descriptor ring")?;
+        let deliv_rx = Consumer::new(Arc::clone(&file), deliv_off, cap, 0).ok_or("delivery ring")?;
+        Ok(Conn {
+            state: State::Connecting { connected: false },
+            cq,
+            srq,
+            qp: *qp,
+            sock: None,
+            addr: None,
+            deadline: now + cfg.connect_timeout,
+            file,
+            ring_cap: cap,
+            desc_tx,
+            deliv_rx,
+            peer: None,
+            recv_limit: recv_limit as usize,
+            sq: VecDeque::with_capacity(qp.send_depth as usize),
+            posted: VecDeque::with_capacity(recv_limit as usize),
+            front_seq: 0,
+            next_seq: 0,
+            rnr: None,
+            drain_limit: 0,
+            terminal_delivered: false,
+            pending_pd: PrivateData::EMPTY,
+        })
+    }
+
+    /// Length of our ring file.
+    pub fn file_len(&self) -> u64 {
+        self.file.len() as u64
+    }
+
+    pub fn is_live(&self) -> bool {
+        !matches!(self.state, State::Error)
+    }
+
+    /// Everything is over: in the error state, nothing queued, nothing posted,
+    /// nothing left to drain.
+    pub fn finished(&self) -> bool {
+        self.state == State::Error
+            && self.sq.is_empty()
+            && self.posted.is_empty()
+            && self.deliv_rx.position() == self.drain_limit
+    }
+
+    pub fn peer_closed(&self) -> bool {
+        self.peer.as_ref().is_some_and(|p| p.closed())
+    }
+
+    /// Move to the error state (once) and queue `ev` (the terminal CM event):
+    /// mark our ring file closed for the peer, close the socket (the peer sees
+    /// end-of-file), remember how many deliveries landed before (when
+    /// `keep_draining`; a corrupt delivery ring stops draining). The remaining
+    /// work requests are flushed by later [`Conn::progress`] calls.
+    pub fn fail(&mut self, ev: CmEvent, events: &mut VecDeque<CmEvent>, keep_draining: bool) {
+        if self.state == State::Error {
+            return;
+        }
+        self.state = State::Error;
+        // Release: pairs with the peer's Acquire load in `Peer::closed`.
+        header_word(&self.file, OFF_CLOSED).store(1, Ordering::Release);
+        if let Some(s) = self.sock.take() {
+            sock::shutdown(s.as_fd());
+        }
+        self.addr = None;
+        self.rnr = None;
+        let pos = self.deliv_rx.position();
+        self.drain_limit = if keep_draining {
+            self.deliv_rx.snapshot().unwrap_or(pos)
+        } else {
+            pos
+        };
+        events.push_back(ev);
+    }
+
+    /// Push the descriptor of `wr` into our descriptor ring. The caller checked
+    /// that `posted.len() < recv_limit`, so the ring has room unless the peer
+    /// corrupted the consumer index. `false` on corruption.
+    fn push_desc(&mut self, wr: RecvWr, regions: &RegionTable) -> bool {
+        let Some(rkey) = regions.rkey(wr.buf.region) else {
+            return false;
+        };
+        let item = [
+            rkey as u64 | (wr.buf.len as u64) << 32,
+            wr.buf.offset,
+            self.next_seq as u64,
+            0,
+        ];
+        match self.desc_tx.try_push(item) {
+            Ok(true) => {
+                self.posted.push_back(wr);
+                self.next_seq = self.next_seq.wrapping_add(1);
+                true
+            }
+            Ok(false) | Err(_) => false,
+        }
+    }
+
+    /// Can one more receive be posted to this QP?
+    pub fn recv_room(&self) -> bool {
+        self.posted.len() < self.recv_limit
+    }
+
+    /// Post a receive on this QP's own receive queue (buffer already checked).
+    pub fn post_recv(&mut self, id: ConnId, wr: RecvWr, regions: &RegionTable, events: &mut VecDeque<CmEvent>) {
+        debug_assert!(self.recv_room());
+        if self.state == State::Error {
+            // Flushed by the next progress call.
+            self.posted.push_back(wr);
+        } else if !self.push_desc(wr, regions) {
+            self.posted.push_back(wr);
+            self.fail(CmEvent::Disconnected { conn: id }, events, false);
+        }
+    }
+
+    /// Queue a send work request (the caller checked the queue depth and the
+    /// state).
+    pub fn queue_send(&mut self, wr: SendWr) {
+        debug_assert!(self.sq.len() < self.qp.send_depth as usize);
+        self.sq.push_back(wr);
+    }
+
+    pub fn sq_len(&self) -> usize {
+        self.sq.len()
+    }
+
+    /// Take one SRQ receive into this QP's descriptor ring (the caller
+    /// checked `recv_room`). `false` if the QP failed instead (the caller
+    /// keeps the receive).
+    pub fn give(&mut self, id: ConnId, wr: RecvWr, regions: &RegionTable, events: &mut VecDeque<CmEvent>) -> bool {
+        if self.push_desc(wr, regions) {
+            return true;
+        }
+        self.fail(CmEvent::Disconnected { conn: id }, events, false);
+        false
+    }
+
+    /// Hand receives from `srq` to this QP until it holds its window (the
+    /// receiver's own poll loop feeding the QP's descriptor ring).
+    pub fn refill_from(&mut self, id: ConnId, srq: &mut Srq, regions: &RegionTable, events: &mut VecDeque<CmEvent>) {
+        while self.state != State::Error && self.recv_room() {
+            let Some(wr) = srq.queue.pop_front() else { break };
+            if !self.give(id, wr, regions, events) {
+                srq.queue.push_front(wr);
+            }
+        }
+    }
+
+    /// All data-path progress for this connection: peer-closed check,
+    /// deliveries into receive completions, SRQ refill, send queue (with RNR
+    /// retry), and in the error state the drain and flush. Bounded by the CQ's
+    /// free room; never blocks.
+    #[allow(clippy::too_many_arguments)]
+    pub fn progress(
+        &mut self,
+        id: ConnId,
+        cq: &mut Cq,
+        mut srq: Option<&mut Srq>,
+        regions: &RegionTable,
+        cfg: &ShmConfig,
+        events: &mut VecDeque<CmEvent>,
+    ) {
+        if matches!(self.state, State::Established | State::AcceptWait) && self.peer_closed() {
+            let ev = if self.state == State::Established {
+                CmEvent::Disconnected { conn: id }
+            } else {
+                CmEvent::Unreachable { conn: id }
+            };
+            self.fail(ev, events, true);
+        }
+        self.drain_deliveries(id, cq, srq.as_deref_mut(), events);
+        if let Some(s) = srq.as_deref_mut() {
+            self.refill_from(id, s, regions, events);
+        }
+        self.run_sends(id, cq, regions, cfg, events);
+        if self.state == State::Error && self.deliv_rx.position() == self.drain_limit {
+            self.flush_posted(id, cq, srq);
+        }
+    }
+
+    fn drain_deliveries(&mut self, id: ConnId, cq: &mut Cq, mut srq: Option<&mut Srq>, events: &mut VecDeque<CmEvent>) {
+        while cq.room() > 0 {
+            if self.state == State::Error && self.deliv_rx.position() == self.drain_limit {
+                return;
+            }
+            let item = match self.deliv_rx.try_pop() {
+                Ok(Some(item)) => item,
+                Ok(None) => return,
+                Err(_) => return self.protocol_error(id, events),
+            };
+            let seq = item[0] as u32;
+            let byte_len = (item[0] >> 32) as u32;
+            let kind = item[1] as u32;
+            let inv_rkey = (item[1] >> 32) as u32;
+            let Some(&wr) = self.posted.front() else {
+                return self.protocol_error(id, events);
+            };
+            if seq != self.front_seq {
+                return self.protocol_error(id, events);
+            }
+            let (status, len, inv) = match kind {
+                KIND_SEND | KIND_SEND_INV if byte_len <= wr.buf.len => {
+                    (WcStatus::Success, byte_len, (kind == KIND_SEND_INV).then_some(inv_rkey))
+                }
+                KIND_LEN_ERR => (WcStatus::LocalLength, 0, None),
+                KIND_PROT_ERR => (WcStatus::LocalProtection, 0, None),
+                _ => return self.protocol_error(id, events),
+            };
+            self.posted.pop_front();
+            self.front_seq = self.front_seq.wrapping_add(1);
+            if let Some(s) = srq.as_deref_mut() {
+                s.outstanding -= 1;
+            }
+            cq.push(Completion {
+                wr_id: wr.wr_id,
+                status,
+                opcode: WcOpcode::Recv,
+                conn: id,
+                byte_len: len,
+                invalidated_rkey: inv,
+            });
+            if !status.is_success() {
+                self.fail(CmEvent::Disconnected { conn: id }, events, true);
+            }
+        }
+    }
+
+    /// The peer broke the ring protocol: error state, stop draining.
+    fn protocol_error(&mut self, id: ConnId, events: &mut VecDeque<CmEvent>) {
+        if self.state == State::Error {
+            self.drain_limit = self.deliv_rx.position();
+        } else {
+            self.fail(CmEvent::Disconnected { conn: id }, events, false);
+        }
+    }
+
+    fn flush_posted(&mut self, id: ConnId, cq: &mut Cq, srq: Option<&mut Srq>) {
+        match srq {
+            // SRQ receives are not flushed when one QP fails (as on IB): the
+            // buffers this QP held go back to the SRQ for the other QPs.
+            Some(s) => {
+                while let Some(wr) = self.posted.pop_back() {
+                    s.queue.push_front(wr);
+                }
+            }
+            None => {
+                while cq.room() > 0 {
+                    let Some(wr) = self.posted.pop_front() else { break };
+                    cq.push(Completion {
+                        wr_id: wr.wr_id,
+                        status: WcStatus::Flushed,
+                        opcode: WcOpcode::Recv,
+                        conn: id,
+                        byte_len: 0,
+                        invalidated_rkey: None,
+                    });
+                }
+            }
+        }
+    }
+
+    fn run_sends(
+        &mut self,
+        id: ConnId,
+        cq: &mut Cq,
+        regions: &RegionTable,
+        cfg: &ShmConfig,
+        events: &mut VecDeque<CmEvent>,
+    ) {
+        while let Some(&wr) = self.sq.front() {
+            if cq.room() == 0 {
+                return;
+            }
+            let outcome = match (self.state, self.peer.as_mut()) {
+                (State::Error, _) => Exec::Done(WcStatus::Flushed, 0),
+                (State::Established, Some(peer)) => execute(&wr, peer, regions, cfg),
+                _ => return,
+            };
+            let (status, byte_len) = match outcome {
+                Exec::Done(s, n) => (s, n),
+                Exec::Rnr => match self.rnr_wait(cfg.rnr_timer) {
+                    true => return,
+                    false => (WcStatus::RnrRetryExceeded, 0),
+                },
+            };
+            self.sq.pop_front();
+            self.rnr = None;
+            if wr.signaled || !status.is_success() {
+                cq.push(Completion {
+                    wr_id: wr.wr_id,
+                    status,
+                    opcode: opcode(wr.op),
+                    conn: id,
+                    byte_len,
+                    invalidated_rkey: None,
+                });
+            }
+            if !status.is_success() && self.state != State::Error {
+                self.fail(CmEvent::Disconnected { conn: id }, events, true);
+            }
+        }
+    }
+
+    /// The head Send met no posted receive. `true`: keep waiting (retry on a
+    /// later poll); `false`: retries are exhausted.
+    ///
+    /// Hardware retries once per RNR timer period; here a retry is attempted on
+    /// every poll, and only the periods are counted: after `rnr_retry` periods
+    /// (`timer` each, [`ShmConfig::rnr_timer`]) without a receive the Send fails. `rnr_retry == 7`
+    /// retries forever (IBA 9.7.5.2.8); `0` fails at once.
+    fn rnr_wait(&mut self, timer: std::time::Duration) -> bool {
+        const INFINITE: u8 = 7;
+        let retry = self.qp.rnr_retry;
+        match self.rnr {
+            None if retry == 0 => false,
+            None => {
+                self.rnr = Some(Rnr {
+                    retries: 0,
+                    next: Instant::now() + timer,
+                });
+                true
+            }
+            Some(mut r) => {
+                let now = Instant::now();
+                if now < r.next {
+                    return true;
+                }
+                r.retries = r.retries.saturating_add(1);
+                if retry != INFINITE && r.retries >= retry {
+                    return false;
+                }
+                r.next = now + timer;
+                self.rnr = Some(r);
+                true
+            }
+        }
+    }
+}
+
+/// Execute one send-queue work request in this process: check the local
+/// buffers (LocalProtection), the remote key and range (RemoteAccess), copy.
+fn execute(wr: &SendWr, peer: &mut Peer, regions: &RegionTable, cfg: &ShmConfig) -> Exec {
+    let mut local = [(std::ptr::null_mut::<u8>(), 0usize); MAX_SGE];
+    let mut total: u64 = 0;
+    let sges = wr.sges();
+    for (slot, s) in local.iter_mut().zip(sges) {
+        let Some(p) = regions.resolve(s) else {
+            return Exec::Done(WcStatus::LocalProtection, 0);
+        };
+        *slot = (p, s.len as usize);
+        total += s.len as u64;
+    }
+    let local = &local[..sges.len()];
+    if total > cfg.max_msg_size as u64 {
+        return Exec::Done(WcStatus::LocalLength, 0);
+    }
+    let total32 = total as u32;
+    match wr.op {
+        SendOp::Send | SendOp::SendWithInv { .. } => {
+            let desc = match peer.desc_rx.try_pop() {
+                Ok(Some(d)) => d,
+                Ok(None) => return Exec::Rnr,
+                Err(_) => return Exec::Done(WcStatus::RemoteInvalidRequest, 0),
+            };
+            let rkey = desc[0] as u32;
+            let cap = (desc[0] >> 32) as u32;
+            let offset = desc[1];
+            let seq = desc[2] as u32;
+            let (kind, inv, status) = match peer.resolve(rkey, offset, cap as u64) {
+                None => (KIND_PROT_ERR, 0, WcStatus::RemoteInvalidRequest),
+                Some(_) if total > cap as u64 => (KIND_LEN_ERR, 0, WcStatus::RemoteInvalidRequest),
+                Some(dst) => {
+                    // SAFETY: `local` entries were resolved inside our
+                    // registered regions; `dst` has `cap >= total` bytes
+                    // inside the peer's region.
+                    unsafe { gather(local, dst) };
+                    match wr.op {
+                        SendOp::SendWithInv { rkey } => (KIND_SEND_INV, rkey, WcStatus::Success),
+                        _ => (KIND_SEND, 0, WcStatus::Success),
+                    }
+                }
+            };
+            // The Release inside try_push publishes the copied bytes (and the
+            // bytes of every earlier RDMA Write on this QP) with the entry.
+            let entry = [seq as u64 | total << 32, kind as u64 | (inv as u64) << 32];
+            match peer.deliv_tx.try_push(entry) {
+                Ok(true) => Exec::Done(status, if status.is_success() { total32 } else { 0 }),
+                Ok(false) | Err(_) => Exec::Done(WcStatus::RemoteInvalidRequest, 0),
+            }
+        }
+        SendOp::RdmaWrite => {
+            let Some(dst) = peer.resolve(wr.remote.handle, wr.remote.offset, total) else {
+                return Exec::Done(WcStatus::RemoteAccess, 0);
+            };
+            // SAFETY: local entries resolved; `dst` has `total` bytes inside
+            // the peer's region.
+            unsafe { gather(local, dst) };
+            Exec::Done(WcStatus::Success, total32)
+        }
+        SendOp::RdmaRead => {
+            let Some(src) = peer.resolve(wr.remote.handle, wr.remote.offset, total) else {
+                return Exec::Done(WcStatus::RemoteAccess, 0);
+            };
+            // SAFETY: as above, reversed.
+            unsafe { scatter(src, local) };
+            Exec::Done(WcStatus::Success, total32)
+        }
+    }
+}

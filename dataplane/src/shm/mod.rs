@@ -1,0 +1,982 @@
+//! `shm`: the [`Fabric`] between two processes on one host, over shared
+//! memory — the embedded default when no RDMA device is present.
+//!
+//! # Model
+//!
+//! - **Connection management** runs over an `AF_UNIX` `SOCK_SEQPACKET` socket
+//!   (address: a filesystem path, or `@name` in the abstract namespace). The
+//!   active side sends REQ, the passive side ACCEPT or REJECT, the active side
+//!   RTU (see [`wire`](self) docs in `wire.rs`). REQ and ACCEPT carry the CM
+//!   private data (as an RDMA-CM REQ/REP does, RFC 8797 section 5.1) and, as
+//!   `SCM_RIGHTS`, the descriptor of the sender's *ring file* and of every
+//!   region it registered, with (region id, length, rkey) for each: each side
+//!   maps all of the peer's registered regions read-write. The socket carries
+//!   nothing else; closing it is the disconnect notification (liveness), and it
+//!   is polled, non-blocking, only by [`Fabric::poll_cm`].
+//! - **Data path**: no system call. Each side's ring file holds the rings of
+//!   its inbound direction: a receive-descriptor ring (the receiver posts
+//!   `(rkey, offset, len, seq)` of its receive buffers; the sender pops) and a
+//!   delivery ring (the sender pushes "the Send landed in descriptor `seq`,
+//!   `byte_len` bytes, maybe invalidate `rkey`"; the receiver turns entries
+//!   into Recv completions when it polls its CQ). Both are SPSC rings inside
+//!   the shared mapping ([`ring`]).
+//! - **One-sided, like RDMA**: the initiator does all the work in its own
+//!   process, synchronously inside `post_send` (or a later `poll_cq` when the
+//!   Send waits for a receive): a Send pops the peer's next descriptor, gathers
+//!   the local SGEs into that buffer (in the peer's region, mapped here) and
+//!   pushes the delivery entry; an RDMA Write / Read is a `memcpy` into / out
+//!   of the peer's region after the key and bounds checks. Work requests of a
+//!   QP execute and complete in posting order, so a Send is ordered after the
+//!   Writes posted before it, and the delivery ring's Release store publishes
+//!   the Writes' bytes together with the Send.
+//!
+//! # Addresses and keys
+//!
+//! - `remote_addr(region, offset)` is `offset`: segments carry a
+//!   **region-relative offset**, and the rkey names the region.
+//! - A region's rkey (= lkey) is `salt << 16 | region id`, where `salt` is a
+//!   per-fabric-instance 16-bit value; a peer's key is resolved by indexing its
+//!   region table with the low 16 bits and comparing the whole key.
+//! - As on hardware, the bound checked for an RDMA Write / Read is the
+//!   registered region (`offset + local length <= region length`), not the
+//!   segment's `length`. Zero-length operations are checked too (stricter than
+//!   IB, which skips the key check for them).
+//! - Regions registered after a connection was set up are not known to that
+//!   peer (accesses to them fail with RemoteAccess).
+//! - SendWithInv reports the rkey in the receiver's completion
+//!   (`invalidated_rkey`); registrations are persistent, so nothing is
+//!   actually invalidated.
+//!
+//! # Errors
+//!
+//! | what | initiator's completion | peer |
+//! |---|---|---|
+//! | local SGE unregistered or out of range | LocalProtection | Disconnected |
+//! | Write/Read with bad rkey or out of range | RemoteAccess | Disconnected |
+//! | Send larger than the receive buffer | RemoteInvalidRequest | Recv LocalLength |
+//! | no receive posted, retries exhausted | RnrRetryExceeded | Disconnected |
+//!
+//! Any error completion moves the connection to the error state: the ring
+//! file's `closed` word is set and the socket closed, so the peer's next
+//! `poll_cq` or `poll_cm` moves its side to error too. Receives that landed
+//! before complete normally; every other outstanding work request completes
+//! with Flushed (QPs on an SRQ give their held receives back to the SRQ, as IB
+//! does not flush SRQ receives when one QP fails); one terminal CM event
+//! ([`CmEvent::Disconnected`], or `Rejected` / `Unreachable` before
+//! establishment) is queued. A connection's slot is reused only after its
+//! terminal event was polled and everything was flushed.
+//!
+//! RNR: a Send with no receive posted waits at the head of the send queue
+//! (later work requests wait behind it); it is retried on every `poll_cq`, and
+//! after `rnr_retry` periods of [`ShmConfig::rnr_timer`] it fails with
+//! RnrRetryExceeded (`rnr_retry == 7`: forever).
+//!
+//! # Shared receive queues
+//!
+//! An SRQ is a local bounded queue of receives. Each QP attached to it has its
+//! own descriptor ring, fed from the SRQ by this process (in `post_srq_recv`,
+//! round-robin over the attached QPs, and topped up in every `poll_cq`), so
+//! that at most [`ShmConfig::srq_window`] receives are handed to any one QP.
+//! A receive handed to a QP can only be consumed by that QP's peer: size the
+//! SRQ at least `srq_window` × QPs to avoid RNR on one QP while another holds
+//! idle buffers.
+//!
+//! # Completion queues and bounds
+//!
+//! All queues are bounded and allocated when created. A CQ never overflows:
+//! progress (executing sends, turning deliveries into completions, flushing)
+//! happens only while the CQ has room, and resumes as the consumer polls.
+//! `send_depth` bounds work requests waiting to execute (executed ones have
+//! their completion in the CQ already); `recv_depth` (or `srq_window`) bounds
+//! receives held by a QP, and sizes its rings (next power of two).
+//!
+//! # Trust
+//!
+//! The peer process is not trusted not to be buggy: everything read from the
+//! shared rings and the socket is validated (indices, sequence numbers,
+//! lengths, keys, descriptor counts, file sizes and seals), and a violation
+//! moves the connection to error instead of panicking or touching memory
+//! outside our mappings. The key checks are *cooperative*, though: the peer
+//! has all our registered regions mapped and could write them without asking;
+//! shm gives no isolation between the two processes beyond that.
+//!
+//! # Threading
+//!
+//! A `ShmFabric` is `Send` and belongs to one core; every method is called
+//! from that core only (the trait's rule). Two fabrics in one process (tests)
+//! work like two processes.
+
+pub mod mapping;
+pub mod ring;
+
+mod conn;
+mod sock;
+mod wire;
+
+use std::collections::VecDeque;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use conn::{Conn, Cq, LocalRegion, Peer, RegionTable, Srq, State};
+use sock::{Recv, UnixAddr};
+use wire::{Hello, Msg, RegionInfo, MAX_MSG_LEN};
+
+use crate::fabric::{
+    Caps, CmEvent, Completion, ConnId, ConnReqId, CqId, Fabric, FabricError, ListenerId, MrKeys, PrivateData, QpConfig,
+    RecvWr, SendWr, SrqId, MAX_SGE,
+};
+
+pub use wire::MAX_REGIONS;
+
+/// Largest CQ / SRQ depth accepted.
+pub const MAX_QUEUE_DEPTH: u32 = 1 << 20;
+/// Most connections one fabric may have (connection ids hold a 16-bit index).
+pub const MAX_CONNS: u16 = u16::MAX;
+
+const _: () = assert!(MAX_REGIONS < sock::MAX_FDS);
+
+/// Configuration of an [`ShmFabric`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ShmConfig {
+    /// Most connections at once (live ones plus those not yet reaped).
+    pub max_conns: u16,
+    /// Largest per-QP receive ring, in entries: `QpConfig::recv_depth` (or
+    /// `srq_window`) above this is refused. A peer's rings above it too.
+    pub max_ring_depth: u32,
+    /// Receives an SRQ hands to each attached QP's ring at most.
+    pub srq_window: u32,
+    /// Receiver-not-ready timer period (IB's `min_rnr_timer`).
+    pub rnr_timer: Duration,
+    /// Connection setup (REQ to RTU) must finish within this.
+    pub connect_timeout: Duration,
+    /// Largest message (Send, Write or Read) in bytes.
+    pub max_msg_size: u32,
+    /// Incoming connections that may wait for their REQ or for the consumer's
+    /// accept/reject at once.
+    pub max_pending_requests: u16,
+    /// Refuse a peer whose regions are not sealed against shrinking (a peer
+    /// that can truncate a region could make our accesses fault). Regions in a
+    /// hugetlbfs directory cannot be sealed; set `false` to allow them.
+    pub require_sealed_regions: bool,
+}
+
+impl Default for ShmConfig {
+    fn default() -> Self {
+        ShmConfig {
+            max_conns: 256,
+            max_ring_depth: 4096,
+            srq_window: 64,
+            rnr_timer: Duration::from_millis(1),
+            connect_timeout: Duration::from_secs(5),
+            max_msg_size: 1 << 30,
+            max_pending_requests: 64,
+            require_sealed_regions: true,
+        }
+    }
+}
+
+/// A fixed-capacity table whose ids carry a 16-bit generation above a 16-bit
+/// index, so a stale id never names a reused slot.
+#[derive(Debug)]
+struct Slab<T> {
+    slots: Vec<(u16, Option<T>)>,
+    free: Vec<u16>,
+}
+
+impl<T> Slab<T> {
+    fn with_capacity(n: u16) -> Self {
+        Slab {
+            slots: (0..n).map(|_| (0, None)).collect(),
+            free: (0..n).rev().collect(),
+        }
+    }
+    fn insert(&mut self, v: T) -> Option<u32> {
+        let i = self.free.pop()?;
+        let s = &mut self.slots[i as usize];
+        s.1 = Some(v);
+        Some(((s.0 as u32) << 16) | i as u32)
+    }
+    fn index(&self, id: u32) -> Option<usize> {
+        let i = (id & 0xffff) as usize;
+        let (gen, v) = self.slots.get(i)?;
+        (*gen as u32 == id >> 16 && v.is_some()).then_some(i)
+    }
+    fn id_of(&self, i: usize) -> u32 {
+        ((self.slots[i].0 as u32) << 16) | i as u32
+    }
+    fn at_mut(&mut self, i: usize) -> Option<&mut T> {
+        self.slots.get_mut(i)?.1.as_mut()
+    }
+    fn at(&self, i: usize) -> Option<&T> {
+        self.slots.get(i)?.1.as_ref()
+    }
+    fn remove_at(&mut self, i: usize) -> Option<T> {
+        let s = self.slots.get_mut(i)?;
+        let v = s.1.take()?;
+        s.0 = s.0.wrapping_add(1);
+        self.free.push(i as u16);
+        Some(v)
+    }
+    fn capacity(&self) -> usize {
+        self.slots.len()
+    }
+}
+
+#[derive(Debug)]
+struct Listener {
+    fd: OwnedFd,
+    path: Option<PathBuf>,
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        if let Some(p) = &self.path {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+/// An accepted socket whose REQ has not arrived yet.
+#[derive(Debug)]
+struct Incoming {
+    listener: ListenerId,
+    sock: OwnedFd,
+    deadline: Instant,
+}
+
+/// A decoded REQ waiting for accept or reject.
+#[derive(Debug)]
+struct Request {
+    sock: OwnedFd,
+    hello: Hello,
+    fds: Vec<OwnedFd>,
+}
+
+static NEXT_SALT: AtomicU32 = AtomicU32::new(0);
+
+/// A 16-bit key salt, different for every fabric of this process and unlikely
+/// to repeat across processes.
+fn new_salt() -> u16 {
+    let n = NEXT_SALT.fetch_add(1, Ordering::Relaxed);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let mix = (std::process::id() as u64) << 32 ^ (nanos as u64) ^ (n as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    let s = (mix ^ (mix >> 16) ^ (mix >> 32) ^ (mix >> 48)) as u16;
+    // Non-zero, so a zeroed segment never carries a valid key.
+    s.wrapping_add(n as u16) | 1
+}
+
+/// The shared-memory fabric. See the module documentation.
+#[derive(Debug)]
+pub struct ShmFabric {
+    cfg: ShmConfig,
+    salt: u16,
+    regions: RegionTable,
+    cqs: Vec<Cq>,
+    srqs: Vec<Srq>,
+    conns: Slab<Conn>,
+    listeners: Vec<Listener>,
+    incoming: Vec<Incoming>,
+    requests: Slab<Request>,
+    events: VecDeque<CmEvent>,
+    msg: Box<[u8; MAX_MSG_LEN]>,
+    fds_in: Vec<OwnedFd>,
+}
+
+fn io_err(op: &'static str) -> impl FnOnce(std::io::Error) -> FabricError {
+    move |e| FabricError::io(op, e)
+}
+
+impl ShmFabric {
+    /// A fabric with no regions, queues or connections yet. Start-up; any
+    /// thread (then owned by one core).
+    pub fn new(cfg: ShmConfig) -> Result<ShmFabric, FabricError> {
+        if cfg.max_conns == 0 || cfg.max_pending_requests == 0 {
+            return Err(FabricError::Other(
+                "max_conns and max_pending_requests must be positive".into(),
+            ));
+        }
+        if cfg.max_ring_depth == 0 || cfg.max_ring_depth > ring::MAX_RING_CAP {
+            return Err(FabricError::Other(format!(
+                "max_ring_depth must be in 1..={}",
+                ring::MAX_RING_CAP
+            )));
+        }
+        if cfg.srq_window == 0 || cfg.srq_window > cfg.max_ring_depth {
+            return Err(FabricError::Other("srq_window must be in 1..=max_ring_depth".into()));
+        }
+        let events = 2 * cfg.max_conns as usize + 2 * cfg.max_pending_requests as usize;
+        Ok(ShmFabric {
+            salt: new_salt(),
+            regions: RegionTable::default(),
+            cqs: Vec::new(),
+            srqs: Vec::new(),
+            conns: Slab::with_capacity(cfg.max_conns),
+            listeners: Vec::new(),
+            incoming: Vec::with_capacity(cfg.max_pending_requests as usize),
+            requests: Slab::with_capacity(cfg.max_pending_requests),
+            events: VecDeque::with_capacity(events),
+            msg: Box::new([0; MAX_MSG_LEN]),
+            fds_in: Vec::with_capacity(sock::MAX_FDS),
+            cfg,
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &ShmConfig {
+        &self.cfg
+    }
+
+    /// Connections currently held (live or waiting to be reaped). Any time.
+    pub fn conn_count(&self) -> usize {
+        self.conns.capacity() - self.conns.free.len()
+    }
+
+    fn check_qp(&self, qp: &QpConfig) -> Result<(usize, Option<usize>), FabricError> {
+        let cq = qp.cq.0 as usize;
+        if cq >= self.cqs.len() {
+            return Err(FabricError::UnknownId {
+                what: "cq",
+                id: qp.cq.0,
+            });
+        }
+        let srq = match qp.srq {
+            Some(s) if s.0 as usize >= self.srqs.len() => return Err(FabricError::UnknownId { what: "srq", id: s.0 }),
+            Some(s) => Some(s.0 as usize),
+            None => None,
+        };
+        if qp.send_depth == 0 || qp.send_depth > MAX_QUEUE_DEPTH {
+            return Err(FabricError::Other(format!(
+                "send_depth must be in 1..={MAX_QUEUE_DEPTH}"
+            )));
+        }
+        Ok((cq, srq))
+    }
+
+    fn hello(&self, private_data: &[u8], conn: &Conn) -> Hello {
+        let regions = self
+            .regions
+            .by_id
+            .iter()
+            .flatten()
+            .map(|r| RegionInfo {
+                id: r.region.id(),
+                rkey: r.rkey,
+                len: r.region.len() as u64,
+            })
+            .collect();
+        Hello {
+            private_data: PrivateData::new(private_data),
+            ring_cap: conn.ring_cap,
+            file_len: conn.file_len(),
+            regions,
+        }
+    }
+
+    /// Send REQ or ACCEPT with our ring file and region descriptors.
+    fn send_hello(&mut self, ci: usize, msg: &Msg) -> std::io::Result<()> {
+        let n = wire::encode(msg, &mut self.msg);
+        let Some(c) = self.conns.at(ci) else {
+            return Err(std::io::Error::other("connection gone"));
+        };
+        let Some(s) = c.sock.as_ref() else {
+            return Err(std::io::Error::other("socket closed"));
+        };
+        let mut fds: Vec<BorrowedFd<'_>> = Vec::with_capacity(1 + self.regions.count);
+        fds.push(c.file.fd());
+        fds.extend(self.regions.by_id.iter().flatten().map(|r| r.region.fd()));
+        sock::send_msg(s.as_fd(), &self.msg[..n], &fds)
+    }
+
+    fn attach_conn(&mut self, ci: usize) {
+        if let Some(c) = self.conns.at(ci) {
+            let (cq, srq) = (c.cq, c.srq);
+            self.cqs[cq].conns.push(ci);
+            if let Some(s) = srq {
+                self.srqs[s].conns.push(ci);
+            }
+        }
+    }
+
+    /// Remove connection `ci` if it is over and its terminal event was polled.
+    fn try_reap(&mut self, ci: usize) {
+        let Some(c) = self.conns.at(ci) else { return };
+        if !(c.finished() && c.terminal_delivered) {
+            return;
+        }
+        let (cq, srq) = (c.cq, c.srq);
+        if let Some(p) = self.cqs[cq].conns.iter().position(|&x| x == ci) {
+            self.cqs[cq].conns.swap_remove(p);
+        }
+        if let Some(s) = srq {
+            let v = &mut self.srqs[s].conns;
+            if let Some(p) = v.iter().position(|&x| x == ci) {
+                v.swap_remove(p);
+            }
+        }
+        self.conns.remove_at(ci);
+    }
+
+    /// Hand queued SRQ receives to the attached QPs, one at a time,
+    /// round-robin, each QP up to its window.
+    fn distribute_srq(&mut self, s: usize) {
+        let Self {
+            srqs,
+            conns,
+            regions,
+            events,
+            ..
+        } = self;
+        let srq = &mut srqs[s];
+        let n = srq.conns.len();
+        while let Some(&wr) = srq.queue.front() {
+            let mut target = None;
+            for _ in 0..n {
+                let ci = srq.conns[srq.next % n];
+                srq.next = srq.next.wrapping_add(1);
+                if conns.at(ci).is_some_and(|c| c.is_live() && c.recv_room()) {
+                    target = Some(ci);
+                    break;
+                }
+            }
+            let Some(ci) = target else { break };
+            let id = ConnId(conns.id_of(ci));
+            let Some(c) = conns.at_mut(ci) else { break };
+            srq.queue.pop_front();
+            if !c.give(id, wr, regions, events) {
+                srq.queue.push_front(wr);
+            }
+        }
+    }
+
+    // ---- connection management progress ----
+
+    fn cm_progress(&mut self) {
+        let now = Instant::now();
+        self.accept_incoming(now);
+        self.read_requests(now);
+        for ci in 0..self.conns.capacity() {
+            if self.conns.at(ci).is_some() {
+                self.cm_conn(ci, now);
+            }
+        }
+    }
+
+    fn accept_incoming(&mut self, now: Instant) {
+        for (li, l) in self.listeners.iter().enumerate() {
+            while self.incoming.len() < self.cfg.max_pending_requests as usize {
+                match sock::accept(l.fd.as_fd()) {
+                    Ok(Some(s)) => self.incoming.push(Incoming {
+                        listener: ListenerId(li as u32),
+                        sock: s,
+                        deadline: now + self.cfg.connect_timeout,
+                    }),
+                    Ok(None) | Err(_) => break,
+                }
+            }
+        }
+    }
+
+    fn read_requests(&mut self, now: Instant) {
+        let mut i = 0;
+        while i < self.incoming.len() {
+            self.fds_in.clear();
+            let r = sock::recv_msg(self.incoming[i].sock.as_fd(), &mut self.msg[..], &mut self.fds_in);
+            match r {
+                Ok(Recv::WouldBlock) if now < self.incoming[i].deadline => {
+                    i += 1;
+                    continue;
+                }
+                Ok(Recv::Msg(n)) => {
+                    let inc = self.incoming.swap_remove(i);
+                    if let Ok(Msg::Req(hello)) = wire::decode(&self.msg[..n]) {
+                        if self.fds_in.len() == 1 + hello.regions.len() {
+                            let pd = hello.private_data;
+                            let req = Request {
+                                sock: inc.sock,
+                                hello,
+                                fds: std::mem::take(&mut self.fds_in),
+                            };
+                            // A full table drops the request: the peer sees
+                            // end-of-file (Unreachable).
+                            if let Some(id) = self.requests.insert(req) {
+                                self.events.push_back(CmEvent::ConnectRequest {
+                                    listener: inc.listener,
+                                    req: ConnReqId(id),
+                                    private_data: pd,
+                                });
+                            }
+                            self.fds_in = Vec::with_capacity(sock::MAX_FDS);
+                        }
+                    }
+                }
+                // Timed out, closed, or garbage: drop it.
+                _ => {
+                    self.incoming.swap_remove(i);
+                }
+            }
+        }
+        self.fds_in.clear();
+    }
+
+    fn cm_conn(&mut self, ci: usize, now: Instant) {
+        let id = ConnId(self.conns.id_of(ci));
+        let Some(c) = self.conns.at_mut(ci) else { return };
+        match c.state {
+            State::Error => {}
+            State::Connecting { connected: false } => {
+                let (Some(s), Some(a)) = (c.sock.as_ref(), c.addr.as_ref()) else {
+                    return c.fail(CmEvent::Unreachable { conn: id }, &mut self.events, false);
+                };
+                use std::os::fd::AsRawFd;
+                match sock::connect_again(s.as_raw_fd(), a) {
+                    Ok(()) => {
+                        c.state = State::Connecting { connected: true };
+                        self.send_req(ci, id);
+                    }
+                    Err(e) if e.raw_os_error() == Some(libc::EAGAIN) && now < c.deadline => {}
+                    Err(_) => c.fail(CmEvent::Unreachable { conn: id }, &mut self.events, false),
+                }
+            }
+            State::Connecting { connected: true } | State::AcceptWait | State::Established => {
+                let Some(s) = c.sock.as_ref() else { return };
+                self.fds_in.clear();
+                let r = sock::recv_msg(s.as_fd(), &mut self.msg[..], &mut self.fds_in);
+                let state = c.state;
+                let msg = match r {
+                    Ok(Recv::Msg(n)) => wire::decode(&self.msg[..n]).ok(),
+                    Ok(Recv::WouldBlock) => {
+                        if state == State::Established {
+                            if c.peer_closed() {
+                                c.fail(CmEvent::Disconnected { conn: id }, &mut self.events, true);
+                            }
+                        } else if now >= c.deadline {
+                            c.fail(CmEvent::Unreachable { conn: id }, &mut self.events, false);
+                        }
+                        return;
+                    }
+                    Ok(Recv::Eof) | Err(_) => None,
+                };
+                let fds = std::mem::take(&mut self.fds_in);
+                self.fds_in = Vec::with_capacity(sock::MAX_FDS);
+                self.on_cm_msg(ci, id, state, msg, fds);
+            }
+        }
+    }
+
+    fn on_cm_msg(&mut self, ci: usize, id: ConnId, state: State, msg: Option<Msg>, fds: Vec<OwnedFd>) {
+        let cfg = &self.cfg;
+        let Some(c) = self.conns.at_mut(ci) else { return };
+        let events = &mut self.events;
+        match (state, msg) {
+            (State::Connecting { .. }, Some(Msg::Accept(hello))) => match Peer::attach(&hello, fds, cfg) {
+                Ok(peer) => {
+                    c.peer = Some(peer);
+                    let n = wire::encode(&Msg::Rtu, &mut self.msg);
+                    let sent = c
+                        .sock
+                        .as_ref()
+                        .is_some_and(|s| sock::send_msg(s.as_fd(), &self.msg[..n], &[]).is_ok());
+                    if sent {
+                        c.state = State::Established;
+                        events.push_back(CmEvent::Established {
+                            conn: id,
+                            private_data: hello.private_data,
+                        });
+                    } else {
+                        c.fail(CmEvent::Unreachable { conn: id }, events, false);
+                    }
+                }
+                Err(_) => c.fail(CmEvent::Unreachable { conn: id }, events, false),
+            },
+            (State::Connecting { .. }, Some(Msg::Reject(pd))) => c.fail(
+                CmEvent::Rejected {
+                    conn: id,
+                    private_data: pd,
+                },
+                events,
+                false,
+            ),
+            (State::AcceptWait, Some(Msg::Rtu)) => {
+                c.state = State::Established;
+                events.push_back(CmEvent::Established {
+                    conn: id,
+                    private_data: PrivateData::EMPTY,
+                });
+            }
+            // End-of-file, garbage, or a message out of turn.
+            (State::Established, _) => c.fail(CmEvent::Disconnected { conn: id }, events, true),
+            _ => c.fail(CmEvent::Unreachable { conn: id }, events, false),
+        }
+    }
+
+    fn send_req(&mut self, ci: usize, id: ConnId) {
+        let Some(c) = self.conns.at(ci) else { return };
+        let msg = Msg::Req(self.hello(c.pending_pd.as_bytes(), c));
+        if self.send_hello(ci, &msg).is_err() {
+            if let Some(c) = self.conns.at_mut(ci) {
+                c.fail(CmEvent::Unreachable { conn: id }, &mut self.events, false);
+            }
+        }
+    }
+
+    /// Progress every connection bound to CQ `qi` (data path).
+    fn progress_cq(&mut self, qi: usize) {
+        let Self {
+            conns,
+            cqs,
+            srqs,
+            regions,
+            cfg,
+            events,
+            ..
+        } = self;
+        let mut reap = false;
+        let mut k = 0;
+        while k < cqs[qi].conns.len() {
+            let ci = cqs[qi].conns[k];
+            k += 1;
+            let id = ConnId(conns.id_of(ci));
+            let Some(c) = conns.at_mut(ci) else { continue };
+            let srq = c.srq.map(|s| &mut srqs[s]);
+            c.progress(id, &mut cqs[qi], srq, regions, cfg, events);
+            reap |= c.finished() && c.terminal_delivered;
+        }
+        if reap {
+            let list: Vec<usize> = self.cqs[qi].conns.clone();
+            for ci in list {
+                self.try_reap(ci);
+            }
+        }
+    }
+}
+
+impl Fabric for ShmFabric {
+    fn name(&self) -> &'static str {
+        "shm"
+    }
+
+    fn caps(&self) -> Caps {
+        Caps {
+            send_with_invalidate: true,
+            srq: true,
+            max_inline: 0,
+            max_sge: MAX_SGE as u32,
+            max_msg_size: self.cfg.max_msg_size,
+        }
+    }
+
+    /// Registers `region` for local use and for every peer connected *after*
+    /// this call. At most [`MAX_REGIONS`] regions.
+    fn register_region(&mut self, region: &Arc<mempool::region::Region>) -> Result<MrKeys, FabricError> {
+        let id = region.id();
+        if self.regions.rkey(id).is_some() {
+            return Err(FabricError::Other(format!("region {id} is already registered")));
+        }
+        if self.regions.count >= MAX_REGIONS {
+            return Err(FabricError::QueueFull {
+                what: "registered regions",
+            });
+        }
+        let key = (self.salt as u32) << 16 | id as u32;
+        let t = &mut self.regions.by_id;
+        if t.len() <= id as usize {
+            t.resize_with(id as usize + 1, || None);
+        }
+        t[id as usize] = Some(LocalRegion {
+            region: Arc::clone(region),
+            rkey: key,
+        });
+        self.regions.count += 1;
+        Ok(MrKeys { lkey: key, rkey: key })
+    }
+
+    /// Region-relative: returns `offset` (after checking the region is
+    /// registered and `offset` is within it).
+    fn remote_addr(&self, region: u16, offset: u64) -> Result<u64, FabricError> {
+        let r = self
+            .regions
+            .by_id
+            .get(region as usize)
+            .and_then(|r| r.as_ref())
+            .ok_or(FabricError::NotRegistered { region })?;
+        if offset > r.region.len() as u64 {
+            return Err(FabricError::BadAddress(format!(
+                "offset {offset} beyond region {region}"
+            )));
+        }
+        Ok(offset)
+    }
+
+    fn create_cq(&mut self, depth: u32) -> Result<CqId, FabricError> {
+        if depth == 0 || depth > MAX_QUEUE_DEPTH {
+            return Err(FabricError::Other(format!("CQ depth must be in 1..={MAX_QUEUE_DEPTH}")));
+        }
+        self.cqs.push(Cq::new(depth as usize));
+        Ok(CqId(self.cqs.len() as u32 - 1))
+    }
+
+    fn create_srq(&mut self, depth: u32) -> Result<SrqId, FabricError> {
+        if depth == 0 || depth > MAX_QUEUE_DEPTH {
+            return Err(FabricError::Other(format!(
+                "SRQ depth must be in 1..={MAX_QUEUE_DEPTH}"
+            )));
+        }
+        self.srqs.push(Srq::new(depth));
+        Ok(SrqId(self.srqs.len() as u32 - 1))
+    }
+
+    /// `addr`: a socket path, or `@name` (abstract namespace). A stale socket
+    /// file at the path is replaced; the file is removed when the fabric is
+    /// dropped.
+    fn listen(&mut self, addr: &str) -> Result<ListenerId, FabricError> {
+        let a = UnixAddr::parse(addr).ok_or_else(|| FabricError::BadAddress(addr.to_string()))?;
+        let fd = sock::listen(&a).map_err(io_err("listen"))?;
+        self.listeners.push(Listener { fd, path: a.path });
+        Ok(ListenerId(self.listeners.len() as u32 - 1))
+    }
+
+    /// Creates the QP's rings and starts the connection; the outcome is a
+    /// later `Established`, `Rejected` or `Unreachable` event (a refused or
+    /// missing socket is `Unreachable`, not an error here).
+    fn connect(&mut self, addr: &str, qp: &QpConfig, private_data: &[u8]) -> Result<ConnId, FabricError> {
+        let a = UnixAddr::parse(addr).ok_or_else(|| FabricError::BadAddress(addr.to_string()))?;
+        let (cq, srq) = self.check_qp(qp)?;
+        let now = Instant::now();
+        let mut c = Conn::new(qp, cq, srq, &self.cfg, now).map_err(FabricError::Other)?;
+        c.pending_pd = PrivateData::new(private_data);
+        let s = sock::unconnected().map_err(io_err("socket"))?;
+        use std::os::fd::AsRawFd;
+        let r = sock::connect_again(s.as_raw_fd(), &a);
+        c.sock = Some(s);
+        let raw = self
+            .conns
+            .insert(c)
+            .ok_or(FabricError::QueueFull { what: "connections" })?;
+        let id = ConnId(raw);
+        let ci = (raw & 0xffff) as usize;
+        self.attach_conn(ci);
+        let Some(c) = self.conns.at_mut(ci) else {
+            return Err(FabricError::NotConnected(id));
+        };
+        match r {
+            Ok(()) => {
+                c.state = State::Connecting { connected: true };
+                self.send_req(ci, id);
+            }
+            // The listener's backlog is full: retried by poll_cm.
+            Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => c.addr = Some(a),
+            Err(_) => c.fail(CmEvent::Unreachable { conn: id }, &mut self.events, false),
+        }
+        if let Some(s) = srq {
+            self.distribute_srq(s);
+        }
+        Ok(id)
+    }
+
+    /// Maps the requester's ring file and regions, creates this side's rings
+    /// and answers ACCEPT. `Established` follows when the requester confirms.
+    /// On a local failure the request is dropped (the requester sees
+    /// `Unreachable`) and the error returned.
+    fn accept(&mut self, req: ConnReqId, qp: &QpConfig, private_data: &[u8]) -> Result<ConnId, FabricError> {
+        let ri = self.requests.index(req.0).ok_or(FabricError::UnknownId {
+            what: "connection request",
+            id: req.0,
+        })?;
+        let (cq, srq) = self.check_qp(qp)?;
+        let Some(r) = self.requests.remove_at(ri) else {
+            return Err(FabricError::UnknownId {
+                what: "connection request",
+                id: req.0,
+            });
+        };
+        let peer = Peer::attach(&r.hello, r.fds, &self.cfg).map_err(FabricError::Other)?;
+        let now = Instant::now();
+        let mut c = Conn::new(qp, cq, srq, &self.cfg, now).map_err(FabricError::Other)?;
+        c.peer = Some(peer);
+        c.sock = Some(r.sock);
+        c.state = State::AcceptWait;
+        let raw = self
+            .conns
+            .insert(c)
+            .ok_or(FabricError::QueueFull { what: "connections" })?;
+        let id = ConnId(raw);
+        let ci = (raw & 0xffff) as usize;
+        self.attach_conn(ci);
+        let msg = {
+            let c = self.conns.at(ci).ok_or(FabricError::NotConnected(id))?;
+            Msg::Accept(self.hello(private_data, c))
+        };
+        if self.send_hello(ci, &msg).is_err() {
+            if let Some(c) = self.conns.at_mut(ci) {
+                c.fail(CmEvent::Unreachable { conn: id }, &mut self.events, false);
+            }
+        }
+        if let Some(s) = srq {
+            self.distribute_srq(s);
+        }
+        Ok(id)
+    }
+
+    fn reject(&mut self, req: ConnReqId, private_data: &[u8]) -> Result<(), FabricError> {
+        let ri = self.requests.index(req.0).ok_or(FabricError::UnknownId {
+            what: "connection request",
+            id: req.0,
+        })?;
+        let Some(r) = self.requests.remove_at(ri) else {
+            return Ok(());
+        };
+        let n = wire::encode(&Msg::Reject(PrivateData::new(private_data)), &mut self.msg);
+        // The requester may already be gone; nothing to do about it.
+        let _ = sock::send_msg(r.sock.as_fd(), &self.msg[..n], &[]);
+        Ok(())
+    }
+
+    /// Moves the connection to error (outstanding work requests are flushed
+    /// by later `poll_cq` calls) and queues `Disconnected`; the peer sees the
+    /// socket close. Idempotent: a connection already in error, or already
+    /// reaped, is `Ok`.
+    fn disconnect(&mut self, conn: ConnId) -> Result<(), FabricError> {
+        let i = (conn.0 & 0xffff) as usize;
+        if i >= self.conns.capacity() {
+            return Err(FabricError::UnknownId {
+                what: "connection",
+                id: conn.0,
+            });
+        }
+        let Some(ci) = self.conns.index(conn.0) else {
+            return Ok(());
+        };
+        if let Some(c) = self.conns.at_mut(ci) {
+            c.fail(CmEvent::Disconnected { conn }, &mut self.events, true);
+        }
+        Ok(())
+    }
+
+    fn poll_cm(&mut self) -> Option<CmEvent> {
+        if self.events.is_empty() {
+            self.cm_progress();
+        }
+        let ev = self.events.pop_front()?;
+        if let CmEvent::Disconnected { conn } | CmEvent::Rejected { conn, .. } | CmEvent::Unreachable { conn } = ev {
+            if let Some(ci) = self.conns.index(conn.0) {
+                if let Some(c) = self.conns.at_mut(ci) {
+                    c.terminal_delivered = true;
+                }
+                // Flush what can be flushed now; reaped when everything is.
+                let cq = self.conns.at(ci).map(|c| c.cq);
+                if let Some(cq) = cq {
+                    self.progress_cq(cq);
+                }
+                self.try_reap(ci);
+            }
+        }
+        Some(ev)
+    }
+
+    fn post_send(&mut self, conn: ConnId, wr: &SendWr) -> Result<(), FabricError> {
+        let ci = self.conns.index(conn.0).ok_or(FabricError::NotConnected(conn))?;
+        if wr.num_sge as usize > MAX_SGE {
+            return Err(FabricError::Other(format!("num_sge {} > {MAX_SGE}", wr.num_sge)));
+        }
+        let Self {
+            conns,
+            cqs,
+            srqs,
+            regions,
+            cfg,
+            events,
+            ..
+        } = self;
+        let Some(c) = conns.at_mut(ci) else {
+            return Err(FabricError::NotConnected(conn));
+        };
+        if !matches!(c.state, State::Established | State::Error) {
+            return Err(FabricError::NotConnected(conn));
+        }
+        if c.sq_len() >= c.qp.send_depth as usize {
+            return Err(FabricError::QueueFull { what: "send queue" });
+        }
+        c.queue_send(*wr);
+        let srq = c.srq.map(|s| &mut srqs[s]);
+        let cq = c.cq;
+        c.progress(conn, &mut cqs[cq], srq, regions, cfg, events);
+        Ok(())
+    }
+
+    /// Receives may be posted from `connect`/`accept` on (before
+    /// `Established`); on a connection in error they complete Flushed.
+    fn post_recv(&mut self, conn: ConnId, wr: &RecvWr) -> Result<(), FabricError> {
+        if self.regions.resolve(&wr.buf).is_none() {
+            return Err(match self.regions.rkey(wr.buf.region) {
+                None => FabricError::NotRegistered { region: wr.buf.region },
+                Some(_) => FabricError::BadAddress(format!("{:?} is outside its region", wr.buf)),
+            });
+        }
+        let ci = self.conns.index(conn.0).ok_or(FabricError::NotConnected(conn))?;
+        let Self {
+            conns, regions, events, ..
+        } = self;
+        let Some(c) = conns.at_mut(ci) else {
+            return Err(FabricError::NotConnected(conn));
+        };
+        if c.srq.is_some() {
+            return Err(FabricError::Other("this connection receives from an SRQ".into()));
+        }
+        if !c.recv_room() {
+            return Err(FabricError::QueueFull { what: "receive queue" });
+        }
+        c.post_recv(conn, *wr, regions, events);
+        Ok(())
+    }
+
+    fn post_srq_recv(&mut self, srq: SrqId, wr: &RecvWr) -> Result<(), FabricError> {
+        let s = srq.0 as usize;
+        if s >= self.srqs.len() {
+            return Err(FabricError::UnknownId { what: "srq", id: srq.0 });
+        }
+        if self.regions.resolve(&wr.buf).is_none() {
+            return Err(match self.regions.rkey(wr.buf.region) {
+                None => FabricError::NotRegistered { region: wr.buf.region },
+                Some(_) => FabricError::BadAddress(format!("{:?} is outside its region", wr.buf)),
+            });
+        }
+        let q = &mut self.srqs[s];
+        if q.outstanding >= q.depth {
+            return Err(FabricError::QueueFull {
+                what: "shared receive queue",
+            });
+        }
+        q.outstanding += 1;
+        q.queue.push_back(*wr);
+        self.distribute_srq(s);
+        Ok(())
+    }
+
+    fn poll_cq(&mut self, cq: CqId, out: &mut [Completion]) -> usize {
+        let qi = cq.0 as usize;
+        if qi >= self.cqs.len() || out.is_empty() {
+            return 0;
+        }
+        let mut n = pop_into(&mut self.cqs[qi], out);
+        if n < out.len() {
+            self.progress_cq(qi);
+            n += pop_into(&mut self.cqs[qi], &mut out[n..]);
+        }
+        n
+    }
+}
+
+fn pop_into(cq: &mut Cq, out: &mut [Completion]) -> usize {
+    let mut n = 0;
+    while n < out.len() {
+        let Some(c) = cq.queue.pop_front() else { break };
+        out[n] = c;
+        n += 1;
+    }
+    n
+}

@@ -1,0 +1,778 @@
+//! In-process tests of the shm fabric: two `ShmFabric` instances in one
+//! process, polled from one thread (they share nothing but the socket and the
+//! memfds, exactly as two processes would).
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use dataplane::shm::{ShmConfig, ShmFabric};
+use dataplane::{
+    CmEvent, Completion, ConnId, CqId, Fabric, FabricError, LocalBuf, MrKeys, QpConfig, RecvWr, RemoteBuf, SendOp,
+    SendWr, SrqId, WcOpcode, WcStatus, WrId,
+};
+use mempool::region::{Region, RegionConfig};
+
+const DEADLINE: Duration = Duration::from_secs(10);
+
+static NEXT: AtomicU32 = AtomicU32::new(0);
+
+fn addr() -> String {
+    format!(
+        "@rpcrdma-shm-inproc-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+struct Side {
+    f: ShmFabric,
+    cq: CqId,
+    region: Arc<Region>,
+    keys: MrKeys,
+}
+
+fn side_with(cfg: ShmConfig, region_id: u16) -> Side {
+    let mut f = ShmFabric::new(cfg).unwrap();
+    let region = Arc::new(Region::create(region_id, 2 << 20, &RegionConfig::default()).unwrap());
+    let keys = f.register_region(&region).unwrap();
+    let cq = f.create_cq(4096).unwrap();
+    Side { f, cq, region, keys }
+}
+
+fn side(region_id: u16) -> Side {
+    side_with(ShmConfig::default(), region_id)
+}
+
+impl Side {
+    fn buf(&self, offset: u64, len: u32) -> LocalBuf {
+        LocalBuf {
+            region: self.region.id(),
+            offset,
+            len,
+        }
+    }
+    fn remote(&self, offset: u64, len: u32) -> RemoteBuf {
+        RemoteBuf {
+            handle: self.keys.rkey,
+            length: len,
+            offset: self.f.remote_addr(self.region.id(), offset).unwrap(),
+        }
+    }
+    fn write(&self, offset: usize, bytes: &[u8]) {
+        assert!(offset + bytes.len() <= self.region.len());
+        // SAFETY: in bounds of the region's mapping (checked above); the test
+        // owns these bytes (no work request targets them concurrently).
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.region.as_ptr().add(offset), bytes.len()) }
+    }
+    fn read(&self, offset: usize, len: usize) -> Vec<u8> {
+        assert!(offset + len <= self.region.len());
+        let mut v = vec![0u8; len];
+        // SAFETY: as in `write`.
+        unsafe { std::ptr::copy_nonoverlapping(self.region.as_ptr().add(offset), v.as_mut_ptr(), len) }
+        v
+    }
+    fn recv(&mut self, conn: ConnId, index: u64, offset: u64, len: u32) {
+        let wr = RecvWr {
+            wr_id: WrId::new(1, index),
+            buf: self.buf(offset, len),
+        };
+        self.f.post_recv(conn, &wr).unwrap();
+    }
+    fn send(&mut self, conn: ConnId, index: u64, op: SendOp, local: LocalBuf, remote: RemoteBuf) {
+        let wr = SendWr::new(WrId::new(2, index), op, local, remote);
+        self.f.post_send(conn, &wr).unwrap();
+    }
+    /// Poll until `n` completions arrived (or the deadline: panics).
+    fn wait(&mut self, n: usize) -> Vec<Completion> {
+        let start = Instant::now();
+        let mut got = Vec::new();
+        let mut buf = [zero_wc(); 32];
+        while got.len() < n {
+            let k = self.f.poll_cq(self.cq, &mut buf);
+            got.extend_from_slice(&buf[..k]);
+            assert!(
+                start.elapsed() < DEADLINE,
+                "timed out with {} of {n} completions: {got:?}",
+                got.len()
+            );
+        }
+        got
+    }
+    /// Poll until no completion shows up for a while.
+    fn drain(&mut self) -> Vec<Completion> {
+        let mut got = Vec::new();
+        let mut buf = [zero_wc(); 32];
+        let mut quiet = 0;
+        while quiet < 200 {
+            let k = self.f.poll_cq(self.cq, &mut buf);
+            if k == 0 {
+                quiet += 1;
+                std::thread::sleep(Duration::from_micros(50));
+            } else {
+                quiet = 0;
+            }
+            got.extend_from_slice(&buf[..k]);
+        }
+        got
+    }
+    fn cm(&mut self) -> CmEvent {
+        let start = Instant::now();
+        loop {
+            if let Some(e) = self.f.poll_cm() {
+                return e;
+            }
+            assert!(start.elapsed() < DEADLINE, "no CM event");
+            std::thread::yield_now();
+        }
+    }
+}
+
+fn zero_wc() -> Completion {
+    Completion {
+        wr_id: WrId(0),
+        status: WcStatus::General,
+        opcode: WcOpcode::Recv,
+        conn: ConnId(0),
+        byte_len: 0,
+        invalidated_rkey: None,
+    }
+}
+
+fn qp(cq: CqId) -> QpConfig {
+    QpConfig {
+        cq,
+        ..QpConfig::default()
+    }
+}
+
+/// Connect `b` to a listener on `a`; returns (a's conn, b's conn). Private data
+/// travels both ways.
+fn connect_with(a: &mut Side, b: &mut Side, qa: QpConfig, qb: QpConfig) -> (ConnId, ConnId) {
+    let at = addr();
+    let l = a.f.listen(&at).unwrap();
+    let cb = b.f.connect(&at, &qb, b"requester-pd").unwrap();
+    let start = Instant::now();
+    let ca = loop {
+        match a.f.poll_cm() {
+            Some(CmEvent::ConnectRequest {
+                listener,
+                req,
+                private_data,
+            }) => {
+                assert_eq!(listener, l);
+                assert_eq!(private_data.as_bytes(), b"requester-pd");
+                break a.f.accept(req, &qa, b"responder-pd").unwrap();
+            }
+            Some(e) => panic!("unexpected {e:?}"),
+            None => {}
+        }
+        assert!(b.f.poll_cm().is_none());
+        assert!(start.elapsed() < DEADLINE);
+    };
+    match b.cm() {
+        CmEvent::Established { conn, private_data } => {
+            assert_eq!(conn, cb);
+            assert_eq!(private_data.as_bytes(), b"responder-pd");
+        }
+        e => panic!("unexpected {e:?}"),
+    }
+    match a.cm() {
+        CmEvent::Established { conn, .. } => assert_eq!(conn, ca),
+        e => panic!("unexpected {e:?}"),
+    }
+    (ca, cb)
+}
+
+fn connect(a: &mut Side, b: &mut Side) -> (ConnId, ConnId) {
+    let (qa, qb) = (qp(a.cq), qp(b.cq));
+    connect_with(a, b, qa, qb)
+}
+
+fn expect_disconnected(s: &mut Side, conn: ConnId) {
+    match s.cm() {
+        CmEvent::Disconnected { conn: c } => assert_eq!(c, conn),
+        e => panic!("expected Disconnected, got {e:?}"),
+    }
+}
+
+#[test]
+fn send_recv_carries_bytes_and_private_data() {
+    let (mut a, mut b) = (side(1), side(2));
+    let (ca, cb) = connect(&mut a, &mut b);
+    a.recv(ca, 7, 4096, 256);
+    b.write(0, b"hello over shared memory");
+    b.send(cb, 1, SendOp::Send, b.buf(0, 24), RemoteBuf::default());
+    let sc = b.wait(1);
+    assert_eq!(
+        (sc[0].status, sc[0].opcode, sc[0].byte_len),
+        (WcStatus::Success, WcOpcode::Send, 24)
+    );
+    assert_eq!(sc[0].wr_id, WrId::new(2, 1));
+    let rc = a.wait(1);
+    assert_eq!(rc[0].wr_id, WrId::new(1, 7));
+    assert_eq!(
+        (rc[0].status, rc[0].opcode, rc[0].byte_len),
+        (WcStatus::Success, WcOpcode::Recv, 24)
+    );
+    assert_eq!(rc[0].conn, ca);
+    assert_eq!(rc[0].invalidated_rkey, None);
+    assert_eq!(a.read(4096, 24), b"hello over shared memory");
+}
+
+#[test]
+fn gather_write_read_and_send_with_invalidate() {
+    let (mut a, mut b) = (side(1), side(2));
+    let (ca, cb) = connect(&mut a, &mut b);
+    // Send gathering three buffers.
+    a.recv(ca, 0, 0, 64);
+    b.write(100, b"abc");
+    b.write(200, b"defg");
+    b.write(300, b"h");
+    let mut wr = SendWr::new(
+        WrId::new(2, 0),
+        SendOp::SendWithInv { rkey: 0xdead_beef },
+        b.buf(100, 3),
+        RemoteBuf::default(),
+    );
+    wr.sge[1] = b.buf(200, 4);
+    wr.sge[2] = b.buf(300, 1);
+    wr.num_sge = 3;
+    b.f.post_send(cb, &wr).unwrap();
+    assert_eq!(b.wait(1)[0].byte_len, 8);
+    let rc = a.wait(1);
+    assert_eq!((rc[0].byte_len, rc[0].invalidated_rkey), (8, Some(0xdead_beef)));
+    assert_eq!(a.read(0, 8), b"abcdefgh");
+
+    // RDMA Write into a, RDMA Read from a.
+    let pattern: Vec<u8> = (0..65536u32).map(|i| (i * 7 % 251) as u8).collect();
+    b.write(65536, &pattern);
+    let dst = a.remote(131072, 65536);
+    b.send(cb, 1, SendOp::RdmaWrite, b.buf(65536, 65536), dst);
+    let wc = b.wait(1);
+    assert_eq!(
+        (wc[0].status, wc[0].opcode, wc[0].byte_len),
+        (WcStatus::Success, WcOpcode::RdmaWrite, 65536)
+    );
+    assert_eq!(a.read(131072, 65536), pattern);
+
+    a.write(300_000, b"read me from the other side");
+    let src = a.remote(300_000, 27);
+    b.send(cb, 2, SendOp::RdmaRead, b.buf(400_000, 27), src);
+    let wc = b.wait(1);
+    assert_eq!(
+        (wc[0].status, wc[0].opcode, wc[0].byte_len),
+        (WcStatus::Success, WcOpcode::RdmaRead, 27)
+    );
+    assert_eq!(b.read(400_000, 27), b"read me from the other side");
+    // One-sided: a saw no completion for the Write or the Read.
+    assert!(a.drain().is_empty());
+}
+
+#[test]
+fn rnr_then_success() {
+    let cfg = ShmConfig {
+        rnr_timer: Duration::from_millis(2),
+        ..ShmConfig::default()
+    };
+    let (mut a, mut b) = (side(1), side_with(cfg, 2));
+    let (ca, cb) = connect(&mut a, &mut b);
+    b.write(0, b"late");
+    b.send(cb, 1, SendOp::Send, b.buf(0, 4), RemoteBuf::default());
+    // A later Write waits behind the Send (posting order).
+    b.write(64, b"WW");
+    let dst = a.remote(8192, 2);
+    b.send(cb, 2, SendOp::RdmaWrite, b.buf(64, 2), dst);
+    let mut wc = [zero_wc(); 4];
+    for _ in 0..3 {
+        assert_eq!(b.f.poll_cq(b.cq, &mut wc), 0, "Send must wait for a receive");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(a.read(8192, 2), [0, 0], "the Write is not executed before the Send");
+    a.recv(ca, 3, 1024, 16);
+    let got = b.wait(2);
+    assert_eq!((got[0].wr_id, got[0].status), (WrId::new(2, 1), WcStatus::Success));
+    assert_eq!((got[1].wr_id, got[1].status), (WrId::new(2, 2), WcStatus::Success));
+    let rc = a.wait(1);
+    assert_eq!(rc[0].byte_len, 4);
+    assert_eq!(a.read(1024, 4), b"late");
+    assert_eq!(a.read(8192, 2), b"WW");
+}
+
+#[test]
+fn rnr_retry_exceeded_fails_both_sides() {
+    let cfg = ShmConfig {
+        rnr_timer: Duration::from_millis(1),
+        ..ShmConfig::default()
+    };
+    let (mut a, mut b) = (side(1), side_with(cfg, 2));
+    let qa = qp(a.cq);
+    let qb = QpConfig {
+        rnr_retry: 2,
+        ..qp(b.cq)
+    };
+    let (ca, cb) = connect_with(&mut a, &mut b, qa, qb);
+    b.recv(cb, 9, 0, 64);
+    let t0 = Instant::now();
+    b.send(cb, 1, SendOp::Send, b.buf(4096, 8), RemoteBuf::default());
+    b.send(cb, 2, SendOp::RdmaWrite, b.buf(4096, 8), a.remote(0, 8));
+    let got = b.wait(3);
+    assert!(t0.elapsed() >= Duration::from_millis(2), "two RNR periods pass first");
+    assert_eq!(
+        (got[0].wr_id, got[0].status),
+        (WrId::new(2, 1), WcStatus::RnrRetryExceeded)
+    );
+    assert_eq!((got[1].wr_id, got[1].status), (WrId::new(2, 2), WcStatus::Flushed));
+    assert_eq!(
+        (got[2].wr_id, got[2].status, got[2].opcode),
+        (WrId::new(1, 9), WcStatus::Flushed, WcOpcode::Recv)
+    );
+    // New work on a failed connection (not yet reaped) is flushed.
+    b.send(cb, 3, SendOp::Send, b.buf(0, 8), RemoteBuf::default());
+    assert_eq!(b.wait(1)[0].status, WcStatus::Flushed);
+    expect_disconnected(&mut b, cb);
+    expect_disconnected(&mut a, ca);
+    // Once the terminal event is consumed and everything flushed, the id is stale.
+    let wr = SendWr::new(WrId(0), SendOp::Send, b.buf(0, 8), RemoteBuf::default());
+    assert!(matches!(b.f.post_send(cb, &wr), Err(FabricError::NotConnected(c)) if c == cb));
+}
+
+#[test]
+fn rnr_retry_zero_fails_at_once() {
+    let (mut a, mut b) = (side(1), side(2));
+    let qa = qp(a.cq);
+    let qb = QpConfig {
+        rnr_retry: 0,
+        ..qp(b.cq)
+    };
+    let (_ca, cb) = connect_with(&mut a, &mut b, qa, qb);
+    b.send(cb, 1, SendOp::Send, b.buf(0, 8), RemoteBuf::default());
+    let mut wc = [zero_wc(); 4];
+    assert_eq!(b.f.poll_cq(b.cq, &mut wc), 1);
+    assert_eq!(wc[0].status, WcStatus::RnrRetryExceeded);
+}
+
+fn remote_access_case(bad: impl Fn(&Side) -> RemoteBuf, op: SendOp) {
+    let (mut a, mut b) = (side(1), side(2));
+    let (ca, cb) = connect(&mut a, &mut b);
+    for i in 0..3 {
+        a.recv(ca, i, i * 256, 256);
+        b.recv(cb, 10 + i, i * 256, 256);
+    }
+    let remote = bad(&a);
+    b.send(cb, 1, op, b.buf(8192, 64), remote);
+    b.send(cb, 2, SendOp::Send, b.buf(8192, 8), RemoteBuf::default());
+    let got = b.wait(5);
+    // Send-queue completions in posting order; the receive flushes may
+    // interleave with them (as on hardware, SQ and RQ flush independently).
+    let sends: Vec<_> = got
+        .iter()
+        .filter(|c| c.opcode != WcOpcode::Recv)
+        .map(|c| (c.wr_id, c.status))
+        .collect();
+    assert_eq!(
+        sends,
+        [
+            (WrId::new(2, 1), WcStatus::RemoteAccess),
+            (WrId::new(2, 2), WcStatus::Flushed)
+        ]
+    );
+    let recvs: HashSet<u64> = got
+        .iter()
+        .filter(|c| c.opcode == WcOpcode::Recv)
+        .inspect(|c| assert_eq!(c.status, WcStatus::Flushed))
+        .map(|c| c.wr_id.index())
+        .collect();
+    assert_eq!(recvs, HashSet::from([10, 11, 12]));
+    expect_disconnected(&mut b, cb);
+    // The peer goes to error too, with its receives flushed.
+    expect_disconnected(&mut a, ca);
+    let got = a.wait(3);
+    assert!(got.iter().all(|c| c.status == WcStatus::Flushed && c.conn == ca));
+    assert!(a.drain().is_empty());
+    assert!(b.drain().is_empty());
+    // Both sides reaped the connection once the event and flushes were consumed.
+    assert_eq!(a.f.conn_count(), 0);
+    assert_eq!(b.f.conn_count(), 0);
+}
+
+#[test]
+fn bad_rkey_write_is_remote_access() {
+    remote_access_case(
+        |a| RemoteBuf {
+            handle: a.keys.rkey ^ 0x0001_0000,
+            length: 64,
+            offset: 0,
+        },
+        SendOp::RdmaWrite,
+    );
+}
+
+#[test]
+fn out_of_range_write_is_remote_access() {
+    remote_access_case(|a| a.remote(a.region.len() as u64 - 32, 64), SendOp::RdmaWrite);
+}
+
+#[test]
+fn bad_rkey_and_overflowing_read_are_remote_access() {
+    remote_access_case(
+        |a| RemoteBuf {
+            handle: a.keys.rkey.wrapping_add(1),
+            length: 64,
+            offset: 0,
+        },
+        SendOp::RdmaRead,
+    );
+    remote_access_case(
+        |a| RemoteBuf {
+            handle: a.keys.rkey,
+            length: 64,
+            offset: u64::MAX - 10,
+        },
+        SendOp::RdmaRead,
+    );
+}
+
+#[test]
+fn local_protection_on_bad_sge() {
+    let (mut a, mut b) = (side(1), side(2));
+    let (_ca, cb) = connect(&mut a, &mut b);
+    let outside = LocalBuf {
+        region: b.region.id(),
+        offset: b.region.len() as u64 - 4,
+        len: 8,
+    };
+    b.send(cb, 1, SendOp::RdmaWrite, outside, a.remote(0, 8));
+    assert_eq!(b.wait(1)[0].status, WcStatus::LocalProtection);
+    expect_disconnected(&mut b, cb);
+    // Unregistered region in a receive is refused at post time.
+    let r = b.f.post_recv(
+        cb,
+        &RecvWr {
+            wr_id: WrId(1),
+            buf: LocalBuf {
+                region: 99,
+                offset: 0,
+                len: 8,
+            },
+        },
+    );
+    assert!(matches!(r, Err(FabricError::NotRegistered { region: 99 })));
+}
+
+#[test]
+fn send_larger_than_receive_buffer_is_local_length_at_receiver() {
+    let (mut a, mut b) = (side(1), side(2));
+    let (ca, cb) = connect(&mut a, &mut b);
+    a.recv(ca, 1, 0, 16);
+    a.recv(ca, 2, 16, 16);
+    b.send(cb, 1, SendOp::Send, b.buf(0, 17), RemoteBuf::default());
+    assert_eq!(b.wait(1)[0].status, WcStatus::RemoteInvalidRequest);
+    let got = a.wait(2);
+    assert_eq!((got[0].wr_id.index(), got[0].status), (1, WcStatus::LocalLength));
+    assert_eq!((got[1].wr_id.index(), got[1].status), (2, WcStatus::Flushed));
+    expect_disconnected(&mut a, ca);
+    expect_disconnected(&mut b, cb);
+}
+
+#[test]
+fn every_posted_buffer_comes_back_exactly_once() {
+    let (mut a, mut b) = (side(1), side(2));
+    let (ca, cb) = connect(&mut a, &mut b);
+    const N: u64 = 64;
+    for i in 0..N {
+        a.recv(ca, i, i * 128, 128);
+        b.recv(cb, i, i * 128, 128);
+    }
+    // 40 messages a->b, 25 b->a, some unsignaled, then a disconnects.
+    let mut signaled_a = 0;
+    for i in 0..40 {
+        let mut wr = SendWr::new(WrId::new(2, i), SendOp::Send, a.buf(65536, 32), RemoteBuf::default());
+        wr.signaled = i % 3 != 0;
+        signaled_a += wr.signaled as usize;
+        a.f.post_send(ca, &wr).unwrap();
+    }
+    for i in 0..25 {
+        b.send(cb, i, SendOp::Send, b.buf(65536, 32), RemoteBuf::default());
+    }
+    a.f.disconnect(ca).unwrap();
+    a.f.disconnect(ca).unwrap(); // idempotent
+    let ga = a.drain();
+    let gb = b.drain();
+    let count = |g: &[Completion], op: WcOpcode| g.iter().filter(|c| c.opcode == op).count();
+    assert_eq!(count(&ga, WcOpcode::Send), signaled_a);
+    assert_eq!(count(&gb, WcOpcode::Send), 25);
+    let recv_ids = |g: &[Completion]| -> Vec<u64> {
+        let mut v: Vec<u64> = g
+            .iter()
+            .filter(|c| c.opcode == WcOpcode::Recv)
+            .map(|c| c.wr_id.index())
+            .collect();
+        v.sort();
+        v
+    };
+    let all: Vec<u64> = (0..N).collect();
+    assert_eq!(recv_ids(&ga), all, "each of a's receives completes exactly once");
+    assert_eq!(recv_ids(&gb), all, "each of b's receives completes exactly once");
+    let ok = |g: &[Completion]| {
+        g.iter()
+            .filter(|c| c.opcode == WcOpcode::Recv && c.status.is_success())
+            .count()
+    };
+    assert_eq!(ok(&ga), 25, "b's Sends landed before the disconnect");
+    assert_eq!(ok(&gb), 40, "a's Sends landed before the disconnect");
+    expect_disconnected(&mut a, ca);
+    expect_disconnected(&mut b, cb);
+    assert!(a.drain().is_empty() && b.drain().is_empty());
+    assert_eq!((a.f.conn_count(), b.f.conn_count()), (0, 0));
+    assert!(matches!(
+        a.f.post_send(
+            ca,
+            &SendWr::new(WrId(0), SendOp::Send, a.buf(0, 1), RemoteBuf::default())
+        ),
+        Err(FabricError::NotConnected(_))
+    ));
+}
+
+#[test]
+fn sends_are_ordered_after_writes_and_complete_in_posting_order() {
+    let (mut a, mut b) = (side(1), side(2));
+    let (ca, cb) = connect(&mut a, &mut b);
+    const ROUNDS: u64 = 200;
+    for i in 0..ROUNDS {
+        a.recv(ca, i % 64, (i % 64) * 64, 64);
+        // 3 Writes of a round number then a Send announcing it.
+        for k in 0..3u64 {
+            let v = (i * 3 + k).to_le_bytes();
+            b.write((k * 8) as usize + 1_000_000, &v);
+            b.send(
+                cb,
+                i * 4 + k,
+                SendOp::RdmaWrite,
+                b.buf(1_000_000 + k * 8, 8),
+                a.remote(500_000 + k * 8, 8),
+            );
+        }
+        b.write(1_000_100, &i.to_le_bytes());
+        b.send(cb, i * 4 + 3, SendOp::Send, b.buf(1_000_100, 8), RemoteBuf::default());
+        let rc = a.wait(1);
+        assert_eq!(rc[0].status, WcStatus::Success);
+        let slot = rc[0].wr_id.index() * 64;
+        assert_eq!(a.read(slot as usize, 8), i.to_le_bytes());
+        for k in 0..3u64 {
+            assert_eq!(
+                a.read(500_000 + (k * 8) as usize, 8),
+                (i * 3 + k).to_le_bytes(),
+                "Write landed before the Send"
+            );
+        }
+    }
+    let got = b.wait(ROUNDS as usize * 4);
+    for (n, c) in got.iter().enumerate() {
+        assert_eq!(c.wr_id.index(), n as u64, "completions in posting order");
+        assert_eq!(c.status, WcStatus::Success);
+    }
+}
+
+#[test]
+fn ring_wraps_around_under_load() {
+    let (mut a, mut b) = (side(1), side(2));
+    let qa = QpConfig {
+        recv_depth: 4,
+        ..qp(a.cq)
+    };
+    let qb = QpConfig {
+        send_depth: 16,
+        ..qp(b.cq)
+    };
+    let (ca, cb) = connect_with(&mut a, &mut b, qa, qb);
+    for i in 0..4 {
+        a.recv(ca, i, i * 64, 64);
+    }
+    // Recv queue of 4: a fifth post is refused.
+    assert!(matches!(
+        a.f.post_recv(
+            ca,
+            &RecvWr {
+                wr_id: WrId(9),
+                buf: a.buf(0, 64)
+            }
+        ),
+        Err(FabricError::QueueFull { .. })
+    ));
+    const N: u64 = 20_000;
+    let (mut sent, mut recvd, mut sends_done) = (0u64, 0u64, 0u64);
+    let mut wc = [zero_wc(); 16];
+    let start = Instant::now();
+    while recvd < N {
+        while sent < N && sent - sends_done < 16 {
+            b.write(8192 + (sent % 16) as usize * 8, &sent.to_le_bytes());
+            b.send(
+                cb,
+                sent,
+                SendOp::Send,
+                b.buf(8192 + (sent % 16) * 8, 8),
+                RemoteBuf::default(),
+            );
+            sent += 1;
+        }
+        let k = a.f.poll_cq(a.cq, &mut wc);
+        for c in &wc[..k] {
+            assert_eq!(c.status, WcStatus::Success);
+            let off = c.wr_id.index() * 64;
+            assert_eq!(a.read(off as usize, 8), recvd.to_le_bytes(), "in order, no loss");
+            recvd += 1;
+            a.recv(ca, c.wr_id.index(), off, 64);
+        }
+        let k = b.f.poll_cq(b.cq, &mut wc);
+        for c in &wc[..k] {
+            assert_eq!((c.status, c.wr_id.index()), (WcStatus::Success, sends_done));
+            sends_done += 1;
+        }
+        assert!(start.elapsed() < DEADLINE);
+    }
+    assert_eq!(b.wait((N - sends_done) as usize).len() as u64, N - sends_done);
+}
+
+#[test]
+fn srq_is_shared_by_two_connections() {
+    let cfg = ShmConfig {
+        srq_window: 2,
+        ..ShmConfig::default()
+    };
+    let mut a = side_with(cfg, 1);
+    let srq: SrqId = a.f.create_srq(8).unwrap();
+    let (mut b, mut c) = (side(2), side(3));
+    let qa = QpConfig {
+        srq: Some(srq),
+        ..qp(a.cq)
+    };
+    let (qb, qc) = (qp(b.cq), qp(c.cq));
+    let (ab, ba) = connect_with(&mut a, &mut b, qa, qb);
+    let (ac, ca) = connect_with(&mut a, &mut c, qa, qc);
+    // post_recv on an SRQ connection is refused.
+    assert!(a
+        .f
+        .post_recv(
+            ab,
+            &RecvWr {
+                wr_id: WrId(0),
+                buf: a.buf(0, 64)
+            }
+        )
+        .is_err());
+    for i in 0..8 {
+        a.f.post_srq_recv(
+            srq,
+            &RecvWr {
+                wr_id: WrId::new(1, i),
+                buf: a.buf(i * 64, 64),
+            },
+        )
+        .unwrap();
+    }
+    assert!(matches!(
+        a.f.post_srq_recv(
+            srq,
+            &RecvWr {
+                wr_id: WrId(99),
+                buf: a.buf(0, 64)
+            }
+        ),
+        Err(FabricError::QueueFull { .. })
+    ));
+    // Each connection holds a window of 2: two Sends each succeed at once,
+    // a third waits until a's poll loop refills the window.
+    for i in 0..3 {
+        b.write(0, &[b'b', i as u8]);
+        b.send(ba, i, SendOp::Send, b.buf(0, 2), RemoteBuf::default());
+        c.write(0, &[b'c', i as u8]);
+        c.send(ca, i, SendOp::Send, c.buf(0, 2), RemoteBuf::default());
+    }
+    let mut wc = [zero_wc(); 8];
+    assert_eq!(b.f.poll_cq(b.cq, &mut wc), 2);
+    assert_eq!(c.f.poll_cq(c.cq, &mut wc), 2);
+    let got = a.wait(4);
+    let mut seen = HashSet::new();
+    for w in &got {
+        let who = a.read(w.wr_id.index() as usize * 64, 2);
+        let expect = if w.conn == ab { b'b' } else { b'c' };
+        assert!(w.conn == ab || w.conn == ac);
+        assert_eq!(who[0], expect);
+        seen.insert(w.wr_id.index());
+    }
+    assert_eq!(seen.len(), 4);
+    // a's poll refilled both windows from the SRQ: the waiting Sends complete.
+    assert_eq!(b.wait(1)[0].wr_id.index(), 2);
+    assert_eq!(c.wait(1)[0].wr_id.index(), 2);
+    assert_eq!(a.wait(2).len(), 2);
+    // When one connection fails, its held SRQ receives go back to the SRQ
+    // (not flushed) and serve the other connection.
+    c.f.disconnect(ca).unwrap();
+    expect_disconnected(&mut c, ca);
+    let _ = a.drain();
+    expect_disconnected(&mut a, ac);
+    for i in 3..5 {
+        b.send(ba, i, SendOp::Send, b.buf(0, 2), RemoteBuf::default());
+    }
+    assert_eq!(b.wait(2).len(), 2);
+    let got = a.wait(2);
+    assert!(got.iter().all(|w| w.conn == ab && w.status.is_success()));
+}
+
+#[test]
+fn reject_carries_private_data_and_unreachable_addresses_fail() {
+    let (mut a, mut b) = (side(1), side(2));
+    let at = addr();
+    a.f.listen(&at).unwrap();
+    let q = qp(b.cq);
+    let cb = b.f.connect(&at, &q, b"let me in").unwrap();
+    b.recv(cb, 5, 0, 64);
+    let req = match a.cm() {
+        CmEvent::ConnectRequest { req, .. } => req,
+        e => panic!("{e:?}"),
+    };
+    a.f.reject(req, b"no: busy").unwrap();
+    match b.cm() {
+        CmEvent::Rejected { conn, private_data } => {
+            assert_eq!(conn, cb);
+            assert_eq!(private_data.as_bytes(), b"no: busy");
+        }
+        e => panic!("{e:?}"),
+    }
+    // The receive posted before the outcome comes back flushed.
+    let got = b.wait(1);
+    assert_eq!((got[0].wr_id.index(), got[0].status), (5, WcStatus::Flushed));
+    assert_eq!(b.f.conn_count(), 0);
+
+    let cu = b.f.connect("@rpcrdma-shm-nobody-listens-here", &q, b"").unwrap();
+    assert_eq!(b.cm(), CmEvent::Unreachable { conn: cu });
+    assert!(matches!(b.f.connect("", &q, b""), Err(FabricError::BadAddress(_))));
+}
+
+#[test]
+fn path_listener_and_caps() {
+    let (mut a, mut b) = (side(1), side(2));
+    assert_eq!(a.f.name(), "shm");
+    let caps = a.f.caps();
+    assert!(caps.send_with_invalidate && caps.srq);
+    assert_eq!(a.f.remote_addr(1, 4096).unwrap(), 4096);
+    assert!(a.f.remote_addr(7, 0).is_err());
+    assert!(a.f.register_region(&a.region.clone()).is_err(), "double registration");
+    let dir = std::env::temp_dir().join(format!(
+        "rpcrdma-shm-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("listen.sock");
+    let p = path.to_str().unwrap().to_string();
+    a.f.listen(&p).unwrap();
+    let q = qp(b.cq);
+    b.f.connect(&p, &q, b"x").unwrap();
+    assert!(matches!(a.cm(), CmEvent::ConnectRequest { .. }));
+    drop(a);
+    assert!(!path.exists(), "socket file removed with the fabric");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
