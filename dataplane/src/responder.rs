@@ -229,6 +229,11 @@ pub struct Responder<'p, F: Fabric, S: Service> {
     srq: SrqId,
     srq_posted: u32,
     srq_deficit: u32,
+    /// Receive slots: the buffer posted under each SRQ receive's `wr_id` index,
+    /// so the buffers can be reclaimed when the SRQ goes away (it reports no
+    /// completions for receives it still holds).
+    srq_slots: Box<[Option<BufRef>]>,
+    srq_free: Vec<u32>,
     reqs: Slab<Request>,
     conns: Slab<Option<Conn>>,
     conn_by_id: HashMap<ConnId, u32>,
@@ -310,6 +315,7 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
             None => None,
         };
         let slots = cfg.request_slots() as usize;
+        let cfg_srq_depth = cfg.srq_depth();
         let mut me = Responder {
             recv_cache: pool.cache(cfg.recv_class, core)?,
             send_cache: pool.cache(cfg.send_class, core)?,
@@ -329,6 +335,8 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
             srq,
             srq_posted: 0,
             srq_deficit: 0,
+            srq_slots: vec![None; cfg_srq_depth as usize].into_boxed_slice(),
+            srq_free: (0..cfg_srq_depth).rev().collect(),
             listener,
             recv_size,
             send_size,
@@ -532,19 +540,23 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
 
     fn refill_srq(&mut self) {
         while self.srq_deficit > 0 {
+            let Some(slot) = self.srq_free.pop() else { return };
             let Some(b) = self.recv_cache.get() else {
+                self.srq_free.push(slot);
                 self.stats.recv_refill_stalls += 1;
                 return;
             };
             let b = b.into_raw();
             let wr = RecvWr {
-                wr_id: WrId::new(TAG_RECV, b.to_u64()),
+                wr_id: WrId::new(TAG_RECV, slot as u64),
                 buf: self.local(b, self.recv_size),
             };
             if self.fabric.post_srq_recv(self.srq, &wr).is_err() {
+                self.srq_free.push(slot);
                 self.put_buf(b);
                 return;
             }
+            self.srq_slots[slot as usize] = Some(b);
             self.srq_posted += 1;
             self.srq_deficit -= 1;
         }
@@ -597,7 +609,12 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
     }
 
     fn handle_recv(&mut self, wc: Completion) {
-        let Some(b) = BufRef::from_u64(wc.wr_id.index()) else { return };
+        let slot = wc.wr_id.index() as usize;
+        let Some(b) = self.srq_slots.get_mut(slot).and_then(Option::take) else {
+            self.stats.ignored += 1;
+            return;
+        };
+        self.srq_free.push(slot as u32);
         self.srq_posted = self.srq_posted.saturating_sub(1);
         self.srq_deficit += 1;
         let slot = self.conn_by_id.get(&wc.conn).copied();
@@ -1387,6 +1404,19 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
                 break;
             }
             self.poll();
+        }
+        // With every connection gone no Send can land any more: take the SRQ's
+        // receive buffers back (the SRQ reports no completions for them).
+        if self.conns.in_use() == 0 {
+            for k in 0..self.srq_slots.len() {
+                if let Some(b) = self.srq_slots[k].take() {
+                    self.put_buf(b);
+                    self.srq_free.push(k as u32);
+                    self.srq_posted -= 1;
+                }
+            }
+            // Do not refill: the responder is shut down.
+            self.srq_deficit = 0;
         }
         self.held()
     }

@@ -56,6 +56,7 @@
 //!
 //! Release builds skip both (bounds checks on handles stay).
 
+use std::sync::Arc;
 use core::cell::Cell;
 use core::fmt;
 use core::marker::PhantomData;
@@ -574,7 +575,7 @@ impl ClassPool {
 /// Create once at start-up ([`Mempool::new`]); share by reference across
 /// cores (it is `Sync`); each core then claims a [`PoolCache`] per class.
 pub struct Mempool {
-    regions: Box<[Region]>,
+    regions: Box<[Arc<Region>]>,
     classes: Box<[ClassPool]>,
     cores: usize,
 }
@@ -663,7 +664,7 @@ impl Mempool {
                     }
                 }
             }
-            regions.push(region);
+            regions.push(Arc::new(region));
             classes.push(pool);
         }
         Ok(Mempool {
@@ -673,14 +674,16 @@ impl Mempool {
         })
     }
 
-    /// The regions, indexed by region id.
-    pub fn regions(&self) -> &[Region] {
+    /// The regions, indexed by region id. Shared (`Arc`) so that a fabric
+    /// provider can keep a region's mapping alive for as long as it may touch
+    /// its memory (the shm and sim providers copy through it).
+    pub fn regions(&self) -> &[Arc<Region>] {
         &self.regions
     }
 
     /// Region `id`, if any.
     pub fn region(&self, id: u16) -> Option<&Region> {
-        self.regions.get(usize::from(id))
+        self.regions.get(usize::from(id)).map(|r| &**r)
     }
 
     /// Number of classes.
