@@ -71,8 +71,11 @@ fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
         } else {
             "header_v2"
         };
-        out.push((target, stem(s), s.bytes.clone()));
-        out.push(("plan", stem(s), s.bytes.clone()));
+        // header_v1/v2 and plan: a selector byte (0 = default limits), then the header
+        let mut h = vec![0];
+        h.extend_from_slice(&s.bytes);
+        out.push((target, stem(s), h.clone()));
+        out.push(("plan", stem(s), h));
         // dump_input: mode byte 0 = raw bytes, 1 = hex text, 2 = header JSON text
         let mut m = vec![0];
         m.extend_from_slice(&s.bytes);
@@ -127,8 +130,9 @@ fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
     out.push(("rpc_reply", "prog-mismatch".into(), words(&[5, 1, 0, 0, 0, 2, 2, 4])));
     out.push(("rpc_reply", "rpc-mismatch".into(), words(&[5, 1, 1, 0, 2, 2])));
     out.push(("rpc_reply", "auth-error".into(), words(&[5, 1, 1, 1, 1])));
-    // Record marking: a 2-fragment record then a 1-fragment record.
-    let mut rm = Vec::new();
+    // Record marking: two selector bytes (record limit 1 + 4 * 64 bytes, piece
+    // sizes), then a 2-fragment record and a 1-fragment record.
+    let mut rm = vec![64, 3];
     rm.extend_from_slice(&8u32.to_be_bytes());
     rm.extend_from_slice(&auth_sys_call[..8]);
     rm.extend_from_slice(&(0x8000_0000u32 | (auth_sys_call.len() as u32 - 8)).to_be_bytes());
