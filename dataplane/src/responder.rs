@@ -107,6 +107,8 @@ pub struct ResponderStats {
     pub replies_inline: u64,
     pub replies_write_chunks: u64,
     pub replies_long: u64,
+    /// Long replies that also used Write chunks.
+    pub replies_write_and_long: u64,
     pub error_replies: u64,
     pub rdma_reads: u64,
     pub rdma_writes: u64,
@@ -1006,8 +1008,7 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         };
         let chunks = *h.chunks().expect("a call has chunk lists");
         let send_max = self.conn(r.conn).map_or(1024, |c| c.send_max);
-        let item_arr = shape.items();
-        let items = item_arr.as_slice();
+        let items = shape.items();
         match plan::plan_reply(shape.stream_len() as usize, items, &chunks, r.vers, send_max) {
             Ok(p) => {
                 let n_writes = p.write_ops(&chunks).count() as u32;
@@ -1235,6 +1236,10 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         }
         self.stats.replies += 1;
         match plan.kind {
+            ReplyKind::Long if !plan.reduced_items().is_empty() => {
+                self.stats.replies_long += 1;
+                self.stats.replies_write_and_long += 1;
+            }
             ReplyKind::Long => self.stats.replies_long += 1,
             ReplyKind::Short if !plan.reduced_items().is_empty() => self.stats.replies_write_chunks += 1,
             ReplyKind::Short => self.stats.replies_inline += 1,

@@ -9,7 +9,7 @@
 //!
 //! Services run on the core that owns the connection.
 
-use proto::plan::Piece;
+use proto::plan::{FixedVec, Piece, PLAN_WRITE_CHUNKS};
 use proto::ulb::DdpItem;
 
 use crate::fabric::ConnId;
@@ -107,6 +107,7 @@ pub struct ReplyBuilder<'a> {
     data_len: usize,
     data_ddp: bool,
     data_used: bool,
+    head_items: FixedVec<DdpItem, PLAN_WRITE_CHUNKS>,
 }
 
 impl<'a> ReplyBuilder<'a> {
@@ -118,7 +119,23 @@ impl<'a> ReplyBuilder<'a> {
             data_len: 0,
             data_ddp: false,
             data_used: false,
+            head_items: FixedVec::new(),
         }
+    }
+    /// Mark `len` bytes at `offset` of the head as a DDP-eligible item (RFC 8166
+    /// s6.1), e.g. a result whose bytes the service encoded in the head. Items
+    /// must be added in stream order, must not overlap, and come before the data
+    /// item. Returns false (and marks nothing) if that is violated or too many
+    /// items are marked.
+    pub fn add_head_item(&mut self, offset: usize, len: usize) -> bool {
+        let (Ok(offset), Ok(len)) = (u32::try_from(offset), u32::try_from(len)) else { return false };
+        let end = offset as u64 + len as u64;
+        let after_last = self.head_items.last().is_none_or(|l| offset as u64 >= l.offset as u64 + l.len as u64);
+        // One slot stays free for the data item.
+        if end > self.head.len() as u64 || !after_last || self.head_items.len() + 1 >= PLAN_WRITE_CHUNKS {
+            return false;
+        }
+        self.head_items.push(DdpItem { offset, len })
     }
     /// Room for the head (the RPC reply header and results, without the data item).
     pub fn head_mut(&mut self) -> &mut [u8] {
@@ -149,11 +166,23 @@ impl<'a> ReplyBuilder<'a> {
         self.data_used = true;
     }
     pub(crate) fn finish(&self) -> ReplyShape {
+        let mut items = FixedVec::new();
+        for it in self.head_items.iter() {
+            if it.offset as u64 + it.len as u64 <= self.head_len as u64 {
+                // Capacity: head items are at most PLAN_WRITE_CHUNKS - 1.
+                let _ = items.push(*it);
+            }
+        }
+        let data_len = if self.data_used { self.data_len as u32 } else { 0 };
+        if self.data_used && self.data_ddp {
+            // Capacity: add_head_item keeps one slot free for this item.
+            let _ = items.push(DdpItem { offset: self.head_len as u32, len: data_len });
+        }
         ReplyShape {
             head_len: self.head_len as u32,
-            data_len: if self.data_used { self.data_len as u32 } else { 0 },
-            data_ddp: self.data_used && self.data_ddp,
+            data_len,
             has_data: self.data_used,
+            items,
         }
     }
 }
@@ -163,8 +192,9 @@ impl<'a> ReplyBuilder<'a> {
 pub struct ReplyShape {
     pub head_len: u32,
     pub data_len: u32,
-    pub data_ddp: bool,
     pub has_data: bool,
+    /// DDP-eligible items of the unreduced reply, in stream order.
+    pub items: FixedVec<DdpItem, PLAN_WRITE_CHUNKS>,
 }
 
 impl ReplyShape {
@@ -181,20 +211,16 @@ impl ReplyShape {
         self.head_len as u64 + self.data_len as u64 + self.pad() as u64
     }
     /// The DDP-eligible items of the unreduced reply.
-    pub fn items(&self) -> Option<DdpItem> {
-        (self.has_data && self.data_ddp).then_some(DdpItem {
-            offset: self.head_len,
-            len: self.data_len,
-        })
+    pub fn items(&self) -> &[DdpItem] {
+        &self.items
     }
 }
 
 /// What a service reports for a Call it cannot answer with an RPC reply.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ServiceError {
-    /// Drop the Call without a reply (the RPC layer will retransmit). The credit
-    /// is still returned by the engine with an RDMA_ERROR? No: the engine closes
-    /// nothing and simply releases the Call's resources.
+    /// Drop the Call without a reply: the engine releases the Call's resources
+    /// and its credit; the requester's RPC layer retransmits or times out.
     Drop,
 }
 

@@ -45,17 +45,24 @@ fn workload(seed: u64, n: usize) -> Vec<Expect> {
     (0..n)
         .map(|k| {
             let salt = (seed as u32).wrapping_add(k as u32);
-            match g.below(7) {
-                0 => Expect { proc_: P_NULL, arg: vec![], big_n: 0 },
+            let e = |proc_, arg, big_n, b| Expect { proc_, arg, big_n, b };
+            match g.below(10) {
+                0 => e(P_NULL, vec![], 0, 0),
                 // Short: fits inline both ways.
-                1 => Expect { proc_: P_ECHO, arg: pattern(salt, g.below(200) as usize), big_n: 0 },
+                1 => e(P_ECHO, pattern(salt, g.below(200) as usize), 0, 0),
                 // Read chunk + Write chunk, lengths not multiples of four.
-                2 | 3 => Expect { proc_: P_ECHO, arg: pattern(salt, 1024 + g.below(20_000) as usize), big_n: 0 },
+                2 | 3 => e(P_ECHO, pattern(salt, 1024 + g.below(20_000) as usize), 0, 0),
                 // Long reply through the Reply chunk.
-                4 => Expect { proc_: P_BIG, arg: vec![], big_n: 1100 + g.below(6000) as u32 },
+                4 => e(P_BIG, vec![], 1100 + g.below(6000) as u32, 0),
                 // Long call through a Position-Zero Read chunk.
-                5 => Expect { proc_: P_SUM, arg: pattern(salt, 1100 + g.below(9000) as usize), big_n: 0 },
-                _ => Expect { proc_: P_BIG, arg: vec![], big_n: g.below(400) as u32 },
+                5 => e(P_SUM, pattern(salt, 1100 + g.below(9000) as usize), 0, 0),
+                // Read list + Reply chunk.
+                6 => e(P_RDLONG, pattern(salt, 1024 + g.below(9000) as usize), 1100 + g.below(3000) as u32, 0),
+                // Several Write chunks (the Linux client never sends this).
+                7 => e(P_TWO, vec![], 1 + g.below(3000) as u32, g.below(3000) as u32),
+                // Write list + Reply chunk (nor this).
+                8 => e(P_WRLONG, vec![], 1 + g.below(3000) as u32, 1100 + g.below(2500) as u32),
+                _ => e(P_BIG, vec![], g.below(400) as u32, 0),
             }
         })
         .collect()
@@ -71,12 +78,14 @@ struct Seen {
     write_chunk_replies: u64,
     long_replies: u64,
     inline_replies: u64,
+    write_and_long: u64,
 }
 
 impl Seen {
     fn assert_all(&self) {
         assert!(self.short > 0 && self.chunked > 0 && self.long_calls > 0, "{self:?}");
         assert!(self.write_chunk_replies > 0 && self.long_replies > 0 && self.inline_replies > 0, "{self:?}");
+        assert!(self.write_and_long > 0, "{self:?}");
     }
 }
 
@@ -148,6 +157,7 @@ fn run(test: usize, seed: u64, client: VersionRange, server: VersionRange, calls
         write_chunk_replies: s.replies_write_chunks,
         long_replies: s.replies_long,
         inline_replies: s.replies_inline,
+        write_and_long: s.replies_write_and_long,
     };
     if s.calls != work.len() as u64 || s.replies != work.len() as u64 {
         return Err(format!("responder counted {} calls {} replies", s.calls, s.replies));
@@ -170,6 +180,7 @@ fn add(total: &mut Seen, s: Seen) {
     total.write_chunk_replies += s.write_chunk_replies;
     total.long_replies += s.long_replies;
     total.inline_replies += s.inline_replies;
+    total.write_and_long += s.write_and_long;
 }
 
 #[test]

@@ -31,6 +31,15 @@ pub const P_BIG: u32 = 2;
 /// SUM: args `opaque data<>` not DDP-eligible (a large one needs a Position-Zero
 /// Read chunk), results `uint32 len, uint32 checksum`.
 pub const P_SUM: u32 = 3;
+/// RDLONG: args `opaque data<>` (DDP-eligible) and `uint32 n`; results
+/// `uint32 checksum, opaque pad<n>` (not DDP-eligible): Read list + Reply chunk.
+pub const P_RDLONG: u32 = 4;
+/// TWO: args `uint32 a, uint32 b`; results `opaque x<a>, opaque y<b>`, both
+/// DDP-eligible: two Write chunks.
+pub const P_TWO: u32 = 5;
+/// WRLONG: args `uint32 a, uint32 m`; results `opaque x<a>` (DDP-eligible) and
+/// `opaque y<m>` (not): Write list + Reply chunk.
+pub const P_WRLONG: u32 = 6;
 
 pub const MAX_DATA: u32 = 48 * 1024;
 pub const RPC_CALL_HDR: usize = 40;
@@ -58,7 +67,7 @@ impl UpperLayerBinding for TestUlb {
     }
     fn call_items(&self, call: &[u8], out: &mut [DdpItem]) -> Result<usize, DecodeError> {
         let (h, at) = CallHeader::decode(call)?;
-        if h.prog != PROG || h.proc_ != P_ECHO || out.is_empty() {
+        if h.prog != PROG || !(h.proc_ == P_ECHO || h.proc_ == P_RDLONG) || out.is_empty() {
             return Ok(0);
         }
         let mut r = Reader::with_base(&call[at..], at);
@@ -77,11 +86,11 @@ impl UpperLayerBinding for TestUlb {
         Ok(1)
     }
     fn reply_ddp_max(&self, _v: u32, p: u32) -> Option<u32> {
-        (p == P_ECHO).then_some(MAX_DATA)
+        (p == P_ECHO || p == P_WRLONG).then_some(MAX_DATA)
     }
     fn max_reply_size(&self, _v: u32, p: u32) -> u32 {
         match p {
-            P_BIG => RPC_REPLY_HDR as u32 + 4 + MAX_DATA,
+            P_BIG | P_RDLONG | P_WRLONG => RPC_REPLY_HDR as u32 + 12 + MAX_DATA,
             _ => 64,
         }
     }
@@ -111,6 +120,7 @@ impl Service for TestService {
         let (h, at) = CallHeader::decode(&msg).map_err(|_| ServiceError::Drop)?;
         let args = &msg[at..];
         let mut data_out: Option<Vec<u8>> = None;
+        let mut marks: Vec<(usize, usize)> = Vec::new();
         let head = reply.head_mut();
         let mut w = Writer::new(head);
         rpc::encode_reply_header(&mut w, &ReplyHeader::success(h.xid, OpaqueAuth::NONE)).map_err(|_| ServiceError::Drop)?;
@@ -130,10 +140,37 @@ impl Service for TestService {
                 w.put_u32(d.len() as u32).map_err(|_| ServiceError::Drop)?;
                 w.put_u32(checksum(d)).map_err(|_| ServiceError::Drop)?;
             }
+            P_RDLONG => {
+                let mut r = Reader::new(args);
+                let d = r.opaque_var(MAX_DATA, "data").map_err(|_| ServiceError::Drop)?;
+                let n = r.u32("n").map_err(|_| ServiceError::Drop)?;
+                w.put_u32(checksum(d)).map_err(|_| ServiceError::Drop)?;
+                w.put_opaque_var(&pattern(n, n as usize)).map_err(|_| ServiceError::Drop)?;
+            }
+            P_TWO | P_WRLONG => {
+                let mut r = Reader::new(args);
+                let a = r.u32("a").map_err(|_| ServiceError::Drop)?;
+                let b = r.u32("b").map_err(|_| ServiceError::Drop)?;
+                let x = pattern(a, a as usize);
+                let y = pattern(b ^ 0x55, b as usize);
+                w.put_u32(a).map_err(|_| ServiceError::Drop)?;
+                let x_at = w.len();
+                w.put_opaque_fixed(&x).map_err(|_| ServiceError::Drop)?;
+                w.put_u32(b).map_err(|_| ServiceError::Drop)?;
+                let y_at = w.len();
+                w.put_opaque_fixed(&y).map_err(|_| ServiceError::Drop)?;
+                marks.push((x_at, x.len()));
+                if h.proc_ == P_TWO {
+                    marks.push((y_at, y.len()));
+                }
+            }
             _ => return Err(ServiceError::Drop),
         }
         let n = w.len();
         reply.set_head_len(n);
+        for (at, len) in marks {
+            assert!(reply.add_head_item(at, len), "marking a head item");
+        }
         if let Some(d) = data_out {
             let buf = reply.data_mut().ok_or(ServiceError::Drop)?;
             buf[..d.len()].copy_from_slice(&d);
@@ -144,7 +181,7 @@ impl Service for TestService {
 }
 
 /// Encode a test Call into `out`; returns its length.
-pub fn encode_call(out: &mut [u8], proc_: u32, arg: &[u8], big_n: u32) -> usize {
+pub fn encode_call(out: &mut [u8], proc_: u32, arg: &[u8], big_n: u32, b: u32) -> usize {
     let mut w = Writer::new(out);
     // The XID is set by the requester at submit.
     rpc::encode_call_header(&mut w, &CallHeader::new(0, PROG, VERS, proc_, OpaqueAuth::NONE, OpaqueAuth::NONE))
@@ -152,6 +189,14 @@ pub fn encode_call(out: &mut [u8], proc_: u32, arg: &[u8], big_n: u32) -> usize 
     match proc_ {
         P_ECHO | P_SUM => w.put_opaque_var(arg).unwrap(),
         P_BIG => w.put_u32(big_n).unwrap(),
+        P_RDLONG => {
+            w.put_opaque_var(arg).unwrap();
+            w.put_u32(big_n).unwrap();
+        }
+        P_TWO | P_WRLONG => {
+            w.put_u32(big_n).unwrap();
+            w.put_u32(b).unwrap();
+        }
         _ => {}
     }
     w.len()
@@ -226,15 +271,22 @@ pub struct Expect {
     pub proc_: u32,
     pub arg: Vec<u8>,
     pub big_n: u32,
+    /// Second size (TWO, WRLONG).
+    pub b: u32,
 }
 
 /// Submit one call of `e` on `req`. Returns false if the requester was busy.
 pub fn submit<F: Fabric>(req: &mut Requester<'_, F>, e: &Expect) -> Result<dataplane::requester::CallId, String> {
     let mut cb = req.call_buf().ok_or("no call buffer")?;
-    let n = encode_call(cb.as_mut(), e.proc_, &e.arg, e.big_n);
+    let n = encode_call(cb.as_mut(), e.proc_, &e.arg, e.big_n, e.b);
     let mut items = [DdpItem::default(); 1];
     let k = TestUlb.call_items(&cb.as_mut()[..n], &mut items).map_err(|e| e.to_string())?;
-    let needs = ReplyNeeds::from_ulb(&TestUlb, VERS, e.proc_);
+    let needs = if e.proc_ == P_TWO {
+        // Two DDP-eligible results: two Write chunks (the ULB trait describes one).
+        ReplyNeeds::new(&[MAX_DATA / 2, MAX_DATA / 2], 64).ok_or("needs")?
+    } else {
+        ReplyNeeds::from_ulb(&TestUlb, VERS, e.proc_)
+    };
     req.submit(cb, n, &items[..k], &needs).map_err(|(err, cb)| {
         req.discard(cb);
         err.to_string()
@@ -245,11 +297,17 @@ pub fn submit<F: Fabric>(req: &mut Requester<'_, F>, e: &Expect) -> Result<datap
 pub fn check_reply<F: Fabric>(req: &Requester<'_, F>, id: dataplane::requester::CallId, e: &Expect) -> Result<(), String> {
     let v = req.reply(id).ok_or("no reply view")?;
     // Where the Write chunk's data goes: after the reply header and the length word.
-    let positions: &[u32] = if e.proc_ == P_ECHO && v.write_chunk(0).is_some_and(|d| !d.is_empty() || e.arg.is_empty()) {
-        &[(RPC_REPLY_HDR + 4) as u32]
-    } else {
-        &[]
+    // Where each Write chunk's data goes in the reduced reply: right after its
+    // length word (RFC 8166 s3.4.4.1); nothing when the item stayed inline.
+    let used = |k: usize| v.write_chunk(k).is_some_and(|d| !d.is_empty());
+    let p0 = (RPC_REPLY_HDR + 4) as u32;
+    let positions: Vec<u32> = match e.proc_ {
+        P_ECHO | P_WRLONG if used(0) => vec![p0],
+        P_TWO if used(0) && used(1) => vec![p0, p0 + 4],
+        P_TWO if used(0) => vec![p0],
+        _ => vec![],
     };
+    let positions = &positions[..];
     let mut out = vec![0u8; 128 * 1024];
     let n = v.reassemble(positions, &mut out).ok_or("reassembly failed")?;
     let msg = &out[..n];
@@ -277,6 +335,20 @@ pub fn check_reply<F: Fabric>(req: &Requester<'_, F>, id: dataplane::requester::
             let sum = r.u32("sum").map_err(|e| e.to_string())?;
             if len as usize != e.arg.len() || sum != checksum(&e.arg) {
                 return Err("sum mismatch".into());
+            }
+        }
+        P_RDLONG => {
+            let sum = r.u32("sum").map_err(|e| e.to_string())?;
+            let d = r.opaque_var(MAX_DATA, "pad").map_err(|e| e.to_string())?;
+            if sum != checksum(&e.arg) || d != &pattern(e.big_n, e.big_n as usize)[..] {
+                return Err("rdlong mismatch".into());
+            }
+        }
+        P_TWO | P_WRLONG => {
+            let x = r.opaque_var(MAX_DATA, "x").map_err(|e| e.to_string())?;
+            let y = r.opaque_var(MAX_DATA, "y").map_err(|e| e.to_string())?;
+            if x != &pattern(e.big_n, e.big_n as usize)[..] || y != &pattern(e.b ^ 0x55, e.b as usize)[..] {
+                return Err(format!("two/wrlong mismatch ({} {} bytes)", x.len(), y.len()));
             }
         }
         _ => {}

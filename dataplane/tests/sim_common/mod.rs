@@ -1,0 +1,144 @@
+//! Helpers shared by the `sim_*` integration tests.
+#![allow(dead_code)]
+
+use std::sync::Arc;
+
+use dataplane::sim::{self, SimFabric, SimNetwork};
+use dataplane::{
+    CmEvent, Completion, ConnId, CqId, Fabric, LocalBuf, MrKeys, QpConfig, RemoteBuf, WcOpcode, WcStatus, WrId,
+};
+use mempool::region::{Region, RegionConfig};
+
+/// Bytes of each test region actually used (regions round up to 2 MiB).
+pub const REGION_LEN: usize = 1 << 16;
+
+/// A fresh region (not locked: tests must not depend on RLIMIT_MEMLOCK).
+pub fn region(id: u16) -> Arc<Region> {
+    let cfg = RegionConfig {
+        lock: false,
+        ..RegionConfig::default()
+    };
+    Arc::new(Region::create(id, REGION_LEN, &cfg).expect("create test region"))
+}
+
+/// Write `data` at `offset` of `r`.
+pub fn write(r: &Region, offset: u64, data: &[u8]) {
+    // SAFETY: tests hold no references into regions; the sim only touches them
+    // inside `step`, on this thread.
+    assert!(unsafe { sim::poke(r, offset, data) }, "poke out of range");
+}
+
+/// Read `len` bytes at `offset` of `r`.
+pub fn read(r: &Region, offset: u64, len: usize) -> Vec<u8> {
+    let mut v = vec![0u8; len];
+    // SAFETY: as in `write`.
+    assert!(unsafe { sim::peek(r, offset, &mut v) }, "peek out of range");
+    v
+}
+
+/// A recognisable pattern for `len` bytes, different for each `salt`.
+pub fn pattern(salt: u64, len: usize) -> Vec<u8> {
+    let mut r = sim::SimRng::new(salt ^ 0x5eed);
+    (0..len).map(|_| r.next_u64() as u8).collect()
+}
+
+/// One endpoint with one registered region and one CQ.
+pub struct Host {
+    pub fab: SimFabric,
+    pub region: Arc<Region>,
+    pub keys: MrKeys,
+    pub cq: CqId,
+}
+
+impl Host {
+    pub fn new(net: &SimNetwork, region: Arc<Region>) -> Host {
+        let mut fab = net.endpoint();
+        let keys = fab.register_region(&region).expect("register");
+        let cq = fab.create_cq(4096).expect("cq");
+        Host { fab, region, keys, cq }
+    }
+
+    pub fn buf(&self, offset: u64, len: u32) -> LocalBuf {
+        LocalBuf {
+            region: self.region.id(),
+            offset,
+            len,
+        }
+    }
+
+    /// The segment a peer uses to reach `len` bytes at `offset` of our region.
+    pub fn segment(&self, offset: u64, len: u32) -> RemoteBuf {
+        RemoteBuf {
+            handle: self.keys.rkey,
+            length: len,
+            offset: self.fab.remote_addr(self.region.id(), offset).expect("remote_addr"),
+        }
+    }
+
+    pub fn qp(&self) -> QpConfig {
+        QpConfig {
+            cq: self.cq,
+            ..QpConfig::default()
+        }
+    }
+
+    pub fn drain(&mut self) -> Vec<Completion> {
+        let mut out = Vec::new();
+        let mut buf = [Completion {
+            wr_id: WrId(0),
+            status: WcStatus::General,
+            opcode: WcOpcode::Recv,
+            conn: ConnId(0),
+            byte_len: 0,
+            invalidated_rkey: None,
+        }; 16];
+        loop {
+            let n = self.fab.poll_cq(self.cq, &mut buf);
+            out.extend_from_slice(&buf[..n]);
+            if n < buf.len() {
+                return out;
+            }
+        }
+    }
+
+    pub fn cm_events(&mut self) -> Vec<CmEvent> {
+        std::iter::from_fn(|| self.fab.poll_cm()).collect()
+    }
+}
+
+/// Connect `client` to `server` through listener `name` with the given QP
+/// configurations; runs the network until both sides are established.
+/// Returns (client conn, server conn).
+pub fn connect_with(
+    net: &SimNetwork,
+    client: &mut Host,
+    server: &mut Host,
+    name: &str,
+    cqp: QpConfig,
+    sqp: QpConfig,
+) -> (ConnId, ConnId) {
+    server.fab.listen(name).expect("listen");
+    let c = client.fab.connect(name, &cqp, b"hi").expect("connect");
+    let s = loop {
+        assert!(net.step(), "network went idle before the connect request");
+        if let Some(ev) = server.fab.poll_cm() {
+            match ev {
+                CmEvent::ConnectRequest { req, .. } => break server.fab.accept(req, &sqp, b"ok").expect("accept"),
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+    };
+    net.run_until_idle(10_000).expect("idle after connect");
+    assert!(matches!(client.fab.poll_cm(), Some(CmEvent::Established { conn, .. }) if conn == c));
+    assert!(matches!(server.fab.poll_cm(), Some(CmEvent::Established { conn, .. }) if conn == s));
+    (c, s)
+}
+
+pub fn connect(net: &SimNetwork, client: &mut Host, server: &mut Host) -> (ConnId, ConnId) {
+    let (cq, sq) = (client.qp(), server.qp());
+    connect_with(net, client, server, "server", cq, sq)
+}
+
+pub fn wr(tag: u8, index: u64) -> WrId {
+    WrId::new(tag, index)
+}
