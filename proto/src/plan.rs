@@ -1527,30 +1527,46 @@ pub fn plan_reply(
     }
 }
 
-/// Write `segs` with their lengths replaced by a contiguous fill of `fill` bytes
-/// in array order (RFC 8166 s3.4.6). Fails if they hold fewer than `fill`.
-fn put_filled(w: &mut Writer<'_>, segs: &SegmentArray<'_>, fill: u32) -> Result<(), PlanError> {
-    w.put_u32(1)?;
-    w.put_u32(segs.len() as u32)?;
-    let mut left = fill;
-    for s in segs.iter() {
-        let l = left.min(s.length);
-        left -= l;
-        put_segment(
-            w,
-            &Segment {
-                handle: s.handle,
-                length: l,
-                offset: s.offset,
-            },
-        )?;
+/// A word writer over a slice whose size was checked up front: no `Result` per
+/// word. Writes past the end are dropped and counted, so the caller's final
+/// length check catches any disagreement between plan and chunks.
+struct Words<'b> {
+    buf: &'b mut [u8],
+    pos: usize,
+}
+
+impl Words<'_> {
+    #[inline(always)]
+    fn put(&mut self, v: u32) {
+        if let Some(d) = self.buf.get_mut(self.pos..self.pos + 4) {
+            d.copy_from_slice(&v.to_be_bytes());
+        }
+        self.pos += 4;
     }
-    if left != 0 {
-        return Err(PlanError::ChunkMismatch {
-            what: "chunk shorter than planned",
-        });
+    #[inline(always)]
+    fn put_segment(&mut self, handle: u32, length: u32, offset: u64) {
+        if let Some(d) = self.buf.get_mut(self.pos..self.pos + SEGMENT_LEN) {
+            d[..4].copy_from_slice(&handle.to_be_bytes());
+            d[4..8].copy_from_slice(&length.to_be_bytes());
+            d[8..].copy_from_slice(&offset.to_be_bytes());
+        }
+        self.pos += SEGMENT_LEN;
     }
-    Ok(())
+    /// `segs` as a counted array with their lengths replaced by a contiguous
+    /// fill of `fill` bytes in array order (RFC 8166 s3.4.6). Returns the bytes
+    /// that did not fit (0 when the chunk holds `fill`).
+    #[inline]
+    fn put_filled(&mut self, segs: &SegmentArray<'_>, fill: u32) -> u32 {
+        self.put(1);
+        self.put(segs.len() as u32);
+        let mut left = fill;
+        for s in segs.iter() {
+            let l = left.min(s.length);
+            left -= l;
+            self.put_segment(s.handle, l, s.offset);
+        }
+        left
+    }
 }
 
 /// Encode the transport header of a planned Reply into `buf`; returns its length
@@ -1562,7 +1578,7 @@ fn put_filled(w: &mut Writer<'_>, segs: &SegmentArray<'_>, fill: u32) -> Result<
 /// `rdma_inv_handle` 0; an empty Read list; every Write chunk of the Call with
 /// segment lengths updated to the bytes written (s3.4.6); the Reply chunk with
 /// updated lengths for a Long reply, absent otherwise. `call` must be the chunk
-/// lists the plan was made from.
+/// lists the plan was made from ([`PlanError::ChunkMismatch`] otherwise).
 pub fn encode_reply_header(
     plan: &ReplyPlan,
     call: &ChunkLists<'_>,
@@ -1571,40 +1587,53 @@ pub fn encode_reply_header(
     flags: u32,
     buf: &mut [u8],
 ) -> Result<usize, PlanError> {
-    if call.writes.len() != plan.write_chunks as usize {
-        return Err(PlanError::ChunkMismatch {
-            what: "write chunk count",
-        });
-    }
+    let len = plan.header_len as usize;
+    let Some(buf) = buf.get_mut(..len) else {
+        return Err(PlanError::Encode(EncodeError::BufferTooSmall { needed: len }));
+    };
     let htype = match plan.kind {
         ReplyKind::Short => RDMA_MSG,
         ReplyKind::Long => RDMA_NOMSG,
     };
-    if buf.len() < plan.header_len as usize {
-        return Err(PlanError::Encode(EncodeError::BufferTooSmall {
-            needed: plan.header_len as usize,
-        }));
+    // Prefix and empty Read list in one copy: v1 xid vers credit proc 0;
+    // v2 xid vers credit htype flags inv_handle(0) 0.
+    let mut head = [0u8; 28];
+    head[..4].copy_from_slice(&xid.to_be_bytes());
+    head[4..8].copy_from_slice(&plan.vers.to_be_bytes());
+    head[8..12].copy_from_slice(&credits.to_be_bytes());
+    head[12..16].copy_from_slice(&htype.to_be_bytes());
+    let head_len = if plan.vers == RPCRDMA_VERSION_2 {
+        head[16..20].copy_from_slice(&(flags | RPCRDMA2_F_RESPONSE).to_be_bytes());
+        if let Some(d) = buf.get_mut(..28) {
+            d.copy_from_slice(&head);
+        }
+        28
+    } else {
+        if let Some(d) = buf.get_mut(..20) {
+            d.copy_from_slice(&head[..20]);
+        }
+        20
+    };
+    let mut w = Words { buf, pos: head_len };
+    let mut short = 0u32;
+    let mut n = 0u32;
+    for chunk in call.writes.iter() {
+        let fill = plan.items.get(n as usize).map_or(0, |it| it.len);
+        short |= w.put_filled(&chunk, fill);
+        n += 1;
     }
-    let mut w = Writer::new(buf);
-    put_prefix(&mut w, xid, plan.vers, credits, htype, flags | RPCRDMA2_F_RESPONSE)?;
-    if plan.vers == RPCRDMA_VERSION_2 {
-        w.put_u32(0)?;
-    }
-    w.put_u32(0)?;
-    for (k, chunk) in call.writes.iter().enumerate() {
-        let fill = plan.items.get(k).map_or(0, |it| it.len);
-        put_filled(&mut w, &chunk, fill)?;
-    }
-    w.put_u32(0)?;
+    w.put(0); // end of Write list
     match (plan.kind, call.reply) {
-        (ReplyKind::Long, Some(rc)) => put_filled(&mut w, &rc, plan.reduced_len)?,
-        (ReplyKind::Long, None) => return Err(PlanError::ChunkMismatch { what: "reply chunk" }),
-        (ReplyKind::Short, _) => w.put_u32(0)?,
+        (ReplyKind::Long, Some(rc)) => short |= w.put_filled(&rc, plan.reduced_len),
+        (ReplyKind::Long, None) => short = 1,
+        (ReplyKind::Short, _) => w.put(0),
     }
-    if w.len() != plan.header_len as usize {
-        return Err(PlanError::ChunkMismatch { what: "header length" });
+    if short != 0 || n != plan.write_chunks || w.pos != len {
+        return Err(PlanError::ChunkMismatch {
+            what: "chunks differ from the plan",
+        });
     }
-    Ok(w.len())
+    Ok(len)
 }
 
 #[cfg(test)]

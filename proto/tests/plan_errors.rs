@@ -599,3 +599,48 @@ proptest! {
         }
     }
 }
+
+/// `encode_reply_header` with chunk lists other than the plan's is refused.
+#[test]
+fn reply_header_with_other_chunks_is_refused() {
+    for vers in [1, 2] {
+        let a = build(
+            vers,
+            msg(&[], &[&[seg(1, 100, 0)]], Some(&[seg(2, 4000, 0)])),
+            &rpc(16, 0),
+        );
+        let b = build(
+            vers,
+            msg(&[], &[&[seg(1, 50, 0)]], Some(&[seg(2, 4000, 0)])),
+            &rpc(16, 0),
+        );
+        let c = build(vers, msg(&[], &[&[seg(1, 100, 0)], &[]], None), &rpc(16, 0));
+        let ha = decode(&a, &Limits::DEFAULT).unwrap();
+        let hb = decode(&b, &Limits::DEFAULT).unwrap();
+        let hc = decode(&c, &Limits::DEFAULT).unwrap();
+        let items = [DdpItem { offset: 8, len: 80 }];
+        let p = plan_reply(2000, &items, ha.chunks().unwrap(), vers, 1024).unwrap();
+        assert_eq!(p.kind, ReplyKind::Long);
+        let mut out = [0u8; 256];
+        let n = encode_reply_header(&p, ha.chunks().unwrap(), XID, 3, 0, &mut out).unwrap();
+        assert_eq!(n, p.header_len as usize);
+        let mismatch = Err(PlanError::ChunkMismatch {
+            what: "chunks differ from the plan",
+        });
+        assert_eq!(
+            encode_reply_header(&p, hb.chunks().unwrap(), XID, 3, 0, &mut out),
+            mismatch
+        );
+        assert_eq!(
+            encode_reply_header(&p, hc.chunks().unwrap(), XID, 3, 0, &mut out),
+            mismatch
+        );
+        // the good header decodes with the lengths written
+        let h = decode(&out[..n], &Limits::DEFAULT).unwrap();
+        let l = reassemble_reply(&h, ha.chunks().unwrap()).unwrap();
+        assert_eq!(
+            (&l.write_lens[..], l.kind, l.reduced_len),
+            (&[80][..], ReplyKind::Long, 2000 - 80)
+        );
+    }
+}
