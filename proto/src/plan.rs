@@ -1579,6 +1579,7 @@ impl Words<'_> {
 /// segment lengths updated to the bytes written (s3.4.6); the Reply chunk with
 /// updated lengths for a Long reply, absent otherwise. `call` must be the chunk
 /// lists the plan was made from ([`PlanError::ChunkMismatch`] otherwise).
+/// On error the contents of `buf` are unspecified.
 pub fn encode_reply_header(
     plan: &ReplyPlan,
     call: &ChunkLists<'_>,
