@@ -1,0 +1,266 @@
+//! The responder against a raw, misbehaving peer on the sim fabric: what goes on
+//! the wire for malformed headers, unknown versions, MSGP and DONE, and what
+//! happens on a credit overrun (RFC 8166 s3.3.1, s4.5, s4.6; draft s5.3.3, s7).
+
+mod engine_common;
+
+use std::sync::OnceLock;
+
+use dataplane::responder::Responder;
+use dataplane::sim::{SimConfig, SimFabric, SimNetwork};
+use dataplane::{CmEvent, Completion, ConnId, CqId, Fabric, LocalBuf, QpConfig, RecvWr, SendOp, SendWr, WcOpcode, WrId};
+use engine_common::*;
+use mempool::pool::PoolCache;
+use proto::header::{self, Body, Limits, V1Error, V2Error};
+use proto::negotiate::VersionRange;
+
+const CREDITS: u32 = 4;
+
+fn pools_for(test: usize) -> &'static Pools {
+    static P: [OnceLock<Pools>; 4] = [OnceLock::new(), OnceLock::new(), OnceLock::new(), OnceLock::new()];
+    // Two connection slots: the SRQ holds receives for both, so one greedy peer
+    // can take the other's share — the case the overrun check exists for.
+    P[test].get_or_init(|| pools(1024, CREDITS, 2))
+}
+
+fn words(ws: &[u32]) -> Vec<u8> {
+    ws.iter().flat_map(|w| w.to_be_bytes()).collect()
+}
+
+/// A raw peer: one connection, receives posted, sends whatever bytes it is given.
+struct Raw<'p> {
+    fab: SimFabric,
+    cq: CqId,
+    conn: ConnId,
+    cache: PoolCache<'p>,
+    send_cache: PoolCache<'p>,
+    data_cache: PoolCache<'p>,
+    p: &'static Pools,
+    received: Vec<Vec<u8>>,
+    disconnected: bool,
+    rkeys: Vec<u32>,
+}
+
+impl<'p> Raw<'p> {
+    fn buf(&mut self) -> (LocalBuf, &'static mut [u8]) {
+        let b = self.cache.get().expect("buffer").into_raw();
+        let off = self.p.pool.offset(b).unwrap() as u64;
+        // SAFETY: this test is the only holder of `b`; it is never returned.
+        let bytes = unsafe { self.p.pool.bytes_mut(b) }.unwrap();
+        (LocalBuf { region: b.region, offset: off, len: bytes.len() as u32 }, bytes)
+    }
+    fn send(&mut self, msg: &[u8]) {
+        // Sends come from the send class so the receive pool is not drained.
+        let b = self.send_cache.get().expect("send buffer").into_raw();
+        let off = self.p.pool.offset(b).unwrap() as u64;
+        // SAFETY: this test is the only holder of `b`; it is never returned.
+        let bytes = unsafe { self.p.pool.bytes_mut(b) }.unwrap();
+        let mut lb = LocalBuf { region: b.region, offset: off, len: 0 };
+        bytes[..msg.len()].copy_from_slice(msg);
+        lb.len = msg.len() as u32;
+        let wr = SendWr::new(WrId::new(9, 0), SendOp::Send, lb, Default::default());
+        self.fab.post_send(self.conn, &wr).expect("post");
+    }
+    /// A long call (RDMA_NOMSG + Position-Zero Read chunk) of SUM over `n` bytes,
+    /// exposed from a data buffer: it stays outstanding at the responder while
+    /// the RDMA Read runs.
+    fn send_long_call(&mut self, xid: u32, n: usize) {
+        let b = self.data_cache.get().expect("data buffer").into_raw();
+        let off = self.p.pool.offset(b).unwrap() as u64;
+        // SAFETY: this test is the only holder of `b`; it is never returned.
+        let bytes = unsafe { self.p.pool.bytes_mut(b) }.unwrap();
+        let len = encode_call(bytes, P_SUM, &pattern(xid, n), 0, 0);
+        bytes[..4].copy_from_slice(&xid.to_be_bytes());
+        let addr = self.fab.remote_addr(b.region, off).unwrap();
+        let rkey = self.rkeys[b.region as usize];
+        let hdr = words(&[xid, 1, 1, 1, 1, 0, rkey, len as u32, (addr >> 32) as u32, addr as u32, 0, 0, 0]);
+        self.send(&hdr);
+    }
+
+    fn poll(&mut self) {
+        let mut wcs = [Completion {
+            wr_id: WrId(0),
+            status: dataplane::WcStatus::Success,
+            opcode: WcOpcode::Recv,
+            conn: ConnId(0),
+            byte_len: 0,
+            invalidated_rkey: None,
+        }; 16];
+        let n = self.fab.poll_cq(self.cq, &mut wcs);
+        for wc in &wcs[..n] {
+            if wc.opcode == WcOpcode::Recv && wc.status.is_success() {
+                let b = mempool::pool::BufRef::from_u64(wc.wr_id.index()).unwrap();
+                // SAFETY: the receive completed; the test holds the buffer.
+                let bytes = unsafe { self.p.pool.bytes(b) }.unwrap();
+                self.received.push(bytes[..wc.byte_len as usize].to_vec());
+            }
+        }
+        while let Some(ev) = self.fab.poll_cm() {
+            if let CmEvent::Disconnected { .. } = ev {
+                self.disconnected = true;
+            }
+        }
+    }
+}
+
+fn setup(test: usize, seed: u64, versions: VersionRange) -> (SimNetwork, Responder<'static, SimFabric, TestService>, Raw<'static>) {
+    let p = pools_for(test);
+    let net = SimNetwork::new(SimConfig::with_seed(seed));
+    let srv = Responder::new(
+        responder_cfg(p, versions, CREDITS, 2),
+        net.endpoint(),
+        TestService::default(),
+        p.pool,
+        &p.regions,
+        0,
+        Some("srv"),
+    )
+    .unwrap();
+    let mut fab = net.endpoint();
+    let mut rkeys = vec![0; p.regions.len()];
+    for r in &p.regions {
+        rkeys[r.id() as usize] = fab.register_region(r).unwrap().rkey;
+    }
+    let cq = fab.create_cq(64).unwrap();
+    let conn = fab.connect("srv", &QpConfig { cq, recv_depth: 32, ..QpConfig::default() }, &[]).unwrap();
+    let mut raw = Raw { fab, cq, conn, cache: p.pool.cache(p.recv, 1).unwrap(), send_cache: p.pool.cache(p.send, 1).unwrap(), data_cache: p.pool.cache(p.data, 1).unwrap(), p, received: vec![], disconnected: false, rkeys };
+    for k in 0..16 {
+        let (lb, _) = raw.buf();
+        let b = mempool::pool::BufRef { region: lb.region, class: p.recv.get(), index: 0 };
+        let _ = (k, b);
+        // Post with the buffer's handle as wr_id so the completion finds it.
+        let bref = p.pool.regions()[lb.region as usize].id();
+        let _ = bref;
+        let handle = buf_ref_of(p, lb);
+        raw.fab.post_recv(conn, &RecvWr { wr_id: WrId::new(1, handle.to_u64()), buf: lb }).unwrap();
+    }
+    (net, srv, raw)
+}
+
+/// Recover the pool handle of a buffer from its (region, offset).
+fn buf_ref_of(p: &Pools, lb: LocalBuf) -> mempool::pool::BufRef {
+    let info = p.pool.class_info(p.recv).unwrap();
+    for index in 0..info.count as u32 {
+        let b = mempool::pool::BufRef { region: lb.region, class: p.recv.get(), index };
+        if p.pool.offset(b) == Some(lb.offset as usize) {
+            return b;
+        }
+    }
+    panic!("not a recv buffer");
+}
+
+fn pump(net: &SimNetwork, srv: &mut Responder<'static, SimFabric, TestService>, raw: &mut Raw<'static>, rounds: usize) {
+    for _ in 0..rounds {
+        srv.poll();
+        raw.poll();
+        if net.run_until_idle(10_000).is_err() {
+            break;
+        }
+    }
+}
+
+const XID: u32 = 0xabcd_0001;
+
+/// A v1 NULL call (RPC header only), inline.
+fn v1_null(xid: u32, credits: u32) -> Vec<u8> {
+    let mut m = words(&[xid, 1, credits, 0, 0, 0, 0]);
+    m.extend(words(&[xid, 0, 2, PROG, VERS, P_NULL, 0, 0, 0, 0]));
+    m
+}
+
+#[test]
+fn malformed_headers_get_the_specs_errors() {
+    let (net, mut srv, mut raw) = setup(0, 7, VersionRange::ALL);
+    pump(&net, &mut srv, &mut raw, 5);
+    let cases: Vec<(Vec<u8>, Box<dyn Fn(&header::Header) -> bool>)> = vec![
+        // unknown version 7 → ERR_VERS 1..2, v1 layout under version word 7
+        (words(&[XID, 7, 1, 0, 0, 0, 0]), Box::new(|_| true)),
+        // bad optional-data discriminant in the Read list → ERR_CHUNK
+        (words(&[XID + 1, 1, 1, 0, 5, 0, 0]), Box::new(|h| h.body == Body::ErrorV1(V1Error::Chunk))),
+        // unaligned Read position → ERR_CHUNK
+        (
+            words(&[XID + 2, 1, 1, 0, 1, 6, 1, 4, 0, 0, 0, 0, 0, XID + 2, 0]),
+            Box::new(|h| h.body == Body::ErrorV1(V1Error::Chunk)),
+        ),
+        // RDMA_MSGP → ERR_CHUNK (RFC 8166 s4.6)
+        (
+            words(&[XID + 3, 1, 1, 2, 4, 1024, 0, 0, 0, XID + 3, 0]),
+            Box::new(|h| h.body == Body::ErrorV1(V1Error::Chunk)),
+        ),
+    ];
+    let n = cases.len();
+    for (m, _) in &cases {
+        raw.send(m);
+        pump(&net, &mut srv, &mut raw, 3);
+    }
+    assert_eq!(raw.received.len(), n, "one answer per bad message");
+    // ERR_VERS in the v1 layout under the offending version word.
+    assert_eq!(header::peek_err_vers_v1_layout(&raw.received[0]), Some((1, 2)));
+    assert_eq!(header::peek_prefix(&raw.received[0]).unwrap().vers, 7);
+    for (k, (_, check)) in cases.iter().enumerate().skip(1) {
+        let h = header::decode(&raw.received[k], &Limits::DEFAULT).unwrap();
+        assert_eq!(h.xid, XID + k as u32, "the error copies the XID");
+        assert!(check(&h), "case {k}: {:?}", h.body);
+        assert!(h.credits >= 1, "never a zero grant");
+    }
+    // RDMA_DONE is ignored silently.
+    raw.send(&words(&[XID + 9, 1, 1, 3]));
+    pump(&net, &mut srv, &mut raw, 3);
+    assert_eq!(raw.received.len(), n);
+    // The connection still works.
+    raw.send(&v1_null(XID + 10, 1));
+    pump(&net, &mut srv, &mut raw, 3);
+    let h = header::decode(raw.received.last().unwrap(), &Limits::DEFAULT).unwrap();
+    assert_eq!(h.header_type(), header::HeaderType::RdmaMsg);
+    assert_eq!(srv.stats().error_replies, 4);
+}
+
+#[test]
+fn v2_errors_use_rdma2_codes() {
+    let (net, mut srv, mut raw) = setup(1, 8, VersionRange::ALL);
+    pump(&net, &mut srv, &mut raw, 5);
+    // Unknown v2 header type → RDMA2_ERR_INVAL_HTYPE.
+    raw.send(&words(&[XID, 2, 1, 9, 0]));
+    pump(&net, &mut srv, &mut raw, 3);
+    // Too many Write chunks → RDMA2_ERR_WRITE_CHUNKS with the limit.
+    let mut m = words(&[XID + 1, 2, 1, 0, 0, 0, 0]);
+    for _ in 0..9 {
+        m.extend(words(&[1, 0]));
+    }
+    m.extend(words(&[0, 0, XID + 1, 0]));
+    raw.send(&m);
+    pump(&net, &mut srv, &mut raw, 3);
+    assert_eq!(raw.received.len(), 2);
+    let h0 = header::decode(&raw.received[0], &Limits::DEFAULT).unwrap();
+    assert_eq!(h0.body, Body::ErrorV2(V2Error::InvalHtype));
+    assert!(h0.is_response(), "RDMA2_ERROR carries RESPONSE (draft s3.2)");
+    let h1 = header::decode(&raw.received[1], &Limits::DEFAULT).unwrap();
+    assert_eq!(h1.body, Body::ErrorV2(V2Error::WriteChunks { max_chunks: 8 }));
+    // A v1 message on this v2 connection: ERR_VERS in v1 with the fixed version.
+    raw.send(&v1_null(XID + 2, 1));
+    pump(&net, &mut srv, &mut raw, 3);
+    let h2 = header::decode(&raw.received[2], &Limits::DEFAULT).unwrap();
+    assert_eq!(h2.body, Body::ErrorV1(V1Error::Vers { low: 2, high: 2 }));
+}
+
+#[test]
+fn credit_overrun_closes_the_connection_and_returns_buffers() {
+    let (net, mut srv, mut raw) = setup(2, 9, VersionRange::ALL);
+    pump(&net, &mut srv, &mut raw, 5);
+    // Send far more calls than credits without waiting for replies, while the
+    // responder is not polled, so they are all outstanding at once.
+    for k in 0..(CREDITS * 2) {
+        raw.send_long_call(XID + k, 1500);
+    }
+    // Deliver everything before the responder runs.
+    let _ = net.run_until_idle(100_000);
+    pump(&net, &mut srv, &mut raw, 10);
+    // The SRQ (2 x 4 receives) let 8 calls in; the 5th outstanding one on this
+    // connection is an overrun (RFC 8166 s3.3.1): the connection is closed.
+    let s = srv.stats();
+    assert!(s.credit_overruns >= 1, "{s:?}");
+    assert!(raw.disconnected, "the peer sees the connection go");
+    assert!(s.replies <= CREDITS as u64, "never more calls served than granted: {s:?}");
+    let held = srv.shutdown(1000);
+    assert_eq!(held, Default::default());
+}
