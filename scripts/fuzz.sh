@@ -60,9 +60,13 @@ else
 fi
 
 echo "== building ${#targets[@]} fuzz targets (sanitizer: $sanitizer)"
-for t in "${targets[@]}"; do
-    cargo fuzz build -O --sanitizer "$sanitizer" "$t"
-done
+if [ ${#targets[@]} -eq ${#all_targets[@]} ]; then
+    cargo fuzz build -O --sanitizer "$sanitizer"
+else
+    for t in "${targets[@]}"; do
+        cargo fuzz build -O --sanitizer "$sanitizer" "$t"
+    done
+fi
 
 logs="$root/fuzz/target/fuzz-logs"
 mkdir -p "$logs"

@@ -74,8 +74,16 @@ fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
         // header_v1/v2 and plan: a selector byte (0 = default limits), then the header
         let mut h = vec![0];
         h.extend_from_slice(&s.bytes);
-        out.push((target, stem(s), h.clone()));
-        out.push(("plan", stem(s), h));
+        out.push((target, stem(s), h));
+        // plan: 8 parameter bytes (see rpcrdma_fuzz::plan_params), then the header.
+        // "short": 4096-byte inline threshold, one 700-byte item at offset 16 in a
+        // reply of 16 + 700 + 256 bytes. "long": 256-byte threshold, no items, a
+        // 2000-byte reply, so a Reply chunk is needed.
+        for (tag, params) in [("short", [0x03, 1, 0, 1, 2, 100, 0, 0]), ("long", [0x0d, 0x07, 0xd0, 0, 0, 0, 0, 0])] {
+            let mut p = params.to_vec();
+            p.extend_from_slice(&s.bytes);
+            out.push(("plan", format!("{}-{tag}", stem(s)), p));
+        }
         // dump_input: mode byte 0 = raw bytes, 1 = hex text, 2 = header JSON text
         let mut m = vec![0];
         m.extend_from_slice(&s.bytes);

@@ -10,8 +10,10 @@
 use proto::header::{
     self, Body, BodyOut, ChunkLists, ChunksOut, Header, HeaderOut, Limits, Property, ReadSegment, Segment,
 };
+use proto::plan::{self, Piece, ReadLimits};
 use proto::private_data;
 use proto::rpc;
+use proto::ulb::DdpItem;
 use proto::xdr::Writer;
 use rpcrdma_apps::dump;
 
@@ -500,6 +502,220 @@ fn check_dump_bytes(buf: &[u8]) {
     }
 }
 
+// -------------------------------------------------------------------- plan
+
+/// Bytes of parameters in front of the header in a `plan` input.
+pub const PLAN_PARAM_BYTES: usize = 8;
+
+/// The reply a `plan` input describes: its length, DDP items, the reply inline
+/// threshold and the responder's read limit.
+#[derive(Clone, Debug)]
+pub struct PlanParams {
+    pub reply_len: usize,
+    pub items: Vec<DdpItem>,
+    pub reply_inline_max: u32,
+    pub read_limits: ReadLimits,
+}
+
+/// Parse the 8 parameter bytes:
+/// `p[0]` bit 0: read limit 1 MiB (else 8 KiB); bits 1-2: reply inline threshold
+/// 1024/4096/256/65536; bit 3: reply length taken raw (may leave items outside
+/// the reply). `p[1..3]`: extra reply bytes (BE u16). `p[3] % 3`: item count.
+/// Item 0 at `8 + 4 * p[4]`, `7 * p[5]` bytes; item 1 at `4 * p[6]` past item 0's
+/// padded end, `7 * p[7]` bytes. Offsets start at 8 so the reply's XID and
+/// message type stay inline.
+pub fn plan_params(p: &[u8; PLAN_PARAM_BYTES]) -> PlanParams {
+    let mut items = Vec::new();
+    let n = p[3] % 3;
+    let mut end = 8u32;
+    if n >= 1 {
+        let it = DdpItem {
+            offset: 8 + 4 * u32::from(p[4]),
+            len: 7 * u32::from(p[5]),
+        };
+        end = it.offset + (it.len + 3) / 4 * 4;
+        items.push(it);
+    }
+    if n >= 2 {
+        let it = DdpItem {
+            offset: end + 4 * u32::from(p[6]),
+            len: 7 * u32::from(p[7]),
+        };
+        end = it.offset + (it.len + 3) / 4 * 4;
+        items.push(it);
+    }
+    let extra = usize::from(u16::from_be_bytes([p[1], p[2]]));
+    let reply_len = if p[0] & 8 != 0 { extra } else { end as usize + extra };
+    PlanParams {
+        reply_len,
+        items,
+        reply_inline_max: [1024, 4096, 256, 65536][usize::from((p[0] >> 1) & 3)],
+        read_limits: ReadLimits::new(if p[0] & 1 != 0 { 1 << 20 } else { 8192 }),
+    }
+}
+
+/// Responder planning over a decoded Call header: [`plan::plan_reads`] must lay
+/// every Read chunk at its Position in the reassembled stream and issue reads
+/// that fit the data area; [`plan::plan_reply`] must produce a reply header that
+/// decodes, echoes the Call's chunks with the planned lengths, and that the
+/// requester side ([`plan::reassemble_reply`]) accepts with the same layout.
+pub fn check_plan(data: &[u8]) {
+    let Some((params, buf)) = data.split_first_chunk::<PLAN_PARAM_BYTES>() else {
+        return;
+    };
+    let pp = plan_params(params);
+    let Ok(h) = header::decode(buf, &Limits::DEFAULT) else {
+        return;
+    };
+    match plan::plan_reads(&h, &pp.read_limits) {
+        Ok(rp) => check_read_plan(&h, &rp, &pp.read_limits),
+        Err(e) => {
+            let _ = (e.v1(), e.v2(), e.to_string());
+        }
+    }
+    if let Some(call) = h.chunks() {
+        check_reply_plan(&h, call, &pp);
+    }
+}
+
+fn check_read_plan(h: &Header<'_>, rp: &plan::ReadPlan, limits: &ReadLimits) {
+    let c = h.chunks().expect("a read plan comes from a message with chunks");
+    let reads = &c.reads;
+    assert_eq!(
+        rp.read_bytes,
+        reads.segments().map(|s| u64::from(s.target.length)).sum::<u64>()
+    );
+    assert!(rp.read_bytes <= limits.max_total_bytes);
+    assert_eq!(rp.chunk_count(), reads.chunk_count());
+    let nomsg = matches!(h.body, Body::NoMsg { .. });
+    assert_eq!(rp.kind == plan::CallKind::Long, nomsg);
+    assert_eq!(
+        rp.inline_len as usize,
+        h.payload().map_or(0, <[u8]>::len),
+        "inline length is the payload length"
+    );
+    // Walk the pieces: inline ranges are consecutive and cover the payload; chunk
+    // k sits at its Position in the stream and has its data plus padding.
+    let chunks: Vec<_> = reads.chunks().collect();
+    let mut stream = 0u64;
+    let mut inline_next = 0u64;
+    let mut next_chunk = 0u32;
+    for piece in rp.pieces() {
+        match *piece {
+            Piece::Inline { start, len } => {
+                assert_eq!(u64::from(start), inline_next, "inline ranges not consecutive");
+                assert!(len > 0);
+                inline_next += u64::from(len);
+            }
+            Piece::Chunk { index, len, pad } => {
+                assert_eq!(index, next_chunk, "chunks out of order");
+                let ch = chunks[index as usize];
+                assert_eq!(stream, u64::from(ch.position), "chunk {index} not at its position");
+                assert_eq!(u64::from(len), ch.total_len());
+                assert_eq!(pad, (4 - len % 4) % 4);
+                next_chunk += 1;
+            }
+        }
+        stream += piece.stream_len();
+    }
+    assert_eq!(next_chunk as usize, chunks.len());
+    assert_eq!(inline_next, u64::from(rp.inline_len));
+    assert_eq!(stream, u64::from(rp.stream_len));
+    // Reads land inside the data area, each chunk's at its 4-aligned offset.
+    let mut per_chunk = vec![0u64; chunks.len()];
+    let mut nops = 0;
+    for op in rp.read_ops(reads) {
+        let base = rp.chunk_offset(op.chunk).expect("op for a planned chunk");
+        assert_eq!(base % 4, 0);
+        assert_eq!(
+            u64::from(op.dest_offset),
+            u64::from(base) + per_chunk[op.chunk as usize]
+        );
+        per_chunk[op.chunk as usize] += u64::from(op.segment.length);
+        assert!(u64::from(op.dest_offset) + u64::from(op.segment.length) <= u64::from(rp.data_area_len));
+        assert!(op.segment.length > 0);
+        nops += 1;
+    }
+    assert_eq!(nops, reads.segments().filter(|s| s.target.length > 0).count());
+    for (k, ch) in chunks.iter().enumerate() {
+        assert_eq!(per_chunk[k], ch.total_len());
+    }
+}
+
+fn check_reply_plan(h: &Header<'_>, call: &ChunkLists<'_>, pp: &PlanParams) {
+    let rp = match plan::plan_reply(pp.reply_len, &pp.items, call, h.vers, pp.reply_inline_max) {
+        Ok(rp) => rp,
+        Err(e) => {
+            let _ = (e.v1(), e.v2(), e.to_string());
+            return;
+        }
+    };
+    let reduced: Vec<_> = rp.reduced_ranges().collect();
+    let mut last_end = 0u64;
+    for r in &reduced {
+        assert!(u64::from(r.start) >= last_end && r.len > 0);
+        last_end = r.end();
+        assert!(last_end <= pp.reply_len as u64);
+    }
+    assert_eq!(
+        reduced.iter().map(|r| u64::from(r.len)).sum::<u64>(),
+        u64::from(rp.reduced_len)
+    );
+    let reduced_items = rp.reduced_items();
+    assert!(reduced_items.len() <= call.writes.len());
+    if rp.kind == plan::ReplyKind::Short {
+        assert!(rp.send_len() <= u64::from(pp.reply_inline_max));
+    }
+    // The RDMA Writes: each reduced item fills its chunk, the reduced reply fills
+    // the Reply chunk for a Long reply.
+    let mut written = vec![0u64; call.writes.len()];
+    let mut to_reply = 0u64;
+    for op in rp.write_ops(call) {
+        assert_eq!(op.target.length, op.src.len);
+        assert!(op.src.end() <= pp.reply_len as u64);
+        match op.chunk {
+            plan::WriteTarget::Write(k) => written[k as usize] += u64::from(op.src.len),
+            plan::WriteTarget::Reply => to_reply += u64::from(op.src.len),
+        }
+    }
+    for (k, w) in written.iter().enumerate() {
+        assert_eq!(
+            *w,
+            reduced_items.get(k).map_or(0, |it| u64::from(it.len)),
+            "write chunk {k}"
+        );
+    }
+    match rp.kind {
+        plan::ReplyKind::Long => assert_eq!(to_reply, u64::from(rp.reduced_len)),
+        plan::ReplyKind::Short => assert_eq!(to_reply, 0),
+    }
+    // The reply header, followed for a Short reply by the reduced reply of a
+    // synthetic RPC reply (XID, REPLY, then a byte pattern).
+    let mut send = vec![0u8; rp.header_len as usize];
+    let n = plan::encode_reply_header(&rp, call, h.xid, 5, 0, &mut send).expect("planned header encodes");
+    assert_eq!(n, rp.header_len as usize);
+    if rp.kind == plan::ReplyKind::Short {
+        let mut reply: Vec<u8> = (0..pp.reply_len).map(|i| i as u8).collect();
+        if reply.len() < 8 {
+            return; // too short to carry an RPC reply header
+        }
+        reply[..4].copy_from_slice(&h.xid.to_be_bytes());
+        reply[4..8].copy_from_slice(&rpc::REPLY.to_be_bytes());
+        for r in &reduced {
+            send.extend_from_slice(&reply[r.range()]);
+        }
+    }
+    assert_eq!(send.len() as u64, rp.send_len());
+    let got = header::decode(&send, &Limits::DEFAULT).expect("planned reply header decodes");
+    assert_eq!((got.xid, got.vers, got.credits), (h.xid, h.vers, 5));
+    let layout = plan::reassemble_reply(&got, call).expect("the requester accepts the planned reply");
+    assert_eq!(layout.kind, rp.kind);
+    assert_eq!(layout.reduced_len, rp.reduced_len);
+    for (k, w) in written.iter().enumerate() {
+        assert_eq!(u64::from(layout.write_lens[k]), *w);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -542,6 +758,33 @@ mod tests {
         over_seeds("rpc_reply", check_rpc_reply);
         over_seeds("record_marking", check_record_marking);
         over_seeds("dump_input", check_dump_input);
+        over_seeds("plan", check_plan);
+    }
+
+    /// The plan seeds reach the interesting outcomes, so the fuzzer starts from
+    /// inputs past the early returns.
+    #[test]
+    fn plan_seeds_reach_read_and_reply_plans() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("seeds/plan");
+        let (mut reads_ok, mut short, mut long, mut reduced) = (0, 0, 0, 0);
+        for e in std::fs::read_dir(dir).unwrap() {
+            let data = std::fs::read(e.unwrap().path()).unwrap();
+            let (params, buf) = data.split_first_chunk::<PLAN_PARAM_BYTES>().unwrap();
+            let pp = plan_params(params);
+            let h = header::decode(buf, &Limits::DEFAULT).unwrap();
+            reads_ok += plan::plan_reads(&h, &pp.read_limits).is_ok() as u32;
+            if let Some(call) = h.chunks() {
+                if let Ok(rp) = plan::plan_reply(pp.reply_len, &pp.items, call, h.vers, pp.reply_inline_max) {
+                    match rp.kind {
+                        plan::ReplyKind::Short => short += 1,
+                        plan::ReplyKind::Long => long += 1,
+                    }
+                    reduced += !rp.reduced_items().is_empty() as u32;
+                }
+            }
+        }
+        assert!(reads_ok >= 4, "{reads_ok}");
+        assert!(short >= 2 && long >= 1 && reduced >= 1, "{short} {long} {reduced}");
     }
 
     #[test]
