@@ -97,8 +97,9 @@ for t in "${targets[@]}"; do
         failed=1
         artifact=$(sed -n 's/.*Test unit written to \(.*\)$/\1/p' "$log" | tail -1)
         status[$t]="CRASH (exit $rc) ${artifact:+$artifact}"
-        echo "   $t failed; last lines of its log:"
-        tail -30 "$log" | sed 's/^/   | /'
+        echo "   $t failed; from its log:"
+        grep -E -A3 'panicked at|ERROR: (AddressSanitizer|libFuzzer)|SUMMARY:|Test unit written' "$log" |
+            head -40 | sed 's/^/   | /' || tail -30 "$log" | sed 's/^/   | /'
     fi
 done
 
