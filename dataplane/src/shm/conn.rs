@@ -498,6 +498,15 @@ impl Conn {
         }
     }
 
+    /// Test hook: push a raw delivery entry into the peer's delivery ring, as
+    /// a buggy or hostile peer could.
+    #[cfg(test)]
+    pub fn inject_delivery(&mut self, item: [u64; DELIV_WORDS]) -> bool {
+        self.peer
+            .as_mut()
+            .is_some_and(|p| p.deliv_tx.try_push(item) == Ok(true))
+    }
+
     /// Can one more receive be posted to this QP?
     pub fn recv_room(&self) -> bool {
         self.posted.len() < self.recv_limit

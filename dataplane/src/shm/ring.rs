@@ -420,14 +420,14 @@ mod tests {
         let f = file(1 << 16);
         let mut p = Producer::<2>::new(Arc::clone(&f), 0, 64, 0).unwrap();
         let mut c = Consumer::<2>::new(Arc::clone(&f), 0, 64, 0).unwrap();
-        const N: u64 = 200_000;
+        const N: u64 = 20_000;
         let t = std::thread::spawn(move || {
             let mut i = 0;
             while i < N {
                 if p.try_push([i, i.wrapping_mul(0x9e37_79b9)]).unwrap() {
                     i += 1;
                 } else {
-                    std::hint::spin_loop();
+                    std::thread::yield_now();
                 }
             }
         });
@@ -438,7 +438,7 @@ mod tests {
                     assert_eq!(item, [expect, expect.wrapping_mul(0x9e37_79b9)]);
                     expect += 1;
                 }
-                None => std::hint::spin_loop(),
+                None => std::thread::yield_now(),
             }
         }
         t.join().unwrap();
