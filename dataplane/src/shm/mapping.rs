@@ -2,7 +2,7 @@
 //! process, sealed against resizing, and mapped by the other after it receives
 //! the descriptor.
 //!
-//! These are not [`mempool::Region`]s: a region is at least one hugepage and is
+//! These are not [`mempool::region::Region`]s: a region is at least one hugepage and is
 //! meant for buffers; a connection's rings need a few pages of normal memory.
 //!
 //! Control path only (every function here makes system calls).

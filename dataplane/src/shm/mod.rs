@@ -90,6 +90,14 @@
 //! their completion in the CQ already); `recv_depth` (or `srq_window`) bounds
 //! receives held by a QP, and sizes its rings (next power of two).
 //!
+//! # Cost of a poll
+//!
+//! `poll_cq` progresses every connection bound to the CQ (a few atomic loads
+//! each when idle), so its cost is linear in the connections on that CQ.
+//! `QpConfig::max_inline`, `max_rdma_reads` and `retry_count` are accepted and
+//! ignored: copies are synchronous (a Read is complete when it completes) and
+//! there is no lossy transport to retry over.
+//!
 //! # Trust
 //!
 //! The peer process is not trusted not to be buggy: everything read from the
