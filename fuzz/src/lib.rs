@@ -533,7 +533,7 @@ pub fn plan_params(p: &[u8; PLAN_PARAM_BYTES]) -> PlanParams {
             offset: 8 + 4 * u32::from(p[4]),
             len: 7 * u32::from(p[5]),
         };
-        end = it.offset + (it.len + 3) / 4 * 4;
+        end = it.offset + it.len.next_multiple_of(4);
         items.push(it);
     }
     if n >= 2 {
@@ -541,7 +541,7 @@ pub fn plan_params(p: &[u8; PLAN_PARAM_BYTES]) -> PlanParams {
             offset: end + 4 * u32::from(p[6]),
             len: 7 * u32::from(p[7]),
         };
-        end = it.offset + (it.len + 3) / 4 * 4;
+        end = it.offset + it.len.next_multiple_of(4);
         items.push(it);
     }
     let extra = usize::from(u16::from_be_bytes([p[1], p[2]]));
