@@ -229,7 +229,11 @@ fn two_processes_send_write_read_and_disconnect() {
 #[test]
 #[ignore = "child process of two_processes_send_write_read_and_disconnect"]
 fn requester_child() {
-    let addr = std::env::var(ENV_ADDR).expect("run by the parent test");
+    let Ok(addr) = std::env::var(ENV_ADDR) else {
+        // Run with --ignored but not by the parent: there is no responder.
+        eprintln!("requester_child: {ENV_ADDR} not set; this role only runs under the parent test");
+        return;
+    };
     let mut s = Side::new();
     let qp = QpConfig {
         cq: s.cq,
