@@ -37,5 +37,9 @@ cargo clippy --workspace --all-targets --quiet -- -D warnings
 echo "== cargo test"
 mkdir -p target
 cargo test --workspace --quiet 2>&1 | tee target/test.log
-# Build the benches too (they are run by scripts/bench.sh, not here).
+# The fuzz targets' checks over every seed input and its truncations, on stable
+# (the coverage-guided runs are scripts/fuzz.sh).
+echo "== fuzz seed checks"
+cargo test --manifest-path fuzz/Cargo.toml --quiet 2>&1 | tee -a target/test.log
+# Build the benches too (criterion; run them with cargo bench, see docs/BENCHMARKS.md).
 cargo build --workspace --benches --quiet
