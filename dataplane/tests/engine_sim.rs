@@ -186,7 +186,7 @@ fn add(total: &mut Seen, s: Seen) {
 #[test]
 fn v1_every_chunk_pattern_many_seeds() {
     let mut total = Seen::default();
-    sim::check_seeds(0..300, |seed| {
+    sim::check_seeds(0..500, |seed| {
         let (v, s) = run(0, seed, VersionRange::only(1).unwrap(), VersionRange::ALL, 24)?;
         add(&mut total, s);
         if v != 1 {
@@ -200,7 +200,7 @@ fn v1_every_chunk_pattern_many_seeds() {
 #[test]
 fn v2_every_chunk_pattern_many_seeds() {
     let mut total = Seen::default();
-    sim::check_seeds(1000..1300, |seed| {
+    sim::check_seeds(1000..1500, |seed| {
         let (v, s) = run(1, seed, VersionRange::ALL, VersionRange::ALL, 24)?;
         add(&mut total, s);
         if v != 2 {
@@ -213,7 +213,7 @@ fn v2_every_chunk_pattern_many_seeds() {
 
 #[test]
 fn v2_requester_falls_back_to_v1_only_responder() {
-    sim::check_seeds(2000..2100, |seed| {
+    sim::check_seeds(2000..2200, |seed| {
         let (v, _) = run(2, seed, VersionRange::ALL, VersionRange::only(1).unwrap(), 12)?;
         if v != 1 {
             return Err(format!("negotiated v{v}, wanted fallback to v1"));

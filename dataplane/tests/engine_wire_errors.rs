@@ -37,6 +37,8 @@ struct Raw<'p> {
     data_cache: PoolCache<'p>,
     p: &'static Pools,
     received: Vec<Vec<u8>>,
+    /// For each received message: the rkey a Send with Invalidate invalidated.
+    invalidated: Vec<Option<u32>>,
     disconnected: bool,
     rkeys: Vec<u32>,
 }
@@ -93,6 +95,7 @@ impl<'p> Raw<'p> {
                 // SAFETY: the receive completed; the test holds the buffer.
                 let bytes = unsafe { self.p.pool.bytes(b) }.unwrap();
                 self.received.push(bytes[..wc.byte_len as usize].to_vec());
+                self.invalidated.push(wc.invalidated_rkey);
             }
         }
         while let Some(ev) = self.fab.poll_cm() {
@@ -123,7 +126,7 @@ fn setup(test: usize, seed: u64, versions: VersionRange) -> (SimNetwork, Respond
     }
     let cq = fab.create_cq(64).unwrap();
     let conn = fab.connect("srv", &QpConfig { cq, recv_depth: 32, ..QpConfig::default() }, &[]).unwrap();
-    let mut raw = Raw { fab, cq, conn, cache: p.pool.cache(p.recv, 1).unwrap(), send_cache: p.pool.cache(p.send, 1).unwrap(), data_cache: p.pool.cache(p.data, 1).unwrap(), p, received: vec![], disconnected: false, rkeys };
+    let mut raw = Raw { fab, cq, conn, cache: p.pool.cache(p.recv, 1).unwrap(), send_cache: p.pool.cache(p.send, 1).unwrap(), data_cache: p.pool.cache(p.data, 1).unwrap(), p, received: vec![], invalidated: vec![], disconnected: false, rkeys };
     for k in 0..16 {
         let (lb, _) = raw.buf();
         let b = mempool::pool::BufRef { region: lb.region, class: p.recv.get(), index: 0 };
@@ -263,4 +266,27 @@ fn credit_overrun_closes_the_connection_and_returns_buffers() {
     assert!(s.replies <= CREDITS as u64, "never more calls served than granted: {s:?}");
     let held = srv.shutdown(1000);
     assert_eq!(held, Default::default());
+}
+
+#[test]
+fn v2_inv_handle_gets_send_with_invalidate() {
+    let (net, mut srv, mut raw) = setup(3, 10, VersionRange::ALL);
+    pump(&net, &mut srv, &mut raw, 5);
+    // A v2 NULL call whose rdma_inv_handle names one of the peer's handles
+    // (draft s3.3): the reply comes with Send With Invalidate of that handle.
+    let handle = raw.rkeys[0];
+    let mut m = words(&[XID, 2, 4, 0, 0, handle, 0, 0, 0]);
+    m.extend(words(&[XID, 0, 2, PROG, VERS, P_NULL, 0, 0, 0, 0]));
+    raw.send(&m);
+    pump(&net, &mut srv, &mut raw, 3);
+    // The same without an inv_handle: a plain Send.
+    let mut m = words(&[XID + 1, 2, 4, 0, 0, 0, 0, 0, 0]);
+    m.extend(words(&[XID + 1, 0, 2, PROG, VERS, P_NULL, 0, 0, 0, 0]));
+    raw.send(&m);
+    pump(&net, &mut srv, &mut raw, 3);
+    assert_eq!(raw.received.len(), 2);
+    let h = header::decode(&raw.received[0], &Limits::DEFAULT).unwrap();
+    assert_eq!((h.header_type(), h.is_response()), (header::HeaderType::Rdma2Msg, true));
+    assert_eq!(raw.invalidated, vec![Some(handle), None]);
+    assert_eq!(srv.stats().sends_with_invalidate, 1);
 }

@@ -142,3 +142,5 @@ pub fn connect(net: &SimNetwork, client: &mut Host, server: &mut Host) -> (ConnI
 pub fn wr(tag: u8, index: u64) -> WrId {
     WrId::new(tag, index)
 }
+
+pub mod workload;
