@@ -733,7 +733,7 @@ fn posting_rules_before_establishment_and_bad_arguments() {
     // with the same id is refused.
     let again = c.fab.register_region(&c.region.clone()).unwrap();
     assert_eq!(again, c.keys);
-    assert!(c.fab.register_region(&region(1)).is_err());
+    assert!(c.fab.register_region(&fresh_region(1)).is_err());
     assert_eq!(c.fab.name(), "sim");
     assert!(c.fab.caps().send_with_invalidate && c.fab.caps().srq);
 }

@@ -25,7 +25,11 @@ fn accept_carries_private_data_both_ways() {
     let cc = c.fab.connect("nfs", &c.qp(), b"hello, server").unwrap();
     assert_eq!(c.fab.conn_state(cc), Some(ConnState::Connecting));
     let (listener, req, pd) = match next_request(&net, &mut s) {
-        CmEvent::ConnectRequest { listener, req, private_data } => (listener, req, private_data),
+        CmEvent::ConnectRequest {
+            listener,
+            req,
+            private_data,
+        } => (listener, req, private_data),
         other => panic!("{other:?}"),
     };
     assert_eq!(listener, l);
@@ -34,12 +38,27 @@ fn accept_carries_private_data_both_ways() {
     net.run_until_idle(1000).unwrap();
     assert_eq!(
         c.cm_events(),
-        vec![CmEvent::Established { conn: cc, private_data: PrivateData::new(b"welcome") }]
+        vec![CmEvent::Established {
+            conn: cc,
+            private_data: PrivateData::new(b"welcome")
+        }]
     );
-    assert_eq!(s.cm_events(), vec![CmEvent::Established { conn: sc, private_data: PrivateData::EMPTY }]);
-    assert_eq!((c.fab.conn_state(cc), s.fab.conn_state(sc)), (Some(ConnState::Ready), Some(ConnState::Ready)));
+    assert_eq!(
+        s.cm_events(),
+        vec![CmEvent::Established {
+            conn: sc,
+            private_data: PrivateData::EMPTY
+        }]
+    );
+    assert_eq!(
+        (c.fab.conn_state(cc), s.fab.conn_state(sc)),
+        (Some(ConnState::Ready), Some(ConnState::Ready))
+    );
     // A request id is answered once.
-    assert!(matches!(s.fab.accept(req, &s.qp(), b""), Err(FabricError::UnknownId { .. })));
+    assert!(matches!(
+        s.fab.accept(req, &s.qp(), b""),
+        Err(FabricError::UnknownId { .. })
+    ));
     assert!(matches!(s.fab.reject(req, b""), Err(FabricError::UnknownId { .. })));
 }
 
@@ -50,7 +69,15 @@ fn reject_carries_private_data_and_flushes_early_receives() {
     let mut s = Host::new(&net, region(2));
     s.fab.listen("nfs").unwrap();
     let cc = c.fab.connect("nfs", &c.qp(), b"v2 please").unwrap();
-    c.fab.post_recv(cc, &RecvWr { wr_id: wr(2, 0), buf: c.buf(0, 64) }).unwrap();
+    c.fab
+        .post_recv(
+            cc,
+            &RecvWr {
+                wr_id: wr(2, 0),
+                buf: c.buf(0, 64),
+            },
+        )
+        .unwrap();
     let req = match next_request(&net, &mut s) {
         CmEvent::ConnectRequest { req, .. } => req,
         other => panic!("{other:?}"),
@@ -59,7 +86,10 @@ fn reject_carries_private_data_and_flushes_early_receives() {
     net.run_until_idle(1000).unwrap();
     assert_eq!(
         c.cm_events(),
-        vec![CmEvent::Rejected { conn: cc, private_data: PrivateData::new(b"v1 only") }]
+        vec![CmEvent::Rejected {
+            conn: cc,
+            private_data: PrivateData::new(b"v1 only")
+        }]
     );
     let cw = c.drain();
     assert_eq!((cw.len(), cw[0].wr_id, cw[0].status), (1, wr(2, 0), WcStatus::Flushed));
@@ -80,7 +110,10 @@ fn unknown_names_are_unreachable_and_names_are_unique() {
     net.run_until_idle(1000).unwrap();
     assert_eq!(c.cm_events(), vec![CmEvent::Unreachable { conn: cc }]);
     assert!(s.cm_events().is_empty());
-    assert!(matches!(c.fab.connect("", &c.qp(), b""), Err(FabricError::BadAddress(_))));
+    assert!(matches!(
+        c.fab.connect("", &c.qp(), b""),
+        Err(FabricError::BadAddress(_))
+    ));
 }
 
 #[test]
@@ -90,8 +123,24 @@ fn disconnect_flushes_both_sides_and_reports_once() {
     let mut s = Host::new(&net, region(2));
     let (cc, sc) = connect(&net, &mut c, &mut s);
     for i in 0..3 {
-        c.fab.post_recv(cc, &RecvWr { wr_id: wr(2, i), buf: c.buf(i * 64, 64) }).unwrap();
-        s.fab.post_recv(sc, &RecvWr { wr_id: wr(2, i), buf: s.buf(i * 64, 64) }).unwrap();
+        c.fab
+            .post_recv(
+                cc,
+                &RecvWr {
+                    wr_id: wr(2, i),
+                    buf: c.buf(i * 64, 64),
+                },
+            )
+            .unwrap();
+        s.fab
+            .post_recv(
+                sc,
+                &RecvWr {
+                    wr_id: wr(2, i),
+                    buf: s.buf(i * 64, 64),
+                },
+            )
+            .unwrap();
     }
     c.fab.disconnect(cc).unwrap();
     // The local side's flushes and event are there at once.
@@ -109,7 +158,10 @@ fn disconnect_flushes_both_sides_and_reports_once() {
     s.fab.disconnect(sc).unwrap();
     net.run_until_idle(1000).unwrap();
     assert!(c.cm_events().is_empty() && s.cm_events().is_empty());
-    assert!(matches!(c.fab.disconnect(dataplane::ConnId(42)), Err(FabricError::UnknownId { .. })));
+    assert!(matches!(
+        c.fab.disconnect(dataplane::ConnId(42)),
+        Err(FabricError::UnknownId { .. })
+    ));
 }
 
 #[test]
@@ -127,7 +179,11 @@ fn giving_up_while_connecting_tears_down_the_accepted_side() {
     assert_eq!(c.cm_events(), vec![CmEvent::Disconnected { conn: cc }]);
     let sc = s.fab.accept(req, &s.qp(), b"").unwrap();
     net.run_until_idle(1000).unwrap();
-    assert_eq!(s.cm_events(), vec![CmEvent::Disconnected { conn: sc }], "no Established for a dead peer");
+    assert_eq!(
+        s.cm_events(),
+        vec![CmEvent::Disconnected { conn: sc }],
+        "no Established for a dead peer"
+    );
     assert!(c.cm_events().is_empty());
 }
 
@@ -139,17 +195,34 @@ fn the_passive_side_may_send_before_its_established_event() {
         let mut s = Host::new(&net, region(2));
         s.fab.listen("srv").unwrap();
         let cc = c.fab.connect("srv", &c.qp(), b"").unwrap();
-        c.fab.post_recv(cc, &RecvWr { wr_id: wr(2, 0), buf: c.buf(0, 64) }).unwrap();
+        c.fab
+            .post_recv(
+                cc,
+                &RecvWr {
+                    wr_id: wr(2, 0),
+                    buf: c.buf(0, 64),
+                },
+            )
+            .unwrap();
         let req = match next_request(&net, &mut s) {
             CmEvent::ConnectRequest { req, .. } => req,
             other => panic!("{other:?}"),
         };
         let sc = s.fab.accept(req, &s.qp(), b"").unwrap();
         write(&s.region, 0, b"early");
-        s.fab.post_send(sc, &SendWr::new(wr(1, 0), SendOp::Send, s.buf(0, 5), Default::default())).unwrap();
+        s.fab
+            .post_send(
+                sc,
+                &SendWr::new(wr(1, 0), SendOp::Send, s.buf(0, 5), Default::default()),
+            )
+            .unwrap();
         net.run_until_idle(1000).unwrap();
         let cw = c.drain();
-        assert_eq!((cw.len(), cw[0].status, cw[0].byte_len), (1, WcStatus::Success, 5), "seed {seed}");
+        assert_eq!(
+            (cw.len(), cw[0].status, cw[0].byte_len),
+            (1, WcStatus::Success, 5),
+            "seed {seed}"
+        );
         assert_eq!(read(&c.region, 0, 5), b"early");
         assert!(matches!(c.cm_events()[..], [CmEvent::Established { .. }]));
         assert!(matches!(s.cm_events()[..], [CmEvent::Established { .. }]));
@@ -162,7 +235,15 @@ fn dropping_an_endpoint_disconnects_its_peers_and_its_names() {
     let mut c = Host::new(&net, region(1));
     let mut s = Host::new(&net, region(2));
     let (cc, _sc) = connect(&net, &mut c, &mut s);
-    c.fab.post_recv(cc, &RecvWr { wr_id: wr(2, 0), buf: c.buf(0, 64) }).unwrap();
+    c.fab
+        .post_recv(
+            cc,
+            &RecvWr {
+                wr_id: wr(2, 0),
+                buf: c.buf(0, 64),
+            },
+        )
+        .unwrap();
     drop(s);
     net.run_until_idle(1000).unwrap();
     assert_eq!(c.cm_events(), vec![CmEvent::Disconnected { conn: cc }]);
@@ -178,9 +259,15 @@ fn a_full_backlog_rejects_new_requests() {
     let mut c = Host::new(&net, region(1));
     let mut s = Host::new(&net, region(2));
     s.fab.listen("srv").unwrap();
-    let conns: Vec<_> = (0..LISTEN_BACKLOG + 2).map(|_| c.fab.connect("srv", &c.qp(), b"").unwrap()).collect();
+    let conns: Vec<_> = (0..LISTEN_BACKLOG + 2)
+        .map(|_| c.fab.connect("srv", &c.qp(), b"").unwrap())
+        .collect();
     net.run_until_idle(100_000).unwrap();
-    let reqs = s.cm_events().iter().filter(|e| matches!(e, CmEvent::ConnectRequest { .. })).count();
+    let reqs = s
+        .cm_events()
+        .iter()
+        .filter(|e| matches!(e, CmEvent::ConnectRequest { .. }))
+        .count();
     assert_eq!(reqs, LISTEN_BACKLOG);
     let rejected: Vec<_> = c
         .cm_events()

@@ -12,7 +12,7 @@ fn random_workloads_without_faults_deliver_everything() {
     let regions = (region(1), region(2));
     let mut runs = 0u64;
     let mut sends = 0u64;
-    check_seeds(0..2000, |seed| {
+    check_seeds(0..1500, |seed| {
         let out = workload::run(seed, SimConfig::with_seed(seed), &regions)?;
         runs += 1;
         sends += out.stats.sends + out.stats.writes + out.stats.reads;
@@ -36,8 +36,11 @@ fn random_workloads_with_faults_return_every_buffer() {
         recv_starvation_ns: 100_000,
     };
     let mut injected = 0u64;
-    check_seeds(0..1500, |seed| {
-        let cfg = SimConfig { faults, ..SimConfig::with_seed(seed) };
+    check_seeds(0..1000, |seed| {
+        let cfg = SimConfig {
+            faults,
+            ..SimConfig::with_seed(seed)
+        };
         let out = workload::run(seed, cfg, &regions)?;
         let f = out.stats.faults;
         injected += f.flush_errors + f.wr_errors + f.rnr + f.lost_connections + f.starved_recvs;

@@ -218,6 +218,14 @@ impl SimFaults {
         recv_starvation_ns: 0,
     };
 
+    /// # Panics
+    /// When a probability is outside `0.0..=1.0` or NaN.
+    fn validate(&self) {
+        for (name, p) in self.probabilities() {
+            assert!((0.0..=1.0).contains(&p), "SimFaults::{name} = {p} is not a probability");
+        }
+    }
+
     fn probabilities(&self) -> [(&'static str, f64); 6] {
         [
             ("flush_error", self.flush_error),
@@ -551,9 +559,7 @@ impl SimNetwork {
     /// When a fault probability is outside `0.0..=1.0` (or NaN) or
     /// `min_latency_ns > max_latency_ns`: a mistake in the test, not an input.
     pub fn new(cfg: SimConfig) -> SimNetwork {
-        for (name, p) in cfg.faults.probabilities() {
-            assert!((0.0..=1.0).contains(&p), "SimFaults::{name} = {p} is not a probability");
-        }
+        cfg.faults.validate();
         assert!(
             cfg.min_latency_ns <= cfg.max_latency_ns,
             "SimConfig: min_latency_ns {} > max_latency_ns {}",
@@ -659,6 +665,16 @@ impl SimNetwork {
     /// Number of endpoints made so far.
     pub fn endpoints(&self) -> usize {
         self.inner.borrow().endpoints()
+    }
+
+    /// Change the fault rates from now on (e.g. connect cleanly, then inject).
+    /// `slow_peer` applies to endpoints made afterwards.
+    ///
+    /// # Panics
+    /// As [`SimNetwork::new`], for a probability outside `0.0..=1.0`.
+    pub fn set_faults(&self, faults: SimFaults) {
+        faults.validate();
+        self.inner.borrow_mut().cfg.faults = faults;
     }
 
     /// Make endpoint `endpoint` slow: `extra_ns` is added to every delivery from

@@ -13,12 +13,31 @@ use mempool::region::{Region, RegionConfig};
 pub const REGION_LEN: usize = 1 << 16;
 
 /// A fresh region (not locked: tests must not depend on RLIMIT_MEMLOCK).
-pub fn region(id: u16) -> Arc<Region> {
+pub fn fresh_region(id: u16) -> Arc<Region> {
     let cfg = RegionConfig {
         lock: false,
         ..RegionConfig::default()
     };
     Arc::new(Region::create(id, REGION_LEN, &cfg).expect("create test region"))
+}
+
+thread_local! {
+    static REGIONS: std::cell::RefCell<Vec<Arc<Region>>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Region `id` of this test thread, made once per thread (creating a region maps
+/// and populates 2 MiB). Contents persist between uses: tests write what they
+/// check. Each test runs on its own thread, so tests never share one.
+pub fn region(id: u16) -> Arc<Region> {
+    REGIONS.with(|r| {
+        let mut v = r.borrow_mut();
+        if let Some(x) = v.iter().find(|x| x.id() == id) {
+            return x.clone();
+        }
+        let x = fresh_region(id);
+        v.push(x.clone());
+        x
+    })
 }
 
 /// Write `data` at `offset` of `r`.

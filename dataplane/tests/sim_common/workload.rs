@@ -3,13 +3,13 @@
 //! in posting order and stop succeeding after the first error, delivered data is
 //! right, failures disconnect both sides. Used by the determinism, fault and
 //! many-seed tests.
+#![allow(clippy::needless_range_loop)] // (side, connection) index several tables
 
 use std::sync::Arc;
 
 use dataplane::sim::{ConnState, SimConfig, SimNetwork, SimRng, SimStats};
 use dataplane::{
-    CmEvent, Completion, ConnId, Fabric, LocalBuf, QpConfig, RecvWr, SendOp, SendWr, SrqId, WcOpcode, WcStatus,
-    WrId,
+    CmEvent, Completion, ConnId, Fabric, LocalBuf, QpConfig, RecvWr, SendOp, SendWr, SrqId, WcOpcode, WcStatus, WrId,
 };
 use mempool::region::Region;
 
@@ -65,11 +65,23 @@ impl Op {
         let base = at(area, slot);
         if self.split && self.len > 0 {
             let a = self.len.min(HALF);
-            sge[0] = LocalBuf { region, offset: base, len: a };
-            sge[1] = LocalBuf { region, offset: base + u64::from(HALF), len: self.len - a };
+            sge[0] = LocalBuf {
+                region,
+                offset: base,
+                len: a,
+            };
+            sge[1] = LocalBuf {
+                region,
+                offset: base + u64::from(HALF),
+                len: self.len - a,
+            };
             (sge, 2)
         } else {
-            sge[0] = LocalBuf { region, offset: base, len: self.len };
+            sge[0] = LocalBuf {
+                region,
+                offset: base,
+                len: self.len,
+            };
             (sge, 1)
         }
     }
@@ -153,8 +165,16 @@ pub fn run(seed: u64, cfg: SimConfig, regions: &(Arc<Region>, Arc<Region>)) -> R
             for i in 0..plan[side][k].len() {
                 let g = (k * MAX_OPS + i) as u64;
                 let r = &hosts[side].region;
-                write(r, at(OUT, g), &fill(seed.wrapping_mul(31) ^ (g << 8) ^ side as u64, SLOT as usize));
-                write(r, at(RSRC, g), &fill(seed.wrapping_mul(37) ^ (g << 8) ^ side as u64 ^ 0xff, SLOT as usize));
+                write(
+                    r,
+                    at(OUT, g),
+                    &fill(seed.wrapping_mul(31) ^ (g << 8) ^ side as u64, SLOT as usize),
+                );
+                write(
+                    r,
+                    at(RSRC, g),
+                    &fill(seed.wrapping_mul(37) ^ (g << 8) ^ side as u64 ^ 0xff, SLOT as usize),
+                );
                 for area in [RDST, WIN, RECV] {
                     write(r, at(area, g), &[0u8; SLOT as usize]);
                 }
@@ -166,13 +186,27 @@ pub fn run(seed: u64, cfg: SimConfig, regions: &(Arc<Region>, Arc<Region>)) -> R
     // or in total (SRQ on the server).
     let srq: Option<SrqId> = if srq_mode {
         let total: usize = (0..nconns).map(|k| sends(0, k)).sum();
-        let s = hosts[1].fab.create_srq(total.max(1) as u32).map_err(|e| e.to_string())?;
+        let s = hosts[1]
+            .fab
+            .create_srq(total.max(1) as u32)
+            .map_err(|e| e.to_string())?;
         let region = hosts[1].region.id();
-        let mut slot = 0u64;
-        for _ in 0..total {
-            let buf = LocalBuf { region, offset: at(RECV, slot), len: SLOT as u32 };
-            hosts[1].fab.post_srq_recv(s, &RecvWr { wr_id: WrId::new(RECV_TAG, slot), buf }).map_err(|e| e.to_string())?;
-            slot += 1;
+        for slot in 0..total as u64 {
+            let buf = LocalBuf {
+                region,
+                offset: at(RECV, slot),
+                len: SLOT as u32,
+            };
+            hosts[1]
+                .fab
+                .post_srq_recv(
+                    s,
+                    &RecvWr {
+                        wr_id: WrId::new(RECV_TAG, slot),
+                        buf,
+                    },
+                )
+                .map_err(|e| e.to_string())?;
         }
         Some(s)
     } else {
@@ -193,8 +227,20 @@ pub fn run(seed: u64, cfg: SimConfig, regions: &(Arc<Region>, Arc<Region>)) -> R
         let region = h.region.id();
         for j in 0..sends(1 - side, k) {
             let slot = (k * MAX_OPS + j) as u64;
-            let buf = LocalBuf { region, offset: at(RECV, slot), len: SLOT as u32 };
-            h.fab.post_recv(conn, &RecvWr { wr_id: WrId::new(RECV_TAG, slot), buf }).map_err(|e| e.to_string())?;
+            let buf = LocalBuf {
+                region,
+                offset: at(RECV, slot),
+                len: SLOT as u32,
+            };
+            h.fab
+                .post_recv(
+                    conn,
+                    &RecvWr {
+                        wr_id: WrId::new(RECV_TAG, slot),
+                        buf,
+                    },
+                )
+                .map_err(|e| e.to_string())?;
         }
         Ok(())
     };
@@ -205,7 +251,10 @@ pub fn run(seed: u64, cfg: SimConfig, regions: &(Arc<Region>, Arc<Region>)) -> R
     let mut cm: Vec<(usize, CmEvent)> = Vec::new();
     for k in 0..nconns {
         let q = qp_for(&hosts[0], 0, k);
-        let c = hosts[0].fab.connect("server", &q, &[k as u8]).map_err(|e| e.to_string())?;
+        let c = hosts[0]
+            .fab
+            .connect("server", &q, &[k as u8])
+            .map_err(|e| e.to_string())?;
         post_recvs(&mut hosts[0], 0, k, c)?;
         conns[0][k] = Some(c);
     }
@@ -214,7 +263,10 @@ pub fn run(seed: u64, cfg: SimConfig, regions: &(Arc<Region>, Arc<Region>)) -> R
             cm.push((1, ev));
             if let CmEvent::ConnectRequest { req, private_data, .. } = ev {
                 let k = *private_data.as_bytes().first().ok_or("empty private data")? as usize;
-                check!(k < nconns && conns[1][k].is_none(), "bad or repeated request for connection {k}");
+                check!(
+                    k < nconns && conns[1][k].is_none(),
+                    "bad or repeated request for connection {k}"
+                );
                 let q = qp_for(&hosts[1], 1, k);
                 let c = hosts[1].fab.accept(req, &q, b"ok").map_err(|e| e.to_string())?;
                 post_recvs(&mut hosts[1], 1, k, c)?;
@@ -224,7 +276,10 @@ pub fn run(seed: u64, cfg: SimConfig, regions: &(Arc<Region>, Arc<Region>)) -> R
         while let Some(ev) = hosts[0].fab.poll_cm() {
             cm.push((0, ev));
         }
-        let connecting = conns[0].iter().flatten().any(|&c| hosts[0].fab.conn_state(c) == Some(ConnState::Connecting));
+        let connecting = conns[0]
+            .iter()
+            .flatten()
+            .any(|&c| hosts[0].fab.conn_state(c) == Some(ConnState::Connecting));
         if !connecting {
             break;
         }
@@ -232,7 +287,10 @@ pub fn run(seed: u64, cfg: SimConfig, regions: &(Arc<Region>, Arc<Region>)) -> R
     }
     let conns: [Vec<ConnId>; 2] = [
         conns[0].iter().map(|c| c.expect("client conn")).collect(),
-        conns[1].iter().map(|c| c.ok_or("a request never arrived")).collect::<Result<_, _>>()?,
+        conns[1]
+            .iter()
+            .map(|c| c.ok_or("a request never arrived"))
+            .collect::<Result<_, _>>()?,
     ];
 
     // Post the operations in random batches, stepping in between.
@@ -264,8 +322,18 @@ pub fn run(seed: u64, cfg: SimConfig, regions: &(Arc<Region>, Arc<Region>)) -> R
                 Kind::Read => (SendOp::RdmaRead, RDST, peer.segment(at(RSRC, g), op.len + op.slack)),
             };
             let (sge, num_sge) = op.sges(area, g, region);
-            let wr = SendWr { wr_id: WrId::new(SEND_TAG, g), op: sop, sge, num_sge, remote, signaled: op.signaled };
-            hosts[side].fab.post_send(conns[side][k], &wr).map_err(|e| format!("post_send: {e}"))?;
+            let wr = SendWr {
+                wr_id: WrId::new(SEND_TAG, g),
+                op: sop,
+                sge,
+                num_sge,
+                remote,
+                signaled: op.signaled,
+            };
+            hosts[side]
+                .fab
+                .post_send(conns[side][k], &wr)
+                .map_err(|e| format!("post_send: {e}"))?;
         }
         for _ in 0..w.index(20) {
             net.step();
@@ -295,7 +363,10 @@ pub fn run(seed: u64, cfg: SimConfig, regions: &(Arc<Region>, Arc<Region>)) -> R
                 .map(|(_, c)| c)
                 .collect();
             let idx: Vec<u64> = sq.iter().map(|c| c.wr_id.index() - (k * MAX_OPS) as u64).collect();
-            check!(idx.windows(2).all(|p| p[0] < p[1]), "side {side} conn {k}: send completions out of order: {idx:?}");
+            check!(
+                idx.windows(2).all(|p| p[0] < p[1]),
+                "side {side} conn {k}: send completions out of order: {idx:?}"
+            );
             if let Some(first_err) = sq.iter().position(|c| !c.status.is_success()) {
                 check!(
                     sq[first_err + 1..].iter().all(|c| c.status == WcStatus::Flushed),
@@ -305,11 +376,19 @@ pub fn run(seed: u64, cfg: SimConfig, regions: &(Arc<Region>, Arc<Region>)) -> R
             for (i, op) in plan[side][k].iter().enumerate() {
                 let g = (k * MAX_OPS + i) as u64;
                 let n = sq.iter().filter(|c| c.wr_id == WrId::new(SEND_TAG, g)).count();
-                let failed = sq.iter().any(|c| c.wr_id == WrId::new(SEND_TAG, g) && !c.status.is_success());
+                let failed = sq
+                    .iter()
+                    .any(|c| c.wr_id == WrId::new(SEND_TAG, g) && !c.status.is_success());
                 if op.signaled {
-                    check!(n == 1, "side {side} conn {k} op {i}: {n} completions for a signaled work request");
+                    check!(
+                        n == 1,
+                        "side {side} conn {k} op {i}: {n} completions for a signaled work request"
+                    );
                 } else {
-                    check!(n == 0 || (n == 1 && failed), "side {side} conn {k} op {i}: unsignaled success completed");
+                    check!(
+                        n == 0 || (n == 1 && failed),
+                        "side {side} conn {k} op {i}: unsignaled success completed"
+                    );
                 }
                 if !faults {
                     check!(!failed, "side {side} conn {k} op {i}: failed without faults: {sq:?}");
@@ -320,7 +399,9 @@ pub fn run(seed: u64, cfg: SimConfig, regions: &(Arc<Region>, Arc<Region>)) -> R
                 let g = (k * MAX_OPS + i) as u64;
                 // Failures and flushes always complete, so an unsignaled work
                 // request without a completion succeeded.
-                let done_ok = sq.iter().any(|c| c.wr_id == WrId::new(SEND_TAG, g) && c.status.is_success())
+                let done_ok = sq
+                    .iter()
+                    .any(|c| c.wr_id == WrId::new(SEND_TAG, g) && c.status.is_success())
                     || (!op.signaled && !sq.iter().any(|c| c.wr_id == WrId::new(SEND_TAG, g)));
                 if !done_ok {
                     continue;
@@ -349,18 +430,29 @@ pub fn run(seed: u64, cfg: SimConfig, regions: &(Arc<Region>, Arc<Region>)) -> R
             }
             // Sends: the j-th successful receive on the peer's connection carries
             // the j-th Send of this QP.
-            let my_sends: Vec<(usize, &Op)> =
-                plan[side][k].iter().enumerate().filter(|(_, o)| o.kind == Kind::Send).collect();
+            let my_sends: Vec<(usize, &Op)> = plan[side][k]
+                .iter()
+                .enumerate()
+                .filter(|(_, o)| o.kind == Kind::Send)
+                .collect();
             let got: Vec<&Completion> = comps
                 .iter()
                 .filter(|(s, c)| *s == peer && c.conn == pconn && c.opcode == WcOpcode::Recv && c.status.is_success())
                 .map(|(_, c)| c)
                 .collect();
-            check!(got.len() <= my_sends.len(), "side {side} conn {k}: more receives than sends");
+            check!(
+                got.len() <= my_sends.len(),
+                "side {side} conn {k}: more receives than sends"
+            );
             for (j, rc) in got.iter().enumerate() {
                 let (i, op) = my_sends[j];
                 let g = (k * MAX_OPS + i) as u64;
-                check!(rc.byte_len == op.len, "side {side} conn {k} send {i}: byte_len {} != {}", rc.byte_len, op.len);
+                check!(
+                    rc.byte_len == op.len,
+                    "side {side} conn {k} send {i}: byte_len {} != {}",
+                    rc.byte_len,
+                    op.len
+                );
                 let mine = &hosts[side].region;
                 let (sge, n) = op.sges(OUT, g, mine.id());
                 let want = gather(mine, &sge[..n as usize]);
@@ -372,23 +464,43 @@ pub fn run(seed: u64, cfg: SimConfig, regions: &(Arc<Region>, Arc<Region>)) -> R
             }
             for (j, (i, _)) in my_sends.iter().enumerate() {
                 let g = (k * MAX_OPS + i) as u64;
-                let ok = sq.iter().any(|c| c.wr_id == WrId::new(SEND_TAG, g) && c.status.is_success());
-                check!(!ok || j < got.len(), "side {side} conn {k} send {i} succeeded but was not received");
+                let ok = sq
+                    .iter()
+                    .any(|c| c.wr_id == WrId::new(SEND_TAG, g) && c.status.is_success());
+                check!(
+                    !ok || j < got.len(),
+                    "side {side} conn {k} send {i} succeeded but was not received"
+                );
             }
             if !faults {
-                check!(got.len() == my_sends.len(), "side {side} conn {k}: {} of {} sends received", got.len(), my_sends.len());
+                check!(
+                    got.len() == my_sends.len(),
+                    "side {side} conn {k}: {} of {} sends received",
+                    got.len(),
+                    my_sends.len()
+                );
             }
             // CM: Disconnected at most once; a failure disconnects both sides.
-            let disc = |s: usize, c: ConnId| cm.iter().filter(|(x, e)| *x == s && *e == CmEvent::Disconnected { conn: c }).count();
+            let disc = |s: usize, c: ConnId| {
+                cm.iter()
+                    .filter(|(x, e)| *x == s && *e == CmEvent::Disconnected { conn: c })
+                    .count()
+            };
             check!(disc(side, conn) <= 1, "side {side} conn {k}: Disconnected twice");
             let any_failure = comps.iter().any(|(s, c)| {
                 ((*s == side && c.conn == conn) || (*s == peer && c.conn == pconn)) && !c.status.is_success()
             });
             if any_failure {
-                check!(disc(side, conn) == 1 && disc(peer, pconn) == 1, "conn {k}: a failure did not disconnect both sides");
+                check!(
+                    disc(side, conn) == 1 && disc(peer, pconn) == 1,
+                    "conn {k}: a failure did not disconnect both sides"
+                );
             }
             if !faults {
-                check!(disc(side, conn) == 0, "side {side} conn {k}: disconnected without faults");
+                check!(
+                    disc(side, conn) == 0,
+                    "side {side} conn {k}: disconnected without faults"
+                );
             }
         }
     }
@@ -411,7 +523,11 @@ pub fn run(seed: u64, cfg: SimConfig, regions: &(Arc<Region>, Arc<Region>)) -> R
             (1, Some(s)) => hosts[1].fab.srq_len(s),
             _ => 0,
         };
-        check!(recv_done.len() + still == posted, "side {side}: {} receives back + {still} still posted != {posted}", recv_done.len());
+        check!(
+            recv_done.len() + still == posted,
+            "side {side}: {} receives back + {still} still posted != {posted}",
+            recv_done.len()
+        );
     }
     Ok(Outcome {
         hash: net.trace_hash(),
