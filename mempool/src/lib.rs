@@ -8,6 +8,28 @@
 //! `PoolCache::get_bulk`/`put_bulk`, buffer byte access) never allocates,
 //! never registers memory and never panics on exhaustion (a short count is
 //! returned instead, which the caller turns into back-pressure).
+//!
+//! ```
+//! use mempool::pool::{Mempool, PoolPlan, INLINE_RECV_SIZE_V2};
+//! use mempool::region::RegionConfig;
+//!
+//! // Start-up: holders declare their worst cases; the pool is sized from them.
+//! let mut plan = PoolPlan::new(2); // two cores
+//! let recv = plan.add_class("inline", INLINE_RECV_SIZE_V2, 32)?;
+//! plan.reserve("receive", recv, 256).reserve("send", recv, 64);
+//! let pool = Mempool::new(&plan, &RegionConfig::default())?;
+//! if let Some(w) = pool.warning() {
+//!     eprintln!("{w}"); // e.g. no hugepages reserved: running on normal pages
+//! }
+//!
+//! // On core 0: a cache in front of the shared free ring.
+//! let mut cache = pool.cache(recv, 0)?;
+//! let mut buf = cache.get().expect("pool sized for the worst case");
+//! buf.as_mut_slice()[..4].copy_from_slice(b"RPC!");
+//! cache.put(buf)?;
+//! assert_eq!(pool.stats(recv).unwrap().in_use, 0);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]

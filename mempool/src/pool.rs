@@ -56,12 +56,12 @@
 //!
 //! Release builds skip both (bounds checks on handles stay).
 
-use std::sync::Arc;
 use core::cell::Cell;
 use core::fmt;
 use core::marker::PhantomData;
 use core::ptr::NonNull;
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 
 use crate::error::{BufError, MempoolError};
 use crate::region::{hugepage_counts, Region, RegionBacking, RegionConfig, RegionWarning};

@@ -62,7 +62,11 @@ const _: () = assert!(MAX_CAPACITY.is_power_of_two());
 const _: () = assert!(MAX_CAPACITY <= usize::MAX / 4);
 
 /// Spins before a waiting thread starts yielding its core.
+#[cfg(not(loom))]
 const SPINS_BEFORE_YIELD: u32 = 128;
+/// Yields before a waiting thread starts sleeping.
+#[cfg(not(loom))]
+const YIELDS_BEFORE_SLEEP: u32 = 16;
 
 #[cfg(not(loom))]
 mod sync {
@@ -70,14 +74,20 @@ mod sync {
     pub(crate) use core::sync::atomic::{AtomicUsize, Ordering};
     pub(crate) use std::sync::Arc;
 
-    /// Back-off while another thread finishes publishing.
+    /// Back-off while another thread finishes publishing: spin, then
+    /// yield, then sleep briefly. With one thread per core (the reactor's
+    /// layout) the predecessor is running and the spin phase suffices; the
+    /// later phases matter when threads outnumber cores and the predecessor
+    /// was preempted inside its reservation.
     #[inline]
     pub(crate) fn spin_wait(spins: &mut u32) {
-        if *spins < super::SPINS_BEFORE_YIELD {
-            *spins += 1;
+        *spins = spins.saturating_add(1);
+        if *spins <= super::SPINS_BEFORE_YIELD {
             core::hint::spin_loop();
-        } else {
+        } else if *spins <= super::SPINS_BEFORE_YIELD + super::YIELDS_BEFORE_SLEEP {
             std::thread::yield_now();
+        } else {
+            std::thread::sleep(std::time::Duration::from_micros(50));
         }
     }
 }

@@ -298,7 +298,7 @@ fn concurrent_random_get_put_keeps_accounting() {
                     let mut held: Vec<BufRef> = Vec::new();
                     let mut out = [NO_BUF; 16];
                     let mut peak = 0i64;
-                    for _ in 0..20_000 {
+                    for _ in 0..5_000 {
                         if held.is_empty() || rng.gen_bool(0.5) {
                             let k = rng.gen_range(1..=16);
                             let n = cache.get_bulk(&mut out[..k]);

@@ -94,18 +94,18 @@ fn run_mpmc(producers: usize, consumers: usize, per_producer: u64, capacity: usi
 
 #[test]
 fn mpmc_4x4_small_ring_bursts() {
-    run_mpmc(4, 4, 50_000, 64, 32);
+    run_mpmc(4, 4, 20_000, 64, 32);
 }
 
 #[test]
 fn mpmc_3x2_single_items() {
-    run_mpmc(3, 2, 30_000, 16, 1);
+    run_mpmc(3, 2, 10_000, 16, 1);
 }
 
 #[test]
 fn mpmc_2x3_tiny_ring() {
     // Capacity 2 forces constant full/empty transitions and wrap-around.
-    run_mpmc(2, 3, 20_000, 2, 4);
+    run_mpmc(2, 3, 10_000, 2, 4);
 }
 
 #[test]
