@@ -67,6 +67,9 @@
 //!   when posted, so the buffer may be reused at once. Anything else is read when it
 //!   executes: reusing a buffer before its completion sends the new bytes, which
 //!   is what hardware does too and what the sim is meant to expose.
+//! - **RDMA Reads** execute one at a time per QP like everything else, so
+//!   [`QpConfig::max_rdma_reads`] is never exceeded; a QP with `max_rdma_reads == 0`
+//!   refuses Reads at `post_send` ([`FabricError::Unsupported`]).
 //! - **Unsignaled** work requests keep their send-queue slot until a later signaled
 //!   completion on the same QP (verbs frees slots only then); posting beyond
 //!   `send_depth` returns [`FabricError::QueueFull`].
@@ -78,7 +81,7 @@
 //! the receive completion carry `invalidated_rkey: Some(rkey)` and **revokes remote
 //! access with that rkey for good**: later RDMA Reads/Writes with it fail with
 //! RemoteAccess, and a second invalidation of it fails. Local use of the region
-//! (its lkey, i.e. [`LocalBuf`]s) is unaffected: the memory stays the pool's. Since
+//! (its lkey, i.e. [`LocalBuf`](crate::fabric::LocalBuf)s) is unaffected: the memory stays the pool's. Since
 //! that cuts off every other buffer of the region from remote access, an engine
 //! using persistent region keys should not ask peers to invalidate them; the sim
 //! lets a test see exactly that. Invalidating a key that is not valid at the
