@@ -22,5 +22,6 @@ pub mod responder;
 pub mod service;
 pub mod shm;
 pub mod sim;
+pub mod testprog;
 
 pub use fabric::*;

@@ -71,7 +71,7 @@ impl<'p> Raw<'p> {
         let off = self.p.pool.offset(b).unwrap() as u64;
         // SAFETY: this test is the only holder of `b`; it is never returned.
         let bytes = unsafe { self.p.pool.bytes_mut(b) }.unwrap();
-        let len = encode_call(bytes, P_SUM, &pattern(xid, n), 0, 0);
+        let len = encode_call(bytes, P_SUM, &pattern(xid, n), 0, 0).unwrap();
         bytes[..4].copy_from_slice(&xid.to_be_bytes());
         let addr = self.fab.remote_addr(b.region, off).unwrap();
         let rkey = self.rkeys[b.region as usize];

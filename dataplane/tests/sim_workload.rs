@@ -18,8 +18,11 @@ fn random_workloads_without_faults_deliver_everything() {
         sends += out.stats.sends + out.stats.writes + out.stats.reads;
         Ok(())
     });
-    // The workload is not empty: on average a run carries several operations.
-    assert!(sends > runs * 4, "{sends} operations in {runs} runs");
+    // The workload is not empty: on average a run carries several operations
+    // (checked over the default set; SIM_SEED may select a single run).
+    if runs >= 100 {
+        assert!(sends > runs * 4, "{sends} operations in {runs} runs");
+    }
 }
 
 #[test]
@@ -36,6 +39,7 @@ fn random_workloads_with_faults_return_every_buffer() {
         recv_starvation_ns: 100_000,
     };
     let mut injected = 0u64;
+    let mut runs = 0u64;
     check_seeds(0..1000, |seed| {
         let cfg = SimConfig {
             faults,
@@ -44,7 +48,10 @@ fn random_workloads_with_faults_return_every_buffer() {
         let out = workload::run(seed, cfg, &regions)?;
         let f = out.stats.faults;
         injected += f.flush_errors + f.wr_errors + f.rnr + f.lost_connections + f.starved_recvs;
+        runs += 1;
         Ok(())
     });
-    assert!(injected > 100, "faults were injected: {injected}");
+    if runs >= 100 {
+        assert!(injected > runs / 10, "only {injected} faults injected in {runs} runs");
+    }
 }

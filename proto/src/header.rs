@@ -171,9 +171,14 @@ pub struct ReadSegment {
     pub target: Segment,
 }
 
+/// A big-endian word from a view validated at decode; out of range (which the
+/// views never ask for) reads as 0 rather than panicking. One bounds check.
 #[inline]
 fn be32(b: &[u8], at: usize) -> u32 {
-    u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+    match b.get(at..at + 4) {
+        Some(w) => u32::from_be_bytes([w[0], w[1], w[2], w[3]]),
+        None => 0,
+    }
 }
 
 #[inline]
