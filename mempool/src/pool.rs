@@ -1103,20 +1103,35 @@ impl<'p> PoolCache<'p> {
 
     /// Hands out one buffer as an owned [`Buf`]; `None` when exhausted.
     /// Owning core.
+    #[inline]
     pub fn get(&mut self) -> Option<Buf<'p>> {
-        let mut one = [BufRef {
-            region: 0,
-            class: 0,
-            index: 0,
-        }];
-        if self.get_bulk(&mut one) == 0 {
-            return None;
-        }
+        let b = if self.len > 0 {
+            // Fast path: pop from the cache.
+            self.len -= 1;
+            let index = self.objs[self.len];
+            self.class.mark_out(index);
+            self.account_get(1, 1);
+            BufRef {
+                region: self.class.info.region,
+                class: self.class.info.class.0,
+                index,
+            }
+        } else {
+            let mut one = [BufRef {
+                region: 0,
+                class: 0,
+                index: 0,
+            }];
+            if self.get_bulk(&mut one) == 0 {
+                return None;
+            }
+            one[0]
+        };
         // SAFETY: index < count: it came from this class's free ring.
-        let ptr = unsafe { self.class.buf_ptr(one[0].index) };
+        let ptr = unsafe { self.class.buf_ptr(b.index) };
         Some(Buf {
             pool: self.pool,
-            buf: one[0],
+            buf: b,
             ptr: NonNull::new(ptr)?,
             len: self.class.info.buf_size,
         })
@@ -1128,9 +1143,20 @@ impl<'p> PoolCache<'p> {
         if !core::ptr::eq(b.pool, self.pool) {
             return Err(BufError::Foreign(b.buf));
         }
-        // SAFETY: `b` is the unique holder of its buffer and is consumed
-        // here, so no reference to the bytes survives.
-        unsafe { self.put_bulk(&[b.buf]) }
+        let r = b.buf;
+        let mut first_err = None;
+        if self.accept(r, &mut first_err) {
+            if self.objs.is_empty() {
+                self.push_direct(&[r.index], &mut first_err);
+            } else if self.len < self.objs.len() || self.flush() {
+                self.objs[self.len] = r.index;
+                self.len += 1;
+                self.account_put(1);
+            } else {
+                first_err.get_or_insert(BufError::RingFull(r));
+            }
+        }
+        first_err.map_or(Ok(()), Err)
     }
 
     /// Returns buffers to the pool. Every valid handle is freed even when
@@ -1146,42 +1172,88 @@ impl<'p> PoolCache<'p> {
     /// out. Debug builds detect many violations; release builds do not.
     pub unsafe fn put_bulk(&mut self, bufs: &[BufRef]) -> Result<(), BufError> {
         let mut first_err = None;
-        let mut freed = 0u64;
-        for &b in bufs {
-            if !self.class.owns(b) {
-                first_err.get_or_insert(BufError::Foreign(b));
-                continue;
-            }
-            match self.class.check_put(b) {
-                Ok(()) => {}
-                Err(e @ BufError::Overrun(_)) => {
-                    // Guard restored; still free the buffer.
-                    first_err.get_or_insert(e);
+        if self.objs.is_empty() {
+            // No cache: batch the indices and hand them to the ring.
+            let mut batch = [0u32; 32];
+            let mut k = 0;
+            for &b in bufs {
+                if self.accept(b, &mut first_err) {
+                    batch[k] = b.index;
+                    k += 1;
+                    if k == batch.len() {
+                        self.push_direct(&batch, &mut first_err);
+                        k = 0;
+                    }
                 }
-                Err(e) => {
-                    first_err.get_or_insert(e);
+            }
+            self.push_direct(&batch[..k], &mut first_err);
+        } else {
+            let mut freed = 0u64;
+            for &b in bufs {
+                if !self.accept(b, &mut first_err) {
                     continue;
                 }
-            }
-            if self.len == self.objs.len() && !self.flush(b) {
-                first_err.get_or_insert(BufError::RingFull(b));
-                continue;
-            }
-            if !self.objs.is_empty() {
+                if self.len == self.objs.len() && !self.flush() {
+                    first_err.get_or_insert(BufError::RingFull(b));
+                    continue;
+                }
                 self.objs[self.len] = b.index;
                 self.len += 1;
+                freed += 1;
             }
-            freed += 1;
+            self.account_put(freed);
         }
+        first_err.map_or(Ok(()), Err)
+    }
+
+    /// Validates a handle being put back and runs the debug canaries.
+    /// Returns whether the buffer is to be freed; records the first error.
+    #[inline(always)]
+    fn accept(&self, b: BufRef, first_err: &mut Option<BufError>) -> bool {
+        if !self.class.owns(b) {
+            first_err.get_or_insert(BufError::Foreign(b));
+            return false;
+        }
+        match self.class.check_put(b) {
+            Ok(()) => true,
+            Err(e @ BufError::Overrun(_)) => {
+                // Guard restored; still free the buffer.
+                first_err.get_or_insert(e);
+                true
+            }
+            Err(e) => {
+                first_err.get_or_insert(e);
+                false
+            }
+        }
+    }
+
+    /// Cache-less put: enqueues `indices` straight into the ring.
+    fn push_direct(&mut self, indices: &[u32], first_err: &mut Option<BufError>) {
+        if indices.is_empty() {
+            return;
+        }
+        let n = self.class.free.enqueue_burst(indices);
+        if n < indices.len() {
+            // Only after an undetected double free (release builds).
+            let info = self.class.info;
+            first_err.get_or_insert(BufError::RingFull(BufRef {
+                region: info.region,
+                class: info.class.0,
+                index: indices[n],
+            }));
+        }
+        self.stats.flushes += 1;
+        self.account_put(n as u64);
+    }
+
+    #[inline]
+    fn account_put(&mut self, freed: u64) {
         self.stats.puts += freed;
         self.stats.in_use -= freed as i64;
         // Relaxed: published statistics (see CacheSlot).
         self.slot.puts.store(self.stats.puts, Ordering::Relaxed);
         self.slot.cached.store(self.len as u64, Ordering::Relaxed);
-        match first_err {
-            None => Ok(()),
-            Some(e) => Err(e),
-        }
     }
 
     /// Refills an empty, non-zero-sized cache from the ring, aiming at
@@ -1207,14 +1279,11 @@ impl<'p> PoolCache<'p> {
         self.class.taken_high_water.fetch_max(taken, Ordering::Relaxed);
     }
 
-    /// Makes room for one more index: pushes the upper half of the cache to
-    /// the ring (or, without a cache, `b` itself). Returns false if the ring
-    /// refused, which only happens after an undetected double free.
-    fn flush(&mut self, b: BufRef) -> bool {
+    /// Makes room in a full, non-zero-sized cache: pushes its upper half to
+    /// the ring. Returns false if the ring refused everything, which only
+    /// happens after an undetected double free.
+    fn flush(&mut self) -> bool {
         self.stats.flushes += 1;
-        if self.objs.is_empty() {
-            return self.class.free.enqueue(b.index).is_ok();
-        }
         let keep = self.objs.len() / 2;
         let n = self.class.free.enqueue_burst(&self.objs[keep..self.len]);
         // Anything the ring refused stays parked (moved down after `keep`).
@@ -1224,6 +1293,7 @@ impl<'p> PoolCache<'p> {
         self.len < self.objs.len()
     }
 
+    #[inline]
     fn account_get(&mut self, got: usize, want: usize) {
         self.stats.gets += got as u64;
         self.stats.in_use += got as i64;

@@ -160,6 +160,35 @@ fn exhaustion_is_a_short_count_not_a_panic() {
 }
 
 #[test]
+fn every_cache_size_cycles_the_whole_pool() {
+    // 0 = no cache (ring only, batched puts), 1 and 2 = degenerate flushes,
+    // 64 = larger than the whole class.
+    for cache_size in [0u32, 1, 2, 7, 64] {
+        let (p, c) = pool(1, 64, cache_size, 70);
+        let total = p.class_info(c).unwrap().count as usize;
+        let mut cache = p.cache(c, 0).unwrap();
+        for round in 0..3 {
+            let mut all = vec![NO_BUF; total + 5];
+            assert_eq!(cache.get_bulk(&mut all), total, "cache {cache_size} round {round}");
+            let mut idx: Vec<u32> = all[..total].iter().map(|b| b.index).collect();
+            idx.sort_unstable();
+            idx.dedup();
+            assert_eq!(idx.len(), total, "cache {cache_size}: duplicate handed out");
+            // Return in two uneven bulks to cross flush boundaries.
+            // SAFETY: we hold all of them, each listed once.
+            unsafe {
+                cache.put_bulk(&all[..total / 3]).unwrap();
+                cache.put_bulk(&all[total / 3..total]).unwrap();
+            }
+            let st = p.stats(c).unwrap();
+            assert_eq!(st.in_use, 0);
+            assert_eq!(st.cached + st.free_in_ring, total as u64);
+            assert!(st.cached <= u64::from(cache_size));
+        }
+    }
+}
+
+#[test]
 fn high_water_marks_follow_the_peak() {
     // No cache: "taken from the ring" equals "in use".
     let (p, c) = pool(1, 64, 0, 32);
