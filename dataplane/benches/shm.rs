@@ -253,5 +253,137 @@ fn write_vs_memcpy(c: &mut Criterion) {
     drop(a);
 }
 
-criterion_group!(benches, pingpong, pingpong_one_thread, write_vs_memcpy);
+/// The transport engine over shm: a responder on core 1 serving the test
+/// program, a requester on core 0 doing one Call at a time (queue depth 1).
+/// NULL and READ/WRITE of 4 KiB, 64 KiB and 1 MiB, for v1 and v2. Compare
+/// with `pingpong_64B` (the floor) and `memcpy_1MiB` from the same run.
+fn engine(c: &mut Criterion) {
+    use dataplane::requester::{CallOutcome, LinkState, Requester, RequesterConfig};
+    use dataplane::responder::{Responder, ResponderConfig};
+    use dataplane::testprog::{self, TestService, TestUlb};
+    use mempool::pool::{Mempool, PoolPlan};
+    use mempool::region::RegionConfig;
+    use proto::header::Limits;
+    use proto::negotiate::VersionRange;
+    use proto::plan::ReplyNeeds;
+    use proto::ulb::{DdpItem, UpperLayerBinding};
+
+    const CREDITS: u32 = 8;
+    const CONNS: u32 = 2;
+    let mut plan = PoolPlan::new(2);
+    let recv = plan.add_class("recv", 4096, 16).unwrap();
+    let send = plan.add_class("send", 8192, 16).unwrap();
+    let data = plan.add_class("data", MIB + 4096, 4).unwrap();
+    let srq = (CREDITS * CONNS) as u64;
+    plan.reserve("responder-recv", recv, 2 * srq)
+        .reserve("responder-send", send, 2 * srq)
+        .reserve("responder-data", data, 2 * srq)
+        .reserve("requester-recv", recv, 2 * (CREDITS as u64 + 2) * CONNS as u64)
+        .reserve("requester-send", send, (CREDITS as u64 + 2) * CONNS as u64)
+        .reserve("requester-data", data, 3 * CREDITS as u64 * CONNS as u64);
+    let pool: &'static Mempool =
+        Box::leak(Box::new(Mempool::new(&plan, &RegionConfig { lock: false, ..RegionConfig::default() }).unwrap()));
+    let regions = pool.regions().to_vec();
+    let addr = format!("@rpcrdma-bench-engine-{}", std::process::id());
+    let stop = Arc::new(AtomicBool::new(false));
+    let ready = Arc::new(AtomicBool::new(false));
+    let srv_thread = {
+        let (stop, ready, regions, addr) = (Arc::clone(&stop), Arc::clone(&ready), regions.clone(), addr.clone());
+        std::thread::spawn(move || {
+            pin(1);
+            let cfg = ResponderConfig {
+                versions: VersionRange::ALL,
+                credits: CREDITS,
+                max_conns: CONNS,
+                send_depth: 64,
+                max_rdma_reads: 8,
+                limits: Limits::DEFAULT,
+                max_read_bytes: (MIB + 4096) as u64,
+                recv_class: recv,
+                send_class: send,
+                data_class: data,
+                remote_invalidation: false,
+            };
+            let fab = ShmFabric::new(ShmConfig::default()).expect("shm");
+            let mut srv = Responder::new(cfg, fab, TestService::default(), pool, &regions, 1, Some(&addr)).expect("responder");
+            ready.store(true, Ordering::Release); // pairs with the Acquire load below
+            while !stop.load(Ordering::Relaxed) {
+                srv.poll();
+            }
+            srv.shutdown(100_000);
+        })
+    };
+    pin(0);
+    while !ready.load(Ordering::Acquire) {
+        std::thread::yield_now();
+    }
+    let mut g = c.benchmark_group("engine");
+    for vers in [1u32, 2] {
+        let rcfg = RequesterConfig {
+            versions: if vers == 1 { VersionRange::only(1).unwrap() } else { VersionRange::ALL },
+            credits: CREDITS,
+            send_depth: 64,
+            limits: Limits::DEFAULT,
+            recv_class: recv,
+            send_class: send,
+            data_class: data,
+            ddp: true,
+            pad_read_chunks: false,
+        };
+        let fab = ShmFabric::new(ShmConfig::default()).expect("shm");
+        let mut cli = Requester::new(rcfg, fab, pool, &regions, 0).expect("requester");
+        cli.connect(&addr).expect("connect");
+        let t0 = Instant::now();
+        while cli.link() != LinkState::Ready {
+            cli.poll();
+            assert!(t0.elapsed().as_secs() < 10, "connect timed out: {:?}", cli.link());
+        }
+        assert_eq!(cli.version(), vers);
+        let cases: [(&str, u32, u32); 7] = [
+            ("null", testprog::P_NULL, 0),
+            ("read_4KiB", testprog::P_READ, 4096),
+            ("read_64KiB", testprog::P_READ, 65536),
+            ("read_1MiB", testprog::P_READ, MIB as u32),
+            ("write_4KiB", testprog::P_WRITE, 4096),
+            ("write_64KiB", testprog::P_WRITE, 65536),
+            ("write_1MiB", testprog::P_WRITE, MIB as u32),
+        ];
+        for (name, proc_, size) in cases {
+            g.throughput(if size == 0 { Throughput::Elements(1) } else { Throughput::Bytes(size as u64) });
+            let needs = ReplyNeeds::from_ulb(&TestUlb, testprog::VERS, proc_);
+            g.bench_function(format!("v{vers}_{name}"), |bench| {
+                bench.iter_custom(|iters| {
+                    let start = Instant::now();
+                    for _ in 0..iters {
+                        let mut cb = cli.call_buf().expect("call buffer");
+                        let len = if proc_ == testprog::P_WRITE {
+                            testprog::encode_write_in_place(cb.as_mut(), size)
+                        } else {
+                            testprog::encode_call(cb.as_mut(), proc_, &[], size, 0)
+                        }
+                        .expect("encode");
+                        let mut items = [DdpItem::default(); 1];
+                        let k = TestUlb.call_items(&cb.as_mut()[..len], &mut items).expect("items");
+                        let id = cli.submit(cb, len, &items[..k], &needs).map_err(|(e, _)| e).expect("submit");
+                        loop {
+                            cli.poll();
+                            if let Some(done) = cli.poll_completion() {
+                                assert_eq!((done.id, done.outcome), (id, CallOutcome::Reply));
+                                cli.release(id);
+                                break;
+                            }
+                        }
+                    }
+                    start.elapsed()
+                })
+            });
+        }
+        cli.shutdown(100_000);
+    }
+    g.finish();
+    stop.store(true, Ordering::Relaxed);
+    srv_thread.join().expect("responder thread");
+}
+
+criterion_group!(benches, pingpong, pingpong_one_thread, write_vs_memcpy, engine);
 criterion_main!(benches);

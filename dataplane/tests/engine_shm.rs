@@ -1,0 +1,175 @@
+//! The transport engine over the shm fabric: in one process (one thread polling
+//! both ends), and between two processes (this test binary re-executes itself as
+//! the requester), for v1 and v2, every chunk pattern, byte-checked, with buffer
+//! accounting at the end.
+
+mod engine_common;
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use dataplane::requester::{CallId, CallOutcome, LinkState, Requester};
+use dataplane::responder::Responder;
+use dataplane::shm::{ShmConfig, ShmFabric};
+use engine_common::*;
+use proto::negotiate::VersionRange;
+
+const CREDITS: u32 = 8;
+const MAX_CONNS: u32 = 2;
+const ENV_ADDR: &str = "RPCRDMA_ENGINE_SHM_ADDR";
+const ENV_VERS: &str = "RPCRDMA_ENGINE_SHM_VERS";
+
+fn workload() -> Vec<Expect> {
+    let e = |proc_, arg, big_n, b| Expect { proc_, arg, big_n, b };
+    vec![
+        e(P_NULL, vec![], 0, 0),
+        e(P_ECHO, pattern(1, 100), 0, 0),
+        e(P_ECHO, pattern(2, 30_001), 0, 0),
+        e(P_BIG, vec![], 5000, 0),
+        e(P_SUM, pattern(3, 9000), 0, 0),
+        e(P_RDLONG, pattern(4, 7000), 3000, 0),
+        e(P_TWO, vec![], 2000, 1234),
+        e(P_WRLONG, vec![], 1500, 2500),
+        e(P_BIG, vec![], 10, 0),
+    ]
+}
+
+/// Drive `cli` through the workload `rounds` times; `pump` runs the other side.
+fn run_client(cli: &mut Requester<'_, ShmFabric>, rounds: usize, mut pump: impl FnMut()) -> Result<(), String> {
+    let t0 = Instant::now();
+    while cli.link() != LinkState::Ready {
+        cli.poll();
+        pump();
+        if cli.link() == LinkState::Failed || t0.elapsed() > Duration::from_secs(20) {
+            return Err(format!("connect: {:?}", cli.link()));
+        }
+    }
+    let work = workload();
+    let total = work.len() * rounds;
+    let (mut next, mut done) = (0usize, 0usize);
+    let mut inflight: Vec<(CallId, usize)> = Vec::new();
+    while done < total {
+        cli.poll();
+        pump();
+        while next < total && cli.can_submit() {
+            let id = submit(cli, &work[next % work.len()])?;
+            inflight.push((id, next % work.len()));
+            next += 1;
+        }
+        while let Some(c) = cli.poll_completion() {
+            let pos = inflight.iter().position(|(id, _)| *id == c.id).ok_or("unknown completion")?;
+            let (id, k) = inflight.swap_remove(pos);
+            if c.outcome != CallOutcome::Reply {
+                return Err(format!("call {k}: {:?}", c.outcome));
+            }
+            check_reply(cli, id, &work[k]).map_err(|e| format!("call {k}: {e}"))?;
+            cli.release(id);
+            done += 1;
+        }
+        if t0.elapsed() > Duration::from_secs(60) {
+            return Err(format!("timed out: {done}/{total}, {:?}", cli.stats()));
+        }
+    }
+    Ok(())
+}
+
+fn versions(v: u32) -> VersionRange {
+    if v == 1 {
+        VersionRange::only(1).unwrap()
+    } else {
+        VersionRange::ALL
+    }
+}
+
+#[test]
+fn one_process_v1_and_v2() {
+    let p = pools(1024, CREDITS, MAX_CONNS);
+    let addr = format!("@rpcrdma-engine-shm-inproc-{}", std::process::id());
+    let fab = ShmFabric::new(ShmConfig::default()).unwrap();
+    let mut srv =
+        Responder::new(responder_cfg(&p, VersionRange::ALL, CREDITS, MAX_CONNS), fab, TestService::default(), p.pool, &p.regions, 0, Some(&addr))
+            .unwrap();
+    for v in [1, 2] {
+        let fab = ShmFabric::new(ShmConfig::default()).unwrap();
+        let mut cli = Requester::new(requester_cfg(&p, versions(v), CREDITS), fab, p.pool, &p.regions, 1).unwrap();
+        cli.connect(&addr).unwrap();
+        run_client(&mut cli, 3, || {
+            srv.poll();
+        })
+        .unwrap_or_else(|e| panic!("v{v}: {e}"));
+        assert_eq!(cli.version(), v);
+        assert_eq!(cli.shutdown(100_000), 0);
+        drop(cli);
+    }
+    // Wait for the responder to see both connections go, then account.
+    let t0 = Instant::now();
+    while srv.connections() > 0 && t0.elapsed() < Duration::from_secs(10) {
+        srv.poll();
+    }
+    assert_eq!(srv.shutdown(100_000), Default::default());
+    assert_eq!(srv.stats().calls, 2 * 3 * workload().len() as u64);
+    drop(srv);
+    for class in [p.recv, p.send, p.data] {
+        assert_eq!(p.pool.stats(class).unwrap().in_use, 0, "class {class:?} leaked");
+    }
+}
+
+/// The requester process (run by `two_processes_v1_and_v2`).
+#[test]
+#[ignore = "run as the child of two_processes_v1_and_v2"]
+fn requester_child() {
+    let (Ok(addr), Ok(v)) = (std::env::var(ENV_ADDR), std::env::var(ENV_VERS)) else {
+        return;
+    };
+    let v: u32 = v.parse().unwrap();
+    let p = pools(1024, CREDITS, MAX_CONNS);
+    let fab = ShmFabric::new(ShmConfig::default()).unwrap();
+    let mut cli = Requester::new(requester_cfg(&p, versions(v), CREDITS), fab, p.pool, &p.regions, 1).unwrap();
+    cli.connect(&addr).unwrap();
+    run_client(&mut cli, 5, || std::thread::yield_now()).unwrap_or_else(|e| panic!("child v{v}: {e}"));
+    assert_eq!(cli.version(), v);
+    assert_eq!(cli.shutdown(100_000), 0);
+    drop(cli);
+    for class in [p.recv, p.send, p.data] {
+        assert_eq!(p.pool.stats(class).unwrap().in_use, 0, "child class {class:?} leaked");
+    }
+    println!("requester_child v{v}: ok");
+}
+
+#[test]
+fn two_processes_v1_and_v2() {
+    let p = pools(1024, CREDITS, MAX_CONNS);
+    let addr = format!("@rpcrdma-engine-shm-2p-{}", std::process::id());
+    let fab = ShmFabric::new(ShmConfig::default()).unwrap();
+    let mut srv =
+        Responder::new(responder_cfg(&p, VersionRange::ALL, CREDITS, MAX_CONNS), fab, TestService::default(), p.pool, &p.regions, 0, Some(&addr))
+            .unwrap();
+    let exe = std::env::current_exe().unwrap();
+    for v in [1u32, 2] {
+        let mut child = Command::new(&exe)
+            .args(["--exact", "requester_child", "--ignored", "--nocapture"])
+            .env(ENV_ADDR, &addr)
+            .env(ENV_VERS, v.to_string())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let t0 = Instant::now();
+        let status = loop {
+            srv.poll();
+            if let Some(st) = child.try_wait().unwrap() {
+                break st;
+            }
+            assert!(t0.elapsed() < Duration::from_secs(120), "child v{v} hung");
+        };
+        let out = child.wait_with_output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+        assert!(status.success() && text.contains(&format!("requester_child v{v}: ok")), "child v{v} failed:\n{text}");
+    }
+    let t0 = Instant::now();
+    while srv.connections() > 0 && t0.elapsed() < Duration::from_secs(10) {
+        srv.poll();
+    }
+    assert_eq!(srv.stats().calls, 2 * 5 * workload().len() as u64);
+    assert_eq!(srv.shutdown(100_000), Default::default());
+}
