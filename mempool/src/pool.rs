@@ -1012,6 +1012,11 @@ impl<'p> Buf<'p> {
 /// loads and stores — no atomic read-modify-write. Counters are published
 /// to the pool with Relaxed stores. Dropping the cache flushes its parked
 /// buffers back to the ring and releases the slot.
+///
+/// ```compile_fail
+/// fn is_sync<T: Sync>() {}
+/// is_sync::<mempool::pool::PoolCache<'static>>(); // a cache is never shared
+/// ```
 pub struct PoolCache<'p> {
     pool: &'p Mempool,
     class: &'p ClassPool,
