@@ -16,6 +16,11 @@ if [ "$install" = 1 ]; then
     # C toolchain pieces some -sys crates need.
     command -v cc >/dev/null || need_apt+=(build-essential)
     command -v pkg-config >/dev/null || need_apt+=(pkg-config)
+    # dataplane's `verbs` feature (rdma-mummy-sys): cmake builds its rdma-core
+    # shim, bindgen needs libclang and clang's own headers.
+    command -v cmake >/dev/null || need_apt+=(cmake)
+    { compgen -G '/usr/lib/llvm-*/lib/libclang*.so*' && compgen -G '/usr/lib/llvm-*/lib/clang/*/include/stddef.h'; } \
+        >/dev/null || need_apt+=(libclang-dev)
     if [ ${#need_apt[@]} -gt 0 ]; then
         if [ "$(id -u)" = 0 ]; then
             export DEBIAN_FRONTEND=noninteractive

@@ -23,5 +23,7 @@ pub mod service;
 pub mod shm;
 pub mod sim;
 pub mod testprog;
+#[cfg(feature = "verbs")]
+pub mod verbs;
 
 pub use fabric::*;
