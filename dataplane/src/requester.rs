@@ -42,6 +42,12 @@ const TAG_CTRL: u8 = 3;
 /// Completions polled per `poll_cq` call.
 pub const CQ_BATCH: usize = 32;
 
+/// Connection-manager events are control plane: they are polled once every this
+/// many turns of the loop (and on the first), not on every turn, because a
+/// provider's CM poll may cost syscalls (SPDK polls its CM channel on a separate,
+/// slower poller for the same reason).
+pub const CM_POLL_INTERVAL: u32 = 256;
+
 /// Requester configuration.
 #[derive(Clone, Debug)]
 pub struct RequesterConfig {
@@ -258,6 +264,7 @@ pub struct Requester<'p, F: Fabric> {
     completions: std::collections::VecDeque<Completed>,
     stats: RequesterStats,
     wcs: [Completion; CQ_BATCH],
+    cm_tick: u32,
 }
 
 impl<F: Fabric> std::fmt::Debug for Requester<'_, F> {
@@ -342,6 +349,7 @@ impl<'p, F: Fabric> Requester<'p, F> {
                 byte_len: 0,
                 invalidated_rkey: None,
             }; CQ_BATCH],
+            cm_tick: 0,
         })
     }
 
@@ -698,7 +706,9 @@ impl<'p, F: Fabric> Requester<'p, F> {
     /// One turn: connection events, completions, negotiation.
     pub fn poll(&mut self) -> usize {
         let mut work = 0;
-        while let Some(ev) = self.fabric.poll_cm() {
+        let cm_due = self.cm_tick == 0;
+        self.cm_tick = (self.cm_tick + 1) % CM_POLL_INTERVAL;
+        while let Some(ev) = if cm_due { self.fabric.poll_cm() } else { None } {
             self.handle_cm(ev);
             work += 1;
         }

@@ -57,6 +57,12 @@ use crate::service::{CallView, ReplyBuilder, ReplyShape, Service, ServiceError};
 /// Completions polled per `poll_cq` call.
 pub const CQ_BATCH: usize = 32;
 
+/// Connection-manager events are control plane: they are polled once every this
+/// many turns of the loop (and on the first), not on every turn, because a
+/// provider's CM poll may cost syscalls (SPDK polls its CM channel on a separate,
+/// slower poller for the same reason).
+pub const CM_POLL_INTERVAL: u32 = 256;
+
 const TAG_RECV: u8 = 1;
 /// The last bytes of every head buffer stay zero: the XDR padding source for
 /// RDMA Writes of a padded item into a Reply chunk.
@@ -249,6 +255,9 @@ pub struct Responder<'p, F: Fabric, S: Service> {
     data_size: u32,
     stats: ResponderStats,
     wcs: [Completion; CQ_BATCH],
+    cm_tick: u32,
+    /// Connections accepted but not yet established.
+    accepting: u32,
 }
 
 impl<F: Fabric, S: Service> std::fmt::Debug for Responder<'_, F, S> {
@@ -352,6 +361,8 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
                 byte_len: 0,
                 invalidated_rkey: None,
             }; CQ_BATCH],
+            cm_tick: 0,
+            accepting: 0,
         };
         me.srq_deficit = me.cfg.srq_depth();
         me.refill_srq();
@@ -395,7 +406,11 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
     /// SRQ refill, pending queues. Returns the amount of work done (0 = idle).
     pub fn poll(&mut self) -> usize {
         let mut work = 0;
-        while let Some(ev) = self.fabric.poll_cm() {
+        // While a connection is being accepted, its handshake must progress
+        // promptly: poll CM every turn until it is established.
+        let cm_due = self.cm_tick == 0 || self.accepting > 0;
+        self.cm_tick = (self.cm_tick + 1) % CM_POLL_INTERVAL;
+        while let Some(ev) = if cm_due { self.fabric.poll_cm() } else { None } {
             self.handle_cm(ev);
             work += 1;
         }
@@ -458,6 +473,7 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
                             remote_inv: private_data::remote_invalidation_allowed(&ours, &peer.data()),
                         });
                         self.conn_by_id.insert(id, slot);
+                        self.accepting += 1;
                         self.stats.conns_accepted += 1;
                     }
                     Err(_) => self.stats.conns_rejected += 1,
@@ -467,6 +483,7 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
                 if let Some(c) = self.conn_mut_by_id(conn) {
                     if c.state == ConnState::Accepting {
                         c.state = ConnState::Up;
+                        self.accepting -= 1;
                     }
                 }
             }
@@ -498,8 +515,12 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         if c.state == ConnState::Dead {
             return;
         }
+        let was_accepting = c.state == ConnState::Accepting;
         c.state = ConnState::Dead;
         let id = c.id;
+        if was_accepting {
+            self.accepting -= 1;
+        }
         if disconnect {
             let _ = self.fabric.disconnect(id);
         }
@@ -636,11 +657,6 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
             self.stats.ignored += 1;
             return;
         };
-        if let Some(c) = self.conn_mut(slot) {
-            if c.state == ConnState::Accepting {
-                c.state = ConnState::Up; // a message implies the connection is up
-            }
-        }
         let Some(i) = self.reqs.alloc() else {
             // Cannot happen when the SRQ is sized from the request slots.
             debug_assert!(false, "request slots exhausted");
@@ -897,6 +913,12 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
     fn step_reads(&mut self, i: u32) -> Step {
         let r = *self.reqs.get(i).expect("live");
         let Some(c) = self.conn(r.conn) else { return Step::Wait };
+        // A message can arrive before the accepting side is established (as with
+        // RDMA-CM); its work waits until the provider can post.
+        if c.state == ConnState::Accepting {
+            self.set_state(i, ReqState::NeedReadSlots);
+            return self.wait(i, Queue::ReadSlots);
+        }
         let (conn_id, room_reads, room_sq) = (
             c.id,
             self.cfg.max_rdma_reads.saturating_sub(c.reads_out),
@@ -1104,7 +1126,7 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         let r = *self.reqs.get(i).expect("live");
         let Some(c) = self.conn(r.conn) else { return Step::Wait };
         let (conn_id, remote_inv) = (c.id, c.remote_inv);
-        if self.cfg.send_depth.saturating_sub(c.sq_used) < r.sq_need {
+        if c.state == ConnState::Accepting || self.cfg.send_depth.saturating_sub(c.sq_used) < r.sq_need {
             return self.wait(i, Queue::SendSlots);
         }
         let plan = r.reply.expect("planned");
@@ -1252,7 +1274,7 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         let r = *self.reqs.get(i).expect("live");
         let Some(c) = self.conn(r.conn) else { return Step::Wait };
         let conn_id = c.id;
-        if c.sq_used >= self.cfg.send_depth {
+        if c.state == ConnState::Accepting || c.sq_used >= self.cfg.send_depth {
             return self.wait(i, Queue::SendSlots);
         }
         // Control replies also answer a message that consumed a receive: grant.

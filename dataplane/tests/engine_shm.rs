@@ -164,7 +164,7 @@ fn two_processes_v1_and_v2() {
         };
         let out = child.wait_with_output().unwrap();
         let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
-        assert!(status.success() && text.contains(&format!("requester_child v{v}: ok")), "child v{v} failed:\n{text}");
+        assert!(status.success() && text.contains(&format!("requester_child v{v}: ok")), "child v{v} failed (responder {:?}):\n{text}", srv.stats());
     }
     let t0 = Instant::now();
     while srv.connections() > 0 && t0.elapsed() < Duration::from_secs(10) {

@@ -40,6 +40,7 @@ struct Raw<'p> {
     /// For each received message: the rkey a Send with Invalidate invalidated.
     invalidated: Vec<Option<u32>>,
     disconnected: bool,
+    established: bool,
     rkeys: Vec<u32>,
 }
 
@@ -99,8 +100,10 @@ impl<'p> Raw<'p> {
             }
         }
         while let Some(ev) = self.fab.poll_cm() {
-            if let CmEvent::Disconnected { .. } = ev {
-                self.disconnected = true;
+            match ev {
+                CmEvent::Disconnected { .. } => self.disconnected = true,
+                CmEvent::Established { .. } => self.established = true,
+                _ => {}
             }
         }
     }
@@ -126,7 +129,7 @@ fn setup(test: usize, seed: u64, versions: VersionRange) -> (SimNetwork, Respond
     }
     let cq = fab.create_cq(64).unwrap();
     let conn = fab.connect("srv", &QpConfig { cq, recv_depth: 32, ..QpConfig::default() }, &[]).unwrap();
-    let mut raw = Raw { fab, cq, conn, cache: p.pool.cache(p.recv, 1).unwrap(), send_cache: p.pool.cache(p.send, 1).unwrap(), data_cache: p.pool.cache(p.data, 1).unwrap(), p, received: vec![], invalidated: vec![], disconnected: false, rkeys };
+    let mut raw = Raw { fab, cq, conn, cache: p.pool.cache(p.recv, 1).unwrap(), send_cache: p.pool.cache(p.send, 1).unwrap(), data_cache: p.pool.cache(p.data, 1).unwrap(), p, received: vec![], invalidated: vec![], disconnected: false, established: false, rkeys };
     for k in 0..16 {
         let (lb, _) = raw.buf();
         let b = mempool::pool::BufRef { region: lb.region, class: p.recv.get(), index: 0 };
@@ -153,6 +156,16 @@ fn buf_ref_of(p: &Pools, lb: LocalBuf) -> mempool::pool::BufRef {
 }
 
 fn pump(net: &SimNetwork, srv: &mut Responder<'static, SimFabric, TestService>, raw: &mut Raw<'static>, rounds: usize) {
+    // Connection setup first: the responder polls CM only every few turns.
+    for _ in 0..10_000 {
+        if raw.established {
+            break;
+        }
+        srv.poll();
+        raw.poll();
+        net.step();
+    }
+    assert!(raw.established, "raw peer never connected");
     for _ in 0..rounds {
         srv.poll();
         raw.poll();
