@@ -79,7 +79,10 @@ fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
         // "short": 4096-byte inline threshold, one 700-byte item at offset 16 in a
         // reply of 16 + 700 + 256 bytes. "long": 256-byte threshold, no items, a
         // 2000-byte reply, so a Reply chunk is needed.
-        for (tag, params) in [("short", [0x03, 1, 0, 1, 2, 100, 0, 0]), ("long", [0x0d, 0x07, 0xd0, 0, 0, 0, 0, 0])] {
+        for (tag, params) in [
+            ("short", [0x03, 1, 0, 1, 2, 100, 0, 0]),
+            ("long", [0x0d, 0x07, 0xd0, 0, 0, 0, 0, 0]),
+        ] {
             let mut p = params.to_vec();
             p.extend_from_slice(&s.bytes);
             out.push(("plan", format!("{}-{tag}", stem(s)), p));

@@ -281,8 +281,16 @@ fn engine(c: &mut Criterion) {
         .reserve("requester-recv", recv, 2 * (CREDITS as u64 + 2) * CONNS as u64)
         .reserve("requester-send", send, (CREDITS as u64 + 2) * CONNS as u64)
         .reserve("requester-data", data, 3 * CREDITS as u64 * CONNS as u64);
-    let pool: &'static Mempool =
-        Box::leak(Box::new(Mempool::new(&plan, &RegionConfig { lock: false, ..RegionConfig::default() }).unwrap()));
+    let pool: &'static Mempool = Box::leak(Box::new(
+        Mempool::new(
+            &plan,
+            &RegionConfig {
+                lock: false,
+                ..RegionConfig::default()
+            },
+        )
+        .unwrap(),
+    ));
     let regions = pool.regions().to_vec();
     let addr = format!("@rpcrdma-bench-engine-{}", std::process::id());
     let stop = Arc::new(AtomicBool::new(false));
@@ -305,7 +313,8 @@ fn engine(c: &mut Criterion) {
                 remote_invalidation: false,
             };
             let fab = ShmFabric::new(ShmConfig::default()).expect("shm");
-            let mut srv = Responder::new(cfg, fab, TestService::default(), pool, &regions, 1, Some(&addr)).expect("responder");
+            let mut srv =
+                Responder::new(cfg, fab, TestService::default(), pool, &regions, 1, Some(&addr)).expect("responder");
             ready.store(true, Ordering::Release); // pairs with the Acquire load below
             while !stop.load(Ordering::Relaxed) {
                 srv.poll();
@@ -320,7 +329,11 @@ fn engine(c: &mut Criterion) {
     let mut g = c.benchmark_group("engine");
     for vers in [1u32, 2] {
         let rcfg = RequesterConfig {
-            versions: if vers == 1 { VersionRange::only(1).unwrap() } else { VersionRange::ALL },
+            versions: if vers == 1 {
+                VersionRange::only(1).unwrap()
+            } else {
+                VersionRange::ALL
+            },
             credits: CREDITS,
             send_depth: 64,
             limits: Limits::DEFAULT,
@@ -349,7 +362,11 @@ fn engine(c: &mut Criterion) {
             ("write_1MiB", testprog::P_WRITE, MIB as u32),
         ];
         for (name, proc_, size) in cases {
-            g.throughput(if size == 0 { Throughput::Elements(1) } else { Throughput::Bytes(size as u64) });
+            g.throughput(if size == 0 {
+                Throughput::Elements(1)
+            } else {
+                Throughput::Bytes(size as u64)
+            });
             let needs = ReplyNeeds::from_ulb(&TestUlb, testprog::VERS, proc_);
             g.bench_function(format!("v{vers}_{name}"), |bench| {
                 bench.iter_custom(|iters| {
@@ -364,7 +381,10 @@ fn engine(c: &mut Criterion) {
                         .expect("encode");
                         let mut items = [DdpItem::default(); 1];
                         let k = TestUlb.call_items(&cb.as_mut()[..len], &mut items).expect("items");
-                        let id = cli.submit(cb, len, &items[..k], &needs).map_err(|(e, _)| e).expect("submit");
+                        let id = cli
+                            .submit(cb, len, &items[..k], &needs)
+                            .map_err(|(e, _)| e)
+                            .expect("submit");
                         loop {
                             cli.poll();
                             if let Some(done) = cli.poll_completion() {

@@ -197,7 +197,13 @@ mod tests {
         for _ in 0..4 {
             r.on_call(4).unwrap();
         }
-        assert_eq!(r.on_call(4), Err(CreditError::Overrun { outstanding: 5, reserved: 4 }));
+        assert_eq!(
+            r.on_call(4),
+            Err(CreditError::Overrun {
+                outstanding: 5,
+                reserved: 4
+            })
+        );
         assert!(r.check());
         assert_eq!((r.calls_total, r.replies_total), (6, 2));
     }

@@ -148,7 +148,11 @@ impl<T> Slab<T> {
     }
     /// Indices of the slots in use, in index order.
     pub fn used_indices(&self) -> impl Iterator<Item = u32> + '_ {
-        self.in_use.iter().enumerate().filter(|(_, u)| **u).map(|(i, _)| i as u32)
+        self.in_use
+            .iter()
+            .enumerate()
+            .filter(|(_, u)| **u)
+            .map(|(i, _)| i as u32)
     }
 }
 

@@ -23,10 +23,9 @@ use std::sync::Arc;
 
 use mempool::pool::{BufRef, ClassId, Mempool, PoolCache};
 use proto::header::{
-    self, Body, BodyOut, HeaderOut, Limits, Property, Segment, RDMA2_PROPID_RBSIZ, RPCRDMA_VERSION_1,
-    RPCRDMA_VERSION_2,
+    self, Body, BodyOut, HeaderOut, Limits, Property, Segment, RDMA2_PROPID_RBSIZ, RPCRDMA_VERSION_1, RPCRDMA_VERSION_2,
 };
-use proto::negotiate::{self, Phase, PeerMemory, RequesterAction, VersionRange};
+use proto::negotiate::{self, PeerMemory, Phase, RequesterAction, VersionRange};
 use proto::plan::{self, CallKind, CallParams, ReplyKind, ReplyLayout, ReplyNeeds};
 use proto::private_data::{self, PrivateData as Rfc8797};
 use proto::ulb::DdpItem;
@@ -575,7 +574,9 @@ impl<'p, F: Fabric> Requester<'p, F> {
             write_segs[k][0] = self.remote(wbufs[k].expect("allocated"), 0, wlen);
         }
         let write_refs: [&[Segment]; plan::PLAN_WRITE_CHUNKS] = std::array::from_fn(|k| &write_segs[k][..]);
-        let reply_seg = [plan.reply_chunk.map_or(Segment::default(), |l| self.remote(rbuf.expect("reply buf"), 0, l))];
+        let reply_seg = [plan
+            .reply_chunk
+            .map_or(Segment::default(), |l| self.remote(rbuf.expect("reply buf"), 0, l))];
         let out = self.bytes_mut(hdr);
         let hlen = match plan::encode_call_header(
             &plan,
@@ -696,7 +697,11 @@ impl<'p, F: Fabric> Requester<'p, F> {
 
     fn free_call(&mut self, i: u32) {
         let Some(c) = self.calls.get(i).copied() else { return };
-        for b in [c.call_buf, c.hdr_buf, c.reply_buf, c.recv].into_iter().chain(c.write_bufs).flatten() {
+        for b in [c.call_buf, c.hdr_buf, c.reply_buf, c.recv]
+            .into_iter()
+            .chain(c.write_bufs)
+            .flatten()
+        {
             self.put(b);
         }
         *self.calls.get_mut(i).expect("live") = Call::default();
@@ -768,7 +773,10 @@ impl<'p, F: Fabric> Requester<'p, F> {
         let xid = 0x8000_0000 | self.next_xid;
         self.next_xid = self.next_xid.wrapping_add(1);
         let rb = self.recv_size.to_be_bytes();
-        let props = [Property { id: RDMA2_PROPID_RBSIZ, data: &rb }];
+        let props = [Property {
+            id: RDMA2_PROPID_RBSIZ,
+            data: &rb,
+        }];
         let h = HeaderOut {
             xid,
             vers,
@@ -782,7 +790,12 @@ impl<'p, F: Fabric> Requester<'p, F> {
             self.link = LinkState::Failed;
             return;
         };
-        let wr = SendWr::new(WrId::new(TAG_CTRL, 0), SendOp::Send, self.local(b, n as u32), Segment::default());
+        let wr = SendWr::new(
+            WrId::new(TAG_CTRL, 0),
+            SendOp::Send,
+            self.local(b, n as u32),
+            Segment::default(),
+        );
         if self.fabric.post_send(conn, &wr).is_err() {
             self.put(b);
             self.link = LinkState::Failed;
@@ -854,7 +867,9 @@ impl<'p, F: Fabric> Requester<'p, F> {
     }
 
     fn handle_recv(&mut self, wc: Completion) {
-        let Some(b) = BufRef::from_u64(wc.wr_id.index()) else { return };
+        let Some(b) = BufRef::from_u64(wc.wr_id.index()) else {
+            return;
+        };
         self.recvs_posted = self.recvs_posted.saturating_sub(1);
         if !wc.status.is_success() {
             self.put(b);
@@ -912,7 +927,12 @@ impl<'p, F: Fabric> Requester<'p, F> {
         };
         // Find the Call.
         let i = h.xid & ((1 << self.slot_bits) - 1);
-        let Some(i) = self.calls.get(i).filter(|c| c.xid == h.xid && c.state == CallState::InFlight).map(|_| i) else {
+        let Some(i) = self
+            .calls
+            .get(i)
+            .filter(|c| c.xid == h.xid && c.state == CallState::InFlight)
+            .map(|_| i)
+        else {
             self.stats.unmatched += 1;
             self.put(b);
             return;
@@ -920,7 +940,8 @@ impl<'p, F: Fabric> Requester<'p, F> {
         self.credits.on_reply(h.credits);
         if self.neg.phase() == Phase::Negotiating {
             let kind = match h.body {
-                Body::ErrorV1(header::V1Error::Vers { low, high }) | Body::ErrorV2(header::V2Error::Vers { low, high }) => {
+                Body::ErrorV1(header::V1Error::Vers { low, high })
+                | Body::ErrorV2(header::V2Error::Vers { low, high }) => {
                     negotiate::ReplyKind::VersionError { low, high }
                 }
                 Body::ErrorV1(_) | Body::ErrorV2(_) => negotiate::ReplyKind::OtherError,

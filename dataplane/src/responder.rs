@@ -42,7 +42,7 @@ use std::sync::Arc;
 
 use mempool::pool::{BufRef, ClassId, Mempool, PoolCache};
 use proto::header::{
-    self, Body, ChunkLists, HeaderOut, BodyOut, Limits, Property, RDMA2_PROPID_RBSIZ, RPCRDMA2_F_RESPONSE,
+    self, Body, BodyOut, ChunkLists, HeaderOut, Limits, Property, RDMA2_PROPID_RBSIZ, RPCRDMA2_F_RESPONSE,
     RPCRDMA_VERSION_1, RPCRDMA_VERSION_2,
 };
 use proto::negotiate::{self, CallVerdict, VersionRange};
@@ -303,16 +303,22 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         listen: Option<&str>,
     ) -> Result<Self, ResponderError> {
         if cfg.credits == 0 || cfg.max_conns == 0 {
-            return Err(ResponderError::Config("credits and max_conns must be at least 1".into()));
+            return Err(ResponderError::Config(
+                "credits and max_conns must be at least 1".into(),
+            ));
         }
         let class_size = |c: ClassId| pool.class_info(c).map(|i| i.buf_size as u32);
-        let (Some(recv_size), Some(send_size), Some(data_size)) =
-            (class_size(cfg.recv_class), class_size(cfg.send_class), class_size(cfg.data_class))
-        else {
+        let (Some(recv_size), Some(send_size), Some(data_size)) = (
+            class_size(cfg.recv_class),
+            class_size(cfg.send_class),
+            class_size(cfg.data_class),
+        ) else {
             return Err(ResponderError::Config("unknown pool class".into()));
         };
         if recv_size < 1024 || send_size < 1024 {
-            return Err(ResponderError::Config("inline buffers must be at least 1024 bytes (RFC 8166 s3.3.3)".into()));
+            return Err(ResponderError::Config(
+                "inline buffers must be at least 1024 bytes (RFC 8166 s3.3.3)".into(),
+            ));
         }
         // Register every region once (persistent keys). A responder exposes none
         // of its own memory to the peer (RFC 8166 s8.1), so only local keys matter.
@@ -459,8 +465,8 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
                         if peer.present() {
                             let _ = neg.set_peer_receive_size(peer.data().receive_size_bytes);
                         }
-                        let send_max = private_data::server_to_client_threshold_bytes(&ours, &peer.data())
-                            .min(self.send_size);
+                        let send_max =
+                            private_data::server_to_client_threshold_bytes(&ours, &peer.data()).min(self.send_size);
                         *self.conns.get_mut(slot).expect("allocated") = Some(Conn {
                             id,
                             state: ConnState::Accepting,
@@ -932,11 +938,18 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         let b = r.chunk_buf.expect("chunk buffer attached");
         let base = self.pool.offset(b).unwrap_or(0) as u64;
         let msg = &self.bytes(r.recv.expect("recv"))[..r.recv_len as usize];
-        let Ok(h) = header::decode(msg, &self.cfg.limits) else { return Step::Wait };
+        let Ok(h) = header::decode(msg, &self.cfg.limits) else {
+            return Step::Wait;
+        };
         let Some(chunks) = h.chunks() else { return Step::Wait };
         let mut posted = 0u32;
         let mut post_err = false;
-        for (k, op) in r.read_plan.read_ops(&chunks.reads).enumerate().skip(r.reads_posted as usize) {
+        for (k, op) in r
+            .read_plan
+            .read_ops(&chunks.reads)
+            .enumerate()
+            .skip(r.reads_posted as usize)
+        {
             if posted == room {
                 break;
             }
@@ -963,7 +976,11 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         rr.wr_out += posted;
         let conn = rr.conn;
         let all = rr.reads_posted == rr.reads_total;
-        rr.state = if all { ReqState::Reading } else { ReqState::NeedReadSlots };
+        rr.state = if all {
+            ReqState::Reading
+        } else {
+            ReqState::NeedReadSlots
+        };
         if let Some(c) = self.conn_mut(conn) {
             c.reads_out += posted;
             c.sq_used += posted;
@@ -1073,7 +1090,11 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         let msg = &recv[..r.recv_len as usize];
         let h = header::decode(msg, &self.cfg.limits).ok()?;
         let (inline, _) = match h.body {
-            Body::Msg { payload_offset, payload, .. } => (payload, payload_offset),
+            Body::Msg {
+                payload_offset,
+                payload,
+                ..
+            } => (payload, payload_offset),
             _ => (&[][..], 0),
         };
         Some(CallView {
@@ -1099,14 +1120,28 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
                 let n = (head_len - at).min(end - at);
                 let b = r.head_buf.expect("head");
                 let base = self.pool.offset(b).unwrap_or(0) as u64;
-                f(LocalBuf { region: b.region, offset: base + at as u64, len: n }, at - start);
+                f(
+                    LocalBuf {
+                        region: b.region,
+                        offset: base + at as u64,
+                        len: n,
+                    },
+                    at - start,
+                );
                 at += n;
             } else if at < head_len + data_len {
                 let off = at - head_len;
                 let n = (data_len - off).min(end - at);
                 let b = r.data_buf.expect("data");
                 let base = self.pool.offset(b).unwrap_or(0) as u64;
-                f(LocalBuf { region: b.region, offset: base + off as u64, len: n }, at - start);
+                f(
+                    LocalBuf {
+                        region: b.region,
+                        offset: base + off as u64,
+                        len: n,
+                    },
+                    at - start,
+                );
                 at += n;
             } else {
                 // Padding: zero bytes; a Write into a Reply chunk needs them
@@ -1115,7 +1150,14 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
                 let b = r.head_buf.expect("head");
                 let base = self.pool.offset(b).unwrap_or(0) as u64;
                 let pad_at = (self.send_size as usize - HEAD_PAD_BYTES) as u64;
-                f(LocalBuf { region: b.region, offset: base + pad_at, len: n.min(4) }, at - start);
+                f(
+                    LocalBuf {
+                        region: b.region,
+                        offset: base + pad_at,
+                        len: n.min(4),
+                    },
+                    at - start,
+                );
                 at += n.min(4);
             }
         }
@@ -1132,7 +1174,9 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         let plan = r.reply.expect("planned");
         let recv = self.bytes(r.recv.expect("recv"));
         let msg = &recv[..r.recv_len as usize];
-        let Ok(h) = header::decode(msg, &self.cfg.limits) else { return Step::Wait };
+        let Ok(h) = header::decode(msg, &self.cfg.limits) else {
+            return Step::Wait;
+        };
         let chunks: ChunkLists<'_> = *h.chunks().expect("call");
         let inv_handle = h.inv_handle();
         let first_handle = chunks
@@ -1153,7 +1197,11 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         let grant = self.conn(r.conn).map_or(1, |c| c.credits.grant());
         // Transport header + inline reply in the send buffer.
         let send_b = r.send_buf.expect("send");
-        let flags = if r.vers == RPCRDMA_VERSION_2 { RPCRDMA2_F_RESPONSE } else { 0 };
+        let flags = if r.vers == RPCRDMA_VERSION_2 {
+            RPCRDMA2_F_RESPONSE
+        } else {
+            0
+        };
         let hdr_len = {
             let out = self.bytes_mut(send_b);
             match plan::encode_reply_header(&plan, &chunks, r.xid, grant, flags, out) {
@@ -1230,7 +1278,12 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
                 }
                 _ => SendOp::Send,
             };
-            let wr = SendWr::new(self.req_wr_id(i), op, self.local(send_b, send_len as u32), RemoteBuf::default());
+            let wr = SendWr::new(
+                self.req_wr_id(i),
+                op,
+                self.local(send_b, send_len as u32),
+                RemoteBuf::default(),
+            );
             if self.fabric.post_send(conn_id, &wr).is_ok() {
                 posted += 1;
                 if matches!(op, SendOp::SendWithInv { .. }) {
@@ -1287,11 +1340,20 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         }
         let send_b = self.reqs.get(i).expect("live").send_buf.expect("send");
         let rbsiz = self.recv_size.to_be_bytes();
-        let props = [Property { id: RDMA2_PROPID_RBSIZ, data: &rbsiz }];
+        let props = [Property {
+            id: RDMA2_PROPID_RBSIZ,
+            data: &rbsiz,
+        }];
         let out = self.bytes_mut(send_b);
         let len = match r.control {
             Control::ErrorV1(e) => header::encode(
-                &HeaderOut { xid: r.xid, vers: RPCRDMA_VERSION_1, credits: grant, flags: 0, body: BodyOut::ErrorV1(e) },
+                &HeaderOut {
+                    xid: r.xid,
+                    vers: RPCRDMA_VERSION_1,
+                    credits: grant,
+                    flags: 0,
+                    body: BodyOut::ErrorV1(e),
+                },
                 out,
             ),
             Control::ErrorV2(e) => header::encode(
@@ -1329,7 +1391,12 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
             self.drop_call(i, false);
             return Step::Wait;
         };
-        let wr = SendWr::new(self.req_wr_id(i), SendOp::Send, self.local(send_b, len as u32), RemoteBuf::default());
+        let wr = SendWr::new(
+            self.req_wr_id(i),
+            SendOp::Send,
+            self.local(send_b, len as u32),
+            RemoteBuf::default(),
+        );
         let conn = r.conn;
         if self.fabric.post_send(conn_id, &wr).is_err() {
             self.kill_conn(conn, true);
@@ -1365,11 +1432,17 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
     fn release(&mut self, i: u32) {
         let Some(r) = self.reqs.get(i).copied() else { return };
         debug_assert_eq!(r.wr_out, 0, "releasing request {i} with work outstanding");
-        for b in [r.recv, r.chunk_buf, r.send_buf, r.head_buf, r.data_buf].into_iter().flatten() {
+        for b in [r.recv, r.chunk_buf, r.send_buf, r.head_buf, r.data_buf]
+            .into_iter()
+            .flatten()
+        {
             self.put_buf(b);
         }
         let gen = r.gen;
-        *self.reqs.get_mut(i).expect("live") = Request { gen, ..Request::default() };
+        *self.reqs.get_mut(i).expect("live") = Request {
+            gen,
+            ..Request::default()
+        };
         self.reqs.free(i);
         if let Some(c) = self.conn_mut(r.conn) {
             c.requests = c.requests.saturating_sub(1);

@@ -128,9 +128,14 @@ impl<'a> ReplyBuilder<'a> {
     /// item. Returns false (and marks nothing) if that is violated or too many
     /// items are marked.
     pub fn add_head_item(&mut self, offset: usize, len: usize) -> bool {
-        let (Ok(offset), Ok(len)) = (u32::try_from(offset), u32::try_from(len)) else { return false };
+        let (Ok(offset), Ok(len)) = (u32::try_from(offset), u32::try_from(len)) else {
+            return false;
+        };
         let end = offset as u64 + len as u64;
-        let after_last = self.head_items.last().is_none_or(|l| offset as u64 >= l.offset as u64 + l.len as u64);
+        let after_last = self
+            .head_items
+            .last()
+            .is_none_or(|l| offset as u64 >= l.offset as u64 + l.len as u64);
         // One slot stays free for the data item.
         if end > self.head.len() as u64 || !after_last || self.head_items.len() + 1 >= PLAN_WRITE_CHUNKS {
             return false;
@@ -176,7 +181,10 @@ impl<'a> ReplyBuilder<'a> {
         let data_len = if self.data_used { self.data_len as u32 } else { 0 };
         if self.data_used && self.data_ddp {
             // Capacity: add_head_item keeps one slot free for this item.
-            let _ = items.push(DdpItem { offset: self.head_len as u32, len: data_len });
+            let _ = items.push(DdpItem {
+                offset: self.head_len as u32,
+                len: data_len,
+            });
         }
         ReplyShape {
             head_len: self.head_len as u32,

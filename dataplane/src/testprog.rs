@@ -51,12 +51,15 @@ pub const RPC_REPLY_HDR: usize = 24;
 
 /// Deterministic pattern bytes.
 pub fn pattern(salt: u32, len: usize) -> Vec<u8> {
-    (0..len).map(|i| (i as u32).wrapping_mul(31).wrapping_add(salt.wrapping_mul(7)) as u8).collect()
+    (0..len)
+        .map(|i| (i as u32).wrapping_mul(31).wrapping_add(salt.wrapping_mul(7)) as u8)
+        .collect()
 }
 
 /// FNV-1a.
 pub fn checksum(b: &[u8]) -> u32 {
-    b.iter().fold(0x811c_9dc5u32, |h, &x| (h ^ x as u32).wrapping_mul(0x0100_0193))
+    b.iter()
+        .fold(0x811c_9dc5u32, |h, &x| (h ^ x as u32).wrapping_mul(0x0100_0193))
 }
 
 /// The ULB of the program (RFC 8166 section 6).
@@ -78,7 +81,10 @@ impl UpperLayerBinding for TestUlb {
         let max = if h.proc_ == P_WRITE { MAX_IO } else { MAX_DATA };
         let mut r = Reader::with_base(&call[at..], at);
         let d = r.opaque_var(max, "data")?;
-        out[0] = DdpItem { offset: (at + 4) as u32, len: d.len() as u32 };
+        out[0] = DdpItem {
+            offset: (at + 4) as u32,
+            len: d.len() as u32,
+        };
         Ok(1)
     }
     fn reply_items(&self, _v: u32, p: u32, reply: &[u8], out: &mut [DdpItem]) -> Result<usize, DecodeError> {
@@ -88,7 +94,10 @@ impl UpperLayerBinding for TestUlb {
         let (_, at) = rpc::decode_reply(reply)?;
         let mut r = Reader::with_base(&reply[at..], at);
         let d = r.opaque_var(MAX_IO, "data")?;
-        out[0] = DdpItem { offset: (at + 4) as u32, len: d.len() as u32 };
+        out[0] = DdpItem {
+            offset: (at + 4) as u32,
+            len: d.len() as u32,
+        };
         Ok(1)
     }
     fn reply_ddp_max(&self, _v: u32, p: u32) -> Option<u32> {
@@ -120,9 +129,9 @@ impl Service for TestService {
     fn reply_data_hint(&mut self, call: &CallView<'_>) -> usize {
         match CallHeader::decode(call.head()) {
             Ok((h, _)) if h.proc_ == P_ECHO => call.len(),
-            Ok((h, at)) if h.proc_ == P_READ => {
-                Reader::new(call.head().get(at..).unwrap_or(&[])).u32("count").map_or(0, |c| c as usize)
-            }
+            Ok((h, at)) if h.proc_ == P_READ => Reader::new(call.head().get(at..).unwrap_or(&[]))
+                .u32("count")
+                .map_or(0, |c| c as usize),
             _ => 0,
         }
     }
@@ -143,7 +152,10 @@ impl Service for TestService {
                     _ => 0,
                 };
                 let mut w = Writer::new(reply.head_mut());
-                drop_on(rpc::encode_reply_header(&mut w, &ReplyHeader::success(h.xid, OpaqueAuth::NONE)))?;
+                drop_on(rpc::encode_reply_header(
+                    &mut w,
+                    &ReplyHeader::success(h.xid, OpaqueAuth::NONE),
+                ))?;
                 if h.proc_ != P_NULL {
                     drop_on(w.put_u32(count))?;
                 }
@@ -166,7 +178,10 @@ impl Service for TestService {
         let mut data_out: Option<Vec<u8>> = None;
         let mut marks: Vec<(usize, usize)> = Vec::new();
         let mut w = Writer::new(reply.head_mut());
-        drop_on(rpc::encode_reply_header(&mut w, &ReplyHeader::success(h.xid, OpaqueAuth::NONE)))?;
+        drop_on(rpc::encode_reply_header(
+            &mut w,
+            &ReplyHeader::success(h.xid, OpaqueAuth::NONE),
+        ))?;
         match h.proc_ {
             P_ECHO => {
                 let d = drop_on(Reader::new(args).opaque_var(MAX_DATA, "data"))?;
@@ -229,8 +244,11 @@ impl Service for TestService {
 /// others. Returns the length, or `None` if `out` is too small.
 pub fn encode_call(out: &mut [u8], proc_: u32, arg: &[u8], n: u32, b: u32) -> Option<usize> {
     let mut w = Writer::new(out);
-    rpc::encode_call_header(&mut w, &CallHeader::new(0, PROG, VERS, proc_, OpaqueAuth::NONE, OpaqueAuth::NONE))
-        .ok()?;
+    rpc::encode_call_header(
+        &mut w,
+        &CallHeader::new(0, PROG, VERS, proc_, OpaqueAuth::NONE, OpaqueAuth::NONE),
+    )
+    .ok()?;
     match proc_ {
         P_ECHO | P_SUM | P_WRITE => w.put_opaque_var(arg).ok()?,
         P_BIG | P_READ => w.put_u32(n).ok()?,
@@ -252,8 +270,11 @@ pub fn encode_call(out: &mut [u8], proc_: u32, arg: &[u8], n: u32, b: u32) -> Op
 /// written, the data is not copied. Returns the Call's length.
 pub fn encode_write_in_place(out: &mut [u8], len: u32) -> Option<usize> {
     let mut w = Writer::new(out);
-    rpc::encode_call_header(&mut w, &CallHeader::new(0, PROG, VERS, P_WRITE, OpaqueAuth::NONE, OpaqueAuth::NONE))
-        .ok()?;
+    rpc::encode_call_header(
+        &mut w,
+        &CallHeader::new(0, PROG, VERS, P_WRITE, OpaqueAuth::NONE, OpaqueAuth::NONE),
+    )
+    .ok()?;
     w.put_u32(len).ok()?;
     let total = RPC_CALL_HDR + 4 + proto::xdr::roundup(len as usize);
     (total <= out.len()).then_some(total)

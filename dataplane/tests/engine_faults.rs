@@ -42,7 +42,10 @@ struct Tally {
 
 fn run(test: usize, seed: u64, faults: SimFaults, vers: VersionRange) -> Result<Tally, String> {
     let p = pools_for(test);
-    let net = SimNetwork::new(SimConfig { faults, ..SimConfig::with_seed(seed) });
+    let net = SimNetwork::new(SimConfig {
+        faults,
+        ..SimConfig::with_seed(seed)
+    });
     let mut srv = Responder::new(
         responder_cfg(p, VersionRange::ALL, CREDITS, MAX_CONNS),
         net.endpoint(),
@@ -69,7 +72,10 @@ fn run(test: usize, seed: u64, faults: SimFaults, vers: VersionRange) -> Result<
             k += 1;
         }
         while let Some(c) = cli.poll_completion() {
-            let pos = inflight.iter().position(|(id, _)| *id == c.id).ok_or("unknown completion")?;
+            let pos = inflight
+                .iter()
+                .position(|(id, _)| *id == c.id)
+                .ok_or("unknown completion")?;
             let (id, e) = inflight.swap_remove(pos);
             match c.outcome {
                 CallOutcome::Reply => {
@@ -118,7 +124,16 @@ fn lost_connections_and_qp_errors_return_every_buffer() {
     };
     let mut total = Tally::default();
     sim::check_seeds(0..400, |seed| {
-        let t = run(0, seed, faults, if seed % 2 == 0 { VersionRange::ALL } else { VersionRange::only(1).unwrap() })?;
+        let t = run(
+            0,
+            seed,
+            faults,
+            if seed % 2 == 0 {
+                VersionRange::ALL
+            } else {
+                VersionRange::only(1).unwrap()
+            },
+        )?;
         total.replies += t.replies;
         total.lost += t.lost;
         Ok(())

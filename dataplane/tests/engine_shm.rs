@@ -57,7 +57,10 @@ fn run_client(cli: &mut Requester<'_, ShmFabric>, rounds: usize, mut pump: impl 
             next += 1;
         }
         while let Some(c) = cli.poll_completion() {
-            let pos = inflight.iter().position(|(id, _)| *id == c.id).ok_or("unknown completion")?;
+            let pos = inflight
+                .iter()
+                .position(|(id, _)| *id == c.id)
+                .ok_or("unknown completion")?;
             let (id, k) = inflight.swap_remove(pos);
             if c.outcome != CallOutcome::Reply {
                 return Err(format!("call {k}: {:?}", c.outcome));
@@ -86,9 +89,16 @@ fn one_process_v1_and_v2() {
     let p = pools(1024, CREDITS, MAX_CONNS);
     let addr = format!("@rpcrdma-engine-shm-inproc-{}", std::process::id());
     let fab = ShmFabric::new(ShmConfig::default()).unwrap();
-    let mut srv =
-        Responder::new(responder_cfg(&p, VersionRange::ALL, CREDITS, MAX_CONNS), fab, TestService::default(), p.pool, &p.regions, 0, Some(&addr))
-            .unwrap();
+    let mut srv = Responder::new(
+        responder_cfg(&p, VersionRange::ALL, CREDITS, MAX_CONNS),
+        fab,
+        TestService::default(),
+        p.pool,
+        &p.regions,
+        0,
+        Some(&addr),
+    )
+    .unwrap();
     for v in [1, 2] {
         let fab = ShmFabric::new(ShmConfig::default()).unwrap();
         let mut cli = Requester::new(requester_cfg(&p, versions(v), CREDITS), fab, p.pool, &p.regions, 1).unwrap();
@@ -141,9 +151,16 @@ fn two_processes_v1_and_v2() {
     let p = pools(1024, CREDITS, MAX_CONNS);
     let addr = format!("@rpcrdma-engine-shm-2p-{}", std::process::id());
     let fab = ShmFabric::new(ShmConfig::default()).unwrap();
-    let mut srv =
-        Responder::new(responder_cfg(&p, VersionRange::ALL, CREDITS, MAX_CONNS), fab, TestService::default(), p.pool, &p.regions, 0, Some(&addr))
-            .unwrap();
+    let mut srv = Responder::new(
+        responder_cfg(&p, VersionRange::ALL, CREDITS, MAX_CONNS),
+        fab,
+        TestService::default(),
+        p.pool,
+        &p.regions,
+        0,
+        Some(&addr),
+    )
+    .unwrap();
     let exe = std::env::current_exe().unwrap();
     for v in [1u32, 2] {
         let mut child = Command::new(&exe)
@@ -164,7 +181,11 @@ fn two_processes_v1_and_v2() {
         };
         let out = child.wait_with_output().unwrap();
         let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
-        assert!(status.success() && text.contains(&format!("requester_child v{v}: ok")), "child v{v} failed (responder {:?}):\n{text}", srv.stats());
+        assert!(
+            status.success() && text.contains(&format!("requester_child v{v}: ok")),
+            "child v{v} failed (responder {:?}):\n{text}",
+            srv.stats()
+        );
     }
     let t0 = Instant::now();
     while srv.connections() > 0 && t0.elapsed() < Duration::from_secs(10) {

@@ -32,7 +32,10 @@ fn pools_for(test: usize) -> &'static Pools {
 struct Lcg(u64);
 impl Lcg {
     fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         self.0 >> 33
     }
     fn below(&mut self, n: u64) -> u64 {
@@ -57,7 +60,12 @@ fn workload(seed: u64, n: usize) -> Vec<Expect> {
                 // Long call through a Position-Zero Read chunk.
                 5 => e(P_SUM, pattern(salt, 1100 + g.below(9000) as usize), 0, 0),
                 // Read list + Reply chunk.
-                6 => e(P_RDLONG, pattern(salt, 1024 + g.below(9000) as usize), 1100 + g.below(3000) as u32, 0),
+                6 => e(
+                    P_RDLONG,
+                    pattern(salt, 1024 + g.below(9000) as usize),
+                    1100 + g.below(3000) as u32,
+                    0,
+                ),
                 // Several Write chunks (the Linux client never sends this).
                 7 => e(P_TWO, vec![], 1 + g.below(3000) as u32, g.below(3000) as u32),
                 // Write list + Reply chunk (nor this).
@@ -84,12 +92,21 @@ struct Seen {
 impl Seen {
     fn assert_all(&self) {
         assert!(self.short > 0 && self.chunked > 0 && self.long_calls > 0, "{self:?}");
-        assert!(self.write_chunk_replies > 0 && self.long_replies > 0 && self.inline_replies > 0, "{self:?}");
+        assert!(
+            self.write_chunk_replies > 0 && self.long_replies > 0 && self.inline_replies > 0,
+            "{self:?}"
+        );
         assert!(self.write_and_long > 0, "{self:?}");
     }
 }
 
-fn run(test: usize, seed: u64, client: VersionRange, server: VersionRange, calls: usize) -> Result<(u32, Seen), String> {
+fn run(
+    test: usize,
+    seed: u64,
+    client: VersionRange,
+    server: VersionRange,
+    calls: usize,
+) -> Result<(u32, Seen), String> {
     let p = pools_for(test);
     let net = SimNetwork::new(SimConfig::with_seed(seed));
     let mut srv = Responder::new(
@@ -114,7 +131,12 @@ fn run(test: usize, seed: u64, client: VersionRange, server: VersionRange, calls
     while done < work.len() {
         iterations += 1;
         if iterations > 200_000 {
-            return Err(format!("stuck: {done}/{} done, link {:?}, {:?}", work.len(), cli.link(), cli.stats()));
+            return Err(format!(
+                "stuck: {done}/{} done, link {:?}, {:?}",
+                work.len(),
+                cli.link(),
+                cli.stats()
+            ));
         }
         srv.poll();
         cli.poll();
@@ -124,7 +146,10 @@ fn run(test: usize, seed: u64, client: VersionRange, server: VersionRange, calls
             next += 1;
         }
         while let Some(c) = cli.poll_completion() {
-            let pos = inflight.iter().position(|(id, _)| *id == c.id).ok_or("unknown completion")?;
+            let pos = inflight
+                .iter()
+                .position(|(id, _)| *id == c.id)
+                .ok_or("unknown completion")?;
             let (id, k) = inflight.swap_remove(pos);
             outcome_ok(c.outcome).map_err(|e| format!("call {k} ({:?}): {e}", work[k].proc_))?;
             check_reply(&cli, id, &work[k]).map_err(|e| format!("call {k} proc {}: {e}", work[k].proc_))?;
@@ -146,7 +171,9 @@ fn run(test: usize, seed: u64, client: VersionRange, server: VersionRange, calls
     let _ = net.run_until_idle(1_000_000);
     srv.poll();
     if left != 0 || held.requests != 0 || held.recv != 0 || held.send != 0 || held.data != 0 || held.srq_posted != 0 {
-        return Err(format!("buffers held after teardown: requester calls {left}, responder {held:?}"));
+        return Err(format!(
+            "buffers held after teardown: requester calls {left}, responder {held:?}"
+        ));
     }
     let s = srv.stats();
     let c = cli.stats();
@@ -167,7 +194,10 @@ fn run(test: usize, seed: u64, client: VersionRange, server: VersionRange, calls
     for class in [p.recv, p.send, p.data] {
         let st = p.pool.stats(class).ok_or("stats")?;
         if st.in_use != 0 {
-            return Err(format!("class {class:?}: {} buffers still in use after drop", st.in_use));
+            return Err(format!(
+                "class {class:?}: {} buffers still in use after drop",
+                st.in_use
+            ));
         }
     }
     Ok((vers, seen))

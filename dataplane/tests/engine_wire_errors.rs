@@ -8,7 +8,9 @@ use std::sync::OnceLock;
 
 use dataplane::responder::Responder;
 use dataplane::sim::{SimConfig, SimFabric, SimNetwork};
-use dataplane::{CmEvent, Completion, ConnId, CqId, Fabric, LocalBuf, QpConfig, RecvWr, SendOp, SendWr, WcOpcode, WrId};
+use dataplane::{
+    CmEvent, Completion, ConnId, CqId, Fabric, LocalBuf, QpConfig, RecvWr, SendOp, SendWr, WcOpcode, WrId,
+};
 use engine_common::*;
 use mempool::pool::PoolCache;
 use proto::header::{self, Body, Limits, V1Error, V2Error};
@@ -50,7 +52,14 @@ impl<'p> Raw<'p> {
         let off = self.p.pool.offset(b).unwrap() as u64;
         // SAFETY: this test is the only holder of `b`; it is never returned.
         let bytes = unsafe { self.p.pool.bytes_mut(b) }.unwrap();
-        (LocalBuf { region: b.region, offset: off, len: bytes.len() as u32 }, bytes)
+        (
+            LocalBuf {
+                region: b.region,
+                offset: off,
+                len: bytes.len() as u32,
+            },
+            bytes,
+        )
     }
     fn send(&mut self, msg: &[u8]) {
         // Sends come from the send class so the receive pool is not drained.
@@ -58,7 +67,11 @@ impl<'p> Raw<'p> {
         let off = self.p.pool.offset(b).unwrap() as u64;
         // SAFETY: this test is the only holder of `b`; it is never returned.
         let bytes = unsafe { self.p.pool.bytes_mut(b) }.unwrap();
-        let mut lb = LocalBuf { region: b.region, offset: off, len: 0 };
+        let mut lb = LocalBuf {
+            region: b.region,
+            offset: off,
+            len: 0,
+        };
         bytes[..msg.len()].copy_from_slice(msg);
         lb.len = msg.len() as u32;
         let wr = SendWr::new(WrId::new(9, 0), SendOp::Send, lb, Default::default());
@@ -76,7 +89,21 @@ impl<'p> Raw<'p> {
         bytes[..4].copy_from_slice(&xid.to_be_bytes());
         let addr = self.fab.remote_addr(b.region, off).unwrap();
         let rkey = self.rkeys[b.region as usize];
-        let hdr = words(&[xid, 1, 1, 1, 1, 0, rkey, len as u32, (addr >> 32) as u32, addr as u32, 0, 0, 0]);
+        let hdr = words(&[
+            xid,
+            1,
+            1,
+            1,
+            1,
+            0,
+            rkey,
+            len as u32,
+            (addr >> 32) as u32,
+            addr as u32,
+            0,
+            0,
+            0,
+        ]);
         self.send(&hdr);
     }
 
@@ -109,7 +136,11 @@ impl<'p> Raw<'p> {
     }
 }
 
-fn setup(test: usize, seed: u64, versions: VersionRange) -> (SimNetwork, Responder<'static, SimFabric, TestService>, Raw<'static>) {
+fn setup(
+    test: usize,
+    seed: u64,
+    versions: VersionRange,
+) -> (SimNetwork, Responder<'static, SimFabric, TestService>, Raw<'static>) {
     let p = pools_for(test);
     let net = SimNetwork::new(SimConfig::with_seed(seed));
     let srv = Responder::new(
@@ -128,17 +159,52 @@ fn setup(test: usize, seed: u64, versions: VersionRange) -> (SimNetwork, Respond
         rkeys[r.id() as usize] = fab.register_region(r).unwrap().rkey;
     }
     let cq = fab.create_cq(64).unwrap();
-    let conn = fab.connect("srv", &QpConfig { cq, recv_depth: 32, ..QpConfig::default() }, &[]).unwrap();
-    let mut raw = Raw { fab, cq, conn, cache: p.pool.cache(p.recv, 1).unwrap(), send_cache: p.pool.cache(p.send, 1).unwrap(), data_cache: p.pool.cache(p.data, 1).unwrap(), p, received: vec![], invalidated: vec![], disconnected: false, established: false, rkeys };
+    let conn = fab
+        .connect(
+            "srv",
+            &QpConfig {
+                cq,
+                recv_depth: 32,
+                ..QpConfig::default()
+            },
+            &[],
+        )
+        .unwrap();
+    let mut raw = Raw {
+        fab,
+        cq,
+        conn,
+        cache: p.pool.cache(p.recv, 1).unwrap(),
+        send_cache: p.pool.cache(p.send, 1).unwrap(),
+        data_cache: p.pool.cache(p.data, 1).unwrap(),
+        p,
+        received: vec![],
+        invalidated: vec![],
+        disconnected: false,
+        established: false,
+        rkeys,
+    };
     for k in 0..16 {
         let (lb, _) = raw.buf();
-        let b = mempool::pool::BufRef { region: lb.region, class: p.recv.get(), index: 0 };
+        let b = mempool::pool::BufRef {
+            region: lb.region,
+            class: p.recv.get(),
+            index: 0,
+        };
         let _ = (k, b);
         // Post with the buffer's handle as wr_id so the completion finds it.
         let bref = p.pool.regions()[lb.region as usize].id();
         let _ = bref;
         let handle = buf_ref_of(p, lb);
-        raw.fab.post_recv(conn, &RecvWr { wr_id: WrId::new(1, handle.to_u64()), buf: lb }).unwrap();
+        raw.fab
+            .post_recv(
+                conn,
+                &RecvWr {
+                    wr_id: WrId::new(1, handle.to_u64()),
+                    buf: lb,
+                },
+            )
+            .unwrap();
     }
     (net, srv, raw)
 }
@@ -147,7 +213,11 @@ fn setup(test: usize, seed: u64, versions: VersionRange) -> (SimNetwork, Respond
 fn buf_ref_of(p: &Pools, lb: LocalBuf) -> mempool::pool::BufRef {
     let info = p.pool.class_info(p.recv).unwrap();
     for index in 0..info.count as u32 {
-        let b = mempool::pool::BufRef { region: lb.region, class: p.recv.get(), index };
+        let b = mempool::pool::BufRef {
+            region: lb.region,
+            class: p.recv.get(),
+            index,
+        };
         if p.pool.offset(b) == Some(lb.offset as usize) {
             return b;
         }
@@ -192,7 +262,10 @@ fn malformed_headers_get_the_specs_errors() {
         // unknown version 7 → ERR_VERS 1..2, v1 layout under version word 7
         (words(&[XID, 7, 1, 0, 0, 0, 0]), Box::new(|_| true)),
         // bad optional-data discriminant in the Read list → ERR_CHUNK
-        (words(&[XID + 1, 1, 1, 0, 5, 0, 0]), Box::new(|h| h.body == Body::ErrorV1(V1Error::Chunk))),
+        (
+            words(&[XID + 1, 1, 1, 0, 5, 0, 0]),
+            Box::new(|h| h.body == Body::ErrorV1(V1Error::Chunk)),
+        ),
         // unaligned Read position → ERR_CHUNK
         (
             words(&[XID + 2, 1, 1, 0, 1, 6, 1, 4, 0, 0, 0, 0, 0, XID + 2, 0]),
@@ -276,7 +349,10 @@ fn credit_overrun_closes_the_connection_and_returns_buffers() {
     let s = srv.stats();
     assert!(s.credit_overruns >= 1, "{s:?}");
     assert!(raw.disconnected, "the peer sees the connection go");
-    assert!(s.replies <= CREDITS as u64, "never more calls served than granted: {s:?}");
+    assert!(
+        s.replies <= CREDITS as u64,
+        "never more calls served than granted: {s:?}"
+    );
     let held = srv.shutdown(1000);
     assert_eq!(held, Default::default());
 }

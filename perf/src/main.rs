@@ -1,1 +1,4 @@
-fn main() { eprintln!("perf: not built yet (see the perf issue)"); std::process::exit(2); }
+fn main() {
+    eprintln!("perf: not built yet (see the perf issue)");
+    std::process::exit(2);
+}

@@ -1685,8 +1685,14 @@ mod tests {
         let b = words(&[XID, 2, 1, RDMA_ERROR, ERR_VERS, 1, 1]);
         assert!(decode(&b, &Limits::DEFAULT).is_err(), "not a valid v2 header");
         assert_eq!(peek_err_vers_v1_layout(&b), Some((1, 1)));
-        assert_eq!(peek_err_vers_v1_layout(&words(&[XID, 1, 1, RDMA_ERROR, ERR_CHUNK, 0, 0])), None);
-        assert_eq!(peek_err_vers_v1_layout(&words(&[XID, 1, 1, RDMA_ERROR, ERR_VERS, 1])), None);
+        assert_eq!(
+            peek_err_vers_v1_layout(&words(&[XID, 1, 1, RDMA_ERROR, ERR_CHUNK, 0, 0])),
+            None
+        );
+        assert_eq!(
+            peek_err_vers_v1_layout(&words(&[XID, 1, 1, RDMA_ERROR, ERR_VERS, 1])),
+            None
+        );
     }
 
     #[test]

@@ -81,12 +81,27 @@ fn kind(vers: u32) -> BoxedStrategy<Kind> {
         ]
         .boxed()
     } else {
-        prop_oneof![msg, nomsg, v2_error().prop_map(Kind::ErrV2), props().prop_map(Kind::ConnProp)].boxed()
+        prop_oneof![
+            msg,
+            nomsg,
+            v2_error().prop_map(Kind::ErrV2),
+            props().prop_map(Kind::ConnProp)
+        ]
+        .boxed()
     }
 }
 
 fn case() -> impl Strategy<Value = (u32, u32, u32, Lists, Kind, bool)> {
-    (1u32..=2).prop_flat_map(|vers| (Just(vers), any::<u32>(), any::<u32>(), lists(), kind(vers), any::<bool>()))
+    (1u32..=2).prop_flat_map(|vers| {
+        (
+            Just(vers),
+            any::<u32>(),
+            any::<u32>(),
+            lists(),
+            kind(vers),
+            any::<bool>(),
+        )
+    })
 }
 
 proptest! {

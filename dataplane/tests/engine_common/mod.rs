@@ -45,10 +45,19 @@ pub fn pools(inline: usize, credits: u32, max_conns: u32) -> Pools {
     plan.reserve("requester-recv", recv, 2 * c);
     plan.reserve("requester-send", send, c + max_conns as u64);
     plan.reserve("requester-data", data, 4 * c);
-    let cfg = RegionConfig { lock: false, ..RegionConfig::default() };
+    let cfg = RegionConfig {
+        lock: false,
+        ..RegionConfig::default()
+    };
     let pool = Box::leak(Box::new(Mempool::new(&plan, &cfg).expect("pool")));
     let regions = pool.regions().to_vec();
-    Pools { pool, regions, recv, send, data }
+    Pools {
+        pool,
+        regions,
+        recv,
+        send,
+        data,
+    }
 }
 
 pub fn responder_cfg(p: &Pools, versions: VersionRange, credits: u32, max_conns: u32) -> ResponderConfig {
@@ -96,7 +105,9 @@ pub fn submit<F: Fabric>(req: &mut Requester<'_, F>, e: &Expect) -> Result<datap
     let mut cb = req.call_buf().ok_or("no call buffer")?;
     let n = encode_call(cb.as_mut(), e.proc_, &e.arg, e.big_n, e.b).ok_or("call too large")?;
     let mut items = [DdpItem::default(); 1];
-    let k = TestUlb.call_items(&cb.as_mut()[..n], &mut items).map_err(|e| e.to_string())?;
+    let k = TestUlb
+        .call_items(&cb.as_mut()[..n], &mut items)
+        .map_err(|e| e.to_string())?;
     let needs = if e.proc_ == P_TWO {
         // Two DDP-eligible results: two Write chunks (the ULB trait describes one).
         ReplyNeeds::new(&[MAX_DATA / 2, MAX_DATA / 2], 64).ok_or("needs")?
@@ -110,7 +121,11 @@ pub fn submit<F: Fabric>(req: &mut Requester<'_, F>, e: &Expect) -> Result<datap
 }
 
 /// Check a reply against what was asked.
-pub fn check_reply<F: Fabric>(req: &Requester<'_, F>, id: dataplane::requester::CallId, e: &Expect) -> Result<(), String> {
+pub fn check_reply<F: Fabric>(
+    req: &Requester<'_, F>,
+    id: dataplane::requester::CallId,
+    e: &Expect,
+) -> Result<(), String> {
     let v = req.reply(id).ok_or("no reply view")?;
     // Where the Write chunk's data goes: after the reply header and the length word.
     // Where each Write chunk's data goes in the reduced reply: right after its
