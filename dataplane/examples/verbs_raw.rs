@@ -11,7 +11,9 @@
 //! 5. Send with Invalidate of a Memory Window's rkey, seen by the receiver;
 //! 6. an RDMA Write with that (now invalid) rkey: RemoteAccess, then every
 //!    outstanding work request flushed and `Disconnected` on both sides, and
-//!    every connection reaped.
+//!    every connection reaped;
+//! 7. RNR: a Send to a peer with no receive posted fails with
+//!    RnrRetryExceeded once the retries the peer allowed are spent.
 //!
 //! Usage: `verbs_raw [IP:PORT]` (default `$VMLAB_IP:7471`). Prints
 //! `verbs_raw: PASS` and exits 0 only when every check held.
@@ -544,6 +546,55 @@ fn run(addr: &str) -> Result<(), String> {
             "no unexpected CM event (client {:?}, server {:?})",
             cli.events, srv.events
         ),
+    )?;
+
+    println!("[7] RNR: the server accepts with rnr_retry 1 and posts no receive");
+    // By IB CM rules the RNR retry count a side passes (REQ / REP) is the one
+    // its *peer's* QP uses: the server's accept sets the client's retries.
+    let c7 = cli.f.connect(addr, &qp, b"rnr").map_err(|e| e.to_string())?;
+    wait(&mut srv, &mut cli, "connect request", |s, _| {
+        req = take_request(s);
+        req.is_some()
+    })?;
+    let (r7, _) = req.take().ok_or("no request")?;
+    let rnr_qp = QpConfig {
+        cq: srv.cq,
+        rnr_retry: 1,
+        ..qp
+    };
+    let s7 = srv.f.accept(r7, &rnr_qp, b"").map_err(|e| format!("accept: {e}"))?;
+    let mut up = (false, false);
+    wait(&mut srv, &mut cli, "Established", |s, c| {
+        up.0 |= take_event(c, |e| matches!(e, CmEvent::Established { conn, .. } if *conn == c7)).is_some();
+        up.1 |= take_event(s, |e| matches!(e, CmEvent::Established { conn, .. } if *conn == s7)).is_some();
+        up.0 && up.1
+    })?;
+    let wr = SendWr::new(WrId::new(7, 1), SendOp::Send, cli.buf(0, 64), RemoteBuf::default());
+    cli.f.post_send(c7, &wr).map_err(|e| format!("post_send: {e}"))?;
+    let mut rnr = None;
+    wait(&mut srv, &mut cli, "RNR retries exhausted", |_, c| {
+        rnr = c.take_wc(WrId::new(7, 1));
+        rnr.is_some()
+    })?;
+    let rnr = rnr.ok_or("rnr")?;
+    check(
+        rnr.status == WcStatus::RnrRetryExceeded && rnr.opcode == WcOpcode::Send,
+        &format!("Send to a peer with no receive: {rnr:?}"),
+    )?;
+    let (mut dc, mut ds) = (false, false);
+    wait(
+        &mut srv,
+        &mut cli,
+        "Disconnected on both sides, connections reaped",
+        |s, c| {
+            dc |= take_event(c, |e| *e == CmEvent::Disconnected { conn: c7 }).is_some();
+            ds |= take_event(s, |e| *e == CmEvent::Disconnected { conn: s7 }).is_some();
+            dc && ds && s.f.conn_count() == 0 && c.f.conn_count() == 0
+        },
+    )?;
+    check(
+        cli.wcs.is_empty() && srv.wcs.is_empty() && cli.events.is_empty() && srv.events.is_empty(),
+        "nothing else happened",
     )?;
     Ok(())
 }

@@ -51,9 +51,15 @@
 //!   (rxe fails the receive with a remote invalid request): remote invalidation
 //!   needs a window from [`VerbsFabric::bind_window`].
 //! - **RNR and retries** come from [`QpConfig`] (`rnr_retry`, `retry_count`,
-//!   at most 7) through the CM connection parameters; `max_rdma_reads` sets the
-//!   initiator depth, clamped to the device and, on accept, to what the peer
-//!   offers.
+//!   at most 7) through the CM connection parameters (`rdma_conn_param`), and
+//!   the IB CM applies them as it does for every RDMA-CM consumer: the RNR
+//!   retry count a side passes (in its REQ or REP) is the one its **peer's**
+//!   QP uses — how often the peer re-sends while *this* side has no receive
+//!   posted — and the active side's `retry_count` sets both QPs' transport
+//!   retries. (`verbs_raw` step 7: a server accepting with `rnr_retry: 1`
+//!   makes the client's Send fail with RnrRetryExceeded.) `max_rdma_reads`
+//!   sets the initiator depth, clamped to the device and, on accept, to what
+//!   the peer offers.
 //!
 //! # Errors and teardown
 //!
