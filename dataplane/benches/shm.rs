@@ -374,13 +374,13 @@ fn engine(c: &mut Criterion) {
                     for _ in 0..iters {
                         let mut cb = cli.call_buf().expect("call buffer");
                         let len = if proc_ == testprog::P_WRITE {
-                            testprog::encode_write_in_place(cb.as_mut(), size)
+                            testprog::encode_write_in_place(cb.bytes_mut(), size)
                         } else {
-                            testprog::encode_call(cb.as_mut(), proc_, &[], size, 0)
+                            testprog::encode_call(cb.bytes_mut(), proc_, &[], size, 0)
                         }
                         .expect("encode");
                         let mut items = [DdpItem::default(); 1];
-                        let k = TestUlb.call_items(&cb.as_mut()[..len], &mut items).expect("items");
+                        let k = TestUlb.call_items(&cb.bytes_mut()[..len], &mut items).expect("items");
                         let id = cli
                             .submit(cb, len, &items[..k], &needs)
                             .map_err(|(e, _)| e)

@@ -115,7 +115,7 @@ pub struct CallBuf<'p> {
 }
 
 impl CallBuf<'_> {
-    pub fn as_mut(&mut self) -> &mut [u8] {
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
         self.bytes
     }
     pub fn len(&self) -> usize {
@@ -729,7 +729,7 @@ impl<'p, F: Fabric> Requester<'p, F> {
         match ev {
             CmEvent::Established { conn, private_data } if Some(conn) == self.conn => {
                 let peer = private_data::decode(private_data.as_bytes());
-                let _ = self.neg.apply_private_data(&peer);
+                self.neg.apply_private_data(&peer);
                 let ours = Rfc8797::new(false, self.send_size, self.recv_size);
                 self.call_inline_max = private_data::client_to_server_threshold_bytes(&ours, &peer.data());
                 self.link = LinkState::Negotiating;
@@ -821,12 +821,8 @@ impl<'p, F: Fabric> Requester<'p, F> {
                     }
                 }
             }
-            TAG_CTRL => {
-                if !wc.status.is_success() {
-                    self.on_wc_error(wc.status);
-                }
-                // The CONNPROP buffer is freed when its answer arrives or the link fails.
-            }
+            // The CONNPROP buffer is freed when its answer arrives or the link fails.
+            TAG_CTRL if !wc.status.is_success() => self.on_wc_error(wc.status),
             _ => {}
         }
     }

@@ -730,16 +730,8 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
                     self.advance(i);
                 }
             }
-            (ReqState::Sending, _) => {
-                if r.wr_out == 0 {
-                    self.release(i);
-                }
-            }
-            (ReqState::Draining, _) => {
-                if r.wr_out == 0 {
-                    self.release(i);
-                }
-            }
+            // The reply (or the drain after an error) is done when no work is left.
+            (ReqState::Sending | ReqState::Draining, _) if r.wr_out == 0 => self.release(i),
             _ => {}
         }
     }

@@ -136,7 +136,7 @@ fn requester_child() {
     let fab = ShmFabric::new(ShmConfig::default()).unwrap();
     let mut cli = Requester::new(requester_cfg(&p, versions(v), CREDITS), fab, p.pool, &p.regions, 1).unwrap();
     cli.connect(&addr).unwrap();
-    run_client(&mut cli, 5, || std::thread::yield_now()).unwrap_or_else(|e| panic!("child v{v}: {e}"));
+    run_client(&mut cli, 5, std::thread::yield_now).unwrap_or_else(|e| panic!("child v{v}: {e}"));
     assert_eq!(cli.version(), v);
     assert_eq!(cli.shutdown(100_000), 0);
     drop(cli);

@@ -184,17 +184,9 @@ fn setup(
         established: false,
         rkeys,
     };
-    for k in 0..16 {
+    for _ in 0..16 {
         let (lb, _) = raw.buf();
-        let b = mempool::pool::BufRef {
-            region: lb.region,
-            class: p.recv.get(),
-            index: 0,
-        };
-        let _ = (k, b);
         // Post with the buffer's handle as wr_id so the completion finds it.
-        let bref = p.pool.regions()[lb.region as usize].id();
-        let _ = bref;
         let handle = buf_ref_of(p, lb);
         raw.fab
             .post_recv(
@@ -212,7 +204,7 @@ fn setup(
 /// Recover the pool handle of a buffer from its (region, offset).
 fn buf_ref_of(p: &Pools, lb: LocalBuf) -> mempool::pool::BufRef {
     let info = p.pool.class_info(p.recv).unwrap();
-    for index in 0..info.count as u32 {
+    for index in 0..info.count {
         let b = mempool::pool::BufRef {
             region: lb.region,
             class: p.recv.get(),
@@ -258,7 +250,8 @@ fn v1_null(xid: u32, credits: u32) -> Vec<u8> {
 fn malformed_headers_get_the_specs_errors() {
     let (net, mut srv, mut raw) = setup(0, 7, VersionRange::ALL);
     pump(&net, &mut srv, &mut raw, 5);
-    let cases: Vec<(Vec<u8>, Box<dyn Fn(&header::Header) -> bool>)> = vec![
+    type Check = Box<dyn Fn(&header::Header) -> bool>;
+    let cases: Vec<(Vec<u8>, Check)> = vec![
         // unknown version 7 → ERR_VERS 1..2, v1 layout under version word 7
         (words(&[XID, 7, 1, 0, 0, 0, 0]), Box::new(|_| true)),
         // bad optional-data discriminant in the Read list → ERR_CHUNK

@@ -103,10 +103,10 @@ pub struct Expect {
 /// Submit one call of `e` on `req`. Returns false if the requester was busy.
 pub fn submit<F: Fabric>(req: &mut Requester<'_, F>, e: &Expect) -> Result<dataplane::requester::CallId, String> {
     let mut cb = req.call_buf().ok_or("no call buffer")?;
-    let n = encode_call(cb.as_mut(), e.proc_, &e.arg, e.big_n, e.b).ok_or("call too large")?;
+    let n = encode_call(cb.bytes_mut(), e.proc_, &e.arg, e.big_n, e.b).ok_or("call too large")?;
     let mut items = [DdpItem::default(); 1];
     let k = TestUlb
-        .call_items(&cb.as_mut()[..n], &mut items)
+        .call_items(&cb.bytes_mut()[..n], &mut items)
         .map_err(|e| e.to_string())?;
     let needs = if e.proc_ == P_TWO {
         // Two DDP-eligible results: two Write chunks (the ULB trait describes one).
