@@ -842,9 +842,10 @@ impl VerbsFabric {
         if rc != 0 || ev.is_null() {
             return false;
         }
-        // SAFETY: `ev` is a valid event (above); its ids are live CM ids; the
-        // private data pointer, when non-NULL, has `private_data_len` bytes
-        // valid until the ack. Everything needed is copied before the ack.
+        // SAFETY: `ev` is a valid event (above); its ids are live CM ids; for
+        // connection events the private data pointer, when non-NULL, has
+        // `private_data_len` bytes valid until the ack. Everything needed is
+        // copied before the ack.
         let raw = unsafe {
             let e = &*ev;
             let ctx_id = if e.event == sys::rdma_cm_event_type::RDMA_CM_EVENT_CONNECT_REQUEST && !e.listen_id.is_null()
@@ -853,7 +854,28 @@ impl VerbsFabric {
             } else {
                 e.id
             };
-            let conn = e.param.conn;
+            use sys::rdma_cm_event_type as t;
+            // Only connection events carry `param.conn` (librdmacm fills it
+            // for them); for the others nothing in it is read.
+            let has_conn = matches!(
+                e.event,
+                t::RDMA_CM_EVENT_CONNECT_REQUEST | t::RDMA_CM_EVENT_ESTABLISHED | t::RDMA_CM_EVENT_REJECTED
+            );
+            let conn = if has_conn {
+                e.param.conn
+            } else {
+                sys::rdma_conn_param {
+                    private_data: ptr::null(),
+                    private_data_len: 0,
+                    responder_resources: 0,
+                    initiator_depth: 0,
+                    flow_control: 0,
+                    retry_count: 0,
+                    rnr_retry_count: 0,
+                    srq: 0,
+                    qp_num: 0,
+                }
+            };
             let pd = if conn.private_data.is_null() || conn.private_data_len == 0 {
                 PrivateData::EMPTY
             } else {
