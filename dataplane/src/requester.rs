@@ -33,6 +33,7 @@ use proto::ulb::DdpItem;
 use crate::credits::RequesterCredits;
 use crate::fabric::*;
 use crate::queue::Slab;
+use crate::service::EngineError;
 
 const TAG_RECV: u8 = 1;
 const TAG_CALL: u8 = 2;
@@ -277,15 +278,7 @@ impl<F: Fabric> std::fmt::Debug for Requester<'_, F> {
 }
 
 /// Errors setting a requester up.
-#[derive(Debug, thiserror::Error)]
-pub enum RequesterError {
-    #[error(transparent)]
-    Fabric(#[from] FabricError),
-    #[error(transparent)]
-    Pool(#[from] mempool::MempoolError),
-    #[error("configuration: {0}")]
-    Config(String),
-}
+pub type RequesterError = crate::service::EngineError;
 
 impl<'p, F: Fabric> Requester<'p, F> {
     pub fn new(
@@ -299,7 +292,7 @@ impl<'p, F: Fabric> Requester<'p, F> {
         let (Some(recv_size), Some(send_size), Some(data_size)) =
             (size(cfg.recv_class), size(cfg.send_class), size(cfg.data_class))
         else {
-            return Err(RequesterError::Config("unknown pool class".into()));
+            return Err(EngineError::Config("unknown pool class".into()));
         };
         let mut rkeys = Vec::new();
         for r in regions {
@@ -312,7 +305,7 @@ impl<'p, F: Fabric> Requester<'p, F> {
         }
         let cq = fabric.create_cq(cfg.credits * 2 + cfg.send_depth + 8)?;
         let ncfg = negotiate::Config::new(cfg.versions, send_size, recv_size)
-            .map_err(|e| RequesterError::Config(e.to_string()))?;
+            .map_err(|e| EngineError::Config(e.to_string()))?;
         let slots = (cfg.credits.max(1) as usize).next_power_of_two();
         Ok(Requester {
             recv_cache: pool.cache(cfg.recv_class, core)?,
@@ -441,6 +434,13 @@ impl<'p, F: Fabric> Requester<'p, F> {
         debug_assert!(r.is_ok());
     }
 
+    /// Return every buffer of an abandoned submit.
+    fn put_all(&mut self, bufs: impl Iterator<Item = Option<BufRef>>) {
+        for b in bufs.flatten() {
+            self.put(b);
+        }
+    }
+
     fn bytes(&self, b: BufRef) -> &'p [u8] {
         let pool: &'p Mempool = self.pool;
         // SAFETY: the requester holds `b`; the device is not writing it now (the
@@ -545,13 +545,7 @@ impl<'p, F: Fabric> Requester<'p, F> {
             None => None,
         };
         if !ok {
-            self.put(hdr);
-            for b in wbufs.into_iter().flatten() {
-                self.put(b);
-            }
-            if let Some(b) = rbuf {
-                self.put(b);
-            }
+            self.put_all([Some(hdr), rbuf].into_iter().chain(wbufs));
             return Err((SubmitError::NoBuffers, cb));
         }
         let Some(i) = self.calls.alloc() else {
@@ -591,13 +585,7 @@ impl<'p, F: Fabric> Requester<'p, F> {
             Ok(n) => n,
             Err(e) => {
                 self.calls.free(i);
-                self.put(hdr);
-                for b in wbufs.into_iter().flatten() {
-                    self.put(b);
-                }
-                if let Some(b) = rbuf {
-                    self.put(b);
-                }
+                self.put_all([Some(hdr), rbuf].into_iter().chain(wbufs));
                 return Err((SubmitError::Plan(e), cb));
             }
         };
@@ -620,13 +608,7 @@ impl<'p, F: Fabric> Requester<'p, F> {
         );
         if self.fabric.post_send(conn, &wr).is_err() {
             self.calls.free(i);
-            self.put(hdr);
-            for b in wbufs.into_iter().flatten() {
-                self.put(b);
-            }
-            if let Some(b) = rbuf {
-                self.put(b);
-            }
+            self.put_all([Some(hdr), rbuf].into_iter().chain(wbufs));
             return Err((SubmitError::NotConnected, cb));
         }
         let sent = self.credits.on_send();

@@ -52,7 +52,7 @@ use proto::private_data::{self, PrivateData as Rfc8797};
 use crate::credits::ResponderCredits;
 use crate::fabric::*;
 use crate::queue::{IndexQueue, Slab};
-use crate::service::{CallView, ReplyBuilder, ReplyShape, Service, ServiceError};
+use crate::service::{CallView, EngineError, ReplyBuilder, ReplyShape, Service, ServiceError};
 
 /// Completions polled per `poll_cq` call.
 pub const CQ_BATCH: usize = 32;
@@ -270,15 +270,7 @@ impl<F: Fabric, S: Service> std::fmt::Debug for Responder<'_, F, S> {
 }
 
 /// Errors setting a responder up.
-#[derive(Debug, thiserror::Error)]
-pub enum ResponderError {
-    #[error(transparent)]
-    Fabric(#[from] FabricError),
-    #[error(transparent)]
-    Pool(#[from] mempool::MempoolError),
-    #[error("configuration: {0}")]
-    Config(String),
-}
+pub type ResponderError = crate::service::EngineError;
 
 /// Buffer accounting snapshot (for leak tests): buffers this responder holds.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -303,9 +295,7 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         listen: Option<&str>,
     ) -> Result<Self, ResponderError> {
         if cfg.credits == 0 || cfg.max_conns == 0 {
-            return Err(ResponderError::Config(
-                "credits and max_conns must be at least 1".into(),
-            ));
+            return Err(EngineError::Config("credits and max_conns must be at least 1".into()));
         }
         let class_size = |c: ClassId| pool.class_info(c).map(|i| i.buf_size as u32);
         let (Some(recv_size), Some(send_size), Some(data_size)) = (
@@ -313,10 +303,10 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
             class_size(cfg.send_class),
             class_size(cfg.data_class),
         ) else {
-            return Err(ResponderError::Config("unknown pool class".into()));
+            return Err(EngineError::Config("unknown pool class".into()));
         };
         if recv_size < 1024 || send_size < 1024 {
-            return Err(ResponderError::Config(
+            return Err(EngineError::Config(
                 "inline buffers must be at least 1024 bytes (RFC 8166 s3.3.3)".into(),
             ));
         }

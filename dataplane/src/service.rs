@@ -243,3 +243,14 @@ pub trait Service {
         0
     }
 }
+
+/// Errors setting up an engine (responder or requester).
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error(transparent)]
+    Fabric(#[from] crate::fabric::FabricError),
+    #[error(transparent)]
+    Pool(#[from] mempool::MempoolError),
+    #[error("configuration: {0}")]
+    Config(String),
+}
