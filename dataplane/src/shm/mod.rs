@@ -119,7 +119,7 @@ pub mod ring;
 
 mod conn;
 mod sock;
-mod wire;
+pub mod wire;
 
 use std::collections::VecDeque;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
