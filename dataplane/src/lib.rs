@@ -73,7 +73,11 @@ mod provider_tests {
         std::fs::create_dir_all(&d).unwrap();
         assert_eq!(default_provider_in(&d), ProviderKind::Shm, "no device");
         std::fs::create_dir_all(d.join("rxe0")).unwrap();
-        let want = if cfg!(feature = "verbs") { ProviderKind::Verbs } else { ProviderKind::Shm };
+        let want = if cfg!(feature = "verbs") {
+            ProviderKind::Verbs
+        } else {
+            ProviderKind::Shm
+        };
         assert_eq!(default_provider_in(&d), want);
         std::fs::remove_dir_all(&d).unwrap();
     }
