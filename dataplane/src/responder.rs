@@ -42,7 +42,7 @@ use std::sync::Arc;
 
 use mempool::pool::{BufRef, ClassId, Mempool, PoolCache};
 use proto::header::{
-    self, Body, BodyOut, ChunkLists, HeaderOut, Limits, Property, RDMA2_PROPID_RBSIZ, RPCRDMA2_F_RESPONSE,
+    self, Body, BodyOut, Header, HeaderOut, Limits, Property, RDMA2_PROPID_RBSIZ, RPCRDMA2_F_RESPONSE,
     RPCRDMA_VERSION_1, RPCRDMA_VERSION_2,
 };
 use proto::negotiate::{self, CallVerdict, VersionRange};
@@ -169,7 +169,10 @@ enum Control {
 }
 
 #[derive(Clone, Copy, Debug, Default)]
-struct Request {
+struct Request<'p> {
+    /// The Call's transport header, decoded and validated once (it borrows the
+    /// receive buffer, which the request holds until it is released).
+    hdr: Option<Header<'p>>,
     state: ReqState,
     gen: u32,
     conn: u32,
@@ -242,7 +245,7 @@ pub struct Responder<'p, F: Fabric, S: Service> {
     /// completions for receives it still holds).
     srq_slots: Box<[Option<BufRef>]>,
     srq_free: Vec<u32>,
-    reqs: Slab<Request>,
+    reqs: Slab<Request<'p>>,
     conns: Slab<Option<Conn>>,
     conn_by_id: HashMap<ConnId, u32>,
     wait_chunk_buf: IndexQueue,
@@ -815,6 +818,7 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
                 return self.control(i, ctl);
             }
         };
+        self.reqs.get_mut(i).expect("live").hdr = Some(h);
         match h.body {
             Body::Msg { .. } | Body::NoMsg { .. } => {}
             Body::ConnProp(_) => return self.control(i, Control::ConnProp),
@@ -919,11 +923,9 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         }
         let b = r.chunk_buf.expect("chunk buffer attached");
         let base = self.pool.offset(b).unwrap_or(0) as u64;
-        let msg = &self.bytes(r.recv.expect("recv"))[..r.recv_len as usize];
-        let Ok(h) = header::decode(msg, &self.cfg.limits) else {
+        let Some(chunks) = r.hdr.as_ref().and_then(|h| h.chunks().copied()) else {
             return Step::Wait;
         };
-        let Some(chunks) = h.chunks() else { return Step::Wait };
         let mut posted = 0u32;
         let mut post_err = false;
         for (k, op) in r
@@ -990,9 +992,8 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         let r = *self.reqs.get(i).expect("live");
         if r.state == ReqState::Execute {
             let hint = {
-                let recv = self.bytes(r.recv.expect("recv"));
                 let chunk_area = r.chunk_buf.map_or(&[][..], |b| self.bytes(b));
-                let view = self.view(&r, recv, chunk_area);
+                let view = self.view(&r, chunk_area);
                 match view {
                     Some(v) => self.service.reply_data_hint(&v),
                     None => 0,
@@ -1006,9 +1007,8 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
             return self.wait(i, Queue::ReplyBufs);
         }
         let r = *self.reqs.get(i).expect("live");
-        let recv = self.bytes(r.recv.expect("recv"));
         let chunk_area = r.chunk_buf.map_or(&[][..], |b| self.bytes(b));
-        let Some(view) = self.view(&r, recv, chunk_area) else {
+        let Some(view) = self.view(&r, chunk_area) else {
             return self.control(i, Control::ErrorV1(header::V1Error::Chunk));
         };
         let head = self.bytes_mut(r.head_buf.expect("head"));
@@ -1023,11 +1023,9 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
             return Step::Wait;
         }
         // Plan the reply against the Call's Write list and Reply chunk.
-        let msg = &recv[..r.recv_len as usize];
-        let Ok(h) = header::decode(msg, &self.cfg.limits) else {
+        let Some(chunks) = r.hdr.as_ref().and_then(|h| h.chunks().copied()) else {
             return self.control(i, Control::ErrorV1(header::V1Error::Chunk));
         };
-        let chunks = *h.chunks().expect("a call has chunk lists");
         let send_max = self.conn(r.conn).map_or(1024, |c| c.send_max);
         let items = shape.items();
         match plan::plan_reply(shape.stream_len() as usize, items, &chunks, r.vers, send_max) {
@@ -1068,9 +1066,8 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         true
     }
 
-    fn view<'v>(&self, r: &'v Request, recv: &'v [u8], chunk_area: &'v [u8]) -> Option<CallView<'v>> {
-        let msg = &recv[..r.recv_len as usize];
-        let h = header::decode(msg, &self.cfg.limits).ok()?;
+    fn view<'v>(&self, r: &'v Request<'p>, chunk_area: &'v [u8]) -> Option<CallView<'v>> {
+        let h = r.hdr?;
         let (inline, _) = match h.body {
             Body::Msg {
                 payload_offset,
@@ -1154,12 +1151,10 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
             return self.wait(i, Queue::SendSlots);
         }
         let plan = r.reply.expect("planned");
-        let recv = self.bytes(r.recv.expect("recv"));
-        let msg = &recv[..r.recv_len as usize];
-        let Ok(h) = header::decode(msg, &self.cfg.limits) else {
+        let Some(h) = r.hdr else { return Step::Wait };
+        let Some(chunks) = h.chunks().copied() else {
             return Step::Wait;
         };
-        let chunks: ChunkLists<'_> = *h.chunks().expect("call");
         let inv_handle = h.inv_handle();
         let first_handle = chunks
             .writes
