@@ -107,12 +107,14 @@ fn pair() -> (Side, ConnId, Side, ConnId) {
     (a, ca, b, cb)
 }
 
+/// Pin the calling thread to CPU `core` (absolute id). Not through
+/// `core_affinity::get_core_ids()`: that lists the CPUs of the calling thread's
+/// *current* mask, so a thread spawned by an already pinned thread would map
+/// every core number onto its parent's CPU and the two spinning threads would
+/// share one core.
 fn pin(core: usize) {
-    if let Some(ids) = core_affinity::get_core_ids() {
-        if let Some(id) = ids.get(core % ids.len().max(1)) {
-            core_affinity::set_for_current(*id);
-        }
-    }
+    let ok = core_affinity::set_for_current(core_affinity::CoreId { id: core });
+    assert!(ok, "could not pin to CPU {core}");
 }
 
 fn unsignaled_send(s: &Side) -> SendWr {

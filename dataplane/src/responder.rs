@@ -890,11 +890,19 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
                 let r = self.reqs.get_mut(i).expect("live");
                 r.chunk_buf = Some(b);
                 r.state = ReqState::NeedReadSlots;
-                // Zero the padding room so chunk data plus padding is valid XDR.
-                let area = r.read_plan.data_area_len as usize;
+                // Zero only the XDR padding after each chunk (at most 3 bytes
+                // each, RFC 8166 s3.4.5.2), so chunk data plus padding is valid
+                // XDR; the RDMA Reads write everything else.
+                let (pieces, offs) = (r.read_plan, r.chunk_offs);
                 let buf = self.bytes_mut(b);
-                let n = area.min(buf.len());
-                buf[..n].fill(0);
+                for p in pieces.pieces() {
+                    if let proto::plan::Piece::Chunk { index, len, pad } = *p {
+                        let at = offs.get(index as usize).copied().unwrap_or(0) as usize + len as usize;
+                        if let Some(z) = buf.get_mut(at..at + pad as usize) {
+                            z.fill(0);
+                        }
+                    }
+                }
                 Step::Continue
             }
             None => self.wait(i, Queue::ChunkBuf),
