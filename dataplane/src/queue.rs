@@ -156,6 +156,66 @@ impl<T> Slab<T> {
     }
 }
 
+/// Fixed-capacity table whose ids carry a 16-bit generation above a 16-bit
+/// index, so a stale id never names a reused slot.
+#[derive(Debug)]
+pub(crate) struct GenSlab<T> {
+    slots: Vec<(u16, Option<T>)>,
+    free: Vec<u16>,
+}
+
+impl<T> GenSlab<T> {
+    /// Slots in use.
+    pub(crate) fn len(&self) -> usize {
+        self.slots.len() - self.free.len()
+    }
+    pub(crate) fn with_capacity(n: u16) -> Self {
+        GenSlab {
+            slots: (0..n).map(|_| (0, None)).collect(),
+            free: (0..n).rev().collect(),
+        }
+    }
+    pub(crate) fn insert(&mut self, v: T) -> Option<u32> {
+        let i = self.free.pop()?;
+        let s = &mut self.slots[i as usize];
+        s.1 = Some(v);
+        Some(((s.0 as u32) << 16) | i as u32)
+    }
+    pub(crate) fn index(&self, id: u32) -> Option<usize> {
+        let i = (id & 0xffff) as usize;
+        let (gen, v) = self.slots.get(i)?;
+        (*gen as u32 == id >> 16 && v.is_some()).then_some(i)
+    }
+    pub(crate) fn id_of(&self, i: usize) -> u32 {
+        ((self.slots[i].0 as u32) << 16) | i as u32
+    }
+    pub(crate) fn get(&self, i: usize) -> Option<&T> {
+        self.slots.get(i)?.1.as_ref()
+    }
+    pub(crate) fn get_mut(&mut self, i: usize) -> Option<&mut T> {
+        self.slots.get_mut(i)?.1.as_mut()
+    }
+    pub(crate) fn remove(&mut self, i: usize) -> Option<T> {
+        let s = self.slots.get_mut(i)?;
+        let v = s.1.take()?;
+        s.0 = s.0.wrapping_add(1);
+        self.free.push(i as u16);
+        Some(v)
+    }
+    /// Only the verbs provider walks its table.
+    #[cfg_attr(not(feature = "verbs"), allow(dead_code))]
+    pub(crate) fn used(&self) -> impl Iterator<Item = usize> + '_ {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.1.is_some())
+            .map(|(i, _)| i)
+    }
+    pub(crate) fn capacity(&self) -> usize {
+        self.slots.len()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -179,6 +239,20 @@ mod tests {
         }
         assert_eq!(q.remove_where(|v| v % 2 == 0), 2);
         assert_eq!((q.pop(), q.pop(), q.pop()), (Some(1), Some(3), None));
+    }
+
+    #[test]
+    fn gen_slab_ids_go_stale_when_a_slot_is_reused() {
+        let mut s: GenSlab<&str> = GenSlab::with_capacity(1);
+        let a = s.insert("a").unwrap();
+        assert!(s.insert("b").is_none(), "full");
+        let i = s.index(a).unwrap();
+        assert_eq!((s.get(i), s.len()), (Some(&"a"), 1));
+        assert_eq!(s.remove(i), Some("a"));
+        let b = s.insert("b").unwrap();
+        assert_ne!(a, b, "the generation changed");
+        assert_eq!(s.index(a), None, "a stale id names nothing");
+        assert_eq!(s.id_of(s.index(b).unwrap()), b);
     }
 
     #[test]

@@ -136,6 +136,7 @@ use crate::fabric::{
     Caps, CmEvent, Completion, ConnId, ConnReqId, CqId, Fabric, FabricError, ListenerId, MrKeys, PrivateData, QpConfig,
     RecvWr, SendWr, SrqId, MAX_SGE,
 };
+use crate::queue::GenSlab as Slab;
 
 pub use wire::MAX_REGIONS;
 
@@ -183,53 +184,6 @@ impl Default for ShmConfig {
             max_pending_requests: 64,
             require_sealed_regions: true,
         }
-    }
-}
-
-/// A fixed-capacity table whose ids carry a 16-bit generation above a 16-bit
-/// index, so a stale id never names a reused slot.
-#[derive(Debug)]
-struct Slab<T> {
-    slots: Vec<(u16, Option<T>)>,
-    free: Vec<u16>,
-}
-
-impl<T> Slab<T> {
-    fn with_capacity(n: u16) -> Self {
-        Slab {
-            slots: (0..n).map(|_| (0, None)).collect(),
-            free: (0..n).rev().collect(),
-        }
-    }
-    fn insert(&mut self, v: T) -> Option<u32> {
-        let i = self.free.pop()?;
-        let s = &mut self.slots[i as usize];
-        s.1 = Some(v);
-        Some(((s.0 as u32) << 16) | i as u32)
-    }
-    fn index(&self, id: u32) -> Option<usize> {
-        let i = (id & 0xffff) as usize;
-        let (gen, v) = self.slots.get(i)?;
-        (*gen as u32 == id >> 16 && v.is_some()).then_some(i)
-    }
-    fn id_of(&self, i: usize) -> u32 {
-        ((self.slots[i].0 as u32) << 16) | i as u32
-    }
-    fn at_mut(&mut self, i: usize) -> Option<&mut T> {
-        self.slots.get_mut(i)?.1.as_mut()
-    }
-    fn at(&self, i: usize) -> Option<&T> {
-        self.slots.get(i)?.1.as_ref()
-    }
-    fn remove_at(&mut self, i: usize) -> Option<T> {
-        let s = self.slots.get_mut(i)?;
-        let v = s.1.take()?;
-        s.0 = s.0.wrapping_add(1);
-        self.free.push(i as u16);
-        Some(v)
-    }
-    fn capacity(&self) -> usize {
-        self.slots.len()
     }
 }
 
@@ -341,7 +295,7 @@ impl ShmFabric {
 
     /// Connections currently held (live or waiting to be reaped). Any time.
     pub fn conn_count(&self) -> usize {
-        self.conns.capacity() - self.conns.free.len()
+        self.conns.len()
     }
 
     fn check_qp(&self, qp: &QpConfig) -> Result<(usize, Option<usize>), FabricError> {
@@ -388,7 +342,7 @@ impl ShmFabric {
     /// Send REQ or ACCEPT with our ring file and region descriptors.
     fn send_hello(&mut self, ci: usize, msg: &Msg) -> std::io::Result<()> {
         let n = wire::encode(msg, &mut self.msg);
-        let Some(c) = self.conns.at(ci) else {
+        let Some(c) = self.conns.get(ci) else {
             return Err(std::io::Error::other("connection gone"));
         };
         let Some(s) = c.sock.as_ref() else {
@@ -401,7 +355,7 @@ impl ShmFabric {
     }
 
     fn attach_conn(&mut self, ci: usize) {
-        if let Some(c) = self.conns.at(ci) {
+        if let Some(c) = self.conns.get(ci) {
             let (cq, srq) = (c.cq, c.srq);
             self.cqs[cq].conns.push(ci);
             if let Some(s) = srq {
@@ -412,7 +366,7 @@ impl ShmFabric {
 
     /// Remove connection `ci` if it is over and its terminal event was polled.
     fn try_reap(&mut self, ci: usize) {
-        let Some(c) = self.conns.at(ci) else { return };
+        let Some(c) = self.conns.get(ci) else { return };
         if !(c.finished() && c.terminal_delivered) {
             return;
         }
@@ -426,7 +380,7 @@ impl ShmFabric {
                 v.swap_remove(p);
             }
         }
-        self.conns.remove_at(ci);
+        self.conns.remove(ci);
     }
 
     /// Hand queued SRQ receives to the attached QPs, one at a time,
@@ -446,14 +400,14 @@ impl ShmFabric {
             for _ in 0..n {
                 let ci = srq.conns[srq.next % n];
                 srq.next = srq.next.wrapping_add(1);
-                if conns.at(ci).is_some_and(|c| c.is_live() && c.recv_room()) {
+                if conns.get(ci).is_some_and(|c| c.is_live() && c.recv_room()) {
                     target = Some(ci);
                     break;
                 }
             }
             let Some(ci) = target else { break };
             let id = ConnId(conns.id_of(ci));
-            let Some(c) = conns.at_mut(ci) else { break };
+            let Some(c) = conns.get_mut(ci) else { break };
             srq.queue.pop_front();
             if !c.give(id, wr, regions, events) {
                 srq.queue.push_front(wr);
@@ -468,7 +422,7 @@ impl ShmFabric {
         self.accept_incoming(now);
         self.read_requests(now);
         for ci in 0..self.conns.capacity() {
-            if self.conns.at(ci).is_some() {
+            if self.conns.get(ci).is_some() {
                 self.cm_conn(ci, now);
             }
         }
@@ -533,7 +487,7 @@ impl ShmFabric {
 
     fn cm_conn(&mut self, ci: usize, now: Instant) {
         let id = ConnId(self.conns.id_of(ci));
-        let Some(c) = self.conns.at_mut(ci) else { return };
+        let Some(c) = self.conns.get_mut(ci) else { return };
         match c.state {
             State::Error => {}
             State::Connecting { connected: false } => {
@@ -578,7 +532,7 @@ impl ShmFabric {
 
     fn on_cm_msg(&mut self, ci: usize, id: ConnId, state: State, msg: Option<Msg>, fds: Vec<OwnedFd>) {
         let cfg = &self.cfg;
-        let Some(c) = self.conns.at_mut(ci) else { return };
+        let Some(c) = self.conns.get_mut(ci) else { return };
         let events = &mut self.events;
         match (state, msg) {
             (State::Connecting { .. }, Some(Msg::Accept(hello))) => match Peer::attach(&hello, fds, cfg) {
@@ -623,10 +577,10 @@ impl ShmFabric {
     }
 
     fn send_req(&mut self, ci: usize, id: ConnId) {
-        let Some(c) = self.conns.at(ci) else { return };
+        let Some(c) = self.conns.get(ci) else { return };
         let msg = Msg::Req(self.hello(c.pending_pd.as_bytes(), c));
         if self.send_hello(ci, &msg).is_err() {
-            if let Some(c) = self.conns.at_mut(ci) {
+            if let Some(c) = self.conns.get_mut(ci) {
                 c.fail(CmEvent::Unreachable { conn: id }, &mut self.events, false);
             }
         }
@@ -649,7 +603,7 @@ impl ShmFabric {
             let ci = cqs[qi].conns[k];
             k += 1;
             let id = ConnId(conns.id_of(ci));
-            let Some(c) = conns.at_mut(ci) else { continue };
+            let Some(c) = conns.get_mut(ci) else { continue };
             let srq = c.srq.map(|s| &mut srqs[s]);
             c.progress(id, &mut cqs[qi], srq, regions, cfg, events);
             reap |= c.finished() && c.terminal_delivered;
@@ -768,7 +722,7 @@ impl Fabric for ShmFabric {
         let id = ConnId(raw);
         let ci = (raw & 0xffff) as usize;
         self.attach_conn(ci);
-        let Some(c) = self.conns.at_mut(ci) else {
+        let Some(c) = self.conns.get_mut(ci) else {
             return Err(FabricError::NotConnected(id));
         };
         match r {
@@ -796,7 +750,7 @@ impl Fabric for ShmFabric {
             id: req.0,
         })?;
         let (cq, srq) = self.check_qp(qp)?;
-        let Some(r) = self.requests.remove_at(ri) else {
+        let Some(r) = self.requests.remove(ri) else {
             return Err(FabricError::UnknownId {
                 what: "connection request",
                 id: req.0,
@@ -816,11 +770,11 @@ impl Fabric for ShmFabric {
         let ci = (raw & 0xffff) as usize;
         self.attach_conn(ci);
         let msg = {
-            let c = self.conns.at(ci).ok_or(FabricError::NotConnected(id))?;
+            let c = self.conns.get(ci).ok_or(FabricError::NotConnected(id))?;
             Msg::Accept(self.hello(private_data, c))
         };
         if self.send_hello(ci, &msg).is_err() {
-            if let Some(c) = self.conns.at_mut(ci) {
+            if let Some(c) = self.conns.get_mut(ci) {
                 c.fail(CmEvent::Unreachable { conn: id }, &mut self.events, false);
             }
         }
@@ -835,7 +789,7 @@ impl Fabric for ShmFabric {
             what: "connection request",
             id: req.0,
         })?;
-        let Some(r) = self.requests.remove_at(ri) else {
+        let Some(r) = self.requests.remove(ri) else {
             return Ok(());
         };
         let n = wire::encode(&Msg::Reject(PrivateData::new(private_data)), &mut self.msg);
@@ -859,7 +813,7 @@ impl Fabric for ShmFabric {
         let Some(ci) = self.conns.index(conn.0) else {
             return Ok(());
         };
-        if let Some(c) = self.conns.at_mut(ci) {
+        if let Some(c) = self.conns.get_mut(ci) {
             c.fail(CmEvent::Disconnected { conn }, &mut self.events, true);
         }
         Ok(())
@@ -872,11 +826,11 @@ impl Fabric for ShmFabric {
         let ev = self.events.pop_front()?;
         if let CmEvent::Disconnected { conn } | CmEvent::Rejected { conn, .. } | CmEvent::Unreachable { conn } = ev {
             if let Some(ci) = self.conns.index(conn.0) {
-                if let Some(c) = self.conns.at_mut(ci) {
+                if let Some(c) = self.conns.get_mut(ci) {
                     c.terminal_delivered = true;
                 }
                 // Flush what can be flushed now; reaped when everything is.
-                let cq = self.conns.at(ci).map(|c| c.cq);
+                let cq = self.conns.get(ci).map(|c| c.cq);
                 if let Some(cq) = cq {
                     self.progress_cq(cq);
                 }
@@ -900,7 +854,7 @@ impl Fabric for ShmFabric {
             events,
             ..
         } = self;
-        let Some(c) = conns.at_mut(ci) else {
+        let Some(c) = conns.get_mut(ci) else {
             return Err(FabricError::NotConnected(conn));
         };
         if !matches!(c.state, State::Established | State::Error) {
@@ -929,7 +883,7 @@ impl Fabric for ShmFabric {
         let Self {
             conns, regions, events, ..
         } = self;
-        let Some(c) = conns.at_mut(ci) else {
+        let Some(c) = conns.get_mut(ci) else {
             return Err(FabricError::NotConnected(conn));
         };
         if c.srq.is_some() {
@@ -1002,7 +956,7 @@ mod tests {
         let b = s.insert(2).unwrap();
         assert!(s.insert(3).is_none(), "bounded");
         assert_eq!(s.index(a), Some((a & 0xffff) as usize));
-        s.remove_at(s.index(a).unwrap());
+        s.remove(s.index(a).unwrap());
         assert_eq!(s.index(a), None, "stale id after removal");
         let c = s.insert(4).unwrap();
         assert_eq!(c & 0xffff, a & 0xffff, "slot reused");
@@ -1135,7 +1089,7 @@ mod tests {
         }
         // b pushes a delivery naming a descriptor sequence a never posted.
         let bi = b.f.conns.index(cb.0).unwrap();
-        assert!(b.f.conns.at_mut(bi).unwrap().inject_delivery([77, 1]));
+        assert!(b.f.conns.get_mut(bi).unwrap().inject_delivery([77, 1]));
         let mut wc = [Completion {
             wr_id: WrId(0),
             status: WcStatus::General,

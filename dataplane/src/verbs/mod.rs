@@ -100,6 +100,7 @@ use crate::fabric::{
     Caps, CmEvent, Completion, ConnId, ConnReqId, CqId, Fabric, FabricError, ListenerId, LocalBuf, MrKeys, PrivateData,
     QpConfig, RecvWr, SendOp, SendWr, SrqId, WcOpcode, WcStatus, WrId, MAX_PRIVATE_DATA, MAX_SGE,
 };
+use crate::queue::GenSlab as Slab;
 
 /// The message [`VerbsFabric::new`] fails with when the host has no RDMA
 /// device (or no rdma-core libraries).
@@ -272,60 +273,6 @@ struct Conn {
 impl Conn {
     fn drained(&self) -> bool {
         self.sq.is_empty() && self.early_recvs.is_empty() && (self.srq.is_some() || self.rq_out == 0)
-    }
-}
-
-/// Fixed-capacity table whose ids carry a 16-bit generation above a 16-bit
-/// index, so a stale id never names a reused slot.
-#[derive(Debug)]
-struct Slab<T> {
-    slots: Vec<(u16, Option<T>)>,
-    free: Vec<u16>,
-}
-
-impl<T> Slab<T> {
-    fn with_capacity(n: u16) -> Self {
-        Slab {
-            slots: (0..n).map(|_| (0, None)).collect(),
-            free: (0..n).rev().collect(),
-        }
-    }
-    fn insert(&mut self, v: T) -> Option<u32> {
-        let i = self.free.pop()?;
-        let s = &mut self.slots[i as usize];
-        s.1 = Some(v);
-        Some(((s.0 as u32) << 16) | i as u32)
-    }
-    fn index(&self, id: u32) -> Option<usize> {
-        let i = (id & 0xffff) as usize;
-        let (gen, v) = self.slots.get(i)?;
-        (*gen as u32 == id >> 16 && v.is_some()).then_some(i)
-    }
-    fn id_of(&self, i: usize) -> u32 {
-        ((self.slots[i].0 as u32) << 16) | i as u32
-    }
-    fn get(&self, i: usize) -> Option<&T> {
-        self.slots.get(i)?.1.as_ref()
-    }
-    fn get_mut(&mut self, i: usize) -> Option<&mut T> {
-        self.slots.get_mut(i)?.1.as_mut()
-    }
-    fn remove(&mut self, i: usize) -> Option<T> {
-        let s = self.slots.get_mut(i)?;
-        let v = s.1.take()?;
-        s.0 = s.0.wrapping_add(1);
-        self.free.push(i as u16);
-        Some(v)
-    }
-    fn used(&self) -> impl Iterator<Item = usize> + '_ {
-        self.slots
-            .iter()
-            .enumerate()
-            .filter(|(_, s)| s.1.is_some())
-            .map(|(i, _)| i)
-    }
-    fn capacity(&self) -> usize {
-        self.slots.len()
     }
 }
 
@@ -549,7 +496,7 @@ impl VerbsFabric {
 
     /// Connections currently held (live or waiting to be reaped). Any time.
     pub fn conn_count(&self) -> usize {
-        self.conns.capacity() - self.conns.free.len()
+        self.conns.len()
     }
 
     /// The QP number of a connection (for diagnostics), once its QP exists.
