@@ -14,6 +14,7 @@
 //! | [`queue`] | fixed-capacity pending queues and slabs |
 #![deny(missing_debug_implementations)]
 
+mod bufs;
 pub mod credits;
 pub mod fabric;
 pub mod queue;

@@ -21,7 +21,7 @@
 
 use std::sync::Arc;
 
-use mempool::pool::{BufRef, ClassId, Mempool, PoolCache};
+use mempool::pool::{BufRef, ClassId, Mempool};
 use proto::header::{
     self, Body, BodyOut, HeaderOut, Limits, Property, Segment, RDMA2_PROPID_RBSIZ, RPCRDMA_VERSION_1, RPCRDMA_VERSION_2,
 };
@@ -30,6 +30,7 @@ use proto::plan::{self, CallKind, CallParams, ReplyKind, ReplyLayout, ReplyNeeds
 use proto::private_data::{self, PrivateData as Rfc8797};
 use proto::ulb::DdpItem;
 
+use crate::bufs::EngineBufs;
 use crate::credits::RequesterCredits;
 use crate::fabric::*;
 use crate::queue::Slab;
@@ -237,10 +238,7 @@ pub enum LinkState {
 pub struct Requester<'p, F: Fabric> {
     cfg: RequesterConfig,
     fabric: F,
-    pool: &'p Mempool,
-    recv_cache: PoolCache<'p>,
-    send_cache: PoolCache<'p>,
-    data_cache: PoolCache<'p>,
+    bufs: EngineBufs<'p>,
     rkeys: Vec<u32>,
     cq: CqId,
     conn: Option<ConnId>,
@@ -308,16 +306,13 @@ impl<'p, F: Fabric> Requester<'p, F> {
             .map_err(|e| EngineError::Config(e.to_string()))?;
         let slots = (cfg.credits.max(1) as usize).next_power_of_two();
         Ok(Requester {
-            recv_cache: pool.cache(cfg.recv_class, core)?,
-            send_cache: pool.cache(cfg.send_class, core)?,
-            data_cache: pool.cache(cfg.data_class, core)?,
+            bufs: EngineBufs::new(pool, cfg.recv_class, cfg.send_class, cfg.data_class, core)?,
             neg: negotiate::Requester::new(ncfg, PeerMemory::UNKNOWN),
             credits: RequesterCredits::new(cfg.credits),
             calls: Slab::with_capacity(slots),
             completions: std::collections::VecDeque::with_capacity(slots + 1),
             cfg,
             fabric,
-            pool,
             rkeys,
             cq,
             conn: None,
@@ -389,70 +384,27 @@ impl<'p, F: Fabric> Requester<'p, F> {
 
     fn post_recv(&mut self) -> bool {
         let Some(conn) = self.conn else { return false };
-        let Some(b) = self.recv_cache.get() else { return false };
+        let Some(b) = self.bufs.recv.get() else { return false };
         let b = b.into_raw();
         let wr = RecvWr {
             wr_id: WrId::new(TAG_RECV, b.to_u64()),
-            buf: self.local(b, self.recv_size),
+            buf: self.bufs.local(b, self.recv_size),
         };
         if self.fabric.post_recv(conn, &wr).is_err() {
-            self.put(b);
+            self.bufs.put(b);
             return false;
         }
         self.recvs_posted += 1;
         true
     }
 
-    fn local(&self, b: BufRef, len: u32) -> LocalBuf {
-        LocalBuf {
-            region: b.region,
-            offset: self.pool.offset(b).unwrap_or(0) as u64,
-            len,
-        }
-    }
-
     fn remote(&self, b: BufRef, at: u32, len: u32) -> Segment {
-        let off = self.pool.offset(b).unwrap_or(0) as u64 + at as u64;
+        let off = self.bufs.pool.offset(b).unwrap_or(0) as u64 + at as u64;
         Segment {
             handle: self.rkeys.get(b.region as usize).copied().unwrap_or(0),
             length: len,
             offset: self.fabric.remote_addr(b.region, off).unwrap_or(0),
         }
-    }
-
-    fn put(&mut self, b: BufRef) {
-        let c = if b.class == self.cfg.recv_class.get() {
-            &mut self.recv_cache
-        } else if b.class == self.cfg.send_class.get() {
-            &mut self.send_cache
-        } else {
-            &mut self.data_cache
-        };
-        // SAFETY: the requester holds `b` and no work request using it is
-        // outstanding (buffers are returned only after completions or teardown).
-        let r = unsafe { c.put_bulk(&[b]) };
-        debug_assert!(r.is_ok());
-    }
-
-    /// Return every buffer of an abandoned submit.
-    fn put_all(&mut self, bufs: impl Iterator<Item = Option<BufRef>>) {
-        for b in bufs.flatten() {
-            self.put(b);
-        }
-    }
-
-    fn bytes(&self, b: BufRef) -> &'p [u8] {
-        let pool: &'p Mempool = self.pool;
-        // SAFETY: the requester holds `b`; the device is not writing it now (the
-        // reply that fills it has completed).
-        unsafe { pool.bytes(b) }.unwrap_or(&[])
-    }
-
-    #[allow(clippy::mut_from_ref)]
-    fn bytes_mut(&self, b: BufRef) -> &'p mut [u8] {
-        let pool: &'p Mempool = self.pool;
-        // SAFETY: the requester holds `b` exclusively while building a message.
-        unsafe { pool.bytes_mut(b) }.unwrap_or(&mut [])
     }
 
     /// Ready to submit a Call now (connected, negotiated or negotiating with no
@@ -463,16 +415,16 @@ impl<'p, F: Fabric> Requester<'p, F> {
 
     /// A registered buffer to encode a Call into (data-class size).
     pub fn call_buf(&mut self) -> Option<CallBuf<'p>> {
-        let b = self.data_cache.get()?.into_raw();
+        let b = self.bufs.data.get()?.into_raw();
         Some(CallBuf {
             buf: b,
-            bytes: self.bytes_mut(b),
+            bytes: self.bufs.bytes_mut(b),
         })
     }
 
     /// Give back an unused call buffer.
     pub fn discard(&mut self, cb: CallBuf<'p>) {
-        self.put(cb.buf);
+        self.bufs.put(cb.buf);
     }
 
     /// Submit the Call of `len` bytes in `cb` whose DDP-eligible items are `items`
@@ -512,7 +464,7 @@ impl<'p, F: Fabric> Requester<'p, F> {
             Err(e) => return Err((SubmitError::Plan(e), cb)),
         };
         // Buffers: a header buffer, one per Write chunk, one for the Reply chunk.
-        let Some(hdr) = self.send_cache.get().map(|b| b.into_raw()) else {
+        let Some(hdr) = self.bufs.send.get().map(|b| b.into_raw()) else {
             return Err((SubmitError::NoBuffers, cb));
         };
         let mut wbufs = [None; plan::PLAN_WRITE_CHUNKS];
@@ -522,7 +474,7 @@ impl<'p, F: Fabric> Requester<'p, F> {
                 ok = false;
                 break;
             }
-            match self.data_cache.get() {
+            match self.bufs.data.get() {
                 Some(b) => wbufs[k] = Some(b.into_raw()),
                 None => {
                     ok = false;
@@ -531,7 +483,7 @@ impl<'p, F: Fabric> Requester<'p, F> {
             }
         }
         let rbuf = match plan.reply_chunk {
-            Some(rlen) if ok && rlen <= self.data_size => match self.data_cache.get() {
+            Some(rlen) if ok && rlen <= self.data_size => match self.bufs.data.get() {
                 Some(b) => Some(b.into_raw()),
                 None => {
                     ok = false;
@@ -545,7 +497,7 @@ impl<'p, F: Fabric> Requester<'p, F> {
             None => None,
         };
         if !ok {
-            self.put_all([Some(hdr), rbuf].into_iter().chain(wbufs));
+            self.bufs.put_all([Some(hdr), rbuf].into_iter().chain(wbufs));
             return Err((SubmitError::NoBuffers, cb));
         }
         let Some(i) = self.calls.alloc() else {
@@ -571,7 +523,7 @@ impl<'p, F: Fabric> Requester<'p, F> {
         let reply_seg = [plan
             .reply_chunk
             .map_or(Segment::default(), |l| self.remote(rbuf.expect("reply buf"), 0, l))];
-        let out = self.bytes_mut(hdr);
+        let out = self.bufs.bytes_mut(hdr);
         let hlen = match plan::encode_call_header(
             &plan,
             xid,
@@ -585,7 +537,7 @@ impl<'p, F: Fabric> Requester<'p, F> {
             Ok(n) => n,
             Err(e) => {
                 self.calls.free(i);
-                self.put_all([Some(hdr), rbuf].into_iter().chain(wbufs));
+                self.bufs.put_all([Some(hdr), rbuf].into_iter().chain(wbufs));
                 return Err((SubmitError::Plan(e), cb));
             }
         };
@@ -603,12 +555,12 @@ impl<'p, F: Fabric> Requester<'p, F> {
         let wr = SendWr::new(
             WrId::new(TAG_CALL, i as u64),
             SendOp::Send,
-            self.local(hdr, send_len as u32),
+            self.bufs.local(hdr, send_len as u32),
             Segment::default(),
         );
         if self.fabric.post_send(conn, &wr).is_err() {
             self.calls.free(i);
-            self.put_all([Some(hdr), rbuf].into_iter().chain(wbufs));
+            self.bufs.put_all([Some(hdr), rbuf].into_iter().chain(wbufs));
             return Err((SubmitError::NotConnected, cb));
         }
         let sent = self.credits.on_send();
@@ -647,16 +599,16 @@ impl<'p, F: Fabric> Requester<'p, F> {
         let layout = c.layout?;
         let reduced = match layout.kind {
             ReplyKind::Short => {
-                let recv = self.bytes(c.recv?);
+                let recv = self.bufs.bytes(c.recv?);
                 let msg = &recv[..c.recv_len as usize];
                 let h = header::decode(msg, &self.cfg.limits).ok()?;
                 h.payload()?
             }
-            ReplyKind::Long => &self.bytes(c.reply_buf?)[..layout.reduced_len as usize],
+            ReplyKind::Long => &self.bufs.bytes(c.reply_buf?)[..layout.reduced_len as usize],
         };
         let mut write_data: [&[u8]; plan::PLAN_WRITE_CHUNKS] = [&[]; plan::PLAN_WRITE_CHUNKS];
         for (k, &n) in layout.write_lens.iter().enumerate() {
-            write_data[k] = &self.bytes(c.write_bufs[k]?)[..n as usize];
+            write_data[k] = &self.bufs.bytes(c.write_bufs[k]?)[..n as usize];
         }
         Some(ReplyView {
             vers: c.vers,
@@ -684,7 +636,7 @@ impl<'p, F: Fabric> Requester<'p, F> {
             .chain(c.write_bufs)
             .flatten()
         {
-            self.put(b);
+            self.bufs.put(b);
         }
         *self.calls.get_mut(i).expect("live") = Call::default();
         self.calls.free(i);
@@ -747,7 +699,7 @@ impl<'p, F: Fabric> Requester<'p, F> {
 
     fn send_connprop(&mut self, vers: u32) {
         let Some(conn) = self.conn else { return };
-        let Some(b) = self.send_cache.get().map(|b| b.into_raw()) else {
+        let Some(b) = self.bufs.send.get().map(|b| b.into_raw()) else {
             self.link = LinkState::Failed;
             return;
         };
@@ -766,20 +718,20 @@ impl<'p, F: Fabric> Requester<'p, F> {
             flags: 0,
             body: BodyOut::ConnProp(&props),
         };
-        let out = self.bytes_mut(b);
+        let out = self.bufs.bytes_mut(b);
         let Ok(n) = header::encode(&h, out) else {
-            self.put(b);
+            self.bufs.put(b);
             self.link = LinkState::Failed;
             return;
         };
         let wr = SendWr::new(
             WrId::new(TAG_CTRL, 0),
             SendOp::Send,
-            self.local(b, n as u32),
+            self.bufs.local(b, n as u32),
             Segment::default(),
         );
         if self.fabric.post_send(conn, &wr).is_err() {
-            self.put(b);
+            self.bufs.put(b);
             self.link = LinkState::Failed;
             return;
         }
@@ -840,7 +792,7 @@ impl<'p, F: Fabric> Requester<'p, F> {
             }
         }
         if let Some(b) = self.connprop_buf.take() {
-            self.put(b);
+            self.bufs.put(b);
         }
     }
 
@@ -850,16 +802,16 @@ impl<'p, F: Fabric> Requester<'p, F> {
         };
         self.recvs_posted = self.recvs_posted.saturating_sub(1);
         if !wc.status.is_success() {
-            self.put(b);
+            self.bufs.put(b);
             self.on_wc_error(wc.status);
             return;
         }
         // Keep the receive queue full before anything else.
         self.post_recv();
         let len = (wc.byte_len as usize).min(self.recv_size as usize);
-        let msg = &self.bytes(b)[..len];
+        let msg = &self.bufs.bytes(b)[..len];
         let Some(prefix) = header::peek_prefix(msg) else {
-            self.put(b);
+            self.bufs.put(b);
             return;
         };
         // Version negotiation answers (CONNPROP or the first v1 call).
@@ -867,7 +819,7 @@ impl<'p, F: Fabric> Requester<'p, F> {
         if Some(prefix.xid) == self.connprop_xid {
             self.connprop_xid = None;
             if let Some(cb) = self.connprop_buf.take() {
-                self.put(cb);
+                self.bufs.put(cb);
             }
             self.credits.on_reply(prefix.credits);
             let kind = match decoded {
@@ -891,7 +843,7 @@ impl<'p, F: Fabric> Requester<'p, F> {
                 }
             }
             let _ = self.neg.handle_reply(prefix.vers, kind);
-            self.put(b);
+            self.bufs.put(b);
             self.after_negotiation_input();
             return;
         }
@@ -899,7 +851,7 @@ impl<'p, F: Fabric> Requester<'p, F> {
             Ok(h) => h,
             Err(_) => {
                 self.stats.bad_replies += 1;
-                self.put(b);
+                self.bufs.put(b);
                 return;
             }
         };
@@ -912,7 +864,7 @@ impl<'p, F: Fabric> Requester<'p, F> {
             .map(|_| i)
         else {
             self.stats.unmatched += 1;
-            self.put(b);
+            self.bufs.put(b);
             return;
         };
         self.credits.on_reply(h.credits);
@@ -938,7 +890,7 @@ impl<'p, F: Fabric> Requester<'p, F> {
                 CallOutcome::TransportErrorV2(e)
             }
             Body::Msg { .. } | Body::NoMsg { .. } => {
-                let call_hdr = &self.bytes(c.hdr_buf.expect("hdr"))[..c.hdr_len as usize];
+                let call_hdr = &self.bufs.bytes(c.hdr_buf.expect("hdr"))[..c.hdr_len as usize];
                 // The call's header has no payload after hdr_len; decode its lists.
                 match header::decode(call_hdr, &self.cfg.limits)
                     .ok()

@@ -40,7 +40,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use mempool::pool::{BufRef, ClassId, Mempool, PoolCache};
+use mempool::pool::{BufRef, ClassId, Mempool};
 use proto::header::{
     self, Body, BodyOut, Header, HeaderOut, Limits, Property, RDMA2_PROPID_RBSIZ, RPCRDMA2_F_RESPONSE,
     RPCRDMA_VERSION_1, RPCRDMA_VERSION_2,
@@ -49,6 +49,7 @@ use proto::negotiate::{self, CallVerdict, VersionRange};
 use proto::plan::{self, ReadLimits, ReadPlan, ReplyKind, ReplyPlan};
 use proto::private_data::{self, PrivateData as Rfc8797};
 
+use crate::bufs::EngineBufs;
 use crate::credits::ResponderCredits;
 use crate::fabric::*;
 use crate::queue::{IndexQueue, Slab};
@@ -232,10 +233,7 @@ pub struct Responder<'p, F: Fabric, S: Service> {
     cfg: ResponderConfig,
     fabric: F,
     service: S,
-    pool: &'p Mempool,
-    recv_cache: PoolCache<'p>,
-    send_cache: PoolCache<'p>,
-    data_cache: PoolCache<'p>,
+    bufs: EngineBufs<'p>,
     cq: CqId,
     srq: SrqId,
     srq_posted: u32,
@@ -327,9 +325,7 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         let slots = cfg.request_slots() as usize;
         let cfg_srq_depth = cfg.srq_depth();
         let mut me = Responder {
-            recv_cache: pool.cache(cfg.recv_class, core)?,
-            send_cache: pool.cache(cfg.send_class, core)?,
-            data_cache: pool.cache(cfg.data_class, core)?,
+            bufs: EngineBufs::new(pool, cfg.recv_class, cfg.send_class, cfg.data_class, core)?,
             reqs: Slab::with_capacity(slots),
             conns: Slab::with_capacity(cfg.max_conns as usize),
             conn_by_id: HashMap::with_capacity(cfg.max_conns as usize * 2),
@@ -340,7 +336,6 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
             cfg,
             fabric,
             service,
-            pool,
             cq,
             srq,
             srq_posted: 0,
@@ -563,7 +558,7 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
     fn refill_srq(&mut self) {
         while self.srq_deficit > 0 {
             let Some(slot) = self.srq_free.pop() else { return };
-            let Some(b) = self.recv_cache.get() else {
+            let Some(b) = self.bufs.recv.get() else {
                 self.srq_free.push(slot);
                 self.stats.recv_refill_stalls += 1;
                 return;
@@ -571,55 +566,17 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
             let b = b.into_raw();
             let wr = RecvWr {
                 wr_id: WrId::new(TAG_RECV, slot as u64),
-                buf: self.local(b, self.recv_size),
+                buf: self.bufs.local(b, self.recv_size),
             };
             if self.fabric.post_srq_recv(self.srq, &wr).is_err() {
                 self.srq_free.push(slot);
-                self.put_buf(b);
+                self.bufs.put(b);
                 return;
             }
             self.srq_slots[slot as usize] = Some(b);
             self.srq_posted += 1;
             self.srq_deficit -= 1;
         }
-    }
-
-    fn local(&self, b: BufRef, len: u32) -> LocalBuf {
-        LocalBuf {
-            region: b.region,
-            offset: self.pool.offset(b).unwrap_or(0) as u64,
-            len,
-        }
-    }
-
-    fn put_buf(&mut self, b: BufRef) {
-        let cache = if b.class == self.cfg.recv_class.get() {
-            &mut self.recv_cache
-        } else if b.class == self.cfg.send_class.get() {
-            &mut self.send_cache
-        } else {
-            &mut self.data_cache
-        };
-        // SAFETY: `b` came from this pool and this engine is its only holder;
-        // no work request referring to it is outstanding (callers release only
-        // after the completions of every posted work request).
-        let r = unsafe { cache.put_bulk(&[b]) };
-        debug_assert!(r.is_ok(), "returning {b:?}: {r:?}");
-    }
-
-    fn bytes(&self, b: BufRef) -> &'p [u8] {
-        let pool: &'p Mempool = self.pool;
-        // SAFETY: the engine holds `b` and no posted work request writes it while
-        // a request reads it (reads complete before execution; sends post after).
-        unsafe { pool.bytes(b) }.unwrap_or(&[])
-    }
-
-    #[allow(clippy::mut_from_ref)]
-    fn bytes_mut(&self, b: BufRef) -> &'p mut [u8] {
-        let pool: &'p Mempool = self.pool;
-        // SAFETY: as in `bytes`, and each BufRef is borrowed mutably at most once
-        // at a time by the engine's code paths (distinct buffers per role).
-        unsafe { pool.bytes_mut(b) }.unwrap_or(&mut [])
     }
 
     fn handle_completion(&mut self, wc: Completion) {
@@ -642,7 +599,7 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         let slot = self.conn_by_id.get(&wc.conn).copied();
         if !wc.status.is_success() {
             // SRQ receives only fail for the message that hit them (e.g. too long).
-            self.put_buf(b);
+            self.bufs.put(b);
             if wc.status != WcStatus::Flushed {
                 self.stats.wc_errors += 1;
                 if let Some(s) = slot {
@@ -652,14 +609,14 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
             return;
         }
         let Some(slot) = slot.filter(|&s| self.conn(s).is_some_and(|c| c.state != ConnState::Dead)) else {
-            self.put_buf(b);
+            self.bufs.put(b);
             self.stats.ignored += 1;
             return;
         };
         let Some(i) = self.reqs.alloc() else {
             // Cannot happen when the SRQ is sized from the request slots.
             debug_assert!(false, "request slots exhausted");
-            self.put_buf(b);
+            self.bufs.put(b);
             self.stats.dropped += 1;
             return;
         };
@@ -778,7 +735,7 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
     fn step_new(&mut self, i: u32) -> Step {
         let r = *self.reqs.get(i).expect("live");
         let b = r.recv.expect("new request holds its receive");
-        let msg = &self.bytes(b)[..r.recv_len as usize];
+        let msg = &self.bufs.bytes(b)[..r.recv_len as usize];
         let Some(prefix) = header::peek_prefix(msg) else {
             // Too short to answer at all (RFC 8166 s4.5 needs the XID): drop.
             self.stats.dropped += 1;
@@ -884,7 +841,7 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
     }
 
     fn step_chunk_buf(&mut self, i: u32) -> Step {
-        match self.data_cache.get() {
+        match self.bufs.data.get() {
             Some(b) => {
                 let b = b.into_raw();
                 let r = self.reqs.get_mut(i).expect("live");
@@ -894,7 +851,7 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
                 // each, RFC 8166 s3.4.5.2), so chunk data plus padding is valid
                 // XDR; the RDMA Reads write everything else.
                 let (pieces, offs) = (r.read_plan, r.chunk_offs);
-                let buf = self.bytes_mut(b);
+                let buf = self.bufs.bytes_mut(b);
                 for p in pieces.pieces() {
                     if let proto::plan::Piece::Chunk { index, len, pad } = *p {
                         let at = offs.get(index as usize).copied().unwrap_or(0) as usize + len as usize;
@@ -930,7 +887,7 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
             return self.wait(i, Queue::ReadSlots);
         }
         let b = r.chunk_buf.expect("chunk buffer attached");
-        let base = self.pool.offset(b).unwrap_or(0) as u64;
+        let base = self.bufs.pool.offset(b).unwrap_or(0) as u64;
         let Some(chunks) = r.hdr.as_ref().and_then(|h| h.chunks().copied()) else {
             return Step::Wait;
         };
@@ -1000,7 +957,7 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         let r = *self.reqs.get(i).expect("live");
         if r.state == ReqState::Execute {
             let hint = {
-                let chunk_area = r.chunk_buf.map_or(&[][..], |b| self.bytes(b));
+                let chunk_area = r.chunk_buf.map_or(&[][..], |b| self.bufs.bytes(b));
                 let view = self.view(&r, chunk_area);
                 match view {
                     Some(v) => self.service.reply_data_hint(&v),
@@ -1015,13 +972,13 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
             return self.wait(i, Queue::ReplyBufs);
         }
         let r = *self.reqs.get(i).expect("live");
-        let chunk_area = r.chunk_buf.map_or(&[][..], |b| self.bytes(b));
+        let chunk_area = r.chunk_buf.map_or(&[][..], |b| self.bufs.bytes(b));
         let Some(view) = self.view(&r, chunk_area) else {
             return self.control(i, Control::ErrorV1(header::V1Error::Chunk));
         };
-        let head = self.bytes_mut(r.head_buf.expect("head"));
+        let head = self.bufs.bytes_mut(r.head_buf.expect("head"));
         let head_room = head.len() - HEAD_PAD_BYTES;
-        let data = r.data_buf.map(|b| self.bytes_mut(b));
+        let data = r.data_buf.map(|b| self.bufs.bytes_mut(b));
         let mut rb = ReplyBuilder::new(&mut head[..head_room], data);
         let res = self.service.handle_call(&view, &mut rb);
         let shape = rb.finish();
@@ -1060,15 +1017,15 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
     fn take_reply_bufs(&mut self, i: u32) -> bool {
         let r = *self.reqs.get(i).expect("live");
         if r.send_buf.is_none() {
-            let Some(b) = self.send_cache.get() else { return false };
+            let Some(b) = self.bufs.send.get() else { return false };
             self.reqs.get_mut(i).expect("live").send_buf = Some(b.into_raw());
         }
         if r.head_buf.is_none() {
-            let Some(b) = self.send_cache.get() else { return false };
+            let Some(b) = self.bufs.send.get() else { return false };
             self.reqs.get_mut(i).expect("live").head_buf = Some(b.into_raw());
         }
         if r.data_hint > 0 && r.data_buf.is_none() {
-            let Some(b) = self.data_cache.get() else { return false };
+            let Some(b) = self.bufs.data.get() else { return false };
             self.reqs.get_mut(i).expect("live").data_buf = Some(b.into_raw());
         }
         true
@@ -1106,7 +1063,7 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
             if at < head_len {
                 let n = (head_len - at).min(end - at);
                 let b = r.head_buf.expect("head");
-                let base = self.pool.offset(b).unwrap_or(0) as u64;
+                let base = self.bufs.pool.offset(b).unwrap_or(0) as u64;
                 f(
                     LocalBuf {
                         region: b.region,
@@ -1120,7 +1077,7 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
                 let off = at - head_len;
                 let n = (data_len - off).min(end - at);
                 let b = r.data_buf.expect("data");
-                let base = self.pool.offset(b).unwrap_or(0) as u64;
+                let base = self.bufs.pool.offset(b).unwrap_or(0) as u64;
                 f(
                     LocalBuf {
                         region: b.region,
@@ -1135,7 +1092,7 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
                 // (s3.5.3). They come from the zeroed tail of the head buffer.
                 let n = end - at;
                 let b = r.head_buf.expect("head");
-                let base = self.pool.offset(b).unwrap_or(0) as u64;
+                let base = self.bufs.pool.offset(b).unwrap_or(0) as u64;
                 let pad_at = (self.send_size as usize - HEAD_PAD_BYTES) as u64;
                 f(
                     LocalBuf {
@@ -1174,7 +1131,7 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
             .next();
         // Zero the 4 pad bytes at the end of the head buffer.
         {
-            let head = self.bytes_mut(r.head_buf.expect("head"));
+            let head = self.bufs.bytes_mut(r.head_buf.expect("head"));
             let n = head.len();
             head[n - 4..].fill(0);
         }
@@ -1188,7 +1145,7 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
             0
         };
         let hdr_len = {
-            let out = self.bytes_mut(send_b);
+            let out = self.bufs.bytes_mut(send_b);
             match plan::encode_reply_header(&plan, &chunks, r.xid, grant, flags, out) {
                 Ok(n) => n,
                 Err(_) => return self.control(i, Control::ErrorV1(header::V1Error::Chunk)),
@@ -1198,9 +1155,9 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         if plan.kind == ReplyKind::Short {
             // Copy the reduced reply after the header (at most the inline
             // threshold, which the plan checked).
-            let head = self.bytes(r.head_buf.expect("head"));
-            let data = r.data_buf.map_or(&[][..], |b| self.bytes(b));
-            let out = self.bytes_mut(send_b);
+            let head = self.bufs.bytes(r.head_buf.expect("head"));
+            let data = r.data_buf.map_or(&[][..], |b| self.bufs.bytes(b));
+            let out = self.bufs.bytes_mut(send_b);
             for rg in plan.reduced_ranges() {
                 let (s, e) = (rg.start as usize, rg.start as usize + rg.len as usize);
                 let mut at = s;
@@ -1266,7 +1223,7 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
             let wr = SendWr::new(
                 self.req_wr_id(i),
                 op,
-                self.local(send_b, send_len as u32),
+                self.bufs.local(send_b, send_len as u32),
                 RemoteBuf::default(),
             );
             if self.fabric.post_send(conn_id, &wr).is_ok() {
@@ -1318,7 +1275,7 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         // Control replies also answer a message that consumed a receive: grant.
         let grant = c.credits.grant();
         if r.send_buf.is_none() {
-            match self.send_cache.get() {
+            match self.bufs.send.get() {
                 Some(b) => self.reqs.get_mut(i).expect("live").send_buf = Some(b.into_raw()),
                 None => return self.wait(i, Queue::ReplyBufs),
             }
@@ -1329,7 +1286,7 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
             id: RDMA2_PROPID_RBSIZ,
             data: &rbsiz,
         }];
-        let out = self.bytes_mut(send_b);
+        let out = self.bufs.bytes_mut(send_b);
         let len = match r.control {
             Control::ErrorV1(e) => header::encode(
                 &HeaderOut {
@@ -1379,7 +1336,7 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         let wr = SendWr::new(
             self.req_wr_id(i),
             SendOp::Send,
-            self.local(send_b, len as u32),
+            self.bufs.local(send_b, len as u32),
             RemoteBuf::default(),
         );
         let conn = r.conn;
@@ -1421,7 +1378,7 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
             .into_iter()
             .flatten()
         {
-            self.put_buf(b);
+            self.bufs.put(b);
         }
         let gen = r.gen;
         *self.reqs.get_mut(i).expect("live") = Request {
@@ -1495,7 +1452,7 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         if self.conns.in_use() == 0 {
             for k in 0..self.srq_slots.len() {
                 if let Some(b) = self.srq_slots[k].take() {
-                    self.put_buf(b);
+                    self.bufs.put(b);
                     self.srq_free.push(k as u32);
                     self.srq_posted -= 1;
                 }
