@@ -62,11 +62,39 @@ impl<'p> EngineBufs<'p> {
         debug_assert!(r.is_ok(), "returning {b:?}: {r:?}");
     }
 
-    /// Return every buffer of `bufs` that is `Some`.
+    /// Return every buffer of `bufs` that is `Some`, with one bulk put per
+    /// class (a request's buffers go back together when it is released).
     #[inline]
     pub(crate) fn put_all(&mut self, bufs: impl IntoIterator<Item = Option<BufRef>>) {
+        const MAX: usize = 8;
+        let mut by_class = [[BufRef {
+            region: 0,
+            class: 0,
+            index: 0,
+        }; MAX]; 3];
+        let mut n = [0usize; 3];
         for b in bufs.into_iter().flatten() {
-            self.put(b);
+            let k = if b.class == self.recv_class {
+                0
+            } else if b.class == self.send_class {
+                1
+            } else {
+                2
+            };
+            if n[k] == MAX {
+                self.put(b);
+                continue;
+            }
+            by_class[k][n[k]] = b;
+            n[k] += 1;
+        }
+        for (k, cache) in [&mut self.recv, &mut self.send, &mut self.data].into_iter().enumerate() {
+            if n[k] > 0 {
+                // SAFETY: as in `put`: the engine is the only holder of these
+                // buffers and no posted work request refers to them.
+                let r = unsafe { cache.put_bulk(&by_class[k][..n[k]]) };
+                debug_assert!(r.is_ok(), "returning {:?}: {r:?}", &by_class[k][..n[k]]);
+            }
         }
     }
 

@@ -1374,12 +1374,8 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
     fn release(&mut self, i: u32) {
         let Some(r) = self.reqs.get(i).copied() else { return };
         debug_assert_eq!(r.wr_out, 0, "releasing request {i} with work outstanding");
-        for b in [r.recv, r.chunk_buf, r.send_buf, r.head_buf, r.data_buf]
-            .into_iter()
-            .flatten()
-        {
-            self.bufs.put(b);
-        }
+        self.bufs
+            .put_all([r.recv, r.chunk_buf, r.send_buf, r.head_buf, r.data_buf]);
         let gen = r.gen;
         *self.reqs.get_mut(i).expect("live") = Request {
             gen,

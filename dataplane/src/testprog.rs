@@ -127,9 +127,17 @@ fn drop_on<T, E>(r: Result<T, E>) -> Result<T, ServiceError> {
 
 impl Service for TestService {
     fn reply_data_hint(&mut self, call: &CallView<'_>) -> usize {
-        match CallHeader::decode(call.head()) {
+        // The procedure is word 5 of the Call (xid, mtype, rpcvers, prog, vers,
+        // proc: RFC 5531 s9); only ECHO and READ want a data buffer, and only
+        // those pay for a full header decode here.
+        let head = call.head();
+        let proc_ = Reader::new(head.get(20..).unwrap_or(&[])).u32("proc").unwrap_or(P_NULL);
+        if proc_ != P_ECHO && proc_ != P_READ {
+            return 0;
+        }
+        match CallHeader::decode(head) {
             Ok((h, _)) if h.proc_ == P_ECHO => call.len(),
-            Ok((h, at)) if h.proc_ == P_READ => Reader::new(call.head().get(at..).unwrap_or(&[]))
+            Ok((h, at)) if h.proc_ == P_READ => Reader::new(head.get(at..).unwrap_or(&[]))
                 .u32("count")
                 .map_or(0, |c| c as usize),
             _ => 0,
