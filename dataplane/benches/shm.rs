@@ -42,14 +42,7 @@ fn side(id: u16) -> Side {
 }
 
 fn wc0() -> Completion {
-    Completion {
-        wr_id: WrId(0),
-        status: WcStatus::General,
-        opcode: WcOpcode::Recv,
-        conn: ConnId(0),
-        byte_len: 0,
-        invalidated_rkey: None,
-    }
+    Completion::EMPTY
 }
 
 fn buf(s: &Side, offset: u64, len: u32) -> LocalBuf {

@@ -72,14 +72,7 @@ impl Side {
             println!("  {}: cm {:?}", self.name, ev);
             self.events.push(ev);
         }
-        let mut out = [Completion {
-            wr_id: WrId(0),
-            status: WcStatus::Success,
-            opcode: WcOpcode::Recv,
-            conn: ConnId(0),
-            byte_len: 0,
-            invalidated_rkey: None,
-        }; 16];
+        let mut out = [Completion::EMPTY; 16];
         let n = self.f.poll_cq(self.cq, &mut out);
         self.wcs.extend_from_slice(&out[..n]);
     }

@@ -226,6 +226,18 @@ pub struct Completion {
     pub invalidated_rkey: Option<u32>,
 }
 
+impl Completion {
+    /// A placeholder for completion arrays handed to [`Fabric::poll_cq`].
+    pub const EMPTY: Completion = Completion {
+        wr_id: WrId(0),
+        status: WcStatus::Success,
+        opcode: WcOpcode::Recv,
+        conn: ConnId(0),
+        byte_len: 0,
+        invalidated_rkey: None,
+    };
+}
+
 /// Maximum private data carried in a CM exchange. IB CM REQ carries 92 bytes of
 /// which RDMA-CM keeps 56 for the consumer; RFC 8797 data is 8 bytes.
 pub const MAX_PRIVATE_DATA: usize = 56;
@@ -325,6 +337,27 @@ impl Default for QpConfig {
             rnr_retry: 7,
             retry_count: 7,
         }
+    }
+}
+
+impl QpConfig {
+    /// Check that the CQ and SRQ this configuration names exist among `cqs`
+    /// CQs and `srqs` SRQs; returns their indices. Providers call it in
+    /// connect and accept.
+    pub fn check_ids(&self, cqs: usize, srqs: usize) -> Result<(usize, Option<usize>), FabricError> {
+        let cq = self.cq.0 as usize;
+        if cq >= cqs {
+            return Err(FabricError::UnknownId {
+                what: "cq",
+                id: self.cq.0,
+            });
+        }
+        let srq = match self.srq {
+            Some(s) if s.0 as usize >= srqs => return Err(FabricError::UnknownId { what: "srq", id: s.0 }),
+            Some(s) => Some(s.0 as usize),
+            None => None,
+        };
+        Ok((cq, srq))
     }
 }
 

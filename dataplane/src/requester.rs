@@ -328,14 +328,7 @@ impl<'p, F: Fabric> Requester<'p, F> {
             connprop_xid: None,
             connprop_buf: None,
             stats: RequesterStats::default(),
-            wcs: [Completion {
-                wr_id: WrId(0),
-                status: WcStatus::Success,
-                opcode: WcOpcode::Recv,
-                conn: ConnId(0),
-                byte_len: 0,
-                invalidated_rkey: None,
-            }; CQ_BATCH],
+            wcs: [Completion::EMPTY; CQ_BATCH],
             cm_tick: 0,
         })
     }

@@ -347,14 +347,7 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
             send_size,
             data_size,
             stats: ResponderStats::default(),
-            wcs: [Completion {
-                wr_id: WrId(0),
-                status: WcStatus::Success,
-                opcode: WcOpcode::Recv,
-                conn: ConnId(0),
-                byte_len: 0,
-                invalidated_rkey: None,
-            }; CQ_BATCH],
+            wcs: [Completion::EMPTY; CQ_BATCH],
             cm_tick: 0,
             accepting: 0,
         };

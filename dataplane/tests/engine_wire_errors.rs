@@ -108,14 +108,7 @@ impl<'p> Raw<'p> {
     }
 
     fn poll(&mut self) {
-        let mut wcs = [Completion {
-            wr_id: WrId(0),
-            status: dataplane::WcStatus::Success,
-            opcode: WcOpcode::Recv,
-            conn: ConnId(0),
-            byte_len: 0,
-            invalidated_rkey: None,
-        }; 16];
+        let mut wcs = [Completion::EMPTY; 16];
         let n = self.fab.poll_cq(self.cq, &mut wcs);
         for wc in &wcs[..n] {
             if wc.opcode == WcOpcode::Recv && wc.status.is_success() {

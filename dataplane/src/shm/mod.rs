@@ -299,18 +299,7 @@ impl ShmFabric {
     }
 
     fn check_qp(&self, qp: &QpConfig) -> Result<(usize, Option<usize>), FabricError> {
-        let cq = qp.cq.0 as usize;
-        if cq >= self.cqs.len() {
-            return Err(FabricError::UnknownId {
-                what: "cq",
-                id: qp.cq.0,
-            });
-        }
-        let srq = match qp.srq {
-            Some(s) if s.0 as usize >= self.srqs.len() => return Err(FabricError::UnknownId { what: "srq", id: s.0 }),
-            Some(s) => Some(s.0 as usize),
-            None => None,
-        };
+        let (cq, srq) = qp.check_ids(self.cqs.len(), self.srqs.len())?;
         if qp.send_depth == 0 || qp.send_depth > MAX_QUEUE_DEPTH {
             return Err(FabricError::Other(format!(
                 "send_depth must be in 1..={MAX_QUEUE_DEPTH}"
