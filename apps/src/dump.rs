@@ -1,3 +1,4 @@
+#![forbid(unsafe_code)]
 //! The JSON form of RPC-over-RDMA transport headers and RFC 8797 CM Private Data,
 //! as printed and read back by `rpcrdma-dump`.
 //!

@@ -1,3 +1,4 @@
+#![forbid(unsafe_code)]
 //! Hand-written sample messages, one per header type (and RFC 8797 Private Data).
 //!
 //! They are written word by word from the grammars (RFC 8166 section 4.1;

@@ -7,8 +7,14 @@
 //! |---|---|
 //! | [`dump`] | the JSON form of transport headers and RFC 8797 Private Data used by `rpcrdma-dump` (both directions), and its hex input parser |
 //! | [`dump_samples`] | hand-written sample messages of every header type (the files in `apps/samples/`, the fuzz seeds) |
-#![forbid(unsafe_code)]
+//! | [`backend`] | storage backends (`mem`, `uring`, `nvme`): the SPDK-bdev-shaped trait the gateway serves files from |
+//! | [`nfs`] | the NFSv3 and MOUNT v3 services, exports and access control |
+//! | [`target`] | `rpcrdma-target`: reactors, fabric listeners, TCP listeners, shutdown |
 #![deny(missing_debug_implementations)]
+#![deny(unsafe_op_in_unsafe_fn)]
 
+pub mod backend;
 pub mod dump;
 pub mod dump_samples;
+pub mod nfs;
+pub mod target;

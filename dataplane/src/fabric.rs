@@ -447,6 +447,13 @@ pub trait Fabric {
     /// Poll one connection-manager event, if any. Never blocks.
     fn poll_cm(&mut self) -> Option<CmEvent>;
 
+    /// The peer's IP address of an accepted or connected connection, for
+    /// access control (NFS export client lists). `None` when the provider
+    /// cannot tell; the loopback providers report the loopback address.
+    fn peer_addr(&self, _conn: ConnId) -> Option<std::net::IpAddr> {
+        None
+    }
+
     fn post_send(&mut self, conn: ConnId, wr: &SendWr) -> Result<(), FabricError>;
 
     /// Post a receive on a connection's own receive queue (QPs without an SRQ).

@@ -225,6 +225,8 @@ struct Conn {
     send_max: u32,
     /// v1: both sides set the RFC 8797 R flag.
     remote_inv: bool,
+    /// The peer's IP address, for the service's access control.
+    peer: Option<std::net::IpAddr>,
 }
 
 /// The responder engine for one core. Generic over the fabric provider `F` and
@@ -458,6 +460,7 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
                             requests: 0,
                             send_max,
                             remote_inv: private_data::remote_invalidation_allowed(&ours, &peer.data()),
+                            peer: self.fabric.peer_addr(id),
                         });
                         self.conn_by_id.insert(id, slot);
                         self.accepting += 1;
@@ -1034,8 +1037,10 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
             } => (payload, payload_offset),
             _ => (&[][..], 0),
         };
+        let conn = self.conn(r.conn)?;
         Some(CallView {
-            conn: self.conn(r.conn)?.id,
+            conn: conn.id,
+            peer: conn.peer,
             vers: r.vers,
             xid: r.xid,
             pieces: r.read_plan.pieces(),

@@ -18,6 +18,8 @@ use crate::fabric::ConnId;
 #[derive(Debug, Clone, Copy)]
 pub struct CallView<'a> {
     pub conn: ConnId,
+    /// The peer's IP address, when the fabric can tell (access control).
+    pub peer: Option<std::net::IpAddr>,
     /// RPC-over-RDMA version of the connection.
     pub vers: u32,
     pub xid: u32,
@@ -29,9 +31,18 @@ pub struct CallView<'a> {
 
 impl<'a> CallView<'a> {
     /// A view over one contiguous message (tests and the TCP path).
-    pub fn contiguous(conn: ConnId, vers: u32, xid: u32, msg: &'a [u8], piece: &'a [Piece; 1]) -> Self {
+    /// `piece` must be `[Piece::Inline { start: 0, len: msg.len() }]`.
+    pub fn contiguous(
+        conn: ConnId,
+        peer: Option<std::net::IpAddr>,
+        vers: u32,
+        xid: u32,
+        msg: &'a [u8],
+        piece: &'a [Piece; 1],
+    ) -> Self {
         CallView {
             conn,
+            peer,
             vers,
             xid,
             pieces: piece,
@@ -111,7 +122,9 @@ pub struct ReplyBuilder<'a> {
 }
 
 impl<'a> ReplyBuilder<'a> {
-    pub(crate) fn new(head: &'a mut [u8], data: Option<&'a mut [u8]>) -> Self {
+    /// A builder over a head buffer and an optional data buffer (the engine's,
+    /// or a TCP server's own).
+    pub fn new(head: &'a mut [u8], data: Option<&'a mut [u8]>) -> Self {
         ReplyBuilder {
             head,
             head_len: 0,
@@ -170,7 +183,8 @@ impl<'a> ReplyBuilder<'a> {
         self.data_ddp = ddp;
         self.data_used = true;
     }
-    pub(crate) fn finish(&self) -> ReplyShape {
+    /// The finished reply's shape (head length, data item, DDP items).
+    pub fn finish(&self) -> ReplyShape {
         let mut items = FixedVec::new();
         for it in self.head_items.iter() {
             if it.offset as u64 + it.len as u64 <= self.head_len as u64 {

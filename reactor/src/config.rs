@@ -325,37 +325,41 @@ pub enum BackendConfig {
         /// Capacity in bytes (a multiple of 4096).
         size_bytes: u64,
     },
-    /// A file or block device through io_uring.
+    /// A directory tree on a local file system, data through io_uring.
     Uring {
         /// Unique name.
         name: String,
-        /// Absolute path of the file or device.
+        /// Absolute path of the directory to export (created if missing).
         path: String,
         /// Submission queue depth, a power of two (default 128).
         #[serde(default = "default_queue_depth")]
         queue_depth: u32,
+        /// Use O_DIRECT for aligned data I/O (default `true`).
+        #[serde(default = "default_true")]
+        o_direct: bool,
     },
-    /// An NVMe controller driven from user space.
+    /// NVMe namespaces, partitions or image files, exported as the files of a
+    /// flat directory; I/O through io_uring NVMe passthrough on `/dev/ngXnY`
+    /// or O_DIRECT on the block device or file.
     Nvme {
         /// Unique name.
         name: String,
-        /// PCI address `DDDD:BB:DD.F`.
-        pci_address: String,
-        /// Namespace id (default 1).
-        #[serde(default = "default_namespace_id")]
-        namespace_id: u32,
-        /// Queue depth per I/O queue pair, a power of two (default 128).
+        /// Absolute paths: `/dev/ngXnY` char devices, `/dev/nvmeXnY[pZ]` block
+        /// devices, or image files. Each becomes one file named after its last
+        /// path component.
+        devices: Vec<String>,
+        /// Queue depth per core, a power of two (default 128).
         #[serde(default = "default_queue_depth")]
         queue_depth: u32,
+        /// Use NVMe passthrough (IORING_OP_URING_CMD) where the device is a
+        /// `/dev/ngXnY` char device (default `true`).
+        #[serde(default = "default_true")]
+        passthrough: bool,
     },
 }
 
 fn default_queue_depth() -> u32 {
     128
-}
-
-fn default_namespace_id() -> u32 {
-    1
 }
 
 impl BackendConfig {
@@ -394,9 +398,20 @@ pub struct ExportConfig {
     /// Map uid 0 to the anonymous user (default `true`).
     #[serde(default = "default_true")]
     pub root_squash: bool,
-    /// Accept `AUTH_NONE` credentials (default `false`).
+    /// Accept `AUTH_NONE` credentials (default `false`); such calls act as
+    /// the anonymous user.
     #[serde(default)]
     pub allow_auth_none: bool,
+    /// The anonymous user that squashed root and AUTH_NONE map to (default 65534).
+    #[serde(default = "default_anon_id")]
+    pub anon_uid: u32,
+    /// The anonymous group (default 65534).
+    #[serde(default = "default_anon_id")]
+    pub anon_gid: u32,
+}
+
+fn default_anon_id() -> u32 {
+    65534
 }
 
 fn default_true() -> bool {
@@ -1072,25 +1087,27 @@ impl Walker {
                 })
             }
             Kind::Uring => {
-                self.deny_unknown(p, m, &["type", "name", "path", "queue_depth"]);
+                self.deny_unknown(p, m, &["type", "name", "path", "queue_depth", "o_direct"]);
                 let path = self.req(p, m, "path", Walker::string);
                 let qd = self.opt(p, m, "queue_depth", default_queue_depth(), Walker::u32);
+                let o_direct = self.opt(p, m, "o_direct", true, Walker::boolean);
                 Some(BackendConfig::Uring {
                     name: name?,
                     path: path?,
                     queue_depth: qd?,
+                    o_direct: o_direct?,
                 })
             }
             Kind::Nvme => {
-                self.deny_unknown(p, m, &["type", "name", "pci_address", "namespace_id", "queue_depth"]);
-                let pci = self.req(p, m, "pci_address", Walker::string);
-                let ns = self.opt(p, m, "namespace_id", default_namespace_id(), Walker::u32);
+                self.deny_unknown(p, m, &["type", "name", "devices", "queue_depth", "passthrough"]);
+                let devices = self.req(p, m, "devices", |w, p, v| w.list(p, v, Walker::string));
                 let qd = self.opt(p, m, "queue_depth", default_queue_depth(), Walker::u32);
+                let passthrough = self.opt(p, m, "passthrough", true, Walker::boolean);
                 Some(BackendConfig::Nvme {
                     name: name?,
-                    pci_address: pci?,
-                    namespace_id: ns?,
+                    devices: devices?,
                     queue_depth: qd?,
+                    passthrough: passthrough?,
                 })
             }
         }
@@ -1107,6 +1124,8 @@ impl Walker {
                 "read_only",
                 "root_squash",
                 "allow_auth_none",
+                "anon_uid",
+                "anon_gid",
             ],
         )?;
         let path = self.req(p, m, "path", Walker::string);
@@ -1115,6 +1134,8 @@ impl Walker {
         let read_only = self.opt(p, m, "read_only", false, Walker::boolean);
         let root_squash = self.opt(p, m, "root_squash", true, Walker::boolean);
         let auth_none = self.opt(p, m, "allow_auth_none", false, Walker::boolean);
+        let anon_uid = self.opt(p, m, "anon_uid", default_anon_id(), Walker::u32);
+        let anon_gid = self.opt(p, m, "anon_gid", default_anon_id(), Walker::u32);
         Some(ExportConfig {
             path: path?,
             backend: backend?,
@@ -1122,6 +1143,8 @@ impl Walker {
             read_only: read_only?,
             root_squash: root_squash?,
             allow_auth_none: auth_none?,
+            anon_uid: anon_uid?,
+            anon_gid: anon_gid?,
         })
     }
 }
@@ -1155,17 +1178,6 @@ impl Checker {
             self.push(path, format!("a power of two in {lo}..={hi}"), value);
         }
     }
-}
-
-fn is_pci_address(s: &str) -> bool {
-    // DDDD:BB:DD.F, hexadecimal, function 0..=7.
-    let b = s.as_bytes();
-    b.len() == 12
-        && b[4] == b':'
-        && b[7] == b':'
-        && b[10] == b'.'
-        && [0, 1, 2, 3, 5, 6, 8, 9].iter().all(|&i| b[i].is_ascii_hexdigit())
-        && (b'0'..=b'7').contains(&b[11])
 }
 
 impl Config {
@@ -1563,24 +1575,30 @@ impl Config {
                     );
                 }
                 BackendConfig::Nvme {
-                    pci_address,
-                    namespace_id,
-                    queue_depth,
-                    ..
+                    devices, queue_depth, ..
                 } => {
-                    if !is_pci_address(pci_address) {
+                    if devices.is_empty() {
                         c.push(
-                            format!("{base}.pci_address"),
-                            "a PCI address DDDD:BB:DD.F such as \"0000:3b:00.0\"",
-                            format!("{pci_address:?}"),
+                            format!("{base}.devices"),
+                            "at least one device or image file",
+                            "an empty list",
                         );
                     }
-                    if *namespace_id == 0 || *namespace_id == u32::MAX {
-                        c.push(
-                            format!("{base}.namespace_id"),
-                            "a namespace id in 1..=4294967294",
-                            namespace_id,
-                        );
+                    for (k, d) in devices.iter().enumerate() {
+                        let last = d.rsplit('/').next().unwrap_or("");
+                        if !d.starts_with('/') || last.is_empty() {
+                            c.push(
+                                format!("{base}.devices[{k}]"),
+                                "an absolute path to a device or file",
+                                format!("{d:?}"),
+                            );
+                        } else if devices[..k].iter().any(|o| o.rsplit('/').next() == Some(last)) {
+                            c.push(
+                                format!("{base}.devices[{k}]"),
+                                "a path whose last component is unique",
+                                format!("{d:?}"),
+                            );
+                        }
                     }
                     c.pow2(
                         format!("{base}.queue_depth"),
@@ -1697,16 +1715,6 @@ mod tests {
         assert_eq!(parse_network("10.0.0.0/+8"), Err("prefix length is not a number"));
         assert_eq!(parse_network("ten/8"), Err("not an IP address"));
         assert!(parse_network("::/0").is_ok());
-    }
-
-    #[test]
-    fn pci_addresses() {
-        assert!(is_pci_address("0000:3b:00.0"));
-        assert!(is_pci_address("abcd:FF:1f.7"));
-        assert!(!is_pci_address("0000:3b:00.8"));
-        assert!(!is_pci_address("0000:3b:00"));
-        assert!(!is_pci_address("0000-3b:00.0"));
-        assert!(!is_pci_address("000g:3b:00.0"));
     }
 
     #[test]

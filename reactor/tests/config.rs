@@ -285,7 +285,7 @@ fn verbs_and_nvme_checks_on_the_many_core_example() {
     let mut v = example_value("many-core.json");
     v["fabric"]["port_num"] = json!(0);
     v["listeners"]["fabric"][0]["address"] = json!("10.20.0.12");
-    v["backends"][1]["pci_address"] = json!("3b:00.0");
+    v["backends"][1]["devices"] = json!(["dev/ng1n1"]);
     v["backends"][2]["queue_depth"] = json!(100);
     let p = match Config::from_json_value(&v) {
         Err(ConfigError::Invalid(p)) => p,
@@ -298,7 +298,7 @@ fn verbs_and_nvme_checks_on_the_many_core_example() {
         "$.fabric.ip (10.20.0.11)",
         "10.20.0.12",
     );
-    assert_problem(&p, "$.backends[1].pci_address", "DDDD:BB:DD.F", "\"3b:00.0\"");
+    assert_problem(&p, "$.backends[1].devices[0]", "an absolute path", "\"dev/ng1n1\"");
     assert_problem(&p, "$.backends[2].queue_depth", "a power of two in 2..=4096", "100");
     assert_eq!(p.0.len(), 4, "{p}");
 }

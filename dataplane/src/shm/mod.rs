@@ -808,6 +808,11 @@ impl Fabric for ShmFabric {
         Ok(())
     }
 
+    /// Both ends are on this host: the loopback address.
+    fn peer_addr(&self, _conn: ConnId) -> Option<std::net::IpAddr> {
+        Some(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST))
+    }
+
     fn poll_cm(&mut self) -> Option<CmEvent> {
         if self.events.is_empty() {
             self.cm_progress();

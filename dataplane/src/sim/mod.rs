@@ -811,6 +811,11 @@ impl Fabric for SimFabric {
         self.net.borrow_mut().disconnect(self.ep, conn)
     }
 
+    /// Both ends are on this host: the loopback address.
+    fn peer_addr(&self, _conn: ConnId) -> Option<std::net::IpAddr> {
+        Some(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST))
+    }
+
     fn poll_cm(&mut self) -> Option<CmEvent> {
         self.net.borrow_mut().poll_cm(self.ep)
     }

@@ -10,6 +10,20 @@ pub const DEFAULT_PORT: u16 = 20049;
 
 /// Parse a verbs address. Host names are not resolved (no blocking DNS look-up
 /// on a reactor core).
+/// The peer IP of a connected or accepted cm_id.
+///
+/// # Safety
+/// `id` must be a live cm_id.
+pub unsafe fn peer_ip(id: &rdma_mummy_sys::rdma_cm_id) -> Option<std::net::IpAddr> {
+    // SAFETY: the caller guarantees `id` is live; its route address union
+    // holds a sockaddr of the family it names.
+    unsafe {
+        SockAddr::from_raw(rdma_mummy_sys::rdma_get_peer_addr(id))
+            .to_std()
+            .map(|a| a.ip())
+    }
+}
+
 pub fn parse(s: &str) -> Option<SocketAddr> {
     let s = s.trim();
     if let Ok(a) = s.parse::<SocketAddr>() {
@@ -66,6 +80,25 @@ impl SockAddr {
                 unsafe { std::ptr::write(&mut storage as *mut _ as *mut libc::sockaddr_in6, sin6) };
             }
         }
+        SockAddr { storage }
+    }
+
+    /// Copy a `sockaddr` that RDMA-CM filled in.
+    ///
+    /// # Safety
+    /// `sa` must point to a valid `sockaddr_in` or `sockaddr_in6` when its
+    /// family says so (RDMA-CM route addresses are a union large enough).
+    pub unsafe fn from_raw(sa: &libc::sockaddr) -> SockAddr {
+        // SAFETY: zeroed storage is a valid sockaddr_storage.
+        let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+        let len = match sa.sa_family as libc::c_int {
+            libc::AF_INET => std::mem::size_of::<libc::sockaddr_in>(),
+            libc::AF_INET6 => std::mem::size_of::<libc::sockaddr_in6>(),
+            _ => 0,
+        };
+        // SAFETY: the caller guarantees `sa` holds `len` bytes for its family;
+        // the storage is larger than either.
+        unsafe { std::ptr::copy_nonoverlapping(sa as *const _ as *const u8, &mut storage as *mut _ as *mut u8, len) };
         SockAddr { storage }
     }
 

@@ -1457,6 +1457,17 @@ impl Fabric for VerbsFabric {
         Ok(())
     }
 
+    fn peer_addr(&self, conn: ConnId) -> Option<std::net::IpAddr> {
+        let c = self.conns.get(self.conns.index(conn.0)?)?;
+        if c.id.is_null() {
+            return None;
+        }
+        // SAFETY: `c.id` is the connection's live cm_id (destroyed only when
+        // the connection leaves the table); the route's destination address
+        // is a sockaddr of the family it says, which `peer_sockaddr` checks.
+        unsafe { addr::peer_ip(&*c.id) }
+    }
+
     fn poll_cm(&mut self) -> Option<CmEvent> {
         while self.events.is_empty() {
             if !self.pump_cm() {

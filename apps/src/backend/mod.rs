@@ -1,0 +1,545 @@
+//! Storage backends: the trait the NFS gateway serves files from.
+//!
+//! The shape follows SPDK's block-device layer: a shared [`Backend`] object
+//! (SPDK's `spdk_bdev`, here with the namespace of a file system on top) and
+//! a per-core [`IoChannel`] (SPDK's `spdk_io_channel`) through which data I/O
+//! is *submitted* into caller-owned, registered buffers and *completed* on the
+//! same core by polling. Data never goes through an intermediate copy: an NFS
+//! READ reads straight into the registered buffer the transport will RDMA
+//! Write from, and an NFS WRITE writes straight from the buffer the Read chunk
+//! was pulled into.
+//!
+//! Metadata operations (LOOKUP, CREATE, ...) are synchronous calls on the
+//! shared [`Backend`]; they are control-path work and take the backend's own
+//! lock. Only READ, WRITE and COMMIT data go through channels.
+//!
+//! | backend | what | module |
+//! |---|---|---|
+//! | `mem` | a RAM file system (SPDK's malloc bdev, with a namespace) | [`mem`] |
+//! | `uring` | a directory tree on a local file system, data through io_uring | [`uring`] |
+//! | `nvme` | NVMe namespaces, partitions or image files as files of a flat directory, io_uring passthrough | [`nvme`] |
+//!
+//! An SPDK block device would plug in as a third kind of channel: see
+//! `docs/BACKENDS.md`. SPDK is not in any registry this project can reach, so
+//! there is no SPDK backend.
+
+use std::fmt;
+
+pub mod mem;
+pub mod nvme;
+pub mod uring;
+
+/// Largest NFSv3 file handle (RFC 1813 s2.5, `NFS3_FHSIZE`).
+pub const FH_MAX_BYTES: usize = 64;
+/// Longest file name component (RFC 1813 `NFS3_MAXNAMLEN`).
+pub const NAME_MAX_BYTES: usize = 255;
+/// Longest symbolic link target (`NFS3_MAXPATHLEN`).
+pub const PATH_MAX_BYTES: usize = 4096;
+
+/// An opaque file handle, at most [`FH_MAX_BYTES`]. Backends choose the
+/// contents; they must stay valid across a restart of the target for the
+/// persistent backends (`uring`, `nvme`) and must not be reused for another
+/// file while a client may still hold them (a generation number).
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct FileHandle {
+    len: u8,
+    bytes: [u8; FH_MAX_BYTES],
+}
+
+impl FileHandle {
+    /// A handle from bytes; `None` when longer than [`FH_MAX_BYTES`] or empty.
+    pub fn new(b: &[u8]) -> Option<Self> {
+        if b.is_empty() || b.len() > FH_MAX_BYTES {
+            return None;
+        }
+        let mut bytes = [0u8; FH_MAX_BYTES];
+        bytes[..b.len()].copy_from_slice(b);
+        Some(FileHandle {
+            len: b.len() as u8,
+            bytes,
+        })
+    }
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..self.len as usize]
+    }
+}
+
+impl fmt::Debug for FileHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "FileHandle(")?;
+        for b in self.as_bytes() {
+            write!(f, "{b:02x}")?;
+        }
+        write!(f, ")")
+    }
+}
+
+/// Why an operation failed; each maps to one `nfsstat3` (RFC 1813 s2.6).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum FsError {
+    #[error("not owner")]
+    Perm,
+    #[error("no such file or directory")]
+    NoEnt,
+    #[error("I/O error")]
+    Io,
+    #[error("no such device or address")]
+    Nxio,
+    #[error("permission denied")]
+    Acces,
+    #[error("file exists")]
+    Exist,
+    #[error("cross-device link")]
+    Xdev,
+    #[error("not a directory")]
+    NotDir,
+    #[error("is a directory")]
+    IsDir,
+    #[error("invalid argument")]
+    Inval,
+    #[error("file too large")]
+    FBig,
+    #[error("no space left")]
+    NoSpc,
+    #[error("read-only file system")]
+    Rofs,
+    #[error("too many links")]
+    Mlink,
+    #[error("name too long")]
+    NameTooLong,
+    #[error("directory not empty")]
+    NotEmpty,
+    #[error("stale file handle")]
+    Stale,
+    #[error("bad file handle")]
+    BadHandle,
+    #[error("bad readdir cookie")]
+    BadCookie,
+    #[error("operation not supported")]
+    NotSupp,
+    #[error("buffer too small")]
+    TooSmall,
+    #[error("server fault")]
+    ServerFault,
+    #[error("bad object type")]
+    BadType,
+    #[error("try again later")]
+    Jukebox,
+}
+
+impl FsError {
+    /// The `nfsstat3` value (RFC 1813 s2.6).
+    pub fn nfsstat3(self) -> u32 {
+        use proto::nfs3::*;
+        match self {
+            FsError::Perm => NFS3ERR_PERM,
+            FsError::NoEnt => NFS3ERR_NOENT,
+            FsError::Io => NFS3ERR_IO,
+            FsError::Nxio => NFS3ERR_NXIO,
+            FsError::Acces => NFS3ERR_ACCES,
+            FsError::Exist => NFS3ERR_EXIST,
+            FsError::Xdev => NFS3ERR_XDEV,
+            FsError::NotDir => NFS3ERR_NOTDIR,
+            FsError::IsDir => NFS3ERR_ISDIR,
+            FsError::Inval => NFS3ERR_INVAL,
+            FsError::FBig => NFS3ERR_FBIG,
+            FsError::NoSpc => NFS3ERR_NOSPC,
+            FsError::Rofs => NFS3ERR_ROFS,
+            FsError::Mlink => NFS3ERR_MLINK,
+            FsError::NameTooLong => NFS3ERR_NAMETOOLONG,
+            FsError::NotEmpty => NFS3ERR_NOTEMPTY,
+            FsError::Stale => NFS3ERR_STALE,
+            FsError::BadHandle => NFS3ERR_BADHANDLE,
+            FsError::BadCookie => NFS3ERR_BAD_COOKIE,
+            FsError::NotSupp => NFS3ERR_NOTSUPP,
+            FsError::TooSmall => NFS3ERR_TOOSMALL,
+            FsError::ServerFault => NFS3ERR_SERVERFAULT,
+            FsError::BadType => NFS3ERR_BADTYPE,
+            FsError::Jukebox => NFS3ERR_JUKEBOX,
+        }
+    }
+
+    /// Map an OS error number (for the backends on a local file system).
+    pub fn from_errno(e: i32) -> Self {
+        match e {
+            libc::EPERM => FsError::Perm,
+            libc::ENOENT => FsError::NoEnt,
+            libc::ENXIO | libc::ENODEV => FsError::Nxio,
+            libc::EACCES => FsError::Acces,
+            libc::EEXIST => FsError::Exist,
+            libc::EXDEV => FsError::Xdev,
+            libc::ENOTDIR | libc::ELOOP => FsError::NotDir,
+            libc::EISDIR => FsError::IsDir,
+            libc::EINVAL => FsError::Inval,
+            libc::EFBIG => FsError::FBig,
+            libc::ENOSPC => FsError::NoSpc,
+            libc::EROFS => FsError::Rofs,
+            libc::EMLINK => FsError::Mlink,
+            libc::ENAMETOOLONG => FsError::NameTooLong,
+            libc::ENOTEMPTY => FsError::NotEmpty,
+            libc::ESTALE => FsError::Stale,
+            libc::EOPNOTSUPP => FsError::NotSupp,
+            libc::EAGAIN => FsError::Jukebox,
+            _ => FsError::Io,
+        }
+    }
+
+    /// Map a `std::io::Error`.
+    pub fn from_io(e: &std::io::Error) -> Self {
+        e.raw_os_error().map_or(FsError::Io, FsError::from_errno)
+    }
+}
+
+pub type FsResult<T> = Result<T, FsError>;
+
+/// `ftype3` (RFC 1813 s2.6).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum FileType {
+    #[default]
+    Regular,
+    Directory,
+    Block,
+    Char,
+    Symlink,
+    Socket,
+    Fifo,
+}
+
+impl FileType {
+    /// The `ftype3` value.
+    pub fn ftype3(self) -> u32 {
+        match self {
+            FileType::Regular => 1,
+            FileType::Directory => 2,
+            FileType::Block => 3,
+            FileType::Char => 4,
+            FileType::Symlink => 5,
+            FileType::Socket => 6,
+            FileType::Fifo => 7,
+        }
+    }
+}
+
+/// `nfstime3`: seconds and nanoseconds since the epoch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Default)]
+pub struct Time {
+    pub secs: u32,
+    pub nsecs: u32,
+}
+
+impl Time {
+    /// The wall clock now.
+    pub fn now() -> Self {
+        let d = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        Time {
+            secs: d.as_secs() as u32,
+            nsecs: d.subsec_nanos(),
+        }
+    }
+}
+
+/// `fattr3` (RFC 1813 s2.6) without the file system id, which the NFS layer
+/// fills per export.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Attr {
+    pub ftype: FileType,
+    /// Permission bits (`0o7777` mask).
+    pub mode: u32,
+    pub nlink: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub size: u64,
+    /// Bytes of storage used.
+    pub used: u64,
+    /// Device numbers for `Block` and `Char`.
+    pub rdev: (u32, u32),
+    /// Stable file number (`fileid3`), unique in the backend.
+    pub fileid: u64,
+    pub atime: Time,
+    pub mtime: Time,
+    pub ctime: Time,
+}
+
+/// `time_how` and its value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum SetTime {
+    #[default]
+    DontChange,
+    ServerTime,
+    Client(Time),
+}
+
+/// `sattr3` (RFC 1813 s2.6).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct SetAttr {
+    pub mode: Option<u32>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub size: Option<u64>,
+    pub atime: SetTime,
+    pub mtime: SetTime,
+}
+
+/// Who creates an object: owner of new files (after root squashing).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Owner {
+    pub uid: u32,
+    pub gid: u32,
+}
+
+/// `createhow3` (RFC 1813 s3.3.8).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CreateHow {
+    /// Create, or truncate/set attributes of an existing regular file.
+    Unchecked(SetAttr),
+    /// Fail with `Exist` if the name exists.
+    Guarded(SetAttr),
+    /// Exclusive create with a verifier: a retransmission with the same
+    /// verifier succeeds and returns the same file.
+    Exclusive([u8; 8]),
+}
+
+/// `mknoddata3` (RFC 1813 s3.3.11).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NodeKind {
+    Char { major: u32, minor: u32 },
+    Block { major: u32, minor: u32 },
+    Socket,
+    Fifo,
+}
+
+/// One directory entry given to a READDIR sink.
+#[derive(Clone, Copy, Debug)]
+pub struct DirEntry<'a> {
+    pub fileid: u64,
+    pub name: &'a [u8],
+    /// Cookie that resumes the listing *after* this entry. Never 0.
+    pub cookie: u64,
+    /// Handle and attributes of the entry (READDIRPLUS), when cheap to give;
+    /// the NFS layer looks them up otherwise.
+    pub handle: Option<FileHandle>,
+    pub attr: Option<Attr>,
+}
+
+/// `FSSTAT3resok` and the parts of `FSINFO3resok` a backend knows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct FsStat {
+    pub total_bytes: u64,
+    pub free_bytes: u64,
+    pub avail_bytes: u64,
+    pub total_files: u64,
+    pub free_files: u64,
+    pub avail_files: u64,
+    /// Largest file size supported.
+    pub max_file_size: u64,
+    /// Preferred I/O alignment (bytes), e.g. 4096 for O_DIRECT devices.
+    pub block_size: u32,
+}
+
+/// `stable_how` (RFC 1813 s3.3.7).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Default)]
+pub enum Stable {
+    #[default]
+    Unstable,
+    DataSync,
+    FileSync,
+}
+
+/// A storage backend: the namespace and attributes, shared by all cores.
+///
+/// May be called from any core (implementations lock internally). Every
+/// `dir`/`fh` argument may be a peer-supplied, forged or stale handle:
+/// implementations answer `BadHandle` or `Stale`, never panic.
+pub trait Backend: Send + Sync + fmt::Debug {
+    /// `"mem"`, `"uring"` or `"nvme"`.
+    fn kind(&self) -> &'static str;
+    /// Handle of the root directory (what MOUNT returns for the export).
+    fn root(&self) -> FileHandle;
+    fn getattr(&self, fh: &FileHandle) -> FsResult<Attr>;
+    /// Apply `set` (size changes truncate or extend) and return the new attributes.
+    fn setattr(&self, fh: &FileHandle, set: &SetAttr) -> FsResult<Attr>;
+    /// Look `name` up in `dir` (`.` and `..` included).
+    fn lookup(&self, dir: &FileHandle, name: &[u8]) -> FsResult<(FileHandle, Attr)>;
+    /// Copy the link target into `out`; returns its length.
+    fn readlink(&self, fh: &FileHandle, out: &mut [u8]) -> FsResult<usize>;
+    fn create(&self, dir: &FileHandle, name: &[u8], how: CreateHow, owner: Owner) -> FsResult<(FileHandle, Attr)>;
+    fn mkdir(&self, dir: &FileHandle, name: &[u8], set: &SetAttr, owner: Owner) -> FsResult<(FileHandle, Attr)>;
+    fn symlink(
+        &self,
+        dir: &FileHandle,
+        name: &[u8],
+        target: &[u8],
+        set: &SetAttr,
+        owner: Owner,
+    ) -> FsResult<(FileHandle, Attr)>;
+    fn mknod(
+        &self,
+        dir: &FileHandle,
+        name: &[u8],
+        kind: NodeKind,
+        set: &SetAttr,
+        owner: Owner,
+    ) -> FsResult<(FileHandle, Attr)>;
+    /// Remove a non-directory.
+    fn remove(&self, dir: &FileHandle, name: &[u8]) -> FsResult<()>;
+    /// Remove an empty directory.
+    fn rmdir(&self, dir: &FileHandle, name: &[u8]) -> FsResult<()>;
+    fn rename(&self, from_dir: &FileHandle, from: &[u8], to_dir: &FileHandle, to: &[u8]) -> FsResult<()>;
+    /// Hard link `fh` as `name` in `dir`.
+    fn link(&self, fh: &FileHandle, dir: &FileHandle, name: &[u8]) -> FsResult<()>;
+    /// List `dir` from `cookie` (0 = start; `.` and `..` first), giving each
+    /// entry to `sink` until it returns false. Returns `true` when the listing
+    /// reached the end. A cookie that no longer exists gives `BadCookie`.
+    fn readdir(&self, dir: &FileHandle, cookie: u64, sink: &mut dyn FnMut(DirEntry<'_>) -> bool) -> FsResult<bool>;
+    /// Changes whenever the directory's entries change (`cookieverf3`).
+    fn cookie_verifier(&self, dir: &FileHandle) -> FsResult<u64>;
+    fn fsstat(&self) -> FsResult<FsStat>;
+    /// Flush the file's data and metadata to stable storage (COMMIT).
+    fn commit(&self, fh: &FileHandle) -> FsResult<()>;
+    /// Flush everything (clean shutdown).
+    fn sync_all(&self) -> FsResult<()>;
+    /// Open this core's data channel. Called once per core at start-up.
+    fn open_channel(&self, core: usize) -> FsResult<Box<dyn IoChannel>>;
+}
+
+/// A data I/O request for [`IoChannel::submit`].
+#[derive(Clone, Copy, Debug)]
+pub struct IoDesc {
+    pub fh: FileHandle,
+    pub op: IoOp,
+    pub offset: u64,
+    /// Caller-owned buffer (registered memory): destination of a read, source
+    /// of a write. See the safety contract of [`IoChannel::submit`].
+    pub buf: *mut u8,
+    pub len: u32,
+    /// Returned in the completion.
+    pub tag: u64,
+}
+
+/// The operation of an [`IoDesc`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IoOp {
+    Read,
+    Write(Stable),
+    /// Flush the file to stable storage (`buf`, `len` unused).
+    Flush,
+}
+
+/// A finished I/O, from [`IoChannel::poll`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IoDone {
+    pub tag: u64,
+    /// Bytes transferred.
+    pub result: FsResult<u32>,
+    /// Read: the read reached the end of the file.
+    pub eof: bool,
+    /// Write: how stable the data is now (may exceed what was asked).
+    pub committed: Stable,
+}
+
+impl Default for IoDone {
+    fn default() -> Self {
+        IoDone {
+            tag: 0,
+            result: Ok(0),
+            eof: false,
+            committed: Stable::Unstable,
+        }
+    }
+}
+
+/// One core's data path into a backend (SPDK's `spdk_io_channel`). Not shared:
+/// owned and polled by one core.
+pub trait IoChannel: fmt::Debug {
+    /// Queue one I/O. Returns `Jukebox` when the channel's queue is full.
+    ///
+    /// # Safety
+    /// `io.buf` must be valid for reads and writes of `io.len` bytes, and must
+    /// not be accessed by anyone else, until [`IoChannel::poll`] returns the
+    /// completion carrying `io.tag`.
+    unsafe fn submit(&mut self, io: IoDesc) -> FsResult<()>;
+    /// Reap finished I/O into `out`; returns how many. Never blocks.
+    fn poll(&mut self, out: &mut [IoDone]) -> usize;
+    /// Submitted and not yet reaped.
+    fn in_flight(&self) -> usize;
+}
+
+/// Read into `buf` at `offset` and wait (polling) for the completion.
+/// Returns the bytes read and whether the end of file was reached.
+///
+/// Runs on the channel's core; the channel must have nothing else in flight.
+pub fn read_sync(ch: &mut dyn IoChannel, fh: &FileHandle, offset: u64, buf: &mut [u8]) -> FsResult<(u32, bool)> {
+    let len = u32::try_from(buf.len()).map_err(|_| FsError::Inval)?;
+    let io = IoDesc {
+        fh: *fh,
+        op: IoOp::Read,
+        offset,
+        buf: buf.as_mut_ptr(),
+        len,
+        tag: 1,
+    };
+    // SAFETY: `buf` is exclusively borrowed for this whole function, and the
+    // function returns only after `wait_one` reaped the completion of tag 1.
+    unsafe { ch.submit(io)? };
+    let done = wait_one(ch, 1)?;
+    done.result.map(|n| (n, done.eof))
+}
+
+/// Write `buf` at `offset` and wait (polling) for the completion. Returns the
+/// bytes written and how stable they are.
+///
+/// Runs on the channel's core; the channel must have nothing else in flight.
+pub fn write_sync(
+    ch: &mut dyn IoChannel,
+    fh: &FileHandle,
+    offset: u64,
+    buf: &[u8],
+    stable: Stable,
+) -> FsResult<(u32, Stable)> {
+    let len = u32::try_from(buf.len()).map_err(|_| FsError::Inval)?;
+    let io = IoDesc {
+        fh: *fh,
+        op: IoOp::Write(stable),
+        offset,
+        // The channel only reads through this pointer for a write.
+        buf: buf.as_ptr() as *mut u8,
+        len,
+        tag: 2,
+    };
+    // SAFETY: `buf` is borrowed for this whole function and a write only reads
+    // it; the function returns only after the completion of tag 2 is reaped.
+    unsafe { ch.submit(io)? };
+    let done = wait_one(ch, 2)?;
+    done.result.map(|n| (n, done.committed))
+}
+
+/// Flush `fh` through the channel and wait.
+pub fn flush_sync(ch: &mut dyn IoChannel, fh: &FileHandle) -> FsResult<()> {
+    let io = IoDesc {
+        fh: *fh,
+        op: IoOp::Flush,
+        offset: 0,
+        buf: std::ptr::null_mut(),
+        len: 0,
+        tag: 3,
+    };
+    // SAFETY: a flush has no buffer.
+    unsafe { ch.submit(io)? };
+    wait_one(ch, 3)?.result.map(|_| ())
+}
+
+fn wait_one(ch: &mut dyn IoChannel, tag: u64) -> FsResult<IoDone> {
+    let mut out = [IoDone::default(); 1];
+    loop {
+        if ch.poll(&mut out) == 1 {
+            if out[0].tag == tag {
+                return Ok(out[0]);
+            }
+            // Something else was in flight: the caller broke the contract.
+            return Err(FsError::ServerFault);
+        }
+        std::hint::spin_loop();
+    }
+}

@@ -1,0 +1,1 @@
+//! NFSv3 and MOUNT services: being written.

@@ -1,0 +1,1 @@
+//! rpcrdma-target: being written.
