@@ -259,6 +259,8 @@ pub struct Responder<'p, F: Fabric, S: Service> {
     stats: ResponderStats,
     wcs: [Completion; CQ_BATCH],
     cm_tick: u32,
+    /// Set by [`Responder::begin_drain`]: new connections are refused.
+    draining: bool,
     /// Connections accepted but not yet established.
     accepting: u32,
 }
@@ -352,6 +354,7 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
             wcs: [Completion::EMPTY; CQ_BATCH],
             cm_tick: 0,
             accepting: 0,
+            draining: false,
         };
         me.srq_deficit = me.cfg.srq_depth();
         me.refill_srq();
@@ -397,7 +400,7 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         let mut work = 0;
         // While a connection is being accepted, its handshake must progress
         // promptly: poll CM every turn until it is established.
-        let cm_due = self.cm_tick == 0 || self.accepting > 0;
+        let cm_due = self.cm_tick == 0 || self.accepting > 0 || self.draining;
         self.cm_tick = (self.cm_tick + 1) % CM_POLL_INTERVAL;
         while let Some(ev) = if cm_due { self.fabric.poll_cm() } else { None } {
             self.handle_cm(ev);
@@ -425,7 +428,7 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
                 let ours = Rfc8797::new(self.cfg.remote_invalidation, self.send_size, self.recv_size);
                 let mut pd = [0u8; 8];
                 let pd_len = ours.encode(&mut pd).unwrap_or(0);
-                if self.conns.available() == 0 {
+                if self.conns.available() == 0 || self.draining {
                     self.stats.conns_rejected += 1;
                     let _ = self.fabric.reject(req, &pd[..pd_len]);
                     return;
@@ -1425,6 +1428,21 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
             Queue::ReplyBufs => &mut self.wait_reply_bufs,
             Queue::SendSlots => &mut self.wait_send_slots,
         }
+    }
+
+    /// Start a graceful drain: from now on connection requests are refused;
+    /// Calls already received keep being served. Poll with [`Responder::poll`]
+    /// until [`Responder::in_flight`] is 0, then [`Responder::shutdown`].
+    /// Runs on the responder's core.
+    pub fn begin_drain(&mut self) {
+        // Connection events are polled every turn from now on, so a request
+        // that arrives during the drain is refused promptly.
+        self.draining = true;
+    }
+
+    /// Calls received and not yet answered (their requests are live).
+    pub fn in_flight(&self) -> usize {
+        self.reqs.in_use()
     }
 
     /// Disconnect everything, poll until all work has flushed, and return every
