@@ -103,6 +103,7 @@ fn defaults_apply_to_optional_sections() {
     m.remove("reactor");
     m.remove("credits");
     m.remove("inline");
+    v["exports"][0].as_object_mut().unwrap().remove("root_squash");
     let c = Config::from_json_value(&v).unwrap();
     assert_eq!(c.reactor, Default::default());
     assert_eq!(c.credits.max_per_connection, 128);
@@ -191,9 +192,9 @@ fn duplicate_cpus_and_no_io_core() {
 #[test]
 fn credits_bounds() {
     let p = problems_after(|v| v["credits"]["max_per_connection"] = json!(0));
-    assert_problem(&p, "$.credits.max_per_connection", "1..=1024", "0");
-    let p = problems_after(|v| v["credits"]["max_per_connection"] = json!(1025));
-    assert_problem(&p, "$.credits.max_per_connection", "$.pools[0].count", "1025");
+    assert_problem(&p, "$.credits.max_per_connection", "1..=4096", "0");
+    let p = problems_after(|v| v["credits"]["max_per_connection"] = json!(4097));
+    assert_problem(&p, "$.credits.max_per_connection", "$.pools[0].count", "4097");
 }
 
 #[test]
@@ -228,7 +229,7 @@ fn pools_cross_checks() {
     assert_problem(
         &p,
         "$.pools[2].per_core_cache",
-        "at most count / cores = 256 / 2 = 128",
+        "at most count / cores = 160 / 2 = 80",
         "200",
     );
     assert_problem(&p, "$.pools[2].name", "not used by $.pools[0]", "\"recv\"");
