@@ -1,1 +1,529 @@
-//! NFSv3 and MOUNT services: being written.
+//! The NFSv3 (RFC 1813) and MOUNT v3 (RFC 1813 section 5) services of the
+//! gateway, with exports, access control and the RPC-level dispatch
+//! (RFC 5531).
+//!
+//! [`NfsShared`] holds what all cores share: the exports resolved against the
+//! backends, the write verifier of this process, the READ/WRITE size limit and
+//! the MOUNT list. [`NfsService`] is one core's service: it owns that core's
+//! [`IoChannel`] of every backend and implements [`Service`], so the RDMA
+//! responder engine and the TCP record-marking server run the same code.
+//!
+//! # Dispatch (RFC 5531 section 9)
+//!
+//! | call | reply |
+//! |---|---|
+//! | `rpcvers` other than 2 | MSG_DENIED / RPC_MISMATCH (2, 2) |
+//! | `cred` or `verf` body over 400 bytes or truncated | MSG_DENIED / AUTH_ERROR AUTH_BADCRED (AUTH_BADVERF) |
+//! | program other than NFS 100003 and MOUNT 100005 | PROG_UNAVAIL |
+//! | version other than 3 | PROG_MISMATCH (3, 3) |
+//! | procedure out of range | PROC_UNAVAIL |
+//! | NULL (procedure 0) | SUCCESS, whatever the credential (except RPCSEC_GSS) |
+//! | flavor other than AUTH_SYS and AUTH_NONE, or AUTH_SYS body not decoding | AUTH_ERROR AUTH_BADCRED |
+//! | AUTH_NONE on an export without `allow_auth_none` | AUTH_ERROR AUTH_TOOWEAK |
+//! | arguments that do not decode | GARBAGE_ARGS |
+//! | reply does not fit the head buffer | SYSTEM_ERR |
+//! | not a Call (`mtype` REPLY), or a header too short to hold `proc` | no reply ([`ServiceError::Drop`]) |
+//!
+//! A client outside an export's networks gets MNT3ERR_ACCES from MOUNT and
+//! NFS3ERR_ACCES for every procedure on that export's handles: a refused
+//! client always gets the protocol's error.
+//!
+//! # Data path
+//!
+//! READ reads straight into the registered data buffer the engine attached
+//! (sized by [`Service::reply_data_hint`]) and marks it DDP-eligible (RFC 8267
+//! section 4), so the engine RDMA-Writes it into the client's Write chunk;
+//! without a data buffer (TCP, or a zero count) the data is read into the
+//! reply head. WRITE writes straight from the Read chunk the engine pulled (or
+//! from the inline arguments). FILE_SYNC and DATA_SYNC writes are on stable
+//! storage before the reply; COMMIT flushes the file. The write verifier is
+//! new in every process (and every [`NfsShared`]), so a client resends
+//! UNSTABLE data after a restart; [`NfsShared::sync_all`] at a clean shutdown
+//! makes every UNSTABLE write durable.
+
+use std::collections::VecDeque;
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use dataplane::service::{CallView, ReplyBuilder, Service, ServiceError};
+use proto::error::{DecodeError, DecodeErrorKind, EncodeError};
+use proto::nfs3::{self as p, MOUNT_PROGRAM, MOUNT_V3, NFSPROC3_COUNT, NFS_PROGRAM, NFS_V3};
+use proto::rpc::{self, AcceptedReply, AuthStat, CallHeader, OpaqueAuth, RejectedReply, ReplyHeader};
+use proto::xdr::{Reader, Writer};
+use reactor::config::{Config, PoolUsage};
+
+use crate::backend::{Backend, FsError, FsResult, IoChannel};
+
+pub mod auth;
+pub mod export;
+mod mount;
+mod nfs3;
+pub mod xdr;
+
+use auth::Cred;
+use export::Export;
+
+/// Largest READ or WRITE (FSINFO `rtmax` / `wtmax`) when the data buffers
+/// allow it: 1 MiB, what the Linux client and server use.
+pub const MAX_IO_BYTES: u32 = 1 << 20;
+/// Entries kept in the MOUNT list (DUMP); the oldest is forgotten beyond it.
+pub const MAX_MOUNT_ENTRIES: usize = 256;
+/// Largest Call reassembled from several pieces for decoding (every procedure
+/// but WRITE, whose data is used in place): an RPC header, two handles, two
+/// names and a path fit with room to spare.
+pub const MAX_ASSEMBLED_CALL_BYTES: usize = 16 * 1024;
+/// Bytes of the accepted-SUCCESS reply header the services write (AUTH_NONE
+/// verifier).
+pub const REPLY_HEADER_BYTES: usize = 24;
+/// Procedures of MOUNT v3 (0..=5).
+pub const MOUNTPROC3_COUNT: u32 = 6;
+
+/// One entry of the MOUNT list.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MountEntry {
+    /// The client: its IP address, or its AUTH_SYS machine name when the
+    /// transport gives no address.
+    pub host: String,
+    /// The export path it mounted.
+    pub path: String,
+}
+
+/// What every core's NFS service shares. Immutable after [`NfsShared::new`]
+/// except the MOUNT list (behind a mutex, control path only).
+#[derive(Debug)]
+pub struct NfsShared {
+    exports: Vec<Export>,
+    backends: Vec<(String, Arc<dyn Backend>)>,
+    write_verf: [u8; 8],
+    max_io_bytes: u32,
+    mounts: Mutex<VecDeque<MountEntry>>,
+}
+
+/// A write verifier no other [`NfsShared`] of this or an earlier process had:
+/// the wall clock in nanoseconds, the process id and a per-process sequence
+/// number, mixed (splitmix64 finalizer).
+fn new_write_verifier() -> [u8; 8] {
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    let seq = SEQ.fetch_add(1, Ordering::Relaxed);
+    let mut z = nanos ^ (u64::from(std::process::id()) << 40) ^ seq.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^= z >> 31;
+    z.to_be_bytes()
+}
+
+impl NfsShared {
+    /// Resolve `cfg.exports` against `backends` (name, backend). The READ and
+    /// WRITE limit is [`MAX_IO_BYTES`], lowered to the largest buffer of the
+    /// configuration's `data` pools (a READ reply or WRITE chunk must fit
+    /// one), rounded down to a multiple of 4 KiB where it is that large.
+    ///
+    /// Fails when an export names a backend not in `backends`, a client
+    /// network does not parse, or two export paths hash to the same id.
+    /// Called once at start-up, from any thread.
+    pub fn new(cfg: &Config, backends: Vec<(String, Arc<dyn Backend>)>) -> Result<Arc<NfsShared>, String> {
+        let mut exports: Vec<Export> = Vec::with_capacity(cfg.exports.len());
+        for e in &cfg.exports {
+            let b = backends
+                .iter()
+                .position(|(n, _)| *n == e.backend)
+                .ok_or_else(|| format!("export {}: no backend named {:?}", e.path, e.backend))?;
+            let ex = Export::new(e, b, backends[b].1.root())?;
+            if let Some(o) = exports.iter().find(|o| o.id == ex.id) {
+                return Err(format!(
+                    "exports {} and {}: same path or same export id",
+                    o.path, ex.path
+                ));
+            }
+            exports.push(ex);
+        }
+        let data_max = cfg
+            .pools
+            .iter()
+            .filter(|p| p.usage == PoolUsage::Data)
+            .map(|p| p.buffer_size_bytes)
+            .max()
+            .unwrap_or(MAX_IO_BYTES);
+        let mut max_io = data_max.min(MAX_IO_BYTES);
+        max_io = if max_io >= 4096 { max_io & !4095 } else { max_io & !3 };
+        if max_io == 0 {
+            return Err(format!(
+                "data pool buffers of {data_max} bytes are too small for READ/WRITE"
+            ));
+        }
+        Ok(Arc::new(NfsShared {
+            exports,
+            backends,
+            write_verf: new_write_verifier(),
+            max_io_bytes: max_io,
+            mounts: Mutex::new(VecDeque::new()),
+        }))
+    }
+
+    /// The exports, in configuration order.
+    pub fn exports(&self) -> &[Export] {
+        &self.exports
+    }
+
+    /// The write verifier (`writeverf3`) of this instance.
+    pub fn write_verifier(&self) -> [u8; 8] {
+        self.write_verf
+    }
+
+    /// FSINFO `rtmax` and `wtmax`.
+    pub fn max_io_bytes(&self) -> u32 {
+        self.max_io_bytes
+    }
+
+    /// The backends, in the order given to [`NfsShared::new`].
+    pub fn backends(&self) -> &[(String, Arc<dyn Backend>)] {
+        &self.backends
+    }
+
+    /// A copy of the MOUNT list (oldest first).
+    pub fn mounts(&self) -> Vec<MountEntry> {
+        self.lock_mounts().iter().cloned().collect()
+    }
+
+    fn lock_mounts(&self) -> std::sync::MutexGuard<'_, VecDeque<MountEntry>> {
+        // A panic while holding the lock cannot leave the list inconsistent
+        // (each operation is one push, retain or pop), so a poisoned lock is used.
+        self.mounts.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn export_by_id(&self, id: u64) -> Option<usize> {
+        self.exports.iter().position(|e| e.id == id)
+    }
+
+    /// Flush every backend to stable storage (clean shutdown: no UNSTABLE
+    /// write is lost). Tries every backend; returns the first error. Any
+    /// thread; blocks while the backends flush.
+    pub fn sync_all(&self) -> FsResult<()> {
+        let mut first = Ok(());
+        for (_, b) in &self.backends {
+            if let Err(e) = b.sync_all() {
+                if first.is_ok() {
+                    first = Err(e);
+                }
+            }
+        }
+        first
+    }
+}
+
+/// Per-core counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NfsStats {
+    /// NFSv3 calls answered, by procedure.
+    pub nfs: [u64; NFSPROC3_COUNT as usize],
+    /// MOUNT v3 calls answered, by procedure.
+    pub mount: [u64; MOUNTPROC3_COUNT as usize],
+    /// Calls answered with an RPC-level error (PROG_UNAVAIL, PROG_MISMATCH,
+    /// PROC_UNAVAIL, GARBAGE_ARGS, SYSTEM_ERR, RPC_MISMATCH, AUTH_ERROR).
+    pub rpc_errors: u64,
+    /// Of those, GARBAGE_ARGS.
+    pub garbage_args: u64,
+    /// Of those, AUTH_ERROR.
+    pub auth_errors: u64,
+    /// Calls dropped without a reply (not a Call, or no readable header).
+    pub dropped: u64,
+}
+
+/// Why a procedure did not produce its normal results.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Fail {
+    /// GARBAGE_ARGS.
+    Garbage,
+    /// MSG_DENIED / AUTH_ERROR.
+    Auth(AuthStat),
+    /// An `nfsstat3` error with the procedure's empty failure arm.
+    Nfs(u32),
+    /// SYSTEM_ERR (e.g. the results do not fit the head buffer).
+    System,
+}
+
+impl From<DecodeError> for Fail {
+    fn from(_: DecodeError) -> Self {
+        Fail::Garbage
+    }
+}
+
+impl From<EncodeError> for Fail {
+    fn from(_: EncodeError) -> Self {
+        Fail::System
+    }
+}
+
+impl From<FsError> for Fail {
+    fn from(e: FsError) -> Self {
+        Fail::Nfs(e.nfsstat3())
+    }
+}
+
+/// A decoded Call as the procedures see it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Call<'a> {
+    pub proc_: u32,
+    pub cred: Cred<'a>,
+    pub peer: Option<IpAddr>,
+    /// The arguments (contiguous; for WRITE they end where a Read chunk starts).
+    pub args: &'a [u8],
+    /// The piece after the head, when the Call came in several (WRITE data
+    /// in a Read chunk).
+    pub tail: Option<&'a [u8]>,
+}
+
+/// One core's state besides the shared part: its I/O channels and scratch.
+#[derive(Debug)]
+pub(crate) struct CoreState {
+    pub core: usize,
+    /// One per backend, in [`NfsShared::backends`] order.
+    pub channels: Vec<Box<dyn IoChannel>>,
+    /// READDIR collection space (bounded by the reply's size).
+    pub dir: nfs3::DirScratch,
+    pub stats: NfsStats,
+}
+
+/// One core's NFS and MOUNT service. Owns the core's I/O channels, so it is
+/// created and used on that core only.
+#[derive(Debug)]
+pub struct NfsService {
+    shared: Arc<NfsShared>,
+    st: CoreState,
+    /// Reassembly space for Calls that come in several pieces (not WRITE).
+    scratch: Vec<u8>,
+}
+
+impl NfsService {
+    /// The service for `core`: opens one [`IoChannel`] per backend. Call on
+    /// the core that will run it.
+    pub fn new(shared: Arc<NfsShared>, core: usize) -> FsResult<NfsService> {
+        let mut channels = Vec::with_capacity(shared.backends.len());
+        for (_, b) in &shared.backends {
+            channels.push(b.open_channel(core)?);
+        }
+        Ok(NfsService {
+            shared,
+            st: CoreState {
+                core,
+                channels,
+                dir: nfs3::DirScratch::default(),
+                stats: NfsStats::default(),
+            },
+            scratch: Vec::new(),
+        })
+    }
+
+    /// This core's counters.
+    pub fn stats(&self) -> NfsStats {
+        self.st.stats
+    }
+
+    /// The shared part.
+    pub fn shared(&self) -> &Arc<NfsShared> {
+        &self.shared
+    }
+
+    /// The core this service was opened for.
+    pub fn core(&self) -> usize {
+        self.st.core
+    }
+}
+
+/// Write a whole reply header (no results) into the head.
+fn reply_header(reply: &mut ReplyBuilder<'_>, hdr: &ReplyHeader<'_>) -> Result<(), ServiceError> {
+    let mut w = Writer::new(reply.head_mut());
+    rpc::encode_reply_header(&mut w, hdr).map_err(|_| ServiceError::Drop)?;
+    let n = w.len();
+    reply.set_head_len(n);
+    Ok(())
+}
+
+/// The credential of a call, or the AUTH_ERROR to answer.
+fn credential<'a>(h: &CallHeader<'a>) -> Result<Cred<'a>, AuthStat> {
+    match h.cred.flavor {
+        rpc::AUTH_NONE => Ok(Cred::None),
+        rpc::AUTH_SYS => match h.auth_sys() {
+            Some(Ok(p)) => Ok(Cred::Sys(p)),
+            _ => Err(AuthStat::BadCred),
+        },
+        _ => Err(AuthStat::BadCred),
+    }
+}
+
+impl Service for NfsService {
+    /// READ: the count asked for, at most the READ limit; nothing otherwise.
+    fn reply_data_hint(&mut self, call: &CallView<'_>) -> usize {
+        let head = call.head();
+        // prog, vers and proc are words 3..6 of a Call (RFC 5531 section 9).
+        let word = |i: usize| {
+            head.get(4 * i..4 * i + 4)
+                .map_or(0, |b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+        };
+        if word(3) != NFS_PROGRAM || word(4) != NFS_V3 || word(5) != p::NFSPROC3_READ {
+            return 0;
+        }
+        let Ok((_, at)) = CallHeader::decode(head) else {
+            return 0;
+        };
+        let mut r = Reader::new(head.get(at..).unwrap_or(&[]));
+        match p::Read3Args::decode(&mut r) {
+            Ok(a) => a.count.min(self.shared.max_io_bytes) as usize,
+            Err(_) => 0,
+        }
+    }
+
+    fn handle_call(&mut self, call: &CallView<'_>, reply: &mut ReplyBuilder<'_>) -> Result<(), ServiceError> {
+        let NfsService { shared, st, scratch } = self;
+        let head = call.head();
+        let Ok((xid, mtype)) = rpc::peek_msg(head) else {
+            st.stats.dropped += 1;
+            return Err(ServiceError::Drop);
+        };
+        if mtype != rpc::CALL {
+            st.stats.dropped += 1;
+            return Err(ServiceError::Drop);
+        }
+        let (hdr, at) = match CallHeader::decode(head) {
+            Ok(v) => v,
+            Err(e) => {
+                let why = match e.kind {
+                    DecodeErrorKind::BadVersion { .. } => ReplyHeader::rpc_mismatch(xid),
+                    _ if e.field.starts_with("cred") => {
+                        ReplyHeader::denied(xid, RejectedReply::AuthError(AuthStat::BadCred))
+                    }
+                    _ if e.field.starts_with("verf") => {
+                        ReplyHeader::denied(xid, RejectedReply::AuthError(AuthStat::BadVerf))
+                    }
+                    _ => {
+                        st.stats.dropped += 1;
+                        return Err(ServiceError::Drop);
+                    }
+                };
+                st.stats.rpc_errors += 1;
+                if matches!(why.body, rpc::ReplyBody::Denied(RejectedReply::AuthError(_))) {
+                    st.stats.auth_errors += 1;
+                }
+                return reply_header(reply, &why);
+            }
+        };
+        let accepted = |d| ReplyHeader::accepted(xid, OpaqueAuth::NONE, d);
+        let nprocs = match hdr.prog {
+            NFS_PROGRAM => NFSPROC3_COUNT,
+            MOUNT_PROGRAM => MOUNTPROC3_COUNT,
+            _ => {
+                st.stats.rpc_errors += 1;
+                return reply_header(reply, &accepted(AcceptedReply::ProgUnavail));
+            }
+        };
+        let vers = if hdr.prog == NFS_PROGRAM { NFS_V3 } else { MOUNT_V3 };
+        if hdr.vers != vers {
+            st.stats.rpc_errors += 1;
+            return reply_header(reply, &accepted(AcceptedReply::ProgMismatch { low: vers, high: vers }));
+        }
+        if hdr.proc_ >= nprocs {
+            st.stats.rpc_errors += 1;
+            return reply_header(reply, &accepted(AcceptedReply::ProcUnavail));
+        }
+        let cred = match credential(&hdr) {
+            Ok(c) => Some(c),
+            Err(_) if hdr.proc_ == 0 && hdr.cred.flavor != rpc::RPCSEC_GSS => None,
+            Err(why) => {
+                st.stats.rpc_errors += 1;
+                st.stats.auth_errors += 1;
+                return reply_header(reply, &ReplyHeader::denied(xid, RejectedReply::AuthError(why)));
+            }
+        };
+        let count = |st: &mut CoreState| {
+            if hdr.prog == NFS_PROGRAM {
+                st.stats.nfs[hdr.proc_ as usize] += 1;
+            } else {
+                st.stats.mount[hdr.proc_ as usize] += 1;
+            }
+        };
+        if hdr.proc_ == 0 {
+            count(st);
+            return reply_header(reply, &ReplyHeader::success(xid, OpaqueAuth::NONE));
+        }
+        let cred = cred.unwrap_or(Cred::None);
+        // The arguments: in the head when the Call is one piece, and for WRITE
+        // (whose data piece is used where it lies); otherwise reassembled.
+        let mut slices = call.slices();
+        let first = slices.next().unwrap_or(&[]);
+        let second = slices.next();
+        let one_piece = second.is_none();
+        let is_write = hdr.prog == NFS_PROGRAM && hdr.proc_ == p::NFSPROC3_WRITE;
+        let (args, tail): (&[u8], Option<&[u8]>) = if one_piece || is_write {
+            (first.get(at..).unwrap_or(&[]), second)
+        } else {
+            let n = call.len();
+            if n > MAX_ASSEMBLED_CALL_BYTES {
+                st.stats.rpc_errors += 1;
+                st.stats.garbage_args += 1;
+                return reply_header(reply, &accepted(AcceptedReply::GarbageArgs));
+            }
+            scratch.resize(n, 0);
+            call.copy_to(scratch);
+            (scratch.get(at..n).unwrap_or(&[]), None)
+        };
+        let c = Call {
+            proc_: hdr.proc_,
+            cred,
+            peer: call.peer,
+            args,
+            tail,
+        };
+        let res = {
+            // Room for the SUCCESS header; the procedures write after it.
+            let mut w = Writer::new(reply.head_mut());
+            match rpc::encode_reply_header(&mut w, &ReplyHeader::success(xid, OpaqueAuth::NONE)) {
+                Ok(()) => {
+                    debug_assert_eq!(w.len(), REPLY_HEADER_BYTES);
+                    if hdr.prog == NFS_PROGRAM {
+                        nfs3::call(shared, st, &c, reply, REPLY_HEADER_BYTES)
+                    } else {
+                        mount::call(shared, &c, reply, REPLY_HEADER_BYTES)
+                    }
+                }
+                Err(_) => Err(Fail::System),
+            }
+        };
+        match res {
+            Ok(n) => {
+                count(st);
+                reply.set_head_len(REPLY_HEADER_BYTES + n);
+                Ok(())
+            }
+            Err(Fail::Nfs(status)) if hdr.prog == NFS_PROGRAM => {
+                count(st);
+                let n = {
+                    let mut w = Writer::new(&mut reply.head_mut()[REPLY_HEADER_BYTES..]);
+                    nfs3::empty_failure(&mut w, hdr.proc_, status).map_err(|_| ServiceError::Drop)?;
+                    w.len()
+                };
+                reply.set_head_len(REPLY_HEADER_BYTES + n);
+                Ok(())
+            }
+            Err(f) => {
+                st.stats.rpc_errors += 1;
+                let h = match f {
+                    Fail::Garbage => {
+                        st.stats.garbage_args += 1;
+                        accepted(AcceptedReply::GarbageArgs)
+                    }
+                    Fail::Auth(why) => {
+                        st.stats.auth_errors += 1;
+                        ReplyHeader::denied(xid, RejectedReply::AuthError(why))
+                    }
+                    Fail::Nfs(_) | Fail::System => accepted(AcceptedReply::SystemErr),
+                };
+                reply_header(reply, &h)
+            }
+        }
+    }
+}

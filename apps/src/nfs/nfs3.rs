@@ -1,0 +1,1010 @@
+//! The 21 NFSv3 procedures after NULL (RFC 1813 section 3.3), on one core.
+//!
+//! Each procedure decodes its arguments (GARBAGE_ARGS if they do not decode),
+//! resolves its handles through the exports (BADHANDLE / STALE / ACCES /
+//! AUTH_TOOWEAK), checks the export's read-only flag and the caller's mode-bit
+//! permissions, runs the backend, and writes its results after the reply
+//! header with full `wcc_data` / `post_op_attr`. Failures that carry
+//! attributes are written by the procedure; the others return
+//! [`Fail::Nfs`] and get the procedure's empty failure arm
+//! ([`empty_failure`]).
+
+use proto::error::EncodeError;
+use proto::nfs3::*;
+use proto::xdr::{pad_len, roundup, Reader, Writer};
+
+use dataplane::service::ReplyBuilder;
+
+use super::auth::{Caller, Cred, MAY_EXEC, MAY_READ, MAY_WRITE};
+use super::export::{split_fh, FhError};
+use super::xdr::*;
+use super::{Call, CoreState, Fail, NfsShared};
+use crate::backend::{
+    flush_sync, read_sync, write_sync, Attr, Backend, CreateHow, DirEntry, FileHandle, FileType, NodeKind, SetAttr,
+    SetTime, Stable, FH_MAX_BYTES, NAME_MAX_BYTES, PATH_MAX_BYTES,
+};
+use proto::rpc::AuthStat;
+
+/// `PATHCONF3resok.linkmax`.
+pub const LINK_MAX: u32 = 32_000;
+/// Smallest READDIR / READDIRPLUS result budget worth trying.
+const DIR_MIN_BYTES: usize = 4 + POST_OP_ATTR_MAX_BYTES + 8 + 8;
+
+/// Entries collected from a backend's `readdir` before encoding (READDIRPLUS
+/// looks each one up afterwards, outside the backend's listing lock).
+/// Bounded by the reply budget, reused across calls.
+#[derive(Debug, Default)]
+pub(crate) struct DirScratch {
+    entries: Vec<Ent>,
+    names: Vec<u8>,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Ent {
+    fileid: u64,
+    cookie: u64,
+    name_at: u32,
+    name_len: u16,
+    handle: Option<FileHandle>,
+    attr: Option<Attr>,
+}
+
+/// A resolved handle: the export, the backend handle, and who the caller is
+/// on that export.
+#[derive(Clone, Copy, Debug)]
+struct Obj {
+    ex: usize,
+    fh: FileHandle,
+    caller: Caller,
+}
+
+/// Resolve a peer's handle: malformed is BADHANDLE, an unknown export STALE;
+/// a client outside the export's networks gets ACCES, AUTH_NONE on an export
+/// without `allow_auth_none` AUTH_TOOWEAK.
+fn resolve(sh: &NfsShared, c: &Call<'_>, nfs_fh: &[u8]) -> Result<Obj, Fail> {
+    let (id, fh) = split_fh(nfs_fh).map_err(|e| {
+        Fail::Nfs(match e {
+            FhError::Bad => NFS3ERR_BADHANDLE,
+            FhError::Stale => NFS3ERR_STALE,
+        })
+    })?;
+    let ex = sh.export_by_id(id).ok_or(Fail::Nfs(NFS3ERR_STALE))?;
+    let e = &sh.exports[ex];
+    if !e.allows_peer(c.peer) {
+        return Err(Fail::Nfs(NFS3ERR_ACCES));
+    }
+    if matches!(c.cred, Cred::None) && !e.allow_auth_none {
+        return Err(Fail::Auth(AuthStat::TooWeak));
+    }
+    Ok(Obj {
+        ex,
+        fh,
+        caller: Caller::for_export(&c.cred, e),
+    })
+}
+
+fn backend<'s>(sh: &'s NfsShared, o: &Obj) -> &'s dyn Backend {
+    &*sh.backends[sh.exports[o.ex].backend].1
+}
+
+fn fsid(sh: &NfsShared, o: &Obj) -> u64 {
+    sh.exports[o.ex].id
+}
+
+fn read_only(sh: &NfsShared, o: &Obj) -> bool {
+    sh.exports[o.ex].read_only
+}
+
+/// A status for a bad name: too long, empty, or with `/` or NUL in it.
+fn check_name(name: &[u8]) -> Result<(), u32> {
+    if name.len() > NAME_MAX_BYTES {
+        Err(NFS3ERR_NAMETOOLONG)
+    } else if name.is_empty() || name.contains(&b'/') || name.contains(&0) {
+        Err(NFS3ERR_INVAL)
+    } else {
+        Ok(())
+    }
+}
+
+fn is_dot(name: &[u8]) -> bool {
+    name == b"." || name == b".."
+}
+
+/// A name a new object may get: [`check_name`], and not `.` or `..` (EXIST).
+fn check_new_name(name: &[u8]) -> Result<(), u32> {
+    check_name(name)?;
+    if is_dot(name) {
+        return Err(NFS3ERR_EXIST);
+    }
+    Ok(())
+}
+
+/// A name an object may be removed or renamed by: not `.` or `..` (INVAL).
+fn check_old_name(name: &[u8]) -> Result<(), u32> {
+    check_name(name)?;
+    if is_dot(name) {
+        return Err(NFS3ERR_INVAL);
+    }
+    Ok(())
+}
+
+/// Non-root callers may not give new objects another owner or a group they
+/// are not in (NFS3ERR_PERM).
+fn check_new_attrs(caller: &Caller, s: &SetAttr) -> Result<(), u32> {
+    if caller.is_root() {
+        return Ok(());
+    }
+    if s.uid.is_some_and(|u| u != caller.uid) || s.gid.is_some_and(|g| !caller.in_group(g)) {
+        return Err(NFS3ERR_PERM);
+    }
+    Ok(())
+}
+
+/// The owner of an object created in `dir`: the caller, with the directory's
+/// group when the directory is set-group-ID.
+fn new_owner(caller: &Caller, dir: &Attr) -> crate::backend::Owner {
+    let mut o = caller.owner();
+    if dir.mode & 0o2000 != 0 {
+        o.gid = dir.gid;
+    }
+    o
+}
+
+/// SETATTR's permission rules (as POSIX chmod/chown/truncate/utimes).
+fn check_setattr(caller: &Caller, a: &Attr, s: &SetAttr) -> Result<(), u32> {
+    let owner = caller.is_root() || caller.uid == a.uid;
+    if s.mode.is_some() && !owner {
+        return Err(NFS3ERR_PERM);
+    }
+    if s.uid.is_some_and(|u| u != a.uid) && !caller.is_root() {
+        return Err(NFS3ERR_PERM);
+    }
+    if let Some(g) = s.gid.filter(|&g| g != a.gid) {
+        if !(caller.is_root() || (caller.uid == a.uid && caller.in_group(g))) {
+            return Err(NFS3ERR_PERM);
+        }
+    }
+    if s.size.is_some() && !caller.may_io(a, MAY_WRITE) {
+        return Err(NFS3ERR_ACCES);
+    }
+    for t in [s.atime, s.mtime] {
+        match t {
+            SetTime::DontChange => {}
+            SetTime::ServerTime => {
+                if !owner && !caller.may(a, MAY_WRITE) {
+                    return Err(NFS3ERR_ACCES);
+                }
+            }
+            SetTime::Client(_) => {
+                if !owner {
+                    return Err(NFS3ERR_PERM);
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Write `status` and the empty failure arm of `proc_` (every optional
+/// attribute absent).
+pub(crate) fn empty_failure(w: &mut Writer<'_>, proc_: u32, status: u32) -> Result<(), EncodeError> {
+    w.put_u32(status)?;
+    match proc_ {
+        NFSPROC3_GETATTR => Ok(()),
+        NFSPROC3_LOOKUP | NFSPROC3_ACCESS | NFSPROC3_READLINK | NFSPROC3_READ | NFSPROC3_READDIR
+        | NFSPROC3_READDIRPLUS | NFSPROC3_FSSTAT | NFSPROC3_FSINFO | NFSPROC3_PATHCONF => w.put_bool(false),
+        NFSPROC3_RENAME => {
+            put_wcc(w, None, None, 0)?;
+            put_wcc(w, None, None, 0)
+        }
+        NFSPROC3_LINK => {
+            put_post_op_attr(w, None, 0)?;
+            put_wcc(w, None, None, 0)
+        }
+        // SETATTR, WRITE, CREATE, MKDIR, SYMLINK, MKNOD, REMOVE, RMDIR, COMMIT
+        _ => put_wcc(w, None, None, 0),
+    }
+}
+
+/// Run procedure `c.proc_` (1..=21), writing its results at `base` of the
+/// head. Returns the results' length.
+pub(crate) fn call(
+    sh: &NfsShared,
+    st: &mut CoreState,
+    c: &Call<'_>,
+    reply: &mut ReplyBuilder<'_>,
+    base: usize,
+) -> Result<usize, Fail> {
+    match c.proc_ {
+        NFSPROC3_GETATTR => getattr(sh, c, reply, base),
+        NFSPROC3_SETATTR => setattr(sh, c, reply, base),
+        NFSPROC3_LOOKUP => lookup(sh, c, reply, base),
+        NFSPROC3_ACCESS => access(sh, c, reply, base),
+        NFSPROC3_READLINK => readlink(sh, c, reply, base),
+        NFSPROC3_READ => read(sh, st, c, reply, base),
+        NFSPROC3_WRITE => write(sh, st, c, reply, base),
+        NFSPROC3_CREATE | NFSPROC3_MKDIR | NFSPROC3_SYMLINK | NFSPROC3_MKNOD => create(sh, c, reply, base),
+        NFSPROC3_REMOVE | NFSPROC3_RMDIR => remove(sh, c, reply, base),
+        NFSPROC3_RENAME => rename(sh, c, reply, base),
+        NFSPROC3_LINK => link(sh, c, reply, base),
+        NFSPROC3_READDIR | NFSPROC3_READDIRPLUS => readdir(sh, st, c, reply, base),
+        NFSPROC3_FSSTAT | NFSPROC3_FSINFO | NFSPROC3_PATHCONF => fsinfo(sh, c, reply, base),
+        NFSPROC3_COMMIT => commit(sh, st, c, reply, base),
+        _ => Err(Fail::System),
+    }
+}
+
+/// A writer over the head from `base`.
+fn out<'r>(reply: &'r mut ReplyBuilder<'_>, base: usize) -> Writer<'r> {
+    let head = reply.head_mut();
+    let at = base.min(head.len());
+    Writer::new(&mut head[at..])
+}
+
+// ---------------------------------------------------------------------------
+// Attributes and lookups
+// ---------------------------------------------------------------------------
+
+fn getattr(sh: &NfsShared, c: &Call<'_>, reply: &mut ReplyBuilder<'_>, base: usize) -> Result<usize, Fail> {
+    let fh = nfs_fh3(&mut Reader::new(c.args), "object")?;
+    let o = resolve(sh, c, fh)?;
+    let a = backend(sh, &o).getattr(&o.fh)?;
+    let mut w = out(reply, base);
+    w.put_u32(NFS3_OK)?;
+    put_fattr3(&mut w, &a, fsid(sh, &o))?;
+    Ok(w.len())
+}
+
+fn setattr(sh: &NfsShared, c: &Call<'_>, reply: &mut ReplyBuilder<'_>, base: usize) -> Result<usize, Fail> {
+    let args = SetattrArgs::decode(&mut Reader::new(c.args))?;
+    let o = resolve(sh, c, args.object)?;
+    let (b, id) = (backend(sh, &o), fsid(sh, &o));
+    let pre = b.getattr(&o.fh)?;
+    let mut w = out(reply, base);
+    let status = if read_only(sh, &o) {
+        Err(NFS3ERR_ROFS)
+    } else if args.guard.is_some_and(|t| t != pre.ctime) {
+        Err(NFS3ERR_NOT_SYNC)
+    } else {
+        check_setattr(&o.caller, &pre, &args.attrs)
+    };
+    if let Err(s) = status {
+        w.put_u32(s)?;
+        put_wcc(&mut w, Some(&pre), Some(&pre), id)?;
+        return Ok(w.len());
+    }
+    match b.setattr(&o.fh, &args.attrs) {
+        Ok(post) => {
+            w.put_u32(NFS3_OK)?;
+            put_wcc(&mut w, Some(&pre), Some(&post), id)?;
+        }
+        Err(e) => {
+            w.put_u32(e.nfsstat3())?;
+            put_wcc(&mut w, Some(&pre), b.getattr(&o.fh).ok().as_ref(), id)?;
+        }
+    }
+    Ok(w.len())
+}
+
+fn lookup(sh: &NfsShared, c: &Call<'_>, reply: &mut ReplyBuilder<'_>, base: usize) -> Result<usize, Fail> {
+    let args = diropargs3(&mut Reader::new(c.args))?;
+    let o = resolve(sh, c, args.dir)?;
+    let (b, id) = (backend(sh, &o), fsid(sh, &o));
+    let dir = b.getattr(&o.fh)?;
+    let mut w = out(reply, base);
+    let found = if dir.ftype != FileType::Directory {
+        Err(NFS3ERR_NOTDIR)
+    } else if !o.caller.may(&dir, MAY_EXEC) {
+        Err(NFS3ERR_ACCES)
+    } else {
+        check_name(args.name).and_then(|()| b.lookup(&o.fh, args.name).map_err(|e| e.nfsstat3()))
+    };
+    match found {
+        Ok((fh, a)) => {
+            let mut nfh = [0u8; FH_MAX_BYTES];
+            let n = sh.exports[o.ex]
+                .encode_fh(&fh, &mut nfh)
+                .ok_or(Fail::Nfs(NFS3ERR_SERVERFAULT))?;
+            w.put_u32(NFS3_OK)?;
+            w.put_opaque_var(&nfh[..n])?;
+            put_post_op_attr(&mut w, Some(&a), id)?;
+            put_post_op_attr(&mut w, Some(&dir), id)?;
+        }
+        Err(s) => {
+            w.put_u32(s)?;
+            put_post_op_attr(&mut w, Some(&dir), id)?;
+        }
+    }
+    Ok(w.len())
+}
+
+fn access(sh: &NfsShared, c: &Call<'_>, reply: &mut ReplyBuilder<'_>, base: usize) -> Result<usize, Fail> {
+    let args = AccessArgs::decode(&mut Reader::new(c.args))?;
+    let o = resolve(sh, c, args.object)?;
+    let a = backend(sh, &o).getattr(&o.fh)?;
+    let got = o.caller.access(&a, args.access & ACCESS3_ALL, read_only(sh, &o));
+    let mut w = out(reply, base);
+    w.put_u32(NFS3_OK)?;
+    put_post_op_attr(&mut w, Some(&a), fsid(sh, &o))?;
+    w.put_u32(got)?;
+    Ok(w.len())
+}
+
+/// READLINK: the path is read straight into the head and marked as a
+/// DDP-eligible item (RFC 8267 section 4), so the engine may move it in a
+/// Write chunk.
+fn readlink(sh: &NfsShared, c: &Call<'_>, reply: &mut ReplyBuilder<'_>, base: usize) -> Result<usize, Fail> {
+    let fh = nfs_fh3(&mut Reader::new(c.args), "symlink")?;
+    let o = resolve(sh, c, fh)?;
+    let (b, id) = (backend(sh, &o), fsid(sh, &o));
+    let a = b.getattr(&o.fh)?;
+    // status, post_op_attr, length word, then the path.
+    let path_at = base + 4 + POST_OP_ATTR_MAX_BYTES + 4;
+    let res = if a.ftype != FileType::Symlink {
+        Err(NFS3ERR_INVAL)
+    } else {
+        let head = reply.head_mut();
+        let room = head.len().saturating_sub(path_at + 3).min(PATH_MAX_BYTES);
+        if room == 0 {
+            return Err(Fail::System);
+        }
+        b.readlink(&o.fh, &mut head[path_at..path_at + room])
+            .map_err(|e| e.nfsstat3())
+            .map(|n| n.min(room))
+    };
+    match res {
+        Ok(n) => {
+            {
+                let mut w = out(reply, base);
+                w.put_u32(NFS3_OK)?;
+                put_post_op_attr(&mut w, Some(&a), id)?;
+                w.put_u32(n as u32)?;
+            }
+            let head = reply.head_mut();
+            head[path_at + n..path_at + roundup(n)].fill(0);
+            // The item lies inside the head; marking can only fail when the
+            // engine's item table is full, and then it simply stays inline.
+            let _ = reply.add_head_item(path_at, n);
+            Ok(path_at + roundup(n) - base)
+        }
+        Err(s) => {
+            let mut w = out(reply, base);
+            w.put_u32(s)?;
+            put_post_op_attr(&mut w, Some(&a), id)?;
+            Ok(w.len())
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Data: READ, WRITE, COMMIT
+// ---------------------------------------------------------------------------
+
+/// READ: into the engine's registered data buffer when there is one (the
+/// DDP-eligible item, RFC 8267), else into the head after the results.
+fn read(
+    sh: &NfsShared,
+    st: &mut CoreState,
+    c: &Call<'_>,
+    reply: &mut ReplyBuilder<'_>,
+    base: usize,
+) -> Result<usize, Fail> {
+    let args = Read3Args::decode(&mut Reader::new(c.args))?;
+    let o = resolve(sh, c, args.file)?;
+    let (b, id) = (backend(sh, &o), fsid(sh, &o));
+    let pre = b.getattr(&o.fh)?;
+    let denied = match pre.ftype {
+        FileType::Regular if o.caller.may_io(&pre, MAY_READ) => None,
+        FileType::Regular => Some(NFS3ERR_ACCES),
+        FileType::Directory => Some(NFS3ERR_ISDIR),
+        _ => Some(NFS3ERR_INVAL),
+    };
+    if let Some(s) = denied {
+        let mut w = out(reply, base);
+        w.put_u32(s)?;
+        put_post_op_attr(&mut w, Some(&pre), id)?;
+        return Ok(w.len());
+    }
+    let ch = &mut *st.channels[sh.exports[o.ex].backend];
+    let mut count = args.count.min(sh.max_io_bytes) as usize;
+    // status, post_op_attr, count, eof, data length word.
+    let fixed = 4 + POST_OP_ATTR_MAX_BYTES + 4 + 4 + 4;
+    let to_buffer = reply.data_capacity() > 0;
+    let res = if to_buffer {
+        count = count.min(reply.data_capacity());
+        match reply.data_mut() {
+            Some(buf) if count > 0 => read_sync(ch, &o.fh, args.offset, &mut buf[..count]),
+            _ => Ok((0, args.offset >= pre.size)),
+        }
+    } else {
+        let at = base + fixed;
+        let head = reply.head_mut();
+        count = count.min(head.len().saturating_sub(at + 3));
+        if count > 0 {
+            read_sync(ch, &o.fh, args.offset, &mut head[at..at + count])
+        } else {
+            Ok((0, args.offset >= pre.size))
+        }
+    };
+    let (n, eof) = match res {
+        Ok((n, eof)) => ((n as usize).min(count), eof),
+        Err(e) => {
+            let mut w = out(reply, base);
+            w.put_u32(e.nfsstat3())?;
+            put_post_op_attr(&mut w, b.getattr(&o.fh).ok().as_ref(), id)?;
+            return Ok(w.len());
+        }
+    };
+    let post = b.getattr(&o.fh).unwrap_or(pre);
+    {
+        let mut w = out(reply, base);
+        w.put_u32(NFS3_OK)?;
+        put_post_op_attr(&mut w, Some(&post), id)?;
+        w.put_u32(n as u32)?;
+        w.put_bool(eof)?;
+        w.put_u32(n as u32)?;
+        debug_assert_eq!(w.len(), fixed);
+    }
+    if to_buffer {
+        reply.set_data(n, true);
+        Ok(fixed)
+    } else {
+        let at = base + fixed;
+        reply.head_mut()[at + n..at + n + pad_len(n)].fill(0);
+        Ok(fixed + roundup(n))
+    }
+}
+
+fn stable_how(v: u32) -> Stable {
+    match v {
+        DATA_SYNC => Stable::DataSync,
+        FILE_SYNC => Stable::FileSync,
+        _ => Stable::Unstable,
+    }
+}
+
+fn stable_u32(s: Stable) -> u32 {
+    match s {
+        Stable::Unstable => UNSTABLE,
+        Stable::DataSync => DATA_SYNC,
+        Stable::FileSync => FILE_SYNC,
+    }
+}
+
+/// WRITE: from the Read chunk the engine pulled (the piece after the head) or
+/// the inline arguments, without a copy. FILE_SYNC and DATA_SYNC data is
+/// durable before the reply: if the backend reports less than was asked, the
+/// file is flushed.
+fn write(
+    sh: &NfsShared,
+    st: &mut CoreState,
+    c: &Call<'_>,
+    reply: &mut ReplyBuilder<'_>,
+    base: usize,
+) -> Result<usize, Fail> {
+    let mut r = Reader::new(c.args);
+    let h = WriteHead::decode(&mut r)?;
+    let len = h.data_len as usize;
+    let data: &[u8] = if r.remaining() >= len {
+        r.bytes(len, "data")?
+    } else {
+        match c.tail {
+            Some(t) if r.remaining() == 0 && t.len() >= len => &t[..len],
+            _ => return Err(Fail::Garbage),
+        }
+    };
+    if h.count != h.data_len {
+        return Err(Fail::Garbage);
+    }
+    let o = resolve(sh, c, h.file)?;
+    if read_only(sh, &o) {
+        return Err(Fail::Nfs(NFS3ERR_ROFS));
+    }
+    let (b, id) = (backend(sh, &o), fsid(sh, &o));
+    let pre = b.getattr(&o.fh)?;
+    let denied = match pre.ftype {
+        FileType::Regular if o.caller.may_io(&pre, MAY_WRITE) => None,
+        FileType::Regular => Some(NFS3ERR_ACCES),
+        FileType::Directory => Some(NFS3ERR_ISDIR),
+        _ => Some(NFS3ERR_INVAL),
+    };
+    let mut w = out(reply, base);
+    if let Some(s) = denied {
+        w.put_u32(s)?;
+        put_wcc(&mut w, Some(&pre), Some(&pre), id)?;
+        return Ok(w.len());
+    }
+    let n = data.len().min(sh.max_io_bytes as usize);
+    let want = stable_how(h.stable);
+    let ch = &mut *st.channels[sh.exports[o.ex].backend];
+    let res = write_sync(ch, &o.fh, h.offset, &data[..n], want).and_then(|(k, got)| {
+        if got < want {
+            flush_sync(ch, &o.fh)?;
+            Ok((k, want))
+        } else {
+            Ok((k, got))
+        }
+    });
+    match res {
+        Ok((k, committed)) => {
+            let post = b.getattr(&o.fh).ok();
+            w.put_u32(NFS3_OK)?;
+            put_wcc(&mut w, Some(&pre), post.as_ref(), id)?;
+            w.put_u32(k)?;
+            w.put_u32(stable_u32(committed))?;
+            w.put_bytes(&sh.write_verf)?;
+        }
+        Err(e) => {
+            w.put_u32(e.nfsstat3())?;
+            put_wcc(&mut w, Some(&pre), b.getattr(&o.fh).ok().as_ref(), id)?;
+        }
+    }
+    Ok(w.len())
+}
+
+/// COMMIT: flush the file through this core's channel (the whole file; the
+/// range is advisory).
+fn commit(
+    sh: &NfsShared,
+    st: &mut CoreState,
+    c: &Call<'_>,
+    reply: &mut ReplyBuilder<'_>,
+    base: usize,
+) -> Result<usize, Fail> {
+    let args = CommitArgs::decode(&mut Reader::new(c.args))?;
+    let o = resolve(sh, c, args.file)?;
+    let (b, id) = (backend(sh, &o), fsid(sh, &o));
+    let pre = b.getattr(&o.fh)?;
+    let mut w = out(reply, base);
+    let res = match pre.ftype {
+        FileType::Regular => flush_sync(&mut *st.channels[sh.exports[o.ex].backend], &o.fh).map_err(|e| e.nfsstat3()),
+        FileType::Directory => Err(NFS3ERR_ISDIR),
+        _ => Err(NFS3ERR_INVAL),
+    };
+    let post = b.getattr(&o.fh).ok();
+    match res {
+        Ok(()) => {
+            w.put_u32(NFS3_OK)?;
+            put_wcc(&mut w, Some(&pre), post.as_ref(), id)?;
+            w.put_bytes(&sh.write_verf)?;
+        }
+        Err(s) => {
+            w.put_u32(s)?;
+            put_wcc(&mut w, Some(&pre), post.as_ref(), id)?;
+        }
+    }
+    Ok(w.len())
+}
+
+// ---------------------------------------------------------------------------
+// Namespace: CREATE, MKDIR, SYMLINK, MKNOD, REMOVE, RMDIR, RENAME, LINK
+// ---------------------------------------------------------------------------
+
+/// What a creating procedure makes.
+enum Make<'a> {
+    File(CreateHow),
+    Dir(SetAttr),
+    Symlink(SetAttr, &'a [u8]),
+    Node(Option<NodeKind>, SetAttr),
+}
+
+fn create(sh: &NfsShared, c: &Call<'_>, reply: &mut ReplyBuilder<'_>, base: usize) -> Result<usize, Fail> {
+    let mut r = Reader::new(c.args);
+    let (where_, make) = match c.proc_ {
+        NFSPROC3_CREATE => {
+            let a = CreateArgs::decode(&mut r)?;
+            (a.where_, Make::File(a.how))
+        }
+        NFSPROC3_MKDIR => {
+            let a = MkdirArgs::decode(&mut r)?;
+            (a.where_, Make::Dir(a.attrs))
+        }
+        NFSPROC3_SYMLINK => {
+            let a = SymlinkArgs::decode(&mut r)?;
+            (a.where_, Make::Symlink(a.attrs, a.target))
+        }
+        _ => {
+            let a = MknodArgs::decode(&mut r)?;
+            (a.where_, Make::Node(a.kind, a.attrs))
+        }
+    };
+    let o = resolve(sh, c, where_.dir)?;
+    if read_only(sh, &o) {
+        return Err(Fail::Nfs(NFS3ERR_ROFS));
+    }
+    let (b, id) = (backend(sh, &o), fsid(sh, &o));
+    let pre = b.getattr(&o.fh)?;
+    let caller = &o.caller;
+    let attrs = match &make {
+        Make::File(CreateHow::Unchecked(s) | CreateHow::Guarded(s)) => Some(s),
+        Make::File(CreateHow::Exclusive(_)) => None,
+        Make::Dir(s) | Make::Symlink(s, _) | Make::Node(_, s) => Some(s),
+    };
+    let check = || -> Result<(), u32> {
+        if pre.ftype != FileType::Directory {
+            return Err(NFS3ERR_NOTDIR);
+        }
+        check_new_name(where_.name)?;
+        if !caller.may(&pre, MAY_WRITE | MAY_EXEC) {
+            return Err(NFS3ERR_ACCES);
+        }
+        if let Some(s) = attrs {
+            check_new_attrs(caller, s)?;
+        }
+        match &make {
+            Make::Node(None, _) => return Err(NFS3ERR_BADTYPE),
+            Make::Node(Some(NodeKind::Char { .. } | NodeKind::Block { .. }), _) if !caller.is_root() => {
+                return Err(NFS3ERR_PERM)
+            }
+            Make::Symlink(_, t) if t.is_empty() => return Err(NFS3ERR_INVAL),
+            // An UNCHECKED create of an existing file truncates it when a size
+            // is given: that needs write permission on the file.
+            Make::File(CreateHow::Unchecked(s)) if s.size.is_some() => {
+                if let Ok((_, a)) = b.lookup(&o.fh, where_.name) {
+                    if a.ftype == FileType::Regular && !caller.may_io(&a, MAY_WRITE) {
+                        return Err(NFS3ERR_ACCES);
+                    }
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    };
+    let mut w = out(reply, base);
+    if let Err(s) = check() {
+        w.put_u32(s)?;
+        put_wcc(&mut w, Some(&pre), Some(&pre), id)?;
+        return Ok(w.len());
+    }
+    let owner = new_owner(caller, &pre);
+    let made = match make {
+        Make::File(how) => b.create(&o.fh, where_.name, how, owner),
+        Make::Dir(s) => b.mkdir(&o.fh, where_.name, &s, owner),
+        Make::Symlink(s, t) => b.symlink(&o.fh, where_.name, t, &s, owner),
+        Make::Node(Some(k), s) => b.mknod(&o.fh, where_.name, k, &s, owner),
+        Make::Node(None, _) => return Err(Fail::Nfs(NFS3ERR_BADTYPE)),
+    };
+    let post = b.getattr(&o.fh).ok();
+    match made {
+        Ok((fh, a)) => {
+            let mut nfh = [0u8; FH_MAX_BYTES];
+            let n = sh.exports[o.ex].encode_fh(&fh, &mut nfh);
+            w.put_u32(NFS3_OK)?;
+            put_post_op_fh3(&mut w, n.map(|n| &nfh[..n]))?;
+            put_post_op_attr(&mut w, Some(&a), id)?;
+            put_wcc(&mut w, Some(&pre), post.as_ref(), id)?;
+        }
+        Err(e) => {
+            w.put_u32(e.nfsstat3())?;
+            put_wcc(&mut w, Some(&pre), post.as_ref(), id)?;
+        }
+    }
+    Ok(w.len())
+}
+
+fn remove(sh: &NfsShared, c: &Call<'_>, reply: &mut ReplyBuilder<'_>, base: usize) -> Result<usize, Fail> {
+    let args = diropargs3(&mut Reader::new(c.args))?;
+    let o = resolve(sh, c, args.dir)?;
+    if read_only(sh, &o) {
+        return Err(Fail::Nfs(NFS3ERR_ROFS));
+    }
+    let (b, id) = (backend(sh, &o), fsid(sh, &o));
+    let pre = b.getattr(&o.fh)?;
+    let check = || -> Result<(), u32> {
+        if pre.ftype != FileType::Directory {
+            return Err(NFS3ERR_NOTDIR);
+        }
+        check_old_name(args.name)?;
+        if !o.caller.may(&pre, MAY_WRITE | MAY_EXEC) {
+            return Err(NFS3ERR_ACCES);
+        }
+        if pre.mode & 0o1000 != 0 {
+            let (_, victim) = b.lookup(&o.fh, args.name).map_err(|e| e.nfsstat3())?;
+            if !o.caller.may_unlink(&pre, &victim) {
+                return Err(NFS3ERR_ACCES);
+            }
+        }
+        Ok(())
+    };
+    let res = check().and_then(|()| {
+        if c.proc_ == NFSPROC3_RMDIR {
+            b.rmdir(&o.fh, args.name)
+        } else {
+            b.remove(&o.fh, args.name)
+        }
+        .map_err(|e| e.nfsstat3())
+    });
+    let post = b.getattr(&o.fh).ok();
+    let mut w = out(reply, base);
+    w.put_u32(res.err().unwrap_or(NFS3_OK))?;
+    put_wcc(&mut w, Some(&pre), post.as_ref(), id)?;
+    Ok(w.len())
+}
+
+fn rename(sh: &NfsShared, c: &Call<'_>, reply: &mut ReplyBuilder<'_>, base: usize) -> Result<usize, Fail> {
+    let args = RenameArgs::decode(&mut Reader::new(c.args))?;
+    let from = resolve(sh, c, args.from.dir)?;
+    let to = resolve(sh, c, args.to.dir)?;
+    if from.ex != to.ex {
+        return Err(Fail::Nfs(NFS3ERR_XDEV));
+    }
+    if read_only(sh, &from) {
+        return Err(Fail::Nfs(NFS3ERR_ROFS));
+    }
+    let (b, id) = (backend(sh, &from), fsid(sh, &from));
+    let pre_from = b.getattr(&from.fh)?;
+    let pre_to = b.getattr(&to.fh)?;
+    let caller = &from.caller;
+    let check = || -> Result<(), u32> {
+        if pre_from.ftype != FileType::Directory || pre_to.ftype != FileType::Directory {
+            return Err(NFS3ERR_NOTDIR);
+        }
+        check_old_name(args.from.name)?;
+        check_old_name(args.to.name)?;
+        if !caller.may(&pre_from, MAY_WRITE | MAY_EXEC) || !caller.may(&pre_to, MAY_WRITE | MAY_EXEC) {
+            return Err(NFS3ERR_ACCES);
+        }
+        if pre_from.mode & 0o1000 != 0 {
+            let (_, victim) = b.lookup(&from.fh, args.from.name).map_err(|e| e.nfsstat3())?;
+            if !caller.may_unlink(&pre_from, &victim) {
+                return Err(NFS3ERR_ACCES);
+            }
+        }
+        if pre_to.mode & 0o1000 != 0 {
+            if let Ok((_, victim)) = b.lookup(&to.fh, args.to.name) {
+                if !caller.may_unlink(&pre_to, &victim) {
+                    return Err(NFS3ERR_ACCES);
+                }
+            }
+        }
+        Ok(())
+    };
+    let res = check().and_then(|()| {
+        b.rename(&from.fh, args.from.name, &to.fh, args.to.name)
+            .map_err(|e| e.nfsstat3())
+    });
+    let post_from = b.getattr(&from.fh).ok();
+    let post_to = b.getattr(&to.fh).ok();
+    let mut w = out(reply, base);
+    w.put_u32(res.err().unwrap_or(NFS3_OK))?;
+    put_wcc(&mut w, Some(&pre_from), post_from.as_ref(), id)?;
+    put_wcc(&mut w, Some(&pre_to), post_to.as_ref(), id)?;
+    Ok(w.len())
+}
+
+fn link(sh: &NfsShared, c: &Call<'_>, reply: &mut ReplyBuilder<'_>, base: usize) -> Result<usize, Fail> {
+    let args = LinkArgs::decode(&mut Reader::new(c.args))?;
+    let file = resolve(sh, c, args.file)?;
+    let dir = resolve(sh, c, args.link.dir)?;
+    if file.ex != dir.ex {
+        return Err(Fail::Nfs(NFS3ERR_XDEV));
+    }
+    if read_only(sh, &dir) {
+        return Err(Fail::Nfs(NFS3ERR_ROFS));
+    }
+    let (b, id) = (backend(sh, &dir), fsid(sh, &dir));
+    let fa = b.getattr(&file.fh)?;
+    let pre = b.getattr(&dir.fh)?;
+    let check = || -> Result<(), u32> {
+        if pre.ftype != FileType::Directory {
+            return Err(NFS3ERR_NOTDIR);
+        }
+        if fa.ftype == FileType::Directory {
+            return Err(NFS3ERR_INVAL);
+        }
+        check_new_name(args.link.name)?;
+        if !dir.caller.may(&pre, MAY_WRITE | MAY_EXEC) {
+            return Err(NFS3ERR_ACCES);
+        }
+        Ok(())
+    };
+    let res = check().and_then(|()| b.link(&file.fh, &dir.fh, args.link.name).map_err(|e| e.nfsstat3()));
+    let post_file = b.getattr(&file.fh).ok();
+    let post = b.getattr(&dir.fh).ok();
+    let mut w = out(reply, base);
+    w.put_u32(res.err().unwrap_or(NFS3_OK))?;
+    put_post_op_attr(&mut w, post_file.as_ref(), id)?;
+    put_wcc(&mut w, Some(&pre), post.as_ref(), id)?;
+    Ok(w.len())
+}
+
+// ---------------------------------------------------------------------------
+// READDIR, READDIRPLUS
+// ---------------------------------------------------------------------------
+
+/// READDIR and READDIRPLUS. The results stay within `maxcount` (READDIR's
+/// `count`) and the head buffer; READDIRPLUS's directory part also within
+/// `dircount` (0 means no separate bound). A non-zero cookie must come with
+/// the directory's current cookie verifier (NFS3ERR_BAD_COOKIE otherwise).
+fn readdir(
+    sh: &NfsShared,
+    st: &mut CoreState,
+    c: &Call<'_>,
+    reply: &mut ReplyBuilder<'_>,
+    base: usize,
+) -> Result<usize, Fail> {
+    let plus = c.proc_ == NFSPROC3_READDIRPLUS;
+    let args = ReaddirArgs::decode(&mut Reader::new(c.args), plus)?;
+    let o = resolve(sh, c, args.dir)?;
+    let (b, id) = (backend(sh, &o), fsid(sh, &o));
+    let ex = &sh.exports[o.ex];
+    let da = b.getattr(&o.fh)?;
+    let head_room = reply.head_mut().len().saturating_sub(base);
+    let budget = (args.maxcount as usize).min(head_room);
+    let dir_budget = if args.dircount == 0 {
+        usize::MAX
+    } else {
+        args.dircount as usize
+    };
+    let verf = b.cookie_verifier(&o.fh);
+    let pre = if da.ftype != FileType::Directory {
+        Err(NFS3ERR_NOTDIR)
+    } else if !o.caller.may(&da, MAY_READ) {
+        Err(NFS3ERR_ACCES)
+    } else {
+        match verf {
+            Ok(v) if args.cookie != 0 && args.cookieverf != v => Err(NFS3ERR_BAD_COOKIE),
+            Ok(_) if budget < DIR_MIN_BYTES => Err(NFS3ERR_TOOSMALL),
+            Ok(v) => Ok(v),
+            Err(e) => Err(e.nfsstat3()),
+        }
+    };
+    let verf = match pre {
+        Ok(v) => v,
+        Err(s) => {
+            let mut w = out(reply, base);
+            w.put_u32(s)?;
+            put_post_op_attr(&mut w, Some(&da), id)?;
+            return Ok(w.len());
+        }
+    };
+    // Collect what fits: status, dir attributes, verifier, entries, then
+    // "no more entries" and eof.
+    let ds = &mut st.dir;
+    ds.entries.clear();
+    ds.names.clear();
+    let mut used = DIR_MIN_BYTES;
+    let mut dir_used = 0usize;
+    let mut stopped = false;
+    let listed = {
+        let (entries, names) = (&mut ds.entries, &mut ds.names);
+        let mut sink = |e: DirEntry<'_>| -> bool {
+            let name = &e.name[..e.name.len().min(NAME_MAX_BYTES)];
+            let dir_bytes = entry3_bytes(name.len());
+            let bytes = if plus {
+                // A handle is the 9-byte prefix and at most 32 backend bytes.
+                entryplus3_bytes(name.len(), 9 + 32)
+            } else {
+                dir_bytes
+            };
+            if used + bytes > budget || dir_used + dir_bytes > dir_budget {
+                stopped = true;
+                return false;
+            }
+            used += bytes;
+            dir_used += dir_bytes;
+            entries.push(Ent {
+                fileid: e.fileid,
+                cookie: e.cookie,
+                name_at: names.len() as u32,
+                name_len: name.len() as u16,
+                handle: e.handle,
+                attr: e.attr,
+            });
+            names.extend_from_slice(name);
+            true
+        };
+        b.readdir(&o.fh, args.cookie, &mut sink)
+    };
+    let eof = match listed {
+        Ok(end) => end && !stopped,
+        Err(e) => {
+            let mut w = out(reply, base);
+            w.put_u32(e.nfsstat3())?;
+            put_post_op_attr(&mut w, Some(&da), id)?;
+            return Ok(w.len());
+        }
+    };
+    if ds.entries.is_empty() && !eof {
+        let mut w = out(reply, base);
+        w.put_u32(NFS3ERR_TOOSMALL)?;
+        put_post_op_attr(&mut w, Some(&da), id)?;
+        return Ok(w.len());
+    }
+    if plus {
+        // Look up what the listing did not give, outside its lock.
+        for i in 0..ds.entries.len() {
+            let e = ds.entries[i];
+            if e.handle.is_none() || e.attr.is_none() {
+                let name = &ds.names[e.name_at as usize..e.name_at as usize + e.name_len as usize];
+                let found = b.lookup(&o.fh, name).ok();
+                ds.entries[i].handle = found.map(|f| f.0);
+                ds.entries[i].attr = found.map(|f| f.1);
+            }
+        }
+    }
+    let mut w = out(reply, base);
+    w.put_u32(NFS3_OK)?;
+    put_post_op_attr(&mut w, Some(&da), id)?;
+    w.put_u64(verf)?;
+    for e in &ds.entries {
+        let name = &ds.names[e.name_at as usize..e.name_at as usize + e.name_len as usize];
+        w.put_bool(true)?;
+        w.put_u64(e.fileid)?;
+        w.put_opaque_var(name)?;
+        w.put_u64(e.cookie)?;
+        if plus {
+            put_post_op_attr(&mut w, e.attr.as_ref(), id)?;
+            let mut nfh = [0u8; FH_MAX_BYTES];
+            let n = e.handle.and_then(|h| ex.encode_fh(&h, &mut nfh));
+            put_post_op_fh3(&mut w, n.map(|n| &nfh[..n]))?;
+        }
+    }
+    w.put_bool(false)?;
+    w.put_bool(eof)?;
+    Ok(w.len())
+}
+
+// ---------------------------------------------------------------------------
+// FSSTAT, FSINFO, PATHCONF
+// ---------------------------------------------------------------------------
+
+fn fsinfo(sh: &NfsShared, c: &Call<'_>, reply: &mut ReplyBuilder<'_>, base: usize) -> Result<usize, Fail> {
+    let fh = nfs_fh3(&mut Reader::new(c.args), "object")?;
+    let o = resolve(sh, c, fh)?;
+    let (b, id) = (backend(sh, &o), fsid(sh, &o));
+    let a = b.getattr(&o.fh).ok();
+    let head_room = reply.head_mut().len();
+    let mut w = out(reply, base);
+    match c.proc_ {
+        NFSPROC3_FSSTAT => {
+            let s = b.fsstat()?;
+            w.put_u32(NFS3_OK)?;
+            put_post_op_attr(&mut w, a.as_ref(), id)?;
+            for v in [
+                s.total_bytes,
+                s.free_bytes,
+                s.avail_bytes,
+                s.total_files,
+                s.free_files,
+                s.avail_files,
+            ] {
+                w.put_u64(v)?;
+            }
+            // invarsec: the values may change at any time.
+            w.put_u32(0)?;
+        }
+        NFSPROC3_FSINFO => {
+            let s = b.fsstat()?;
+            let io = sh.max_io_bytes;
+            let mult = if s.block_size == 0 { 4096 } else { s.block_size }.min(io);
+            // READDIR results travel in the head buffer: prefer what fits it.
+            let dtpref = (head_room.saturating_sub(1024) as u32 & !511).clamp(512, 64 * 1024);
+            w.put_u32(NFS3_OK)?;
+            put_post_op_attr(&mut w, a.as_ref(), id)?;
+            for v in [io, io, mult, io, io, mult, dtpref] {
+                w.put_u32(v)?;
+            }
+            w.put_u64(if s.max_file_size == 0 {
+                u64::MAX
+            } else {
+                s.max_file_size
+            })?;
+            // time_delta: nanosecond timestamps.
+            w.put_u32(0)?;
+            w.put_u32(1)?;
+            w.put_u32(FSF3_LINK | FSF3_SYMLINK | FSF3_HOMOGENEOUS | FSF3_CANSETTIME)?;
+        }
+        _ => {
+            w.put_u32(NFS3_OK)?;
+            put_post_op_attr(&mut w, a.as_ref(), id)?;
+            w.put_u32(LINK_MAX)?;
+            w.put_u32(NAME_MAX_BYTES as u32)?;
+            w.put_bool(true)?; // no_trunc
+            w.put_bool(true)?; // chown_restricted
+            w.put_bool(false)?; // case_insensitive
+            w.put_bool(true)?; // case_preserving
+        }
+    }
+    Ok(w.len())
+}
