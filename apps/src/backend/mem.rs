@@ -1,1 +1,1120 @@
-//! Placeholder: being written.
+//! The `mem` backend: a RAM file system, like SPDK's malloc bdev with a
+//! namespace on top.
+//!
+//! The data arena is allocated once, at start-up, and carved into fixed
+//! [`MEM_BLOCK_BYTES`] blocks handed out from a free list; a file's data is a
+//! sparse map from file block number to arena block (holes read as zeros).
+//! When the free list is empty a write or a size extension that needs a block
+//! fails with `NoSpc`; blocks return to the free list when a file is
+//! truncated or its last link is removed.
+//!
+//! Inodes live in a slab of slots. A file handle is
+//! `[tag, instance u32, ino u64, generation u32]` (17 bytes): the instance is
+//! random per [`MemBackend`] (handles of a previous run of the target are
+//! `Stale`, as its files are gone), and the slot's generation is bumped when
+//! the inode is freed, so a handle of a removed file is `Stale` even after the
+//! slot is reused.
+//!
+//! Directory entries are kept in insertion order under a position that never
+//! changes while the entry exists: the READDIR cookie of an entry is its
+//! position, so a listing resumed from a cookie neither repeats nor skips
+//! entries that were there before and still are, whatever else changed. The
+//! cookie of a removed entry still resumes at the next position.
+//!
+//! All state is behind one reader-writer lock: reads (READ, GETATTR, LOOKUP,
+//! READDIR) share it, everything that changes the file system takes it
+//! exclusively. [`MemChannel::submit`] does the copy between the caller's
+//! buffer and the arena right away and queues the completion for
+//! [`IoChannel::poll`]. Data is as stable as this backend gets once it is in
+//! the arena, so writes complete as `FileSync`; it does not survive the
+//! process. Access times are not updated by reads (as with `noatime`).
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::fmt;
+use std::hash::{BuildHasher, Hasher};
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use super::{
+    Attr, Backend, CreateHow, DirEntry, FileHandle, FileType, FsError, FsResult, FsStat, IoChannel, IoDesc, IoDone,
+    IoOp, NodeKind, Owner, SetAttr, SetTime, Stable, Time, NAME_MAX_BYTES, PATH_MAX_BYTES,
+};
+
+/// Size of one arena block.
+pub const MEM_BLOCK_BYTES: u64 = 4096;
+/// Completions a channel holds before `submit` answers `Jukebox` (default).
+pub const MEM_DEFAULT_QUEUE_DEPTH: u32 = 128;
+/// Largest file size (as Linux's `MAX_LFS_FILESIZE`).
+pub const MEM_MAX_FILE_BYTES: u64 = i64::MAX as u64;
+/// Fewest inodes a backend offers, whatever its capacity.
+pub const MEM_MIN_INODES: u64 = 1024;
+
+const HANDLE_TAG: u8 = 0x4d;
+const HANDLE_LEN: usize = 17;
+/// Slot index of the root directory (inode number 1).
+const ROOT: u32 = 0;
+/// Directory positions 1 and 2 are the cookies after `.` and `..`.
+const FIRST_POS: u64 = 3;
+const NO_ATTR: SetAttr = SetAttr {
+    mode: None,
+    uid: None,
+    gid: None,
+    size: None,
+    atime: SetTime::DontChange,
+    mtime: SetTime::DontChange,
+};
+
+/// A RAM file system with a fixed capacity.
+pub struct MemBackend {
+    name: String,
+    shared: Arc<Shared>,
+    queue_depth: u32,
+}
+
+struct Shared {
+    instance: u32,
+    fs: RwLock<Fs>,
+}
+
+struct Fs {
+    arena: Box<[u8]>,
+    total_blocks: u64,
+    free_blocks: Vec<u32>,
+    slots: Vec<Slot>,
+    free_slots: Vec<u32>,
+    max_inodes: u64,
+    live_inodes: u64,
+}
+
+struct Slot {
+    generation: u32,
+    node: Option<Node>,
+}
+
+struct Node {
+    mode: u32,
+    nlink: u32,
+    uid: u32,
+    gid: u32,
+    size: u64,
+    atime: Time,
+    mtime: Time,
+    ctime: Time,
+    body: Body,
+}
+
+enum Body {
+    File {
+        /// File block number -> arena block number.
+        blocks: BTreeMap<u64, u32>,
+        /// Verifier of an exclusive create.
+        verifier: Option<[u8; 8]>,
+    },
+    Dir(Dir),
+    Symlink(Vec<u8>),
+    Special {
+        ftype: FileType,
+        rdev: (u32, u32),
+    },
+}
+
+struct Dir {
+    /// Slot of the parent directory (the root is its own parent).
+    parent: u32,
+    by_pos: BTreeMap<u64, (Box<[u8]>, u32)>,
+    by_name: HashMap<Box<[u8]>, u64>,
+    next_pos: u64,
+    /// Bumped on every change of the entries (the cookie verifier).
+    version: u64,
+}
+
+impl Dir {
+    fn new(parent: u32) -> Self {
+        Dir {
+            parent,
+            by_pos: BTreeMap::new(),
+            by_name: HashMap::new(),
+            next_pos: FIRST_POS,
+            version: 1,
+        }
+    }
+
+    fn get(&self, name: &[u8]) -> Option<u32> {
+        self.by_name.get(name).and_then(|p| self.by_pos.get(p)).map(|e| e.1)
+    }
+
+    fn insert(&mut self, name: &[u8], slot: u32) {
+        let pos = self.next_pos;
+        self.next_pos += 1;
+        self.by_pos.insert(pos, (name.into(), slot));
+        self.by_name.insert(name.into(), pos);
+        self.version += 1;
+    }
+
+    fn remove(&mut self, name: &[u8]) -> Option<u32> {
+        let pos = self.by_name.remove(name)?;
+        self.version += 1;
+        self.by_pos.remove(&pos).map(|e| e.1)
+    }
+}
+
+impl Node {
+    fn new(mode: u32, owner: Owner, body: Body) -> Self {
+        let now = Time::now();
+        Node {
+            mode: mode & 0o7777,
+            nlink: 1,
+            uid: owner.uid,
+            gid: owner.gid,
+            size: 0,
+            atime: now,
+            mtime: now,
+            ctime: now,
+            body,
+        }
+    }
+
+    fn ftype(&self) -> FileType {
+        match &self.body {
+            Body::File { .. } => FileType::Regular,
+            Body::Dir(_) => FileType::Directory,
+            Body::Symlink(_) => FileType::Symlink,
+            Body::Special { ftype, .. } => *ftype,
+        }
+    }
+
+    fn attr(&self, slot: u32) -> Attr {
+        let (size, used, rdev) = match &self.body {
+            Body::File { blocks, .. } => (self.size, blocks.len() as u64 * MEM_BLOCK_BYTES, (0, 0)),
+            Body::Dir(_) => (MEM_BLOCK_BYTES, MEM_BLOCK_BYTES, (0, 0)),
+            Body::Symlink(t) => (t.len() as u64, t.len() as u64, (0, 0)),
+            Body::Special { rdev, .. } => (0, 0, *rdev),
+        };
+        Attr {
+            ftype: self.ftype(),
+            mode: self.mode,
+            nlink: self.nlink,
+            uid: self.uid,
+            gid: self.gid,
+            size,
+            used,
+            rdev,
+            fileid: u64::from(slot) + 1,
+            atime: self.atime,
+            mtime: self.mtime,
+            ctime: self.ctime,
+        }
+    }
+
+    fn dir(&self) -> FsResult<&Dir> {
+        match &self.body {
+            Body::Dir(d) => Ok(d),
+            _ => Err(FsError::NotDir),
+        }
+    }
+
+    fn dir_mut(&mut self) -> FsResult<&mut Dir> {
+        match &mut self.body {
+            Body::Dir(d) => Ok(d),
+            _ => Err(FsError::NotDir),
+        }
+    }
+
+    fn touch_dir(&mut self) {
+        let now = Time::now();
+        self.mtime = now;
+        self.ctime = now;
+    }
+}
+
+/// A name that may be looked up: not empty, short enough, no `/` or NUL.
+fn check_name(name: &[u8]) -> FsResult<()> {
+    if name.is_empty() || name.contains(&b'/') || name.contains(&0) {
+        return Err(FsError::Inval);
+    }
+    if name.len() > NAME_MAX_BYTES {
+        return Err(FsError::NameTooLong);
+    }
+    Ok(())
+}
+
+/// A name that may be created: as [`check_name`], and not `.` or `..`.
+fn check_new_name(name: &[u8]) -> FsResult<()> {
+    check_name(name)?;
+    if name == b"." || name == b".." {
+        return Err(FsError::Exist);
+    }
+    Ok(())
+}
+
+/// A name that may be removed or renamed.
+fn check_old_name(name: &[u8]) -> FsResult<()> {
+    check_name(name)?;
+    if name == b"." || name == b".." {
+        return Err(FsError::Inval);
+    }
+    Ok(())
+}
+
+fn time_of(t: SetTime, now: Time) -> Option<Time> {
+    match t {
+        SetTime::DontChange => None,
+        SetTime::ServerTime => Some(now),
+        SetTime::Client(t) => Some(t),
+    }
+}
+
+impl Fs {
+    fn node(&self, slot: u32) -> FsResult<&Node> {
+        self.slots
+            .get(slot as usize)
+            .and_then(|s| s.node.as_ref())
+            .ok_or(FsError::ServerFault)
+    }
+
+    fn node_mut(&mut self, slot: u32) -> FsResult<&mut Node> {
+        self.slots
+            .get_mut(slot as usize)
+            .and_then(|s| s.node.as_mut())
+            .ok_or(FsError::ServerFault)
+    }
+
+    fn dir_of(&self, slot: u32) -> FsResult<&Dir> {
+        self.node(slot)?.dir()
+    }
+
+    fn dir_mut_of(&mut self, slot: u32) -> FsResult<&mut Dir> {
+        self.node_mut(slot)?.dir_mut()
+    }
+
+    fn alloc_slot(&mut self, node: Node) -> FsResult<u32> {
+        if self.live_inodes >= self.max_inodes {
+            return Err(FsError::NoSpc);
+        }
+        self.live_inodes += 1;
+        if let Some(s) = self.free_slots.pop() {
+            self.slots[s as usize].node = Some(node);
+            return Ok(s);
+        }
+        let s = u32::try_from(self.slots.len()).map_err(|_| FsError::NoSpc)?;
+        self.slots.push(Slot {
+            generation: 1,
+            node: Some(node),
+        });
+        Ok(s)
+    }
+
+    /// Free an inode whose last link is gone: its blocks go back to the free
+    /// list and the slot's generation moves on, making old handles stale.
+    fn free_slot(&mut self, slot: u32) {
+        let Some(s) = self.slots.get_mut(slot as usize) else {
+            return;
+        };
+        let Some(node) = s.node.take() else {
+            return;
+        };
+        s.generation = s.generation.wrapping_add(1).max(1);
+        if let Body::File { blocks, .. } = node.body {
+            self.free_blocks.extend(blocks.into_values());
+        }
+        self.free_slots.push(slot);
+        self.live_inodes -= 1;
+    }
+
+    /// Drop one link of `slot`; frees the inode when none is left.
+    fn unlink_node(&mut self, slot: u32) -> FsResult<()> {
+        let node = self.node_mut(slot)?;
+        node.nlink = node.nlink.saturating_sub(1);
+        node.ctime = Time::now();
+        if node.nlink == 0 {
+            self.free_slot(slot);
+        }
+        Ok(())
+    }
+
+    fn block_range(&mut self, b: u32) -> &mut [u8] {
+        let start = b as usize * MEM_BLOCK_BYTES as usize;
+        &mut self.arena[start..start + MEM_BLOCK_BYTES as usize]
+    }
+
+    /// Set a regular file's size: blocks wholly past the new end are freed
+    /// and the tail of the last block is zeroed, so that an extension later
+    /// reads zeros. Extending allocates nothing (a hole).
+    fn truncate(&mut self, slot: u32, new_size: u64) -> FsResult<()> {
+        if new_size > MEM_MAX_FILE_BYTES {
+            return Err(FsError::FBig);
+        }
+        let node = self.node_mut(slot)?;
+        let old_size = node.size;
+        let blocks = match &mut node.body {
+            Body::File { blocks, .. } => blocks,
+            Body::Dir(_) => return Err(FsError::IsDir),
+            _ => return Err(FsError::Inval),
+        };
+        node.size = new_size;
+        if new_size >= old_size {
+            return Ok(());
+        }
+        let keep = new_size.div_ceil(MEM_BLOCK_BYTES);
+        let gone = blocks.split_off(&keep);
+        let tail = if !new_size.is_multiple_of(MEM_BLOCK_BYTES) {
+            blocks.get(&(new_size / MEM_BLOCK_BYTES)).copied()
+        } else {
+            None
+        };
+        self.free_blocks.extend(gone.into_values());
+        if let Some(b) = tail {
+            let from = (new_size % MEM_BLOCK_BYTES) as usize;
+            self.block_range(b)[from..].fill(0);
+        }
+        Ok(())
+    }
+
+    fn apply_set(&mut self, slot: u32, set: &SetAttr) -> FsResult<()> {
+        let now = Time::now();
+        if let Some(size) = set.size {
+            self.truncate(slot, size)?;
+            let node = self.node_mut(slot)?;
+            node.mtime = now;
+        }
+        let node = self.node_mut(slot)?;
+        if let Some(mode) = set.mode {
+            node.mode = mode & 0o7777;
+        }
+        if let Some(uid) = set.uid {
+            node.uid = uid;
+        }
+        if let Some(gid) = set.gid {
+            node.gid = gid;
+        }
+        if let Some(t) = time_of(set.atime, now) {
+            node.atime = t;
+        }
+        if let Some(t) = time_of(set.mtime, now) {
+            node.mtime = t;
+        }
+        node.ctime = now;
+        Ok(())
+    }
+
+    /// Create a node named `name` in `dir` (which must not have the name).
+    fn add_node(&mut self, dir: u32, name: &[u8], node: Node) -> FsResult<u32> {
+        let is_dir = matches!(node.body, Body::Dir(_));
+        let slot = self.alloc_slot(node)?;
+        let parent = self.node_mut(dir)?;
+        if is_dir {
+            parent.nlink = parent.nlink.saturating_add(1);
+        }
+        parent.touch_dir();
+        parent.dir_mut()?.insert(name, slot);
+        Ok(slot)
+    }
+
+    /// Whether `slot` is `ancestor` or lies below it.
+    fn is_under(&self, mut slot: u32, ancestor: u32) -> FsResult<bool> {
+        // The depth is bounded by the inode count; the loop ends at the root.
+        loop {
+            if slot == ancestor {
+                return Ok(true);
+            }
+            if slot == ROOT {
+                return Ok(false);
+            }
+            slot = self.dir_of(slot)?.parent;
+        }
+    }
+
+    fn read(&self, slot: u32, offset: u64, out: &mut [u8]) -> FsResult<(u32, bool)> {
+        let node = self.node(slot)?;
+        let blocks = match &node.body {
+            Body::File { blocks, .. } => blocks,
+            Body::Dir(_) => return Err(FsError::IsDir),
+            _ => return Err(FsError::Inval),
+        };
+        if offset >= node.size {
+            return Ok((0, true));
+        }
+        let n = (node.size - offset).min(out.len() as u64) as usize;
+        let out = &mut out[..n];
+        // Walk the byte range block by block; missing blocks are holes.
+        let mut done = 0usize;
+        while done < n {
+            let pos = offset + done as u64;
+            let in_block = (pos % MEM_BLOCK_BYTES) as usize;
+            let chunk = (MEM_BLOCK_BYTES as usize - in_block).min(n - done);
+            let dst = &mut out[done..done + chunk];
+            match blocks.get(&(pos / MEM_BLOCK_BYTES)) {
+                Some(&b) => {
+                    let start = b as usize * MEM_BLOCK_BYTES as usize + in_block;
+                    dst.copy_from_slice(&self.arena[start..start + chunk]);
+                }
+                None => dst.fill(0),
+            }
+            done += chunk;
+        }
+        let eof = offset + n as u64 >= node.size;
+        Ok((n as u32, eof))
+    }
+
+    fn write(&mut self, slot: u32, offset: u64, data: &[u8]) -> FsResult<u32> {
+        let end = offset.checked_add(data.len() as u64).ok_or(FsError::FBig)?;
+        if end > MEM_MAX_FILE_BYTES {
+            return Err(FsError::FBig);
+        }
+        let node = self.node(slot)?;
+        let blocks = match &node.body {
+            Body::File { blocks, .. } => blocks,
+            Body::Dir(_) => return Err(FsError::IsDir),
+            _ => return Err(FsError::Inval),
+        };
+        if data.is_empty() {
+            return Ok(0);
+        }
+        // Reserve every missing block first, so a full arena fails the whole
+        // write with nothing changed.
+        let first = offset / MEM_BLOCK_BYTES;
+        let last = (end - 1) / MEM_BLOCK_BYTES;
+        let present = blocks.range(first..=last).count() as u64;
+        let missing = last - first + 1 - present;
+        if missing > self.free_blocks.len() as u64 {
+            return Err(FsError::NoSpc);
+        }
+        let mut done = 0usize;
+        while done < data.len() {
+            let pos = offset + done as u64;
+            let fbn = pos / MEM_BLOCK_BYTES;
+            let in_block = (pos % MEM_BLOCK_BYTES) as usize;
+            let chunk = (MEM_BLOCK_BYTES as usize - in_block).min(data.len() - done);
+            let existing = match &self.node(slot)?.body {
+                Body::File { blocks, .. } => blocks.get(&fbn).copied(),
+                _ => return Err(FsError::ServerFault),
+            };
+            let b = match existing {
+                Some(b) => b,
+                None => {
+                    let b = self.free_blocks.pop().ok_or(FsError::NoSpc)?;
+                    if chunk != MEM_BLOCK_BYTES as usize {
+                        // Freed blocks hold old data; a partial write must
+                        // leave zeros around it.
+                        self.block_range(b).fill(0);
+                    }
+                    if let Body::File { blocks, .. } = &mut self.node_mut(slot)?.body {
+                        blocks.insert(fbn, b);
+                    }
+                    b
+                }
+            };
+            self.block_range(b)[in_block..in_block + chunk].copy_from_slice(&data[done..done + chunk]);
+            done += chunk;
+        }
+        let node = self.node_mut(slot)?;
+        node.size = node.size.max(end);
+        let now = Time::now();
+        node.mtime = now;
+        node.ctime = now;
+        Ok(data.len() as u32)
+    }
+}
+
+impl Shared {
+    fn read_fs(&self) -> FsResult<RwLockReadGuard<'_, Fs>> {
+        self.fs.read().map_err(|_| FsError::ServerFault)
+    }
+
+    fn write_fs(&self) -> FsResult<RwLockWriteGuard<'_, Fs>> {
+        self.fs.write().map_err(|_| FsError::ServerFault)
+    }
+
+    fn handle(&self, fs: &Fs, slot: u32) -> FileHandle {
+        let mut b = [0u8; HANDLE_LEN];
+        b[0] = HANDLE_TAG;
+        b[1..5].copy_from_slice(&self.instance.to_le_bytes());
+        b[5..13].copy_from_slice(&(u64::from(slot) + 1).to_le_bytes());
+        let generation = fs.slots.get(slot as usize).map_or(0, |s| s.generation);
+        b[13..17].copy_from_slice(&generation.to_le_bytes());
+        FileHandle::new(&b).expect("17 bytes is a valid handle length")
+    }
+
+    /// The slot a handle names: `BadHandle` when it is not one of ours,
+    /// `Stale` when its file is gone (or from another instance).
+    fn resolve(&self, fs: &Fs, fh: &FileHandle) -> FsResult<u32> {
+        let b = fh.as_bytes();
+        if b.len() != HANDLE_LEN || b[0] != HANDLE_TAG {
+            return Err(FsError::BadHandle);
+        }
+        let instance = u32::from_le_bytes([b[1], b[2], b[3], b[4]]);
+        let mut ino = [0u8; 8];
+        ino.copy_from_slice(&b[5..13]);
+        let ino = u64::from_le_bytes(ino);
+        let generation = u32::from_le_bytes([b[13], b[14], b[15], b[16]]);
+        if instance != self.instance || ino == 0 || ino > fs.slots.len() as u64 {
+            return Err(FsError::Stale);
+        }
+        let slot = (ino - 1) as u32;
+        let s = &fs.slots[slot as usize];
+        if s.generation != generation || s.node.is_none() {
+            return Err(FsError::Stale);
+        }
+        Ok(slot)
+    }
+
+    fn found(&self, fs: &Fs, slot: u32) -> FsResult<(FileHandle, Attr)> {
+        Ok((self.handle(fs, slot), fs.node(slot)?.attr(slot)))
+    }
+
+    fn do_io(&self, io: &IoDesc) -> IoDone {
+        let mut done = IoDone {
+            tag: io.tag,
+            ..IoDone::default()
+        };
+        let len = io.len as usize;
+        if io.op != IoOp::Flush && io.buf.is_null() && len != 0 {
+            done.result = Err(FsError::Inval);
+            return done;
+        }
+        let ptr = if len == 0 {
+            std::ptr::NonNull::<u8>::dangling().as_ptr()
+        } else {
+            io.buf
+        };
+        match io.op {
+            IoOp::Read => {
+                done.result = self.read_fs().and_then(|fs| {
+                    let slot = self.resolve(&fs, &io.fh)?;
+                    // SAFETY: the submit contract makes `buf` valid for
+                    // reads and writes of `len` bytes and exclusively ours
+                    // until the completion is reaped; a zero length uses a
+                    // dangling, aligned pointer, valid for an empty slice.
+                    let out = unsafe { std::slice::from_raw_parts_mut(ptr, len) };
+                    let (n, eof) = fs.read(slot, io.offset, out)?;
+                    done.eof = eof;
+                    Ok(n)
+                });
+            }
+            IoOp::Write(_) => {
+                done.result = self.write_fs().and_then(|mut fs| {
+                    let slot = self.resolve(&fs, &io.fh)?;
+                    // SAFETY: as for a read; a write only reads the buffer.
+                    let data = unsafe { std::slice::from_raw_parts(ptr as *const u8, len) };
+                    fs.write(slot, io.offset, data)
+                });
+                if done.result.is_ok() {
+                    done.committed = Stable::FileSync;
+                }
+            }
+            IoOp::Flush => {
+                done.result = self.read_fs().and_then(|fs| {
+                    let slot = self.resolve(&fs, &io.fh)?;
+                    fs.node(slot).map(|_| 0)
+                });
+                done.committed = Stable::FileSync;
+            }
+        }
+        done
+    }
+}
+
+/// The arena, zero-filled. Allocated zeroed rather than written, so the
+/// system hands out zero pages lazily (a large arena costs nothing until
+/// used), and a failed allocation is an error rather than an abort.
+fn zeroed_arena(len: usize) -> FsResult<Box<[u8]>> {
+    let layout = std::alloc::Layout::array::<u8>(len).map_err(|_| FsError::FBig)?;
+    if layout.size() == 0 {
+        return Err(FsError::Inval);
+    }
+    // SAFETY: the layout has a non-zero size.
+    let p = unsafe { std::alloc::alloc_zeroed(layout) };
+    if p.is_null() {
+        return Err(FsError::NoSpc);
+    }
+    // SAFETY: `p` was allocated by the global allocator with the layout of a
+    // `[u8]` of `len` elements, all initialised (zero), and is owned by
+    // nothing else: exactly what `Box<[u8]>` frees with.
+    Ok(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(p, len)) })
+}
+
+impl MemBackend {
+    /// A RAM file system of `size_bytes` (a non-zero multiple of
+    /// [`MEM_BLOCK_BYTES`]), allocated now. Inodes are limited to one per
+    /// block, at least [`MEM_MIN_INODES`]. Call at start-up, on any thread.
+    pub fn new(name: &str, size_bytes: u64) -> FsResult<MemBackend> {
+        if size_bytes == 0 || !size_bytes.is_multiple_of(MEM_BLOCK_BYTES) {
+            return Err(FsError::Inval);
+        }
+        let total_blocks = size_bytes / MEM_BLOCK_BYTES;
+        if total_blocks > u64::from(u32::MAX) || usize::try_from(size_bytes).is_err() {
+            return Err(FsError::FBig);
+        }
+        let arena = zeroed_arena(size_bytes as usize)?;
+        let free_blocks: Vec<u32> = (0..total_blocks as u32).rev().collect();
+        let mut root = Node::new(0o755, Owner::default(), Body::Dir(Dir::new(ROOT)));
+        root.nlink = 2;
+        let fs = Fs {
+            arena,
+            total_blocks,
+            free_blocks,
+            slots: vec![Slot {
+                generation: 1,
+                node: Some(root),
+            }],
+            free_slots: Vec::new(),
+            max_inodes: total_blocks.max(MEM_MIN_INODES),
+            live_inodes: 1,
+        };
+        let instance = (std::collections::hash_map::RandomState::new().build_hasher().finish() as u32).max(1);
+        Ok(MemBackend {
+            name: name.to_owned(),
+            shared: Arc::new(Shared {
+                instance,
+                fs: RwLock::new(fs),
+            }),
+            queue_depth: MEM_DEFAULT_QUEUE_DEPTH,
+        })
+    }
+
+    /// Completions each channel holds before `submit` answers `Jukebox`
+    /// (at least 1). Call before opening channels.
+    pub fn with_queue_depth(mut self, depth: u32) -> Self {
+        self.queue_depth = depth.max(1);
+        self
+    }
+
+    /// The name from the configuration.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+impl fmt::Debug for MemBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut d = f.debug_struct("MemBackend");
+        d.field("name", &self.name).field("queue_depth", &self.queue_depth);
+        if let Ok(fs) = self.shared.fs.try_read() {
+            d.field("total_blocks", &fs.total_blocks)
+                .field("free_blocks", &fs.free_blocks.len())
+                .field("live_inodes", &fs.live_inodes);
+        }
+        d.finish()
+    }
+}
+
+impl Backend for MemBackend {
+    fn kind(&self) -> &'static str {
+        "mem"
+    }
+
+    fn root(&self) -> FileHandle {
+        let fs = self.shared.fs.read().unwrap_or_else(|e| e.into_inner());
+        self.shared.handle(&fs, ROOT)
+    }
+
+    fn getattr(&self, fh: &FileHandle) -> FsResult<Attr> {
+        let fs = self.shared.read_fs()?;
+        let slot = self.shared.resolve(&fs, fh)?;
+        Ok(fs.node(slot)?.attr(slot))
+    }
+
+    fn setattr(&self, fh: &FileHandle, set: &SetAttr) -> FsResult<Attr> {
+        let mut fs = self.shared.write_fs()?;
+        let slot = self.shared.resolve(&fs, fh)?;
+        fs.apply_set(slot, set)?;
+        Ok(fs.node(slot)?.attr(slot))
+    }
+
+    fn lookup(&self, dir: &FileHandle, name: &[u8]) -> FsResult<(FileHandle, Attr)> {
+        let fs = self.shared.read_fs()?;
+        let d = self.shared.resolve(&fs, dir)?;
+        let entries = fs.dir_of(d)?;
+        check_name(name)?;
+        let slot = match name {
+            b"." => d,
+            b".." => entries.parent,
+            _ => entries.get(name).ok_or(FsError::NoEnt)?,
+        };
+        self.shared.found(&fs, slot)
+    }
+
+    fn readlink(&self, fh: &FileHandle, out: &mut [u8]) -> FsResult<usize> {
+        let fs = self.shared.read_fs()?;
+        let slot = self.shared.resolve(&fs, fh)?;
+        match &fs.node(slot)?.body {
+            Body::Symlink(t) => {
+                let dst = out.get_mut(..t.len()).ok_or(FsError::TooSmall)?;
+                dst.copy_from_slice(t);
+                Ok(t.len())
+            }
+            _ => Err(FsError::Inval),
+        }
+    }
+
+    fn create(&self, dir: &FileHandle, name: &[u8], how: CreateHow, owner: Owner) -> FsResult<(FileHandle, Attr)> {
+        let mut fs = self.shared.write_fs()?;
+        let d = self.shared.resolve(&fs, dir)?;
+        let existing = fs.dir_of(d)?.get(name);
+        check_new_name(name)?;
+        if let Some(slot) = existing {
+            let node = fs.node(slot)?;
+            match how {
+                CreateHow::Unchecked(set) if node.ftype() == FileType::Regular => {
+                    fs.apply_set(
+                        slot,
+                        &SetAttr {
+                            mode: None,
+                            uid: None,
+                            gid: None,
+                            ..set
+                        },
+                    )?;
+                    return self.shared.found(&fs, slot);
+                }
+                CreateHow::Exclusive(v) => {
+                    if matches!(node.body, Body::File { verifier: Some(old), .. } if old == v) {
+                        return self.shared.found(&fs, slot);
+                    }
+                    return Err(FsError::Exist);
+                }
+                _ => return Err(FsError::Exist),
+            }
+        }
+        let (set, verifier) = match how {
+            CreateHow::Unchecked(set) | CreateHow::Guarded(set) => (set, None),
+            CreateHow::Exclusive(v) => (NO_ATTR, Some(v)),
+        };
+        let mode = set.mode.unwrap_or(if verifier.is_some() { 0o600 } else { 0o644 });
+        let node = Node::new(
+            mode,
+            owner,
+            Body::File {
+                blocks: BTreeMap::new(),
+                verifier,
+            },
+        );
+        let slot = fs.add_node(d, name, node)?;
+        if set != NO_ATTR {
+            if let Err(e) = fs.apply_set(slot, &SetAttr { mode: None, ..set }) {
+                // Undo: the create fails as a whole.
+                fs.dir_mut_of(d)?.remove(name);
+                fs.free_slot(slot);
+                return Err(e);
+            }
+        }
+        self.shared.found(&fs, slot)
+    }
+
+    fn mkdir(&self, dir: &FileHandle, name: &[u8], set: &SetAttr, owner: Owner) -> FsResult<(FileHandle, Attr)> {
+        let mut fs = self.shared.write_fs()?;
+        let d = self.shared.resolve(&fs, dir)?;
+        let existing = fs.dir_of(d)?.get(name);
+        check_new_name(name)?;
+        if existing.is_some() {
+            return Err(FsError::Exist);
+        }
+        if set.size.is_some() {
+            return Err(FsError::IsDir);
+        }
+        let mut node = Node::new(set.mode.unwrap_or(0o755), owner, Body::Dir(Dir::new(d)));
+        node.nlink = 2;
+        let slot = fs.add_node(d, name, node)?;
+        fs.apply_set(slot, &SetAttr { mode: None, ..*set })?;
+        self.shared.found(&fs, slot)
+    }
+
+    fn symlink(
+        &self,
+        dir: &FileHandle,
+        name: &[u8],
+        target: &[u8],
+        set: &SetAttr,
+        owner: Owner,
+    ) -> FsResult<(FileHandle, Attr)> {
+        let mut fs = self.shared.write_fs()?;
+        let d = self.shared.resolve(&fs, dir)?;
+        let existing = fs.dir_of(d)?.get(name);
+        check_new_name(name)?;
+        if target.is_empty() || target.contains(&0) {
+            return Err(FsError::Inval);
+        }
+        if target.len() > PATH_MAX_BYTES {
+            return Err(FsError::NameTooLong);
+        }
+        if existing.is_some() {
+            return Err(FsError::Exist);
+        }
+        let node = Node::new(0o777, owner, Body::Symlink(target.to_vec()));
+        let slot = fs.add_node(d, name, node)?;
+        fs.apply_set(
+            slot,
+            &SetAttr {
+                mode: None,
+                size: None,
+                ..*set
+            },
+        )?;
+        self.shared.found(&fs, slot)
+    }
+
+    fn mknod(
+        &self,
+        dir: &FileHandle,
+        name: &[u8],
+        kind: NodeKind,
+        set: &SetAttr,
+        owner: Owner,
+    ) -> FsResult<(FileHandle, Attr)> {
+        let mut fs = self.shared.write_fs()?;
+        let d = self.shared.resolve(&fs, dir)?;
+        let existing = fs.dir_of(d)?.get(name);
+        check_new_name(name)?;
+        if existing.is_some() {
+            return Err(FsError::Exist);
+        }
+        let (ftype, rdev) = match kind {
+            NodeKind::Char { major, minor } => (FileType::Char, (major, minor)),
+            NodeKind::Block { major, minor } => (FileType::Block, (major, minor)),
+            NodeKind::Socket => (FileType::Socket, (0, 0)),
+            NodeKind::Fifo => (FileType::Fifo, (0, 0)),
+        };
+        let node = Node::new(set.mode.unwrap_or(0o644), owner, Body::Special { ftype, rdev });
+        let slot = fs.add_node(d, name, node)?;
+        fs.apply_set(
+            slot,
+            &SetAttr {
+                mode: None,
+                size: None,
+                ..*set
+            },
+        )?;
+        self.shared.found(&fs, slot)
+    }
+
+    fn remove(&self, dir: &FileHandle, name: &[u8]) -> FsResult<()> {
+        let mut fs = self.shared.write_fs()?;
+        let d = self.shared.resolve(&fs, dir)?;
+        let existing = fs.dir_of(d)?.get(name);
+        check_old_name(name)?;
+        let slot = existing.ok_or(FsError::NoEnt)?;
+        if fs.node(slot)?.ftype() == FileType::Directory {
+            return Err(FsError::IsDir);
+        }
+        let parent = fs.node_mut(d)?;
+        parent.touch_dir();
+        parent.dir_mut()?.remove(name);
+        fs.unlink_node(slot)
+    }
+
+    fn rmdir(&self, dir: &FileHandle, name: &[u8]) -> FsResult<()> {
+        let mut fs = self.shared.write_fs()?;
+        let d = self.shared.resolve(&fs, dir)?;
+        let existing = fs.dir_of(d)?.get(name);
+        check_name(name)?;
+        match name {
+            b"." => return Err(FsError::Inval),
+            b".." => return Err(FsError::NotEmpty),
+            _ => {}
+        }
+        let slot = existing.ok_or(FsError::NoEnt)?;
+        if !fs.dir_of(slot)?.by_pos.is_empty() {
+            return Err(FsError::NotEmpty);
+        }
+        let parent = fs.node_mut(d)?;
+        parent.touch_dir();
+        parent.nlink = parent.nlink.saturating_sub(1);
+        parent.dir_mut()?.remove(name);
+        fs.free_slot(slot);
+        Ok(())
+    }
+
+    fn rename(&self, from_dir: &FileHandle, from: &[u8], to_dir: &FileHandle, to: &[u8]) -> FsResult<()> {
+        let mut fs = self.shared.write_fs()?;
+        let fd = self.shared.resolve(&fs, from_dir)?;
+        let td = self.shared.resolve(&fs, to_dir)?;
+        let src = fs.dir_of(fd)?.get(from);
+        let dst = fs.dir_of(td)?.get(to);
+        check_old_name(from)?;
+        check_old_name(to)?;
+        let src = src.ok_or(FsError::NoEnt)?;
+        let src_is_dir = fs.node(src)?.ftype() == FileType::Directory;
+        if src_is_dir && fs.is_under(td, src)? {
+            // A directory cannot move below itself.
+            return Err(FsError::Inval);
+        }
+        if let Some(dst) = dst {
+            if dst == src {
+                // Two links of one file: POSIX says do nothing.
+                return Ok(());
+            }
+            let dst_node = fs.node(dst)?;
+            let dst_is_dir = dst_node.ftype() == FileType::Directory;
+            match (src_is_dir, dst_is_dir) {
+                (true, false) => return Err(FsError::NotDir),
+                (false, true) => return Err(FsError::IsDir),
+                (true, true) if !dst_node.dir()?.by_pos.is_empty() => return Err(FsError::NotEmpty),
+                _ => {}
+            }
+            fs.dir_mut_of(td)?.remove(to);
+            if dst_is_dir {
+                let t = fs.node_mut(td)?;
+                t.nlink = t.nlink.saturating_sub(1);
+                fs.free_slot(dst);
+            } else {
+                fs.unlink_node(dst)?;
+            }
+        }
+        fs.dir_mut_of(fd)?.remove(from);
+        fs.dir_mut_of(td)?.insert(to, src);
+        fs.node_mut(fd)?.touch_dir();
+        fs.node_mut(td)?.touch_dir();
+        let now = Time::now();
+        let moved = fs.node_mut(src)?;
+        moved.ctime = now;
+        if src_is_dir && fd != td {
+            moved.dir_mut()?.parent = td;
+            let f = fs.node_mut(fd)?;
+            f.nlink = f.nlink.saturating_sub(1);
+            let t = fs.node_mut(td)?;
+            t.nlink = t.nlink.saturating_add(1);
+        }
+        Ok(())
+    }
+
+    fn link(&self, fh: &FileHandle, dir: &FileHandle, name: &[u8]) -> FsResult<()> {
+        let mut fs = self.shared.write_fs()?;
+        let slot = self.shared.resolve(&fs, fh)?;
+        let d = self.shared.resolve(&fs, dir)?;
+        let existing = fs.dir_of(d)?.get(name);
+        check_new_name(name)?;
+        let node = fs.node(slot)?;
+        if node.ftype() == FileType::Directory {
+            return Err(FsError::IsDir);
+        }
+        if node.nlink == u32::MAX {
+            return Err(FsError::Mlink);
+        }
+        if existing.is_some() {
+            return Err(FsError::Exist);
+        }
+        let node = fs.node_mut(slot)?;
+        node.nlink += 1;
+        node.ctime = Time::now();
+        let parent = fs.node_mut(d)?;
+        parent.touch_dir();
+        parent.dir_mut()?.insert(name, slot);
+        Ok(())
+    }
+
+    fn readdir(&self, dir: &FileHandle, cookie: u64, sink: &mut dyn FnMut(DirEntry<'_>) -> bool) -> FsResult<bool> {
+        let fs = self.shared.read_fs()?;
+        let d = self.shared.resolve(&fs, dir)?;
+        let entries = fs.dir_of(d)?;
+        if cookie >= entries.next_pos {
+            return Err(FsError::BadCookie);
+        }
+        let mut give = |name: &[u8], slot: u32, cookie: u64| -> FsResult<bool> {
+            let (handle, attr) = self.shared.found(&fs, slot)?;
+            Ok(sink(DirEntry {
+                fileid: attr.fileid,
+                name,
+                cookie,
+                handle: Some(handle),
+                attr: Some(attr),
+            }))
+        };
+        if cookie == 0 && !give(b".", d, 1)? {
+            return Ok(false);
+        }
+        if cookie <= 1 && !give(b"..", entries.parent, 2)? {
+            return Ok(false);
+        }
+        for (&pos, (name, slot)) in entries.by_pos.range(cookie.max(FIRST_POS - 1) + 1..) {
+            if !give(name, *slot, pos)? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    fn cookie_verifier(&self, dir: &FileHandle) -> FsResult<u64> {
+        let fs = self.shared.read_fs()?;
+        let d = self.shared.resolve(&fs, dir)?;
+        let version = fs.dir_of(d)?.version;
+        Ok((u64::from(self.shared.instance) << 32) ^ version)
+    }
+
+    fn fsstat(&self) -> FsResult<FsStat> {
+        let fs = self.shared.read_fs()?;
+        let free_bytes = fs.free_blocks.len() as u64 * MEM_BLOCK_BYTES;
+        let free_files = fs.max_inodes - fs.live_inodes;
+        Ok(FsStat {
+            total_bytes: fs.total_blocks * MEM_BLOCK_BYTES,
+            free_bytes,
+            avail_bytes: free_bytes,
+            total_files: fs.max_inodes,
+            free_files,
+            avail_files: free_files,
+            max_file_size: MEM_MAX_FILE_BYTES,
+            block_size: MEM_BLOCK_BYTES as u32,
+        })
+    }
+
+    fn commit(&self, fh: &FileHandle) -> FsResult<()> {
+        let fs = self.shared.read_fs()?;
+        self.shared.resolve(&fs, fh).map(|_| ())
+    }
+
+    fn sync_all(&self) -> FsResult<()> {
+        Ok(())
+    }
+
+    fn open_channel(&self, core: usize) -> FsResult<Box<dyn IoChannel>> {
+        Ok(Box::new(MemChannel {
+            shared: self.shared.clone(),
+            core,
+            depth: self.queue_depth as usize,
+            done: VecDeque::with_capacity(self.queue_depth as usize),
+        }))
+    }
+}
+
+/// One core's channel into a [`MemBackend`]: `submit` copies right away
+/// under the backend's lock; `poll` hands out the queued completions.
+pub struct MemChannel {
+    shared: Arc<Shared>,
+    core: usize,
+    depth: usize,
+    done: VecDeque<IoDone>,
+}
+
+impl fmt::Debug for MemChannel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MemChannel")
+            .field("core", &self.core)
+            .field("depth", &self.depth)
+            .field("queued", &self.done.len())
+            .finish()
+    }
+}
+
+impl IoChannel for MemChannel {
+    /// Runs on the channel's core. Errors of the I/O itself (a stale handle,
+    /// `NoSpc`) come back in the completion; only a full queue (`Jukebox`)
+    /// fails the submission.
+    unsafe fn submit(&mut self, io: IoDesc) -> FsResult<()> {
+        if self.done.len() >= self.depth {
+            return Err(FsError::Jukebox);
+        }
+        let done = self.shared.do_io(&io);
+        self.done.push_back(done);
+        Ok(())
+    }
+
+    fn poll(&mut self, out: &mut [IoDone]) -> usize {
+        let n = out.len().min(self.done.len());
+        for (slot, done) in out.iter_mut().zip(self.done.drain(..n)) {
+            *slot = done;
+        }
+        n
+    }
+
+    fn in_flight(&self) -> usize {
+        self.done.len()
+    }
+}
