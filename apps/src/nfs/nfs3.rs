@@ -485,8 +485,9 @@ fn write(
     let mut r = Reader::new(c.args);
     let h = WriteHead::decode(&mut r)?;
     let len = h.data_len as usize;
-    let data: &[u8] = if r.remaining() >= len {
-        r.bytes(len, "data")?
+    let data: &[u8] = if r.remaining() > 0 || len == 0 {
+        // Inline: the data and its XDR padding.
+        r.opaque_fixed(len, "data")?
     } else {
         match c.tail {
             Some(t) if r.remaining() == 0 && t.len() >= len => &t[..len],
