@@ -1,0 +1,144 @@
+//! The NFS service behind the responder engine on the deterministic sim
+//! fabric: the I/O scenario (1 MiB WRITE through a Read chunk, READ through a
+//! Write chunk, READLINK, READDIRPLUS through a Reply chunk) for RPC-over-RDMA
+//! versions 1 and 2 and each backend, with buffer accounting after teardown;
+//! and a refused client answered on a connection that stays up.
+
+mod nfs_common;
+
+use dataplane::requester::Requester;
+use dataplane::sim::{SimConfig, SimFabric, SimNetwork};
+use nfs_common::*;
+use proto::negotiate::VersionRange;
+use proto::ulb::Nfs3Binding;
+use rpcrdma_apps::nfs::export::fnv1a64;
+
+const CREDITS: u32 = 4;
+
+fn versions(v: u32) -> VersionRange {
+    if v == 1 {
+        VersionRange::only(1).unwrap()
+    } else {
+        VersionRange::ALL
+    }
+}
+
+fn engine(p: &Pools, sh: &std::sync::Arc<rpcrdma_apps::nfs::NfsShared>, seed: u64, v: u32) -> Engine<SimFabric> {
+    let net = SimNetwork::new(SimConfig::with_seed(seed));
+    let srv = responder(p, sh, net.endpoint(), CREDITS, "srv");
+    let mut cli = Requester::new(
+        requester_cfg(p, versions(v), CREDITS),
+        net.endpoint(),
+        p.pool,
+        &p.regions,
+        1,
+    )
+    .unwrap();
+    cli.connect("srv").unwrap();
+    let mut e = Engine {
+        cli,
+        srv: Some(srv),
+        net: Some(net),
+        binding: Nfs3Binding::new(MIB as u32),
+        carried: Carried::default(),
+    };
+    e.connect();
+    assert_eq!(e.cli.version(), v);
+    e
+}
+
+/// Tear down both ends and check every buffer came back.
+fn teardown(p: &Pools, mut e: Engine<SimFabric>) {
+    assert_eq!(e.cli.shutdown(100_000), 0, "requester calls left");
+    let net = e.net.take().unwrap();
+    let _ = net.run_until_idle(1_000_000);
+    let mut srv = e.srv.take().unwrap();
+    let held = srv.shutdown(100_000);
+    let _ = net.run_until_idle(1_000_000);
+    srv.poll();
+    assert_eq!(held, Default::default(), "responder buffers held");
+    drop(srv);
+    drop(e);
+    for class in [p.recv, p.send, p.data] {
+        assert_eq!(p.pool.stats(class).unwrap().in_use, 0, "class {class:?} leaked");
+    }
+}
+
+fn run(kind: Kind, v: u32) {
+    let s = store(kind, "b0");
+    let mut ex = Ex::new("/export", "b0");
+    ex.root_squash = false;
+    let sh = shared(&[&s], &[ex], DATA_BUF_BYTES as u32);
+    assert_eq!(sh.max_io_bytes(), MIB as u32);
+    let p = pools(CREDITS);
+    let mut c = Client::new(engine(&p, &sh, 7 + u64::from(v), v));
+    c.auth = Auth::root();
+    io_scenario(&mut c, "/export", "sim", sh.write_verifier());
+    let carried = c.t.carried;
+    assert!(
+        carried.read_chunk_calls >= 2,
+        "{kind:?} v{v}: WRITE data in Read chunks: {carried:?}"
+    );
+    assert!(
+        carried.write_chunk_replies >= 2,
+        "{kind:?} v{v}: READ data in Write chunks: {carried:?}"
+    );
+    let st = c.t.srv.as_ref().unwrap().stats();
+    assert!(
+        st.rdma_reads > 0 && st.rdma_writes > 0 && st.replies_write_chunks >= 2,
+        "{st:?}"
+    );
+    assert!(st.replies_long > 0, "READDIRPLUS through a Reply chunk: {st:?}");
+    let nfs = c.t.srv.as_mut().unwrap().service().stats();
+    assert_eq!(nfs.rpc_errors, 0);
+    assert!(nfs.nfs[7] == 2 && nfs.nfs[6] == 3 && nfs.mount[1] == 1, "{nfs:?}");
+    teardown(&p, c.t);
+}
+
+#[test]
+fn v1_io_scenario_each_backend() {
+    for k in KINDS {
+        run(k, 1);
+    }
+}
+
+#[test]
+fn v2_io_scenario_each_backend() {
+    for k in KINDS {
+        run(k, 2);
+    }
+}
+
+#[test]
+fn refused_client_gets_errors_not_a_dropped_connection() {
+    let s = store(Kind::Mem, "b0");
+    let open = Ex::new("/open", "b0");
+    let mut lan = Ex::new("/lan", "b0");
+    lan.clients = vec!["10.0.0.0/8"];
+    let sh = shared(&[&s], &[open, lan], DATA_BUF_BYTES as u32);
+    let p = pools(CREDITS);
+    let mut c = Client::new(engine(&p, &sh, 99, 1));
+    // The sim fabric reports 127.0.0.1 as the peer.
+    assert_eq!(c.mnt("/lan"), Err(proto::nfs3::MNT3ERR_ACCES));
+    let open = c.mnt("/open").unwrap().0;
+    let mut lan = open.clone();
+    lan[1..9].copy_from_slice(&fnv1a64(b"/lan").to_be_bytes());
+    assert_eq!(c.getattr(&lan).unwrap_err(), proto::nfs3::NFS3ERR_ACCES);
+    // AUTH_NONE on an AUTH_SYS export: an RPC AUTH_ERROR, same connection.
+    c.auth = Auth::None;
+    let r = c.nfs(1, |e| {
+        e.opaque(&open);
+    });
+    assert_eq!(r.stat, RpcStat::AuthError(5));
+    // An unknown program and garbage arguments: answered too.
+    assert_eq!(c.call(100_099, 1, 0, |_| {}).stat, RpcStat::ProgUnavail);
+    c.auth = Auth::sys(1000, 1000);
+    let r = c.nfs(6, |e| {
+        e.u32(3);
+    });
+    assert_eq!(r.stat, RpcStat::GarbageArgs);
+    // Still connected.
+    assert!(c.getattr(&open).is_ok());
+    assert_eq!(c.t.srv.as_ref().unwrap().stats().conns_closed, 0);
+    teardown(&p, c.t);
+}
