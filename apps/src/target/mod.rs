@@ -1,1 +1,488 @@
-//! rpcrdma-target: being written.
+//! `rpcrdma-target`: the NFSv3 gateway process.
+//!
+//! [`Target::start`] turns a validated [`Config`] into a running target:
+//!
+//! 1. opens every backend ([`crate::backend::open`]) and builds the NFS and
+//!    MOUNT services' shared state ([`NfsShared`]);
+//! 2. sizes one process-wide buffer pool from the `pools` section (one size
+//!    class per usage: receive, send, data; one per-core cache per core) and
+//!    maps it once — the fabric registers it once per engine (persistent keys);
+//! 3. starts one pinned reactor thread per configured core; on every `io`
+//!    core that owns a fabric listener (listener *k* goes to io core
+//!    *k mod n*) it creates that core's fabric provider and a
+//!    [`Responder`] engine serving an [`NfsService`], polled by the core's
+//!    loop (shared-nothing: the engine, its fabric, its queues and its backend
+//!    channels belong to that core alone);
+//! 4. starts the TCP record-marking listeners for NFS and MOUNT
+//!    ([`tcp::TcpServer`]).
+//!
+//! [`Target::shutdown`] drains: engines refuse new connections and keep
+//! serving until every received Call is answered (bounded by
+//! `reactor.drain_timeout_ms`), TCP listeners stop, then every backend is
+//! synced so no UNSTABLE write is lost, and the process may exit.
+
+pub mod tcp;
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
+
+use dataplane::fabric::Fabric;
+use dataplane::responder::{Responder, ResponderConfig, ResponderStats};
+use dataplane::shm::{ShmConfig, ShmFabric};
+use mempool::pool::{ClassId, Mempool, PoolPlan};
+use mempool::region::{HugePageSize, RegionConfig};
+use proto::header::Limits;
+use proto::negotiate::VersionRange;
+use reactor::config::{Config, FabricConfig, PageSize, PoolUsage};
+use reactor::{CoreCtx, PollStatus, Poller, Reactor};
+
+use crate::backend::{self, Backend};
+use crate::nfs::{NfsService, NfsShared};
+
+/// Why the target could not start (or stop cleanly).
+#[derive(Debug, thiserror::Error)]
+pub enum TargetError {
+    #[error("configuration: {0}")]
+    Config(String),
+    #[error("backend {name:?}: {source}")]
+    Backend {
+        name: String,
+        #[source]
+        source: backend::FsError,
+    },
+    #[error("buffer pools: {0}")]
+    Pool(#[from] mempool::MempoolError),
+    #[error("reactor: {0}")]
+    Reactor(#[from] reactor::ReactorError),
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("engine on core {core}: {msg}")]
+    Engine { core: usize, msg: String },
+}
+
+/// Counters gathered at shutdown.
+#[derive(Clone, Debug, Default)]
+pub struct TargetStats {
+    /// Per engine (core index, its counters).
+    pub engines: Vec<(usize, ResponderStats)>,
+    pub tcp_calls: u64,
+}
+
+/// A running target. Owned by the thread that started it (the admin thread).
+pub struct Target {
+    reactor: Option<Reactor>,
+    tcp: Vec<tcp::TcpServer>,
+    shared: Arc<NfsShared>,
+    engine_stats: Arc<Mutex<Vec<(usize, ResponderStats)>>>,
+}
+
+impl std::fmt::Debug for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Target")
+            .field("running", &self.reactor.is_some())
+            .field("tcp", &self.tcp)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The pool classes of the three usages.
+#[derive(Clone, Copy, Debug)]
+struct Classes {
+    recv: ClassId,
+    send: ClassId,
+    data: ClassId,
+    data_size: usize,
+}
+
+/// Everything an io core needs to build its engine, shared by the start-up
+/// hook of every core.
+#[derive(Debug)]
+struct EngineSetup {
+    pool: &'static Mempool,
+    classes: Classes,
+    shared: Arc<NfsShared>,
+    /// (core index, listen address, versions) per engine.
+    listeners: Vec<(usize, String, VersionRange)>,
+    fabric: FabricConfig,
+    credits: u32,
+    max_conns: u32,
+    errors: Mutex<Vec<TargetError>>,
+    stats: Arc<Mutex<Vec<(usize, ResponderStats)>>>,
+}
+
+/// The largest buffer of the pool with `usage`.
+fn pool_of(cfg: &Config, usage: PoolUsage) -> Result<&reactor::config::PoolConfig, TargetError> {
+    cfg.pools
+        .iter()
+        .filter(|p| p.usage == usage)
+        .max_by_key(|p| p.buffer_size_bytes)
+        .ok_or_else(|| TargetError::Config(format!("no pool with usage {usage:?}")))
+}
+
+/// Build the process-wide pool. It lives as long as the process (engines
+/// borrow it for `'static`); a process starts one target.
+fn build_pool(cfg: &Config) -> Result<(&'static Mempool, Classes), TargetError> {
+    let cores = cfg.cores.len();
+    let mut plan = PoolPlan::new(cores);
+    let mut add = |name: &'static str, usage: PoolUsage| -> Result<(ClassId, usize, PageSize), TargetError> {
+        let p = pool_of(cfg, usage)?;
+        let id = plan.add_class(name, p.buffer_size_bytes as usize, p.per_core_cache)?;
+        let count = u64::from(p.count);
+        plan.set_count(id, count);
+        // Every engine together may hold what the caches do not: the engines
+        // queue for buffers when a class runs dry (one pending queue per
+        // scarce resource), so the configured count is the holders' budget.
+        let headroom = cores as u64 * u64::from(p.per_core_cache);
+        plan.reserve(name, id, count.saturating_sub(headroom));
+        Ok((id, p.buffer_size_bytes as usize, p.page_size))
+    };
+    let (recv, _, page) = add("receive", PoolUsage::Receive)?;
+    let (send, _, _) = add("send", PoolUsage::Send)?;
+    let (data, data_size, _) = add("data", PoolUsage::Data)?;
+    plan.validate()?;
+    let region = RegionConfig {
+        page_size: match page {
+            PageSize::Size1G => HugePageSize::Size1G,
+            _ => HugePageSize::Size2M,
+        },
+        // "4K" asks for normal pages: the hugepage attempt falls back.
+        allow_fallback: true,
+        lock: true,
+        ..RegionConfig::default()
+    };
+    let pool = Mempool::new(&plan, &region)?;
+    if let Some(w) = pool.warning() {
+        if page != PageSize::Size4K {
+            tracing::warn!("{w}");
+        }
+    }
+    Ok((
+        Box::leak(Box::new(pool)),
+        Classes {
+            recv,
+            send,
+            data,
+            data_size,
+        },
+    ))
+}
+
+/// Open every backend named in the configuration.
+/// Backends by name, as the NFS layer takes them.
+type NamedBackends = Vec<(String, Arc<dyn Backend>)>;
+
+fn open_backends(cfg: &Config) -> Result<NamedBackends, TargetError> {
+    let mut out = Vec::with_capacity(cfg.backends.len());
+    for b in &cfg.backends {
+        let be = backend::open(b).map_err(|source| TargetError::Backend {
+            name: b.name().to_string(),
+            source,
+        })?;
+        tracing::info!(name = b.name(), kind = b.kind(), "backend open");
+        out.push((b.name().to_string(), be));
+    }
+    Ok(out)
+}
+
+fn version_range(versions: &[u32]) -> Result<VersionRange, TargetError> {
+    let lo = versions.iter().copied().min().unwrap_or(1);
+    let hi = versions.iter().copied().max().unwrap_or(1);
+    VersionRange::new(lo, hi).map_err(|e| TargetError::Config(format!("versions {versions:?}: {e}")))
+}
+
+impl Target {
+    /// Start the target described by `cfg` (validated by [`Config::load`]).
+    /// Returns once every engine listens and the TCP ports are bound. Call
+    /// from the admin thread.
+    pub fn start(cfg: Config) -> Result<Target, TargetError> {
+        cfg.validate().map_err(|p| TargetError::Config(p.to_string()))?;
+        let backends = open_backends(&cfg)?;
+        let shared = NfsShared::new(&cfg, backends).map_err(TargetError::Config)?;
+        let (pool, classes) = build_pool(&cfg)?;
+
+        if let FabricConfig::Sim { .. } = cfg.fabric {
+            // The simulated fabric runs on virtual time stepped by its owner:
+            // it serves in-process tests (which build engines directly), not a
+            // free-running target.
+            return Err(TargetError::Config(
+                "fabric provider \"sim\" is an in-process test fabric; use \"shm\" or \"verbs\"".into(),
+            ));
+        }
+        let io = cfg.io_cores();
+        if io.is_empty() {
+            return Err(TargetError::Config("no core with role \"io\"".into()));
+        }
+        let credits = cfg.credits.max_per_connection.max(1);
+        let recv = pool_of(&cfg, PoolUsage::Receive)?;
+        let recv_budget = u64::from(recv.count).saturating_sub(cfg.cores.len() as u64 * u64::from(recv.per_core_cache));
+        // An engine holds up to two receive buffers per credit per connection
+        // (posted on the SRQ, and held by a request being served).
+        let max_conns = (recv_budget / (io.len() as u64 * 2 * u64::from(credits))).clamp(1, 1024) as u32;
+        let mut listeners = Vec::new();
+        for (k, l) in cfg.listeners.fabric.iter().enumerate() {
+            let core = io[k % io.len()];
+            let addr = match &cfg.fabric {
+                FabricConfig::Shm { socket_path } => socket_path.clone(),
+                FabricConfig::Verbs { .. } => SocketAddr::new(l.address, l.port).to_string(),
+                // Refused above.
+                FabricConfig::Sim { .. } => format!("{}:{}", l.address, l.port),
+            };
+            listeners.push((core, addr, version_range(&l.versions)?));
+        }
+        if let FabricConfig::Shm { socket_path } = &cfg.fabric {
+            if let Some(dir) = std::path::Path::new(socket_path).parent() {
+                std::fs::create_dir_all(dir).map_err(|source| TargetError::Io {
+                    what: format!("create {}", dir.display()),
+                    source,
+                })?;
+            }
+        }
+        tracing::info!(
+            cores = cfg.cores.len(),
+            io_cores = io.len(),
+            credits,
+            max_conns_per_core = max_conns,
+            data_buffer_bytes = classes.data_size,
+            "starting engines"
+        );
+        let engine_stats = Arc::new(Mutex::new(Vec::new()));
+        let setup = Arc::new(EngineSetup {
+            pool,
+            classes,
+            shared: shared.clone(),
+            listeners,
+            fabric: cfg.fabric.clone(),
+            credits,
+            max_conns,
+            errors: Mutex::new(Vec::new()),
+            stats: engine_stats.clone(),
+        });
+        let hook = setup.clone();
+        let reactor = Reactor::builder(cfg.reactor_options())
+            .on_core_start(move |ctx| start_engines(&hook, ctx))
+            .start()?;
+        let errs = std::mem::take(&mut *setup.errors.lock().unwrap_or_else(|e| e.into_inner()));
+        if let Some(e) = errs.into_iter().next() {
+            let _ = reactor.shutdown();
+            return Err(e);
+        }
+
+        // TCP services, bound on each distinct listener address.
+        let mut addrs: Vec<IpAddr> = cfg.listeners.fabric.iter().map(|l| l.address).collect();
+        addrs.sort();
+        addrs.dedup();
+        let opts = tcp::TcpOptions {
+            max_conns: 64,
+            max_record_bytes: classes.data_size + 64 * 1024,
+            max_data_bytes: classes.data_size,
+            service_core: cfg.cores.len(),
+        };
+        let mut tcp = Vec::new();
+        for ip in addrs {
+            for (port, what) in [
+                (cfg.listeners.nfs_tcp_port, "NFS"),
+                (cfg.listeners.mount_tcp_port, "MOUNT"),
+            ] {
+                let at = SocketAddr::new(ip, port);
+                match tcp::TcpServer::start(at, shared.clone(), opts) {
+                    Ok(s) => {
+                        tracing::info!(addr = %s.local_addr(), "{what} over TCP listening");
+                        tcp.push(s);
+                    }
+                    Err(source) => {
+                        drop(tcp);
+                        let _ = reactor.shutdown();
+                        return Err(TargetError::Io {
+                            what: format!("bind {what} TCP port {at}"),
+                            source,
+                        });
+                    }
+                }
+            }
+        }
+        Ok(Target {
+            reactor: Some(reactor),
+            tcp,
+            shared,
+            engine_stats,
+        })
+    }
+
+    /// The bound TCP addresses (NFS, MOUNT per listener address).
+    pub fn tcp_addrs(&self) -> Vec<SocketAddr> {
+        self.tcp.iter().map(|t| t.local_addr()).collect()
+    }
+
+    /// The services' shared state.
+    pub fn shared(&self) -> &Arc<NfsShared> {
+        &self.shared
+    }
+
+    /// Drain and stop: see the module documentation. Call from the thread
+    /// that started the target.
+    pub fn shutdown(mut self) -> Result<TargetStats, TargetError> {
+        self.stop()
+    }
+
+    fn stop(&mut self) -> Result<TargetStats, TargetError> {
+        let mut first_err = None;
+        if let Some(r) = self.reactor.take() {
+            if let Err(e) = r.shutdown() {
+                first_err = Some(TargetError::Reactor(e));
+            }
+        }
+        let mut tcp_calls = 0;
+        for mut t in self.tcp.drain(..) {
+            t.stop();
+            tcp_calls += t.stats().calls.load(std::sync::atomic::Ordering::Relaxed);
+        }
+        if let Err(e) = self.shared.sync_all() {
+            tracing::error!(error = %e, "syncing backends at shutdown failed");
+            first_err.get_or_insert(TargetError::Backend {
+                name: "*".into(),
+                source: e,
+            });
+        }
+        let stats = TargetStats {
+            engines: std::mem::take(&mut *self.engine_stats.lock().unwrap_or_else(|e| e.into_inner())),
+            tcp_calls,
+        };
+        match first_err {
+            Some(e) => Err(e),
+            None => Ok(stats),
+        }
+    }
+}
+
+impl Drop for Target {
+    fn drop(&mut self) {
+        if self.reactor.is_some() {
+            let _ = self.stop();
+        }
+    }
+}
+
+/// Start-up hook run on every core: build this core's engines.
+fn start_engines(setup: &EngineSetup, ctx: &mut CoreCtx) {
+    let core = ctx.core();
+    for (c, addr, versions) in setup.listeners.iter() {
+        if *c != core {
+            continue;
+        }
+        let r = match &setup.fabric {
+            FabricConfig::Shm { .. } => ShmFabric::new(ShmConfig::default())
+                .map_err(|e| e.to_string())
+                .and_then(|f| add_engine(setup, ctx, f, addr, *versions)),
+            FabricConfig::Sim { .. } => Err("the sim fabric is not served by the target".into()),
+            #[cfg(feature = "verbs")]
+            FabricConfig::Verbs { device, .. } => {
+                let vc = dataplane::verbs::VerbsConfig {
+                    device: Some(device.clone()),
+                    ..Default::default()
+                };
+                dataplane::verbs::VerbsFabric::new(vc)
+                    .map_err(|e| e.to_string())
+                    .and_then(|f| add_engine(setup, ctx, f, addr, *versions))
+            }
+            #[cfg(not(feature = "verbs"))]
+            FabricConfig::Verbs { .. } => Err("this build has no verbs provider".into()),
+        };
+        match r {
+            Ok(()) => tracing::info!(core, listen = %addr, "engine listening"),
+            Err(msg) => setup
+                .errors
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(TargetError::Engine { core, msg }),
+        }
+    }
+}
+
+fn add_engine<F: Fabric + 'static>(
+    setup: &EngineSetup,
+    ctx: &mut CoreCtx,
+    fabric: F,
+    addr: &str,
+    versions: VersionRange,
+) -> Result<(), String> {
+    let core = ctx.core();
+    let service = NfsService::new(setup.shared.clone(), core).map_err(|e| format!("backend channel: {e}"))?;
+    let cfg = ResponderConfig {
+        versions,
+        credits: setup.credits,
+        max_conns: setup.max_conns,
+        send_depth: 2 * setup.credits.min(128) + 8,
+        max_rdma_reads: 16,
+        limits: Limits::DEFAULT,
+        max_read_bytes: setup.classes.data_size as u64,
+        recv_class: setup.classes.recv,
+        send_class: setup.classes.send,
+        data_class: setup.classes.data,
+        remote_invalidation: false,
+    };
+    let regions = setup.pool.regions().to_vec();
+    let responder = Responder::new(cfg, fabric, service, setup.pool, &regions, core, Some(addr))
+        .map_err(|e| format!("responder: {e}"))?;
+    ctx.add_poller(Box::new(EnginePoller {
+        responder,
+        core,
+        draining: false,
+        stats: setup.stats.clone(),
+        done: false,
+    }));
+    Ok(())
+}
+
+/// Polls one engine on its core.
+struct EnginePoller<F: Fabric> {
+    responder: Responder<'static, F, NfsService>,
+    core: usize,
+    draining: bool,
+    done: bool,
+    stats: Arc<Mutex<Vec<(usize, ResponderStats)>>>,
+}
+
+impl<F: Fabric> Poller for EnginePoller<F> {
+    fn poll(&mut self, _ctx: &mut CoreCtx) -> PollStatus {
+        if self.responder.poll() > 0 {
+            PollStatus::Busy
+        } else {
+            PollStatus::Idle
+        }
+    }
+
+    fn drain(&mut self, _ctx: &mut CoreCtx) -> PollStatus {
+        if self.done {
+            return PollStatus::Idle;
+        }
+        if !self.draining {
+            self.draining = true;
+            self.responder.begin_drain();
+            tracing::info!(core = self.core, in_flight = self.responder.in_flight(), "draining");
+        }
+        self.responder.poll();
+        if self.responder.in_flight() > 0 {
+            return PollStatus::Busy;
+        }
+        // Every received Call is answered: disconnect and take buffers back.
+        let held = self.responder.shutdown(10_000);
+        let stats = self.responder.stats();
+        tracing::info!(
+            core = self.core,
+            calls = stats.calls,
+            replies = stats.replies,
+            held_requests = held.requests,
+            "engine stopped"
+        );
+        self.stats
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((self.core, stats));
+        self.done = true;
+        PollStatus::Idle
+    }
+}
