@@ -3,7 +3,9 @@
 #
 # Usage: scripts/test.sh [--no-install]
 #   Runs: cargo fmt check, cargo clippy (warnings are errors), every unit,
-#   integration and doc test in the workspace, and compiles the benches.
+#   integration and doc test in the workspace, the fuzz seed checks, an
+#   independent NFSv3 client (libnfs-utils) against the target over TCP
+#   (tests/libnfs/run.sh), and compiles the benches.
 #   Longer suites have their own scripts (scripts/fuzz.sh, ...); .ci/run calls them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,6 +23,8 @@ if [ "$install" = 1 ]; then
     command -v cmake >/dev/null || need_apt+=(cmake)
     { compgen -G '/usr/lib/llvm-*/lib/libclang*.so*' && compgen -G '/usr/lib/llvm-*/lib/clang/*/include/stddef.h'; } \
         >/dev/null || need_apt+=(libclang-dev)
+    # An independent NFSv3 client over TCP for tests/libnfs/run.sh.
+    command -v nfs-cp >/dev/null || need_apt+=(libnfs-utils)
     if [ ${#need_apt[@]} -gt 0 ]; then
         if [ "$(id -u)" = 0 ]; then
             export DEBIAN_FRONTEND=noninteractive
@@ -46,5 +50,9 @@ cargo test --workspace --quiet 2>&1 | tee target/test.log
 # (the coverage-guided runs are scripts/fuzz.sh).
 echo "== fuzz seed checks"
 cargo test --manifest-path fuzz/Cargo.toml --quiet 2>&1 | tee -a target/test.log
+# An independent NFSv3 client (libnfs-utils) against the target over TCP.
+echo "== libnfs-utils against rpcrdma-target (tests/libnfs/run.sh)"
+bash tests/libnfs/run.sh 2>&1 | tee -a target/test.log | tail -3
+[ "${PIPESTATUS[0]}" = 0 ] || { echo "tests/libnfs/run.sh failed (log: target/libnfs/target.log)"; exit 1; }
 # Build the benches too (criterion; run them with cargo bench, see docs/BENCHMARKS.md).
 cargo build --workspace --benches --quiet
