@@ -550,7 +550,18 @@ pub fn open(cfg: &reactor::config::BackendConfig) -> Result<std::sync::Arc<dyn B
     use reactor::config::BackendConfig;
     match cfg {
         BackendConfig::Mem { name, size_bytes } => Ok(std::sync::Arc::new(mem::MemBackend::new(name, *size_bytes)?)),
-        BackendConfig::Uring { .. } => Err(FsError::NotSupp),
+        BackendConfig::Uring {
+            name,
+            path,
+            queue_depth,
+            o_direct,
+        } => Ok(std::sync::Arc::new(uring::UringBackend::open(
+            name,
+            std::path::Path::new(path),
+            *queue_depth,
+            *o_direct,
+        )?)),
+        // The nvme backend is being written; until it lands this is refused.
         BackendConfig::Nvme { .. } => Err(FsError::NotSupp),
     }
 }

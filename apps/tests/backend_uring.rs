@@ -1,0 +1,310 @@
+//! The `uring` backend: the conformance suite on the system's temporary
+//! directory and on tmpfs (`/dev/shm`), plus what only a persistent backend
+//! has: handles that survive a restart, files owned by the caller on disk,
+//! the export key, and the O_DIRECT path.
+//!
+//! Needs root (CAP_DAC_READ_SEARCH for `open_by_handle_at`, chown to other
+//! uids, `trusted.*` extended attributes), as the target itself.
+
+mod backend_common;
+
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use backend_common::{create_file, mkdir, pattern, read_exact, AlignedBuf, Fixture, OWNER};
+use rpcrdma_apps::backend::uring::UringBackend;
+use rpcrdma_apps::backend::{
+    read_sync, write_sync, Backend, CreateHow, FileHandle, FsError, IoChannel, IoDesc, IoDone, IoOp, SetAttr, Stable,
+};
+
+/// A fresh directory, removed when dropped.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new_in(base: &Path) -> TempDir {
+        static N: AtomicU64 = AtomicU64::new(0);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .subsec_nanos();
+        let p = base.join(format!(
+            "rpcrdma-uring-{}-{}-{nanos}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&p).unwrap();
+        TempDir(p)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+const DEPTH: u32 = 64;
+
+fn fixture_in(base: &Path) -> Fixture {
+    let dir = TempDir::new_in(base);
+    // The export is a subdirectory the backend creates.
+    let b = UringBackend::open("u0", &dir.0.join("export"), DEPTH, true).unwrap();
+    Fixture {
+        backend: Arc::new(b),
+        guard: Box::new(dir),
+    }
+}
+
+mod tmp_dir {
+    fn fixture() -> crate::backend_common::Fixture {
+        crate::fixture_in(&std::env::temp_dir())
+    }
+    crate::conformance_tests!(fixture);
+}
+
+mod tmpfs {
+    fn fixture() -> crate::backend_common::Fixture {
+        crate::fixture_in(std::path::Path::new("/dev/shm"))
+    }
+    crate::conformance_tests!(fixture);
+}
+
+fn temp() -> TempDir {
+    TempDir::new_in(&std::env::temp_dir())
+}
+
+/// Create files, write them FILE_SYNC, drop the backend, open it again: the
+/// same handles name the same files with the same data.
+#[test]
+fn handles_and_data_survive_restart() {
+    let dir = temp();
+    let export = dir.0.join("export");
+    let (root, d, f, g, data) = {
+        let b = UringBackend::open("u", &export, DEPTH, true).unwrap();
+        let root = b.root();
+        let (d, _) = mkdir(&b, &root, b"dir");
+        let (f, _) = create_file(&b, &d, b"file");
+        let (g, _) = create_file(&b, &root, b"other");
+        let data = pattern(300_000, 77);
+        let mut ch = b.open_channel(0).unwrap();
+        let (n, committed) = write_sync(&mut *ch, &f, 0, &data, Stable::FileSync).unwrap();
+        assert_eq!(n as usize, data.len());
+        assert_eq!(committed, Stable::FileSync);
+        write_sync(&mut *ch, &g, 0, b"small", Stable::FileSync).unwrap();
+        // Renamed after the handle was given out: the handle follows the file.
+        b.rename(&d, b"file", &d, b"renamed").unwrap();
+        b.sync_all().unwrap();
+        (root, d, f, g, data)
+    };
+    let b = UringBackend::open("u", &export, DEPTH, true).unwrap();
+    assert_eq!(b.root(), root, "the root handle is stable");
+    assert_eq!(b.lookup(&root, b"dir").unwrap().0, d);
+    assert_eq!(b.lookup(&d, b"renamed").unwrap().0, f);
+    let mut ch = b.open_channel(1).unwrap();
+    let (got, eof) = read_exact(&mut *ch, &f, 0, data.len() + 1);
+    assert!(eof);
+    assert!(got == data, "data after restart");
+    assert_eq!(read_exact(&mut *ch, &g, 0, 100).0, b"small");
+    assert_eq!(b.getattr(&f).unwrap().size, data.len() as u64);
+    // And the files are plain files on disk.
+    assert_eq!(std::fs::read(export.join("dir/renamed")).unwrap(), data);
+    b.remove(&d, b"renamed").unwrap();
+    drop(ch);
+    drop(b);
+    let b = UringBackend::open("u", &export, DEPTH, true).unwrap();
+    assert_eq!(b.getattr(&f).unwrap_err(), FsError::Stale, "removed before the restart");
+}
+
+/// New objects belong to the caller on disk, not to the target's user.
+#[test]
+fn owner_is_set_on_disk() {
+    let dir = temp();
+    let export = dir.0.join("e");
+    let b = UringBackend::open("u", &export, DEPTH, true).unwrap();
+    let root = b.root();
+    create_file(&b, &root, b"f");
+    mkdir(&b, &root, b"d");
+    b.symlink(&root, b"s", b"f", &SetAttr::default(), OWNER).unwrap();
+    b.mknod(
+        &root,
+        b"p",
+        rpcrdma_apps::backend::NodeKind::Fifo,
+        &SetAttr::default(),
+        OWNER,
+    )
+    .unwrap();
+    b.create(&root, b"x", CreateHow::Exclusive(*b"12345678"), OWNER)
+        .unwrap();
+    for name in ["f", "d", "s", "p", "x"] {
+        let m = std::fs::symlink_metadata(export.join(name)).unwrap();
+        assert_eq!((m.uid(), m.gid()), (OWNER.uid, OWNER.gid), "{name}");
+    }
+    assert_eq!(
+        std::fs::symlink_metadata(export.join("f")).unwrap().mode() & 0o7777,
+        0o644
+    );
+}
+
+/// A handle made by another export (another key) is not ours, even for a
+/// file on the same file system.
+#[test]
+fn other_exports_handles_are_bad() {
+    let dir = temp();
+    let a = UringBackend::open("a", &dir.0.join("a"), DEPTH, true).unwrap();
+    let b = UringBackend::open("b", &dir.0.join("b"), DEPTH, true).unwrap();
+    let (fb, _) = create_file(&b, &b.root(), b"outside-a");
+    assert_eq!(a.getattr(&fb).unwrap_err(), FsError::BadHandle);
+    assert_eq!(a.getattr(&b.root()).unwrap_err(), FsError::BadHandle);
+    assert_ne!(a.root(), b.root());
+    let mut ch = a.open_channel(0).unwrap();
+    assert_eq!(
+        write_sync(&mut *ch, &fb, 0, b"x", Stable::Unstable).unwrap_err(),
+        FsError::BadHandle
+    );
+    // A handle is at most 32 bytes.
+    assert!(a.root().as_bytes().len() <= 32 && fb.as_bytes().len() <= 32);
+    // Garbage of the right shape (tag and length of a real handle).
+    let mut forged = fb.as_bytes().to_vec();
+    let last = forged.len() - 1;
+    forged[last] ^= 1;
+    assert_eq!(
+        b.getattr(&FileHandle::new(&forged).unwrap()).unwrap_err(),
+        FsError::BadHandle
+    );
+}
+
+#[test]
+fn open_checks_arguments() {
+    let dir = temp();
+    assert_eq!(
+        UringBackend::open("u", &dir.0.join("e"), 0, true).unwrap_err(),
+        FsError::Inval
+    );
+    std::fs::write(dir.0.join("file"), b"x").unwrap();
+    assert_eq!(
+        UringBackend::open("u", &dir.0.join("file"), 8, true).unwrap_err(),
+        FsError::Exist,
+        "a file is not a directory to export"
+    );
+    let b = UringBackend::open("u", &dir.0.join("e"), 8, true).unwrap();
+    assert_eq!(b.name(), "u");
+    assert_eq!(b.kind(), "uring");
+}
+
+/// Aligned I/O takes O_DIRECT where the file system allows it; unaligned
+/// offsets, lengths or buffers, and `o_direct: false`, go buffered; the
+/// data is right either way.
+fn direct_path_in(base: &Path) {
+    let dir = TempDir::new_in(base);
+    for o_direct in [true, false] {
+        let b = UringBackend::open("u", &dir.0.join(format!("e{o_direct}")), DEPTH, o_direct).unwrap();
+        let root = b.root();
+        let (f, _) = create_file(&b, &root, b"f");
+        let mut ch = b.open_uring_channel(0).unwrap();
+        let data = pattern(1 << 20, 5);
+        let mut buf = AlignedBuf::new(1 << 20, 0);
+        buf.as_mut_slice().copy_from_slice(&data);
+        write_sync(&mut ch, &f, 0, buf.as_slice(), Stable::FileSync).unwrap();
+        let s = ch.stats();
+        assert_eq!(s.direct_ios + s.buffered_ios, 1);
+        if o_direct {
+            // Either O_DIRECT was used, or the file system refused it and
+            // the I/O was redone buffered.
+            assert!(s.direct_ios == 1 || s.direct_fallbacks == 1, "{s:?}");
+        } else {
+            assert_eq!(s.direct_ios, 0);
+        }
+        let direct_before = ch.stats().direct_ios;
+        // Unaligned buffer, offset, length: buffered.
+        let mut odd = AlignedBuf::new(4096, 1);
+        read_sync(&mut ch, &f, 0, odd.as_mut_slice()).unwrap();
+        assert!(odd.as_slice() == &data[..4096]);
+        read_exact(&mut ch, &f, 1, 4096);
+        read_exact(&mut ch, &f, 4096, 100);
+        assert_eq!(
+            ch.stats().direct_ios,
+            direct_before,
+            "unaligned I/O never goes O_DIRECT"
+        );
+        // Aligned read back (after buffered writes: coherent).
+        write_sync(&mut ch, &f, 10, b"patch", Stable::Unstable).unwrap();
+        let mut rb = AlignedBuf::new(1 << 20, 0);
+        read_sync(&mut ch, &f, 0, rb.as_mut_slice()).unwrap();
+        let mut want = data.clone();
+        want[10..15].copy_from_slice(b"patch");
+        assert!(rb.as_slice() == &want[..]);
+        assert!(format!("{ch:?}").contains("UringChannel"));
+    }
+}
+
+#[test]
+fn direct_path_tmp_dir() {
+    direct_path_in(&std::env::temp_dir());
+}
+
+#[test]
+fn direct_path_tmpfs() {
+    direct_path_in(Path::new("/dev/shm"));
+}
+
+/// Exactly `queue_depth` I/O may be in flight.
+#[test]
+fn queue_depth_is_exact() {
+    let dir = temp();
+    let b = UringBackend::open("u", &dir.0.join("e"), 4, true).unwrap();
+    let (f, _) = create_file(&b, &b.root(), b"f");
+    let mut ch = b.open_channel(0).unwrap();
+    write_sync(&mut *ch, &f, 0, &pattern(64, 1), Stable::Unstable).unwrap();
+    let mut bufs = [[0u8; 8]; 5];
+    for (i, buf) in bufs.iter_mut().enumerate() {
+        let io = IoDesc {
+            fh: f,
+            op: IoOp::Read,
+            offset: i as u64 * 8,
+            buf: buf.as_mut_ptr(),
+            len: 8,
+            tag: i as u64,
+        };
+        // SAFETY: `bufs` outlives the I/O; everything is reaped below.
+        let r = unsafe { ch.submit(io) };
+        assert_eq!(r, if i < 4 { Ok(()) } else { Err(FsError::Jukebox) });
+    }
+    let mut out = [IoDone::default(); 8];
+    let mut got = 0;
+    while got < 4 {
+        got += ch.poll(&mut out[got..]);
+    }
+    let mut tags: Vec<u64> = out[..4].iter().map(|d| d.tag).collect();
+    tags.sort();
+    assert_eq!(tags, vec![0, 1, 2, 3]);
+    for (i, buf) in bufs.iter().enumerate().take(4) {
+        assert_eq!(&buf[..], &pattern(64, 1)[i * 8..i * 8 + 8]);
+    }
+    assert_eq!(ch.in_flight(), 0);
+}
+
+/// A file removed through the backend while another core's channel has it
+/// open gives `Stale` on that channel, and its descriptor is let go.
+#[test]
+fn removal_seen_by_other_channels() {
+    let dir = temp();
+    let b = UringBackend::open("u", &dir.0.join("e"), 8, true).unwrap();
+    let root = b.root();
+    let (f, _) = create_file(&b, &root, b"f");
+    let mut ch0 = b.open_uring_channel(0).unwrap();
+    let mut ch1 = b.open_uring_channel(1).unwrap();
+    write_sync(&mut ch0, &f, 0, b"zero", Stable::Unstable).unwrap();
+    assert_eq!(read_exact(&mut ch1, &f, 0, 4).0, b"zero");
+    b.remove(&root, b"f").unwrap();
+    assert_eq!(read_sync(&mut ch1, &f, 0, &mut [0u8; 4]).unwrap_err(), FsError::Stale);
+    assert_eq!(
+        write_sync(&mut ch0, &f, 0, b"x", Stable::Unstable).unwrap_err(),
+        FsError::Stale
+    );
+    // Idle polling lets the descriptor go too.
+    let mut out = [IoDone::default(); 1];
+    assert_eq!(ch1.poll(&mut out), 0);
+    assert!(!format!("{ch1:?}").contains("cached_fds: 1"), "{ch1:?}");
+}
