@@ -308,3 +308,32 @@ fn removal_seen_by_other_channels() {
     assert_eq!(ch1.poll(&mut out), 0);
     assert!(!format!("{ch1:?}").contains("cached_fds: 1"), "{ch1:?}");
 }
+
+/// Removing other files, or one of two links of a file, leaves the cached
+/// descriptor of the file alone.
+#[test]
+fn unrelated_removals_keep_cached_descriptors() {
+    let dir = temp();
+    let b = UringBackend::open("u", &dir.0.join("e"), 8, true).unwrap();
+    let root = b.root();
+    let (f, _) = create_file(&b, &root, b"f");
+    let mut ch = b.open_uring_channel(0).unwrap();
+    write_sync(&mut ch, &f, 0, b"one", Stable::Unstable).unwrap();
+    assert_eq!(ch.stats().fd_opens, 1);
+    for i in 0..10 {
+        let name = format!("g{i}");
+        create_file(&b, &root, name.as_bytes());
+        b.remove(&root, name.as_bytes()).unwrap();
+    }
+    b.link(&f, &root, b"f2").unwrap();
+    b.remove(&root, b"f").unwrap();
+    create_file(&b, &root, b"h");
+    b.rename(&root, b"h", &root, b"h2").unwrap();
+    write_sync(&mut ch, &f, 3, b"two", Stable::Unstable).unwrap();
+    assert_eq!(read_exact(&mut ch, &f, 0, 10).0, b"onetwo");
+    assert_eq!(ch.stats().fd_opens, 1, "the descriptor stayed cached");
+    // Renaming another file over it is its end.
+    create_file(&b, &root, b"x");
+    b.rename(&root, b"x", &root, b"f2").unwrap();
+    assert_eq!(read_sync(&mut ch, &f, 0, &mut [0u8; 4]).unwrap_err(), FsError::Stale);
+}

@@ -86,6 +86,9 @@ const MAX_HANDLE_SZ: usize = 128;
 const KEY_XATTR: &[u8] = b"trusted.rpcrdma.fhkey\0";
 const VERF_XATTR: &[u8] = b"trusted.rpcrdma.verf\0";
 const GETDENTS_BUF_BYTES: usize = 32 * 1024;
+/// Unlinked files remembered for the channels' descriptor caches; a channel
+/// that falls further behind re-checks its whole cache.
+const UNLINKED_LOG_ENTRIES: usize = 1024;
 /// READDIR cookies after `.` and `..` (file system offsets are below 2^63).
 const COOKIE_DOT: u64 = 1 << 63 | 1;
 const COOKIE_DOTDOT: u64 = 1 << 63 | 2;
@@ -414,9 +417,12 @@ struct Shared {
     root_ino: (u64, u64),
     mount_id: libc::c_int,
     key: [u8; 16],
-    /// Bumped whenever an inode may have lost its last link, so channels
-    /// re-check the descriptors they cache.
+    /// Bumped whenever a regular file may have lost its last link through
+    /// this backend, so channels re-check the descriptors they cache.
     unlink_epoch: AtomicU64,
+    /// The last [`UNLINKED_LOG_ENTRIES`] such files with their epochs
+    /// (`None`: unknown, re-check everything).
+    unlinked: Mutex<VecDeque<(u64, Option<FileHandle>)>>,
     /// Serialises exclusive creates (the create and storing its verifier).
     exclusive: Mutex<()>,
 }
@@ -558,8 +564,26 @@ impl Shared {
         self.seal(&kh)
     }
 
-    fn note_unlink(&self) {
-        self.unlink_epoch.fetch_add(1, Ordering::Release);
+    /// Tell the channels that the regular file `fh` (`None`: some file) may
+    /// have lost its last link.
+    fn note_unlink(&self, fh: Option<FileHandle>) {
+        let mut log = self.unlinked.lock().unwrap_or_else(|e| e.into_inner());
+        // Epochs are assigned under the lock, so the log is in order.
+        let epoch = self.unlink_epoch.load(Ordering::Relaxed) + 1;
+        if log.len() == UNLINKED_LOG_ENTRIES {
+            log.pop_front();
+        }
+        log.push_back((epoch, fh));
+        self.unlink_epoch.store(epoch, Ordering::Release);
+    }
+
+    /// The handle of `name` in `dir` when it is a regular file (what a
+    /// channel may have open), for [`Shared::note_unlink`].
+    fn file_handle_at(&self, dir: RawFd, name: &CString) -> Option<Option<FileHandle>> {
+        match fstatat(dir, name) {
+            Ok(st) if ftype_of(st.st_mode) == FileType::Regular => Some(self.handle_at(dir, name).ok()),
+            _ => None,
+        }
     }
 
     /// After creating `name` in `dir`: give it to `owner` (or the ids in
@@ -660,6 +684,7 @@ impl UringBackend {
             mount_id,
             key,
             unlink_epoch: AtomicU64::new(0),
+            unlinked: Mutex::new(VecDeque::new()),
             exclusive: Mutex::new(()),
         };
         shared.root_fh = shared.seal(&kh)?;
@@ -957,9 +982,12 @@ impl Backend for UringBackend {
         if ftype_of(st.st_mode) == FileType::Directory {
             return Err(FsError::IsDir);
         }
+        let victim = self.shared.file_handle_at(d.as_raw_fd(), &c);
         // SAFETY: `c` is NUL-terminated.
         let r = cvt(unsafe { libc::unlinkat(d.as_raw_fd(), c.as_ptr(), 0) });
-        self.shared.note_unlink();
+        if let (Ok(_), Some(fh)) = (r, victim) {
+            self.shared.note_unlink(fh);
+        }
         r.map(drop)
     }
 
@@ -979,7 +1007,6 @@ impl Backend for UringBackend {
                 e => FsError::from_errno(e),
             });
         }
-        self.shared.note_unlink();
         Ok(())
     }
 
@@ -988,6 +1015,8 @@ impl Backend for UringBackend {
         let (td, _) = self.shared.open_dir(to_dir)?;
         let f = c_old_name(from)?;
         let t = c_old_name(to)?;
+        // A regular file the rename replaces loses a link.
+        let victim = self.shared.file_handle_at(td.as_raw_fd(), &t);
         // SAFETY: both names are NUL-terminated.
         let r = unsafe { libc::renameat(fd.as_raw_fd(), f.as_ptr(), td.as_raw_fd(), t.as_ptr()) };
         if r < 0 {
@@ -996,7 +1025,9 @@ impl Backend for UringBackend {
                 e => FsError::from_errno(e),
             });
         }
-        self.shared.note_unlink();
+        if let Some(fh) = victim {
+            self.shared.note_unlink(fh);
+        }
         Ok(())
     }
 
@@ -1246,19 +1277,35 @@ impl UringChannel {
         self.stats
     }
 
-    /// After a remove or rename somewhere: drop cached descriptors of files
-    /// that lost their last link (they keep the inode's space allocated and
-    /// must not take I/O any more).
+    /// After a remove or rename through the backend: mark stale the cached
+    /// descriptors of files that lost their last link (they keep the inode
+    /// allocated and must take no more I/O) and close them when idle. Only
+    /// the files the backend logged are checked, unless this channel fell
+    /// behind the log.
     fn revalidate(&mut self) {
         let epoch = self.shared.unlink_epoch.load(Ordering::Acquire);
         if epoch == self.epoch_seen {
             return;
         }
-        self.epoch_seen = epoch;
-        for e in self.cache.values_mut() {
+        let check = |e: &mut CachedFd| {
             if fstat(e.fd.as_raw_fd()).map_or(true, |st| st.st_nlink == 0) {
                 e.stale = true;
             }
+        };
+        {
+            let log = self.shared.unlinked.lock().unwrap_or_else(|e| e.into_inner());
+            let missed = log.front().is_none_or(|&(first, _)| first > self.epoch_seen + 1);
+            let unknown = log.iter().any(|(e, fh)| *e > self.epoch_seen && fh.is_none());
+            if missed || unknown {
+                self.cache.values_mut().for_each(check);
+            } else {
+                for (_, fh) in log.iter().filter(|(e, _)| *e > self.epoch_seen) {
+                    if let Some(e) = fh.as_ref().and_then(|fh| self.cache.get_mut(fh)) {
+                        check(e);
+                    }
+                }
+            }
+            self.epoch_seen = log.back().map_or(epoch, |&(e, _)| e);
         }
         self.cache.retain(|_, e| !(e.stale && e.users == 0));
     }
