@@ -637,7 +637,7 @@ fn create(sh: &NfsShared, c: &Call<'_>, reply: &mut ReplyBuilder<'_>, base: usiz
             Make::Node(Some(NodeKind::Char { .. } | NodeKind::Block { .. }), _) if !caller.is_root() => {
                 return Err(NFS3ERR_PERM)
             }
-            Make::Symlink(_, t) if t.is_empty() => return Err(NFS3ERR_INVAL),
+            Make::Symlink(_, []) => return Err(NFS3ERR_INVAL),
             // An UNCHECKED create of an existing file truncates it when a size
             // is given: that needs write permission on the file.
             Make::File(CreateHow::Unchecked(s)) if s.size.is_some() => {

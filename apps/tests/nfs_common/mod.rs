@@ -513,13 +513,15 @@ impl Transport for Direct {
 // Typed client
 // ---------------------------------------------------------------------------
 
+/// A listed entry: (fileid, name, cookie, attributes, handle).
+pub type Entry = (u64, Vec<u8>, u64, Option<Fattr>, Option<Vec<u8>>);
+
 /// A directory listing.
 #[derive(Clone, Debug, Default)]
 pub struct Listing {
     pub dir_attr: Option<Fattr>,
     pub verf: u64,
-    /// (fileid, name, cookie, attributes, handle)
-    pub entries: Vec<(u64, Vec<u8>, u64, Option<Fattr>, Option<Vec<u8>>)>,
+    pub entries: Vec<Entry>,
     pub eof: bool,
 }
 
