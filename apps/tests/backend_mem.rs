@@ -213,3 +213,35 @@ fn queue_depth_is_exact() {
     let mut buf = [0u8; 4];
     assert_eq!(read_sync(&mut *ch, &f, 0, &mut buf).unwrap().0, 4);
 }
+
+/// Cookies are positions: one never handed out is `BadCookie`; the cookie of
+/// a removed entry resumes at the entry after it.
+#[test]
+fn readdir_cookies_are_positions() {
+    let b = MemBackend::new("c", 16 * MEM_BLOCK_BYTES).unwrap();
+    let root = b.root();
+    for name in [&b"a"[..], b"b", b"c"] {
+        create_file(&b, &root, name);
+    }
+    let mut cookies = Vec::new();
+    b.readdir(&root, 0, &mut |e| {
+        cookies.push((e.name.to_vec(), e.cookie));
+        true
+    })
+    .unwrap();
+    assert_eq!(cookies.len(), 5);
+    let after_a = cookies[2].1;
+    b.remove(&root, b"a").unwrap();
+    let mut rest = Vec::new();
+    assert!(b
+        .readdir(&root, after_a, &mut |e| {
+            rest.push(e.name.to_vec());
+            true
+        })
+        .unwrap());
+    assert_eq!(rest, vec![b"b".to_vec(), b"c".to_vec()]);
+    assert_eq!(
+        b.readdir(&root, 1 << 40, &mut |_| true).unwrap_err(),
+        FsError::BadCookie
+    );
+}

@@ -337,3 +337,40 @@ fn unrelated_removals_keep_cached_descriptors() {
     b.rename(&root, b"x", &root, b"f2").unwrap();
     assert_eq!(read_sync(&mut ch, &f, 0, &mut [0u8; 4]).unwrap_err(), FsError::Stale);
 }
+
+/// `.` and `..` come first under reserved cookies; other cookies at or above
+/// 2^63 are not the file system's and are `BadCookie`.
+#[test]
+fn readdir_reserved_cookies() {
+    let dir = temp();
+    let b = UringBackend::open("u", &dir.0.join("e"), 8, true).unwrap();
+    let root = b.root();
+    create_file(&b, &root, b"only");
+    let mut all = Vec::new();
+    b.readdir(&root, 0, &mut |e| {
+        all.push((e.name.to_vec(), e.cookie));
+        true
+    })
+    .unwrap();
+    let names: Vec<_> = all.iter().map(|e| e.0.clone()).collect();
+    assert_eq!(names, vec![b".".to_vec(), b"..".to_vec(), b"only".to_vec()]);
+    // Resuming after '.' gives '..' and the rest; after '..' the rest.
+    for (skip, want) in [(0usize, 2usize), (1, 1)] {
+        let mut got = Vec::new();
+        assert!(b
+            .readdir(&root, all[skip].1, &mut |e| {
+                got.push(e.name.to_vec());
+                true
+            })
+            .unwrap());
+        assert_eq!(got, names[3 - want..].to_vec());
+    }
+    assert_eq!(
+        b.readdir(&root, (1 << 63) | 7, &mut |_| true).unwrap_err(),
+        FsError::BadCookie
+    );
+    assert_eq!(
+        b.readdir(&root, u64::MAX, &mut |_| true).unwrap_err(),
+        FsError::BadCookie
+    );
+}
