@@ -1674,7 +1674,8 @@ impl IoChannel for UringChannel {
             }
         }
         self.flush_sq();
-        if self.slots.iter().all(Option::is_none) {
+        if self.free.len() == self.slots.len() {
+            // Idle: let go of descriptors of files removed meanwhile.
             self.revalidate();
         }
         n
