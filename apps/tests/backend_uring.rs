@@ -374,3 +374,37 @@ fn readdir_reserved_cookies() {
         FsError::BadCookie
     );
 }
+
+/// A file that cannot be opened for writing (here: immutable) still reads
+/// through the channel; writes to it are `Rofs`, not a failed read path.
+#[test]
+fn unwritable_file_still_reads() {
+    use std::os::fd::AsRawFd;
+    const FS_IMMUTABLE_FL: libc::c_long = 0x10;
+    let dir = temp();
+    let export = dir.0.join("e");
+    let b = UringBackend::open("u", &export, 8, true).unwrap();
+    let (f, _) = create_file(&b, &b.root(), b"frozen");
+    {
+        let mut ch = b.open_channel(0).unwrap();
+        write_sync(&mut *ch, &f, 0, b"cold", Stable::FileSync).unwrap();
+    }
+    let file = std::fs::File::open(export.join("frozen")).unwrap();
+    let flags: libc::c_long = FS_IMMUTABLE_FL;
+    // SAFETY: FS_IOC_SETFLAGS reads one long from the pointer.
+    let r = unsafe { libc::ioctl(file.as_raw_fd(), libc::FS_IOC_SETFLAGS, &flags) };
+    assert_eq!(r, 0, "setting the immutable flag: {}", std::io::Error::last_os_error());
+    let mut ch = b.open_channel(1).unwrap();
+    // Nothing may panic until the flag is cleared (the directory could not
+    // be removed otherwise).
+    let mut buf = [0u8; 10];
+    let got = read_sync(&mut *ch, &f, 0, &mut buf);
+    let werr = write_sync(&mut *ch, &f, 0, b"x", Stable::Unstable);
+    let clear: libc::c_long = 0;
+    // SAFETY: as above.
+    let r = unsafe { libc::ioctl(file.as_raw_fd(), libc::FS_IOC_SETFLAGS, &clear) };
+    assert_eq!(r, 0);
+    assert_eq!(got, Ok((4, true)));
+    assert_eq!(&buf[..4], b"cold");
+    assert_eq!(werr, Err(FsError::Rofs));
+}

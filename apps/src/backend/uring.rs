@@ -1216,6 +1216,8 @@ enum Direct {
 #[derive(Debug)]
 struct CachedFd {
     fd: OwnedFd,
+    /// `fd` (and the O_DIRECT one) is `O_RDONLY`: writes get `Rofs`.
+    read_only: bool,
     direct: Direct,
     /// I/O in flight on this entry: it is not evicted while non-zero.
     users: u32,
@@ -1320,7 +1322,15 @@ impl UringChannel {
                 FileType::Directory => return Err(FsError::IsDir),
                 _ => return Err(FsError::Inval),
             }
-            let (fd, _) = self.shared.open_fh(fh, libc::O_RDWR)?;
+            // A file that cannot be opened for writing (read-only file
+            // system, immutable, a running executable) still reads.
+            let (fd, read_only) = match self.shared.open_fh(fh, libc::O_RDWR) {
+                Ok((fd, _)) => (fd, false),
+                Err(FsError::Rofs | FsError::Perm | FsError::Acces | FsError::Io) => {
+                    (self.shared.open_fh(fh, libc::O_RDONLY)?.0, true)
+                }
+                Err(e) => return Err(e),
+            };
             self.stats.fd_opens += 1;
             if self.cache.len() >= URING_FD_CACHE_ENTRIES {
                 let victim = self
@@ -1337,6 +1347,7 @@ impl UringChannel {
                 *fh,
                 CachedFd {
                     fd,
+                    read_only,
                     direct: Direct::Unknown,
                     users: 0,
                     last_use: 0,
@@ -1363,7 +1374,8 @@ impl UringChannel {
         }
         let mut refused = false;
         if let Direct::Unknown = e.direct {
-            e.direct = match shared.open_fh(fh, libc::O_RDWR | libc::O_DIRECT) {
+            let access = if e.read_only { libc::O_RDONLY } else { libc::O_RDWR };
+            e.direct = match shared.open_fh(fh, access | libc::O_DIRECT) {
                 Ok((fd, _)) => Direct::Open(fd),
                 Err(FsError::Inval) => {
                     refused = true;
@@ -1579,9 +1591,16 @@ impl IoChannel for UringChannel {
             }
         }
         // The handle must name a regular file before anything is queued.
-        if let Err(e) = self.entry(&io.fh) {
-            self.fail_now(io.tag, e);
-            return Ok(());
+        match self.entry(&io.fh) {
+            Err(e) => {
+                self.fail_now(io.tag, e);
+                return Ok(());
+            }
+            Ok(e) if e.read_only && matches!(io.op, IoOp::Write(_)) => {
+                self.fail_now(io.tag, FsError::Rofs);
+                return Ok(());
+            }
+            Ok(_) => {}
         }
         if io.len == 0 && io.op != IoOp::Flush {
             // Nothing to transfer; a read still reports eof.
