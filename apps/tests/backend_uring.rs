@@ -408,3 +408,20 @@ fn unwritable_file_still_reads() {
     assert_eq!(&buf[..4], b"cold");
     assert_eq!(werr, Err(FsError::Rofs));
 }
+
+/// `backend::open` builds a `uring` backend from its configuration entry.
+#[test]
+fn open_from_config() {
+    let dir = temp();
+    let path = dir.0.join("cfg-export");
+    let cfg = reactor::config::BackendConfig::Uring {
+        name: "u".into(),
+        path: path.to_str().unwrap().into(),
+        queue_depth: 16,
+        o_direct: true,
+    };
+    let b = rpcrdma_apps::backend::open(&cfg).unwrap();
+    assert_eq!(b.kind(), "uring");
+    create_file(&*b, &b.root(), b"via-config");
+    assert!(path.join("via-config").exists());
+}
