@@ -561,7 +561,19 @@ pub fn open(cfg: &reactor::config::BackendConfig) -> Result<std::sync::Arc<dyn B
             *queue_depth,
             *o_direct,
         )?)),
-        // The nvme backend is being written; until it lands this is refused.
-        BackendConfig::Nvme { .. } => Err(FsError::NotSupp),
+        BackendConfig::Nvme {
+            name,
+            devices,
+            queue_depth,
+            passthrough,
+        } => {
+            let devices: Vec<std::path::PathBuf> = devices.iter().map(std::path::PathBuf::from).collect();
+            Ok(std::sync::Arc::new(nvme::NvmeBackend::open(
+                name,
+                &devices,
+                *queue_depth,
+                *passthrough,
+            )?))
+        }
     }
 }
