@@ -17,6 +17,9 @@ use proto::ulb::DdpItem;
 use proto::xdr::Writer;
 use rpcrdma_apps::dump;
 
+pub mod nfs_service;
+pub use nfs_service::check_nfs_service;
+
 // ------------------------------------------------------------------ headers
 
 /// Owned copy of a decoded header's lists, to build a [`HeaderOut`] from.
