@@ -279,3 +279,34 @@ fn mount_list_is_bounded() {
     let d = c.dump();
     assert!(!d.is_empty() && d.len() <= 256);
 }
+
+#[test]
+fn shared_setup_refuses_bad_exports() {
+    let s = store(Kind::Mem, "b0");
+    let list = || vec![("b0".to_string(), s.backend.clone())];
+    let base = config(&["b0"], &[Ex::new("/x", "b0")], MIB as u32);
+    assert!(rpcrdma_apps::nfs::NfsShared::new(&base, list()).is_ok());
+    // A backend the list does not have.
+    let mut cfg = base.clone();
+    cfg.exports[0].backend = "nope".into();
+    assert!(rpcrdma_apps::nfs::NfsShared::new(&cfg, list())
+        .unwrap_err()
+        .contains("nope"));
+    // A network that does not parse (the configuration was changed after validation).
+    let mut cfg = base.clone();
+    cfg.exports[0].clients = vec!["not-a-network".into()];
+    assert!(rpcrdma_apps::nfs::NfsShared::new(&cfg, list()).is_err());
+    // Two paths that are the same export once trailing slashes go.
+    let mut cfg = base.clone();
+    let mut dup = cfg.exports[0].clone();
+    dup.path = "/x/".into();
+    cfg.exports.push(dup);
+    assert!(rpcrdma_apps::nfs::NfsShared::new(&cfg, list()).is_err());
+    // No data pool: the 1 MiB default.
+    let mut cfg = base;
+    cfg.pools.retain(|p| p.usage != reactor::config::PoolUsage::Data);
+    assert_eq!(
+        rpcrdma_apps::nfs::NfsShared::new(&cfg, list()).unwrap().max_io_bytes(),
+        MIB as u32
+    );
+}
