@@ -372,6 +372,13 @@ fn write_file(path: &Path, text: &str) -> Result<()> {
 
 fn report(c: &Common, cfg: &RunConfig, out: &RunOutput) -> Result<()> {
     print!("{}", out.result.summary(&cfg.cores));
+    let t = &out.transport;
+    if t.calls > 0 {
+        println!(
+            "  calls: short={} chunked={} long={} transport_errors={} bad_replies={}",
+            t.short_calls, t.chunked_calls, t.long_calls, t.transport_errors, t.bad_replies
+        );
+    }
     if let Some(n) = out.verified_blocks {
         println!("  verify: {n} written blocks read back and checked");
     }

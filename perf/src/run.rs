@@ -130,6 +130,8 @@ pub struct RunOutput {
     pub base_time: SystemTime,
     /// `--verify` with writes: blocks read back and checked after the run.
     pub verified_blocks: Option<u64>,
+    /// The requesters' counters, summed over the connections (RPC runs).
+    pub transport: dataplane::requester::RequesterStats,
 }
 
 /// Most connections of a run.
@@ -429,8 +431,12 @@ fn run_rpc<M: FabricMaker>(maker: &M, cfg: &RunConfig, kind: OpKind) -> Result<R
     let start_ns = shared.start_ns.load(Ordering::Acquire) + cfg.warmup.as_nanos() as u64;
     let mut rec = Recorder::new(start_ns, u64::MAX);
     let mut written: Vec<u64> = Vec::new();
+    let mut transport = dataplane::requester::RequesterStats::default();
     for o in outs.iter().flatten() {
         rec.merge(&o.rec);
+        for st in &o.stats {
+            add_stats(&mut transport, st);
+        }
         if written.len() < o.written.len() {
             written.resize(o.written.len(), 0);
         }
@@ -457,7 +463,7 @@ fn run_rpc<M: FabricMaker>(maker: &M, cfg: &RunConfig, kind: OpKind) -> Result<R
         let _ = tcp::unmount(&n.mount, &n.export, &wl.cred);
     }
     let version = cfg.version;
-    let out = finish(
+    let mut out = finish(
         cfg,
         kind.name(),
         maker.name(),
@@ -467,7 +473,21 @@ fn run_rpc<M: FabricMaker>(maker: &M, cfg: &RunConfig, kind: OpKind) -> Result<R
         clock,
         verified,
     );
+    out.transport = transport;
     Ok(out)
+}
+
+fn add_stats(a: &mut dataplane::requester::RequesterStats, b: &dataplane::requester::RequesterStats) {
+    a.calls += b.calls;
+    a.replies += b.replies;
+    a.short_calls += b.short_calls;
+    a.chunked_calls += b.chunked_calls;
+    a.long_calls += b.long_calls;
+    a.transport_errors += b.transport_errors;
+    a.bad_replies += b.bad_replies;
+    a.unmatched += b.unmatched;
+    a.wc_errors += b.wc_errors;
+    a.fallbacks_to_v1 += b.fallbacks_to_v1;
 }
 
 /// The main thread's part of the start, then the progress line until the
@@ -538,6 +558,7 @@ fn finish(
         intervals,
         base_time,
         verified_blocks,
+        transport: Default::default(),
     }
 }
 
