@@ -9,6 +9,14 @@
 //! - `shm/rdma_write_1MiB` vs `shm/memcpy_1MiB`: a 1 MiB RDMA Write (post +
 //!   poll its completion) and a plain `memcpy` of 1 MiB between the same two
 //!   regions, in the same run, so their ratio is the provider's overhead.
+//! - `engine/v{1,2}_*`: the transport engine, requester on core 0 and
+//!   responder on core 1, one Call at a time.
+//! - `engine_one_thread/v{1,2}_*`: the same Calls (NULL, 4 KiB READ and
+//!   WRITE) with one thread polling both engines: their software cost without
+//!   cross-core transfers. For instruction counts run the bench binary under
+//!   `valgrind --tool=callgrind --toggle-collect='*one_thread_call*'` with
+//!   `--bench engine_one_thread/v1_null --profile-time 5` and divide by the
+//!   calls of `one_thread_call`.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -248,34 +256,37 @@ fn write_vs_memcpy(c: &mut Criterion) {
     drop(a);
 }
 
-/// The transport engine over shm: a responder on core 1 serving the test
-/// program, a requester on core 0 doing one Call at a time (queue depth 1).
-/// NULL and READ/WRITE of 4 KiB, 64 KiB and 1 MiB, for v1 and v2. Compare
-/// with `pingpong_64B` (the floor) and `memcpy_1MiB` from the same run.
-fn engine(c: &mut Criterion) {
-    use dataplane::requester::{CallOutcome, LinkState, Requester, RequesterConfig};
-    use dataplane::responder::{Responder, ResponderConfig};
-    use dataplane::testprog::{self, TestService, TestUlb};
+/// The pool and engine configurations the engine benches share.
+struct EngineSetup {
+    pool: &'static mempool::pool::Mempool,
+    regions: Vec<Arc<Region>>,
+    srv: dataplane::responder::ResponderConfig,
+    recv: mempool::pool::ClassId,
+    send: mempool::pool::ClassId,
+    data: mempool::pool::ClassId,
+}
+
+const ENGINE_CREDITS: u32 = 8;
+
+fn engine_setup() -> EngineSetup {
+    use dataplane::responder::ResponderConfig;
     use mempool::pool::{Mempool, PoolPlan};
-    use mempool::region::RegionConfig;
     use proto::header::Limits;
     use proto::negotiate::VersionRange;
-    use proto::plan::ReplyNeeds;
-    use proto::ulb::{DdpItem, UpperLayerBinding};
 
-    const CREDITS: u32 = 8;
     const CONNS: u32 = 2;
+    let credits = ENGINE_CREDITS;
     let mut plan = PoolPlan::new(2);
     let recv = plan.add_class("recv", 4096, 16).unwrap();
     let send = plan.add_class("send", 8192, 16).unwrap();
     let data = plan.add_class("data", MIB + 4096, 4).unwrap();
-    let srq = (CREDITS * CONNS) as u64;
+    let srq = (credits * CONNS) as u64;
     plan.reserve("responder-recv", recv, 2 * srq)
         .reserve("responder-send", send, 2 * srq)
         .reserve("responder-data", data, 2 * srq)
-        .reserve("requester-recv", recv, 2 * (CREDITS as u64 + 2) * CONNS as u64)
-        .reserve("requester-send", send, (CREDITS as u64 + 2) * CONNS as u64)
-        .reserve("requester-data", data, 3 * CREDITS as u64 * CONNS as u64);
+        .reserve("requester-recv", recv, 2 * (credits as u64 + 2) * CONNS as u64)
+        .reserve("requester-send", send, (credits as u64 + 2) * CONNS as u64)
+        .reserve("requester-data", data, 3 * credits as u64 * CONNS as u64);
     let pool: &'static Mempool = Box::leak(Box::new(
         Mempool::new(
             &plan,
@@ -287,26 +298,109 @@ fn engine(c: &mut Criterion) {
         .unwrap(),
     ));
     let regions = pool.regions().to_vec();
+    let srv = ResponderConfig {
+        versions: VersionRange::ALL,
+        credits,
+        max_conns: CONNS,
+        send_depth: 64,
+        max_rdma_reads: 8,
+        limits: Limits::DEFAULT,
+        max_read_bytes: (MIB + 4096) as u64,
+        recv_class: recv,
+        send_class: send,
+        data_class: data,
+        remote_invalidation: false,
+    };
+    EngineSetup {
+        pool,
+        regions,
+        srv,
+        recv,
+        send,
+        data,
+    }
+}
+
+impl EngineSetup {
+    fn requester_config(&self, vers: u32) -> dataplane::requester::RequesterConfig {
+        use proto::negotiate::VersionRange;
+        dataplane::requester::RequesterConfig {
+            versions: if vers == 1 {
+                VersionRange::only(1).unwrap()
+            } else {
+                VersionRange::ALL
+            },
+            credits: ENGINE_CREDITS,
+            send_depth: 64,
+            limits: proto::header::Limits::DEFAULT,
+            recv_class: self.recv,
+            send_class: self.send,
+            data_class: self.data,
+            ddp: true,
+            pad_read_chunks: false,
+        }
+    }
+}
+
+/// The engine bench cases: (name, procedure, size).
+const ENGINE_CASES: [(&str, u32, u32); 7] = [
+    ("null", dataplane::testprog::P_NULL, 0),
+    ("read_4KiB", dataplane::testprog::P_READ, 4096),
+    ("read_64KiB", dataplane::testprog::P_READ, 65536),
+    ("read_1MiB", dataplane::testprog::P_READ, MIB as u32),
+    ("write_4KiB", dataplane::testprog::P_WRITE, 4096),
+    ("write_64KiB", dataplane::testprog::P_WRITE, 65536),
+    ("write_1MiB", dataplane::testprog::P_WRITE, MIB as u32),
+];
+
+/// Encode and submit one Call of `proc_` (READ/WRITE of `size` bytes).
+fn submit_call(
+    cli: &mut dataplane::requester::Requester<'static, ShmFabric>,
+    proc_: u32,
+    size: u32,
+    needs: &proto::plan::ReplyNeeds,
+) -> dataplane::requester::CallId {
+    use dataplane::testprog::{self, TestUlb};
+    use proto::ulb::{DdpItem, UpperLayerBinding};
+    let mut cb = cli.call_buf().expect("call buffer");
+    let len = if proc_ == testprog::P_WRITE {
+        testprog::encode_write_in_place(cb.bytes_mut(), size)
+    } else {
+        testprog::encode_call(cb.bytes_mut(), proc_, &[], size, 0)
+    }
+    .expect("encode");
+    let mut items = [DdpItem::default(); 1];
+    let k = TestUlb.call_items(&cb.bytes_mut()[..len], &mut items).expect("items");
+    cli.submit(cb, len, &items[..k], needs)
+        .map_err(|(e, _)| e)
+        .expect("submit")
+}
+
+/// The transport engine over shm: a responder on core 1 serving the test
+/// program, a requester on core 0 doing one Call at a time (queue depth 1).
+/// NULL and READ/WRITE of 4 KiB, 64 KiB and 1 MiB, for v1 and v2. Compare
+/// with `pingpong_64B` (the floor) and `memcpy_1MiB` from the same run.
+fn engine(c: &mut Criterion) {
+    use dataplane::requester::{CallOutcome, LinkState, Requester};
+    use dataplane::responder::Responder;
+    use dataplane::testprog::{TestService, TestUlb};
+    use proto::plan::ReplyNeeds;
+
+    let setup = engine_setup();
+    let pool = setup.pool;
     let addr = format!("@rpcrdma-bench-engine-{}", std::process::id());
     let stop = Arc::new(AtomicBool::new(false));
     let ready = Arc::new(AtomicBool::new(false));
     let srv_thread = {
-        let (stop, ready, regions, addr) = (Arc::clone(&stop), Arc::clone(&ready), regions.clone(), addr.clone());
+        let (stop, ready, regions, addr) = (
+            Arc::clone(&stop),
+            Arc::clone(&ready),
+            setup.regions.clone(),
+            addr.clone(),
+        );
+        let cfg = setup.srv.clone();
         std::thread::spawn(move || {
             pin(1);
-            let cfg = ResponderConfig {
-                versions: VersionRange::ALL,
-                credits: CREDITS,
-                max_conns: CONNS,
-                send_depth: 64,
-                max_rdma_reads: 8,
-                limits: Limits::DEFAULT,
-                max_read_bytes: (MIB + 4096) as u64,
-                recv_class: recv,
-                send_class: send,
-                data_class: data,
-                remote_invalidation: false,
-            };
             let fab = ShmFabric::new(ShmConfig::default()).expect("shm");
             let mut srv =
                 Responder::new(cfg, fab, TestService::default(), pool, &regions, 1, Some(&addr)).expect("responder");
@@ -323,23 +417,8 @@ fn engine(c: &mut Criterion) {
     }
     let mut g = c.benchmark_group("engine");
     for vers in [1u32, 2] {
-        let rcfg = RequesterConfig {
-            versions: if vers == 1 {
-                VersionRange::only(1).unwrap()
-            } else {
-                VersionRange::ALL
-            },
-            credits: CREDITS,
-            send_depth: 64,
-            limits: Limits::DEFAULT,
-            recv_class: recv,
-            send_class: send,
-            data_class: data,
-            ddp: true,
-            pad_read_chunks: false,
-        };
         let fab = ShmFabric::new(ShmConfig::default()).expect("shm");
-        let mut cli = Requester::new(rcfg, fab, pool, &regions, 0).expect("requester");
+        let mut cli = Requester::new(setup.requester_config(vers), fab, pool, &setup.regions, 0).expect("requester");
         cli.connect(&addr).expect("connect");
         let t0 = Instant::now();
         while cli.link() != LinkState::Ready {
@@ -347,39 +426,18 @@ fn engine(c: &mut Criterion) {
             assert!(t0.elapsed().as_secs() < 10, "connect timed out: {:?}", cli.link());
         }
         assert_eq!(cli.version(), vers);
-        let cases: [(&str, u32, u32); 7] = [
-            ("null", testprog::P_NULL, 0),
-            ("read_4KiB", testprog::P_READ, 4096),
-            ("read_64KiB", testprog::P_READ, 65536),
-            ("read_1MiB", testprog::P_READ, MIB as u32),
-            ("write_4KiB", testprog::P_WRITE, 4096),
-            ("write_64KiB", testprog::P_WRITE, 65536),
-            ("write_1MiB", testprog::P_WRITE, MIB as u32),
-        ];
-        for (name, proc_, size) in cases {
+        for (name, proc_, size) in ENGINE_CASES {
             g.throughput(if size == 0 {
                 Throughput::Elements(1)
             } else {
                 Throughput::Bytes(size as u64)
             });
-            let needs = ReplyNeeds::from_ulb(&TestUlb, testprog::VERS, proc_);
+            let needs = ReplyNeeds::from_ulb(&TestUlb, dataplane::testprog::VERS, proc_);
             g.bench_function(format!("v{vers}_{name}"), |bench| {
                 bench.iter_custom(|iters| {
                     let start = Instant::now();
                     for _ in 0..iters {
-                        let mut cb = cli.call_buf().expect("call buffer");
-                        let len = if proc_ == testprog::P_WRITE {
-                            testprog::encode_write_in_place(cb.bytes_mut(), size)
-                        } else {
-                            testprog::encode_call(cb.bytes_mut(), proc_, &[], size, 0)
-                        }
-                        .expect("encode");
-                        let mut items = [DdpItem::default(); 1];
-                        let k = TestUlb.call_items(&cb.bytes_mut()[..len], &mut items).expect("items");
-                        let id = cli
-                            .submit(cb, len, &items[..k], &needs)
-                            .map_err(|(e, _)| e)
-                            .expect("submit");
+                        let id = submit_call(&mut cli, proc_, size, &needs);
                         loop {
                             cli.poll();
                             if let Some(done) = cli.poll_completion() {
@@ -400,5 +458,94 @@ fn engine(c: &mut Criterion) {
     srv_thread.join().expect("responder thread");
 }
 
-criterion_group!(benches, pingpong, pingpong_one_thread, write_vs_memcpy, engine);
+/// One Call with one thread polling both engines until its Reply is in.
+/// Returns the poll turns it took (each turn polls the responder, then the
+/// requester). Not inlined, so a profiler can count one round trip
+/// (`valgrind --tool=callgrind --toggle-collect='*one_thread_call*'`).
+#[inline(never)]
+fn one_thread_call<S: dataplane::service::Service>(
+    cli: &mut dataplane::requester::Requester<'static, ShmFabric>,
+    srv: &mut dataplane::responder::Responder<'static, ShmFabric, S>,
+    proc_: u32,
+    size: u32,
+    needs: &proto::plan::ReplyNeeds,
+) -> u32 {
+    use dataplane::requester::CallOutcome;
+    let id = submit_call(cli, proc_, size, needs);
+    let mut turns = 0;
+    loop {
+        turns += 1;
+        srv.poll();
+        cli.poll();
+        if let Some(done) = cli.poll_completion() {
+            assert_eq!((done.id, done.outcome), (id, CallOutcome::Reply));
+            cli.release(id);
+            return turns;
+        }
+        assert!(turns < 1_000_000, "no reply");
+    }
+}
+
+/// The engine's software cost alone: responder and requester over shm in one
+/// thread (no cross-core cache-line transfers, no waiting on the other core),
+/// NULL and 4 KiB READ/WRITE, v1 and v2. Compare with
+/// `pingpong_64B_one_thread` (the provider alone).
+fn engine_one_thread(c: &mut Criterion) {
+    use dataplane::requester::{LinkState, Requester};
+    use dataplane::responder::Responder;
+    use dataplane::testprog::{TestService, TestUlb};
+    use proto::plan::ReplyNeeds;
+
+    let setup = engine_setup();
+    let pool = setup.pool;
+    pin(0);
+    let mut g = c.benchmark_group("engine_one_thread");
+    for vers in [1u32, 2] {
+        let addr = format!("@rpcrdma-bench-engine1-{vers}-{}", std::process::id());
+        let fab = ShmFabric::new(ShmConfig::default()).expect("shm");
+        let mut srv = Responder::new(
+            setup.srv.clone(),
+            fab,
+            TestService::default(),
+            pool,
+            &setup.regions,
+            1,
+            Some(&addr),
+        )
+        .expect("responder");
+        let fab = ShmFabric::new(ShmConfig::default()).expect("shm");
+        let mut cli = Requester::new(setup.requester_config(vers), fab, pool, &setup.regions, 0).expect("requester");
+        cli.connect(&addr).expect("connect");
+        let t0 = Instant::now();
+        while cli.link() != LinkState::Ready {
+            srv.poll();
+            cli.poll();
+            assert!(t0.elapsed().as_secs() < 10, "connect timed out: {:?}", cli.link());
+        }
+        assert_eq!(cli.version(), vers);
+        for (name, proc_, size) in ENGINE_CASES.into_iter().filter(|c| c.2 <= 4096) {
+            g.throughput(if size == 0 {
+                Throughput::Elements(1)
+            } else {
+                Throughput::Bytes(size as u64)
+            });
+            let needs = ReplyNeeds::from_ulb(&TestUlb, dataplane::testprog::VERS, proc_);
+            g.bench_function(format!("v{vers}_{name}"), |bench| {
+                bench.iter(|| one_thread_call(&mut cli, &mut srv, proc_, size, &needs))
+            });
+        }
+        cli.shutdown(100_000);
+        srv.shutdown(100_000);
+    }
+    g.finish();
+}
+
+criterion_group!(
+    benches,
+    pingpong,
+    pingpong_one_thread,
+    write_vs_memcpy,
+    engine,
+    engine_one_thread
+);
 criterion_main!(benches);

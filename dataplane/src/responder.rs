@@ -38,6 +38,7 @@
 //! All methods are called from the core that owns the responder.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 
 use mempool::pool::{BufRef, ClassId, Mempool};
@@ -203,6 +204,84 @@ struct Request<'p> {
     failed: bool,
 }
 
+impl<'p> Request<'p> {
+    /// Reuse a free slot for a message just received in `recv` on connection
+    /// slot `conn`: a new generation, every field reset except the planning
+    /// state (`read_plan`, `chunk_offs`, `shape`), which is several hundred
+    /// bytes and always written before it is read (`read_plan` and
+    /// `chunk_offs` by `step_new`, `shape` with `reply` by `step_execute`).
+    #[inline]
+    fn start(&mut self, conn: u32, recv: BufRef, recv_len: u32) {
+        self.hdr = None;
+        self.state = ReqState::New;
+        self.gen = self.gen.wrapping_add(1);
+        self.conn = conn;
+        self.vers = 0;
+        self.xid = 0;
+        self.recv = Some(recv);
+        self.recv_len = recv_len;
+        self.counted = false;
+        self.chunk_buf = None;
+        self.reads_posted = 0;
+        self.reads_done = 0;
+        self.reads_total = 0;
+        self.send_buf = None;
+        self.head_buf = None;
+        self.data_buf = None;
+        self.data_hint = 0;
+        self.reply = None;
+        self.control = Control::None;
+        self.wr_out = 0;
+        self.sq_need = 0;
+        self.failed = false;
+    }
+
+    /// Reserve the reply buffers (a send buffer for the transport header and
+    /// inline reply, a head buffer, and a data buffer when the service asked
+    /// for one). Keeps what it got; `false` while one is missing.
+    #[inline]
+    fn take_reply_bufs(&mut self, bufs: &mut EngineBufs<'p>) -> bool {
+        if self.send_buf.is_none() {
+            let Some(b) = bufs.send.get() else { return false };
+            self.send_buf = Some(b.into_raw());
+        }
+        if self.head_buf.is_none() {
+            let Some(b) = bufs.send.get() else { return false };
+            self.head_buf = Some(b.into_raw());
+        }
+        if self.data_hint > 0 && self.data_buf.is_none() {
+            let Some(b) = bufs.data.get() else { return false };
+            self.data_buf = Some(b.into_raw());
+        }
+        true
+    }
+}
+
+/// Hashes a [`ConnId`] with one multiply (every received message looks its
+/// connection up). The ids come from the local provider, never from the peer,
+/// so there is no flooding to defend against that SipHash would be for.
+#[derive(Default)]
+struct ConnIdHasher(u64);
+
+impl Hasher for ConnIdHasher {
+    #[inline]
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    #[inline]
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ b as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+    #[inline]
+    fn write_u32(&mut self, n: u32) {
+        let h = (self.0 ^ n as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        // Fold the well-mixed high half into the low bits the table indexes with.
+        self.0 = h ^ (h >> 29);
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 enum ConnState {
     #[default]
@@ -247,7 +326,7 @@ pub struct Responder<'p, F: Fabric, S: Service> {
     srq_free: Vec<u32>,
     reqs: Slab<Request<'p>>,
     conns: Slab<Option<Conn>>,
-    conn_by_id: HashMap<ConnId, u32>,
+    conn_by_id: HashMap<ConnId, u32, BuildHasherDefault<ConnIdHasher>>,
     wait_chunk_buf: IndexQueue,
     wait_read_slots: IndexQueue,
     wait_reply_bufs: IndexQueue,
@@ -332,7 +411,7 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
             bufs: EngineBufs::new(pool, cfg.recv_class, cfg.send_class, cfg.data_class, core)?,
             reqs: Slab::with_capacity(slots),
             conns: Slab::with_capacity(cfg.max_conns as usize),
-            conn_by_id: HashMap::with_capacity(cfg.max_conns as usize * 2),
+            conn_by_id: HashMap::with_capacity_and_hasher(cfg.max_conns as usize * 2, Default::default()),
             wait_chunk_buf: IndexQueue::with_capacity(slots),
             wait_read_slots: IndexQueue::with_capacity(slots),
             wait_reply_bufs: IndexQueue::with_capacity(slots),
@@ -619,15 +698,8 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
             self.stats.dropped += 1;
             return;
         };
-        let gen = self.reqs.get(i).map_or(0, |r| r.gen.wrapping_add(1));
-        *self.reqs.get_mut(i).expect("allocated") = Request {
-            state: ReqState::New,
-            gen,
-            conn: slot,
-            recv: Some(b),
-            recv_len: wc.byte_len.min(self.recv_size),
-            ..Request::default()
-        };
+        let recv_len = wc.byte_len.min(self.recv_size);
+        self.reqs.get_mut(i).expect("allocated").start(slot, b, recv_len);
         if let Some(c) = self.conn_mut(slot) {
             c.requests += 1;
         }
@@ -732,9 +804,12 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
 
     /// Decode and validate the received message.
     fn step_new(&mut self, i: u32) -> Step {
-        let r = *self.reqs.get(i).expect("live");
-        let b = r.recv.expect("new request holds its receive");
-        let msg = &self.bufs.bytes(b)[..r.recv_len as usize];
+        let (recv, recv_len, conn) = {
+            let r = self.reqs.get(i).expect("live");
+            (r.recv, r.recv_len, r.conn)
+        };
+        let b = recv.expect("new request holds its receive");
+        let msg = &self.bufs.bytes(b)[..recv_len as usize];
         let Some(prefix) = header::peek_prefix(msg) else {
             // Too short to answer at all (RFC 8166 s4.5 needs the XID): drop.
             self.stats.dropped += 1;
@@ -746,7 +821,7 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         rr.vers = prefix.vers;
         // Version negotiation (draft s7): unknown versions, or a change of version
         // on a connection whose version is fixed, get ERR_VERS.
-        let verdict = match self.conn_mut(r.conn) {
+        let verdict = match self.conn_mut(conn) {
             Some(c) => c.neg.handle_call(prefix.vers),
             None => return Step::Wait,
         };
@@ -794,7 +869,7 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         if h.vers == RPCRDMA_VERSION_2 && h.is_response() {
             return self.control(i, Control::ErrorV2(header::V2Error::BadXdr));
         }
-        let credits_ok = match self.conn_mut(r.conn) {
+        let credits_ok = match self.conn_mut(conn) {
             Some(c) => c.credits.on_call(h.credits),
             None => return Step::Wait,
         };
@@ -802,7 +877,6 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
             // RFC 8166 s3.3.1: the requester exceeded its credits; with an SRQ the
             // extra Calls eat other connections' receives. Close the connection.
             self.stats.credit_overruns += 1;
-            let conn = r.conn;
             self.drop_call(i, false);
             self.kill_conn(conn, true);
             return Step::Wait;
@@ -867,8 +941,19 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
 
     /// Post as many of the request's RDMA Reads as the connection allows.
     fn step_reads(&mut self, i: u32) -> Step {
-        let r = *self.reqs.get(i).expect("live");
-        let Some(c) = self.conn(r.conn) else { return Step::Wait };
+        let Self {
+            reqs,
+            conns,
+            fabric,
+            bufs,
+            cfg,
+            stats,
+            ..
+        } = self;
+        let r = reqs.get(i).expect("live");
+        let Some(c) = conns.get(r.conn).and_then(Option::as_ref) else {
+            return Step::Wait;
+        };
         // A message can arrive before the accepting side is established (as with
         // RDMA-CM); its work waits until the provider can post.
         if c.state == ConnState::Accepting {
@@ -877,8 +962,8 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         }
         let (conn_id, room_reads, room_sq) = (
             c.id,
-            self.cfg.max_rdma_reads.saturating_sub(c.reads_out),
-            self.cfg.send_depth.saturating_sub(c.sq_used),
+            cfg.max_rdma_reads.saturating_sub(c.reads_out),
+            cfg.send_depth.saturating_sub(c.sq_used),
         );
         let room = room_reads.min(room_sq);
         if room == 0 {
@@ -886,23 +971,19 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
             return self.wait(i, Queue::ReadSlots);
         }
         let b = r.chunk_buf.expect("chunk buffer attached");
-        let base = self.bufs.pool.offset(b).unwrap_or(0) as u64;
-        let Some(chunks) = r.hdr.as_ref().and_then(|h| h.chunks().copied()) else {
+        let base = bufs.pool.offset(b).unwrap_or(0) as u64;
+        let Some(chunks) = r.hdr.as_ref().and_then(|h| h.chunks()) else {
             return Step::Wait;
         };
+        let wr_id = req_wr_id(i, r.gen);
         let mut posted = 0u32;
         let mut post_err = false;
-        for (k, op) in r
-            .read_plan
-            .read_ops(&chunks.reads)
-            .enumerate()
-            .skip(r.reads_posted as usize)
-        {
+        for op in r.read_plan.read_ops(&chunks.reads).skip(r.reads_posted as usize) {
             if posted == room {
                 break;
             }
             let wr = SendWr::new(
-                self.req_wr_id(i),
+                wr_id,
                 SendOp::RdmaRead,
                 LocalBuf {
                     region: b.region,
@@ -911,15 +992,14 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
                 },
                 op.segment,
             );
-            if self.fabric.post_send(conn_id, &wr).is_err() {
+            if fabric.post_send(conn_id, &wr).is_err() {
                 post_err = true;
                 break;
             }
-            let _ = k;
             posted += 1;
         }
-        self.stats.rdma_reads += posted as u64;
-        let rr = self.reqs.get_mut(i).expect("live");
+        stats.rdma_reads += posted as u64;
+        let rr = reqs.get_mut(i).expect("live");
         rr.reads_posted += posted;
         rr.wr_out += posted;
         let conn = rr.conn;
@@ -945,57 +1025,59 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
     }
 
     fn req_wr_id(&self, i: u32) -> WrId {
-        let gen = self.reqs.get(i).map_or(0, |r| r.gen) & 0xff_ffff;
-        WrId::new(TAG_REQ, ((gen as u64) << 32) | i as u64)
+        req_wr_id(i, self.reqs.get(i).map_or(0, |r| r.gen))
     }
 
     /// Run the service and plan the reply.
     fn step_execute(&mut self, i: u32) -> Step {
+        let Self {
+            reqs,
+            conns,
+            bufs,
+            service,
+            ..
+        } = self;
+        let r = reqs.get_mut(i).expect("live");
+        if r.state == ReqState::Execute {
+            let chunk_area = r.chunk_buf.map_or(&[][..], |b| bufs.bytes(b));
+            let hint = match call_view(r, conns, chunk_area) {
+                Some(v) => service.reply_data_hint(&v),
+                None => 0,
+            };
+            r.data_hint = hint.min(u32::MAX as usize) as u32;
+            r.state = ReqState::NeedReplyBufs;
+        }
         // Reply buffers: a send buffer (transport header + inline reply), a head
         // buffer, and a data buffer when the service asks for one.
-        let r = *self.reqs.get(i).expect("live");
-        if r.state == ReqState::Execute {
-            let hint = {
-                let chunk_area = r.chunk_buf.map_or(&[][..], |b| self.bufs.bytes(b));
-                let view = self.view(&r, chunk_area);
-                match view {
-                    Some(v) => self.service.reply_data_hint(&v),
-                    None => 0,
-                }
-            };
-            let rr = self.reqs.get_mut(i).expect("live");
-            rr.data_hint = hint.min(u32::MAX as usize) as u32;
-            rr.state = ReqState::NeedReplyBufs;
-        }
-        if !self.take_reply_bufs(i) {
+        if !r.take_reply_bufs(bufs) {
             return self.wait(i, Queue::ReplyBufs);
         }
-        let r = *self.reqs.get(i).expect("live");
-        let chunk_area = r.chunk_buf.map_or(&[][..], |b| self.bufs.bytes(b));
-        let Some(view) = self.view(&r, chunk_area) else {
+        let r = &*r;
+        let chunk_area = r.chunk_buf.map_or(&[][..], |b| bufs.bytes(b));
+        let Some(view) = call_view(r, conns, chunk_area) else {
             return self.control(i, Control::ErrorV1(header::V1Error::Chunk));
         };
-        let head = self.bufs.bytes_mut(r.head_buf.expect("head"));
+        let head = bufs.bytes_mut(r.head_buf.expect("head"));
         let head_room = head.len() - HEAD_PAD_BYTES;
-        let data = r.data_buf.map(|b| self.bufs.bytes_mut(b));
+        let data = r.data_buf.map(|b| bufs.bytes_mut(b));
         let mut rb = ReplyBuilder::new(&mut head[..head_room], data);
-        let res = self.service.handle_call(&view, &mut rb);
-        let shape = rb.finish();
+        let res = service.handle_call(&view, &mut rb);
         if let Err(ServiceError::Drop) = res {
             self.stats.dropped += 1;
             self.drop_call(i, true);
             return Step::Wait;
         }
+        let shape = rb.finish();
         // Plan the reply against the Call's Write list and Reply chunk.
-        let Some(chunks) = r.hdr.as_ref().and_then(|h| h.chunks().copied()) else {
+        let Some(chunks) = r.hdr.as_ref().and_then(|h| h.chunks()) else {
             return self.control(i, Control::ErrorV1(header::V1Error::Chunk));
         };
-        let send_max = self.conn(r.conn).map_or(1024, |c| c.send_max);
-        let items = shape.items();
-        match plan::plan_reply(shape.stream_len() as usize, items, &chunks, r.vers, send_max) {
+        let send_max = conns.get(r.conn).and_then(Option::as_ref).map_or(1024, |c| c.send_max);
+        let vers = r.vers;
+        match plan::plan_reply(shape.stream_len() as usize, shape.items(), chunks, vers, send_max) {
             Ok(p) => {
-                let n_writes = p.write_ops(&chunks).count() as u32;
-                let rr = self.reqs.get_mut(i).expect("live");
+                let n_writes = p.write_ops(chunks).count() as u32;
+                let rr = reqs.get_mut(i).expect("live");
                 rr.shape = shape;
                 rr.reply = Some(p);
                 rr.sq_need = n_writes + 1;
@@ -1003,7 +1085,7 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
                 Step::Continue
             }
             Err(e) => {
-                let ctl = if r.vers == RPCRDMA_VERSION_2 {
+                let ctl = if vers == RPCRDMA_VERSION_2 {
                     Control::ErrorV2(e.v2())
                 } else {
                     Control::ErrorV1(e.v1())
@@ -1013,131 +1095,42 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         }
     }
 
-    fn take_reply_bufs(&mut self, i: u32) -> bool {
-        let r = *self.reqs.get(i).expect("live");
-        if r.send_buf.is_none() {
-            let Some(b) = self.bufs.send.get() else { return false };
-            self.reqs.get_mut(i).expect("live").send_buf = Some(b.into_raw());
-        }
-        if r.head_buf.is_none() {
-            let Some(b) = self.bufs.send.get() else { return false };
-            self.reqs.get_mut(i).expect("live").head_buf = Some(b.into_raw());
-        }
-        if r.data_hint > 0 && r.data_buf.is_none() {
-            let Some(b) = self.bufs.data.get() else { return false };
-            self.reqs.get_mut(i).expect("live").data_buf = Some(b.into_raw());
-        }
-        true
-    }
-
-    fn view<'v>(&self, r: &'v Request<'p>, chunk_area: &'v [u8]) -> Option<CallView<'v>> {
-        let h = r.hdr?;
-        let (inline, _) = match h.body {
-            Body::Msg {
-                payload_offset,
-                payload,
-                ..
-            } => (payload, payload_offset),
-            _ => (&[][..], 0),
-        };
-        let conn = self.conn(r.conn)?;
-        Some(CallView {
-            conn: conn.id,
-            peer: conn.peer,
-            vers: r.vers,
-            xid: r.xid,
-            pieces: r.read_plan.pieces(),
-            inline,
-            chunk_area,
-            chunk_offsets: &r.chunk_offs[..r.read_plan.chunk_count()],
-        })
-    }
-
-    /// Map a byte range of the unreduced reply stream (head ++ data ++ pad) onto
-    /// local buffers, calling `f` for each contiguous piece.
-    fn for_each_local(&self, r: &Request, start: u32, len: u32, mut f: impl FnMut(LocalBuf, u32)) {
-        let head_len = r.shape.head_len;
-        let data_len = r.shape.data_len;
-        let mut at = start;
-        let end = start + len;
-        while at < end {
-            if at < head_len {
-                let n = (head_len - at).min(end - at);
-                let b = r.head_buf.expect("head");
-                let base = self.bufs.pool.offset(b).unwrap_or(0) as u64;
-                f(
-                    LocalBuf {
-                        region: b.region,
-                        offset: base + at as u64,
-                        len: n,
-                    },
-                    at - start,
-                );
-                at += n;
-            } else if at < head_len + data_len {
-                let off = at - head_len;
-                let n = (data_len - off).min(end - at);
-                let b = r.data_buf.expect("data");
-                let base = self.bufs.pool.offset(b).unwrap_or(0) as u64;
-                f(
-                    LocalBuf {
-                        region: b.region,
-                        offset: base + off as u64,
-                        len: n,
-                    },
-                    at - start,
-                );
-                at += n;
-            } else {
-                // Padding: zero bytes; a Write into a Reply chunk needs them
-                // (s3.5.3). They come from the zeroed tail of the head buffer.
-                let n = end - at;
-                let b = r.head_buf.expect("head");
-                let base = self.bufs.pool.offset(b).unwrap_or(0) as u64;
-                let pad_at = (self.send_size as usize - HEAD_PAD_BYTES) as u64;
-                f(
-                    LocalBuf {
-                        region: b.region,
-                        offset: base + pad_at,
-                        len: n.min(4),
-                    },
-                    at - start,
-                );
-                at += n.min(4);
-            }
-        }
-    }
-
     /// Post the reply: RDMA Writes, then the Send.
     fn step_send(&mut self, i: u32) -> Step {
-        let r = *self.reqs.get(i).expect("live");
-        let Some(c) = self.conn(r.conn) else { return Step::Wait };
-        let (conn_id, remote_inv) = (c.id, c.remote_inv);
-        if c.state == ConnState::Accepting || self.cfg.send_depth.saturating_sub(c.sq_used) < r.sq_need {
-            return self.wait(i, Queue::SendSlots);
-        }
-        let plan = r.reply.expect("planned");
-        let Some(h) = r.hdr else { return Step::Wait };
-        let Some(chunks) = h.chunks().copied() else {
+        let Self {
+            reqs,
+            conns,
+            bufs,
+            fabric,
+            cfg,
+            send_size,
+            ..
+        } = self;
+        let send_size = *send_size;
+        let r = reqs.get(i).expect("live");
+        let Some(c) = conns.get(r.conn).and_then(Option::as_ref) else {
             return Step::Wait;
         };
-        let inv_handle = h.inv_handle();
-        let first_handle = chunks
-            .writes
-            .iter()
-            .flat_map(|w| w.iter())
-            .chain(chunks.reply.iter().flat_map(|r| r.iter()))
-            .chain(chunks.reads.segments().map(|s| s.target))
-            .map(|s| s.handle)
-            .next();
+        let (conn_id, remote_inv) = (c.id, c.remote_inv);
+        if c.state == ConnState::Accepting || cfg.send_depth.saturating_sub(c.sq_used) < r.sq_need {
+            return self.wait(i, Queue::SendSlots);
+        }
+        // Credits: the grant goes in this reply (never zero, at most reserved).
+        let grant = c.credits.grant();
+        let Some(plan) = r.reply.as_ref() else {
+            return Step::Wait;
+        };
+        let Some(h) = r.hdr.as_ref() else { return Step::Wait };
+        let Some(chunks) = h.chunks() else {
+            return Step::Wait;
+        };
         // Zero the 4 pad bytes at the end of the head buffer.
+        let head_b = r.head_buf.expect("head");
         {
-            let head = self.bufs.bytes_mut(r.head_buf.expect("head"));
+            let head = bufs.bytes_mut(head_b);
             let n = head.len();
             head[n - 4..].fill(0);
         }
-        // Credits: the grant goes in this reply (never zero, at most reserved).
-        let grant = self.conn(r.conn).map_or(1, |c| c.credits.grant());
         // Transport header + inline reply in the send buffer.
         let send_b = r.send_buf.expect("send");
         let flags = if r.vers == RPCRDMA_VERSION_2 {
@@ -1145,30 +1138,27 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         } else {
             0
         };
-        let hdr_len = {
-            let out = self.bufs.bytes_mut(send_b);
-            match plan::encode_reply_header(&plan, &chunks, r.xid, grant, flags, out) {
-                Ok(n) => n,
-                Err(_) => return self.control(i, Control::ErrorV1(header::V1Error::Chunk)),
-            }
+        let out = bufs.bytes_mut(send_b);
+        let Ok(hdr_len) = plan::encode_reply_header(plan, chunks, r.xid, grant, flags, out) else {
+            return self.control(i, Control::ErrorV1(header::V1Error::Chunk));
         };
         let mut send_len = hdr_len;
         if plan.kind == ReplyKind::Short {
             // Copy the reduced reply after the header (at most the inline
             // threshold, which the plan checked).
-            let head = self.bufs.bytes(r.head_buf.expect("head"));
-            let data = r.data_buf.map_or(&[][..], |b| self.bufs.bytes(b));
-            let out = self.bufs.bytes_mut(send_b);
+            let head = bufs.bytes(head_b);
+            let data = r.data_buf.map_or(&[][..], |b| bufs.bytes(b));
+            let (head_len, data_len) = (r.shape.head_len as usize, r.shape.data_len as usize);
             for rg in plan.reduced_ranges() {
                 let (s, e) = (rg.start as usize, rg.start as usize + rg.len as usize);
                 let mut at = s;
                 while at < e {
-                    let (src, n): (&[u8], usize) = if at < r.shape.head_len as usize {
-                        let n = (r.shape.head_len as usize - at).min(e - at);
+                    let (src, n): (&[u8], usize) = if at < head_len {
+                        let n = (head_len - at).min(e - at);
                         (&head[at..at + n], n)
-                    } else if at < (r.shape.head_len + r.shape.data_len) as usize {
-                        let off = at - r.shape.head_len as usize;
-                        let n = (r.shape.data_len as usize - off).min(e - at);
+                    } else if at < head_len + data_len {
+                        let off = at - head_len;
+                        let n = (data_len - off).min(e - at);
                         (&data[off..off + n], n)
                     } else {
                         let n = e - at;
@@ -1184,13 +1174,14 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
             }
         }
         // RDMA Writes: Write chunks, then the Reply chunk for a Long reply.
+        let wr_id = req_wr_id(i, r.gen);
         let mut posted = 0u32;
         let mut err = false;
-        for op in plan.write_ops(&chunks) {
+        for op in plan.write_ops(chunks) {
             let mut pieces = [LocalBuf::default(); MAX_SGE];
             let mut n = 0usize;
             let mut overflow = false;
-            self.for_each_local(&r, op.src.start, op.src.len, |lb, _| {
+            for_each_local(bufs, send_size, r, op.src.start, op.src.len, |lb, _| {
                 if n < MAX_SGE {
                     pieces[n] = lb;
                     n += 1;
@@ -1202,72 +1193,93 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
                 err = true;
                 break;
             }
-            let mut wr = SendWr::new(self.req_wr_id(i), SendOp::RdmaWrite, pieces[0], op.target);
+            let mut wr = SendWr::new(wr_id, SendOp::RdmaWrite, pieces[0], op.target);
             wr.sge = pieces;
             wr.num_sge = n as u8;
             wr.remote.length = op.src.len;
-            if self.fabric.post_send(conn_id, &wr).is_err() {
+            if fabric.post_send(conn_id, &wr).is_err() {
                 err = true;
                 break;
             }
             posted += 1;
         }
-        self.stats.rdma_writes += posted as u64;
+        let mut with_inv = false;
         if !err {
-            let op = match (r.vers, inv_handle, remote_inv, first_handle) {
-                (RPCRDMA_VERSION_2, h, _, _) if h != 0 => SendOp::SendWithInv { rkey: h },
-                (RPCRDMA_VERSION_1, _, true, Some(h)) if self.fabric.caps().send_with_invalidate => {
-                    SendOp::SendWithInv { rkey: h }
+            let inv_handle = h.inv_handle();
+            let op = if r.vers == RPCRDMA_VERSION_2 && inv_handle != 0 {
+                SendOp::SendWithInv { rkey: inv_handle }
+            } else if r.vers == RPCRDMA_VERSION_1 && remote_inv && fabric.caps().send_with_invalidate {
+                // v1 with the RFC 8797 R flag on both sides: invalidate the
+                // first handle the Call advertised.
+                match chunks
+                    .writes
+                    .iter()
+                    .flat_map(|w| w.iter())
+                    .chain(chunks.reply.iter().flat_map(|r| r.iter()))
+                    .chain(chunks.reads.segments().map(|s| s.target))
+                    .map(|s| s.handle)
+                    .next()
+                {
+                    Some(h) => SendOp::SendWithInv { rkey: h },
+                    None => SendOp::Send,
                 }
-                _ => SendOp::Send,
+            } else {
+                SendOp::Send
             };
-            let wr = SendWr::new(
-                self.req_wr_id(i),
-                op,
-                self.bufs.local(send_b, send_len as u32),
-                RemoteBuf::default(),
-            );
-            if self.fabric.post_send(conn_id, &wr).is_ok() {
+            let wr = SendWr::new(wr_id, op, bufs.local(send_b, send_len as u32), RemoteBuf::default());
+            if fabric.post_send(conn_id, &wr).is_ok() {
                 posted += 1;
-                if matches!(op, SendOp::SendWithInv { .. }) {
-                    self.stats.sends_with_invalidate += 1;
-                }
+                with_inv = matches!(op, SendOp::SendWithInv { .. });
             } else {
                 err = true;
             }
         }
+        // The reply is on its way: what follows is bookkeeping.
+        let (kind, reduced) = (plan.kind, !plan.reduced_items().is_empty());
+        let writes = posted - u32::from(!err);
         let conn = r.conn;
         {
-            let rr = self.reqs.get_mut(i).expect("live");
+            let rr = reqs.get_mut(i).expect("live");
             rr.wr_out += posted;
             rr.state = ReqState::Sending;
         }
-        if let Some(c) = self.conn_mut(conn) {
+        if let Some(c) = conns.get_mut(conn).and_then(Option::as_mut) {
             c.sq_used += posted;
             if !err {
                 c.credits.on_reply(grant);
             }
         }
+        let stats = &mut self.stats;
+        stats.rdma_writes += writes as u64;
         if err {
             self.kill_conn(conn, true);
             return Step::Wait;
         }
-        self.stats.replies += 1;
-        match plan.kind {
-            ReplyKind::Long if !plan.reduced_items().is_empty() => {
-                self.stats.replies_long += 1;
-                self.stats.replies_write_and_long += 1;
+        stats.sends_with_invalidate += with_inv as u64;
+        stats.replies += 1;
+        match kind {
+            ReplyKind::Long if reduced => {
+                stats.replies_long += 1;
+                stats.replies_write_and_long += 1;
             }
-            ReplyKind::Long => self.stats.replies_long += 1,
-            ReplyKind::Short if !plan.reduced_items().is_empty() => self.stats.replies_write_chunks += 1,
-            ReplyKind::Short => self.stats.replies_inline += 1,
+            ReplyKind::Long => stats.replies_long += 1,
+            ReplyKind::Short if reduced => stats.replies_write_chunks += 1,
+            ReplyKind::Short => stats.replies_inline += 1,
         }
         Step::Wait
     }
 
     /// Send an error reply or a CONNPROP answer.
     fn step_control(&mut self, i: u32) -> Step {
-        let r = *self.reqs.get(i).expect("live");
+        let r = {
+            let r = self.reqs.get(i).expect("live");
+            ControlArgs {
+                conn: r.conn,
+                control: r.control,
+                xid: r.xid,
+                counted: r.counted,
+            }
+        };
         let Some(c) = self.conn(r.conn) else { return Step::Wait };
         let conn_id = c.id;
         if c.state == ConnState::Accepting || c.sq_used >= self.cfg.send_depth {
@@ -1275,13 +1287,17 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         }
         // Control replies also answer a message that consumed a receive: grant.
         let grant = c.credits.grant();
-        if r.send_buf.is_none() {
-            match self.bufs.send.get() {
-                Some(b) => self.reqs.get_mut(i).expect("live").send_buf = Some(b.into_raw()),
+        let send_b = match self.reqs.get(i).expect("live").send_buf {
+            Some(b) => b,
+            None => match self.bufs.send.get() {
+                Some(b) => {
+                    let b = b.into_raw();
+                    self.reqs.get_mut(i).expect("live").send_buf = Some(b);
+                    b
+                }
                 None => return self.wait(i, Queue::ReplyBufs),
-            }
-        }
-        let send_b = self.reqs.get(i).expect("live").send_buf.expect("send");
+            },
+        };
         let rbsiz = self.recv_size.to_be_bytes();
         let props = [Property {
             id: RDMA2_PROPID_RBSIZ,
@@ -1373,20 +1389,27 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
 
     /// Return every buffer a request holds and free its slot.
     fn release(&mut self, i: u32) {
-        let Some(r) = self.reqs.get(i).copied() else { return };
+        let Some(r) = self.reqs.get_mut(i) else { return };
         debug_assert_eq!(r.wr_out, 0, "releasing request {i} with work outstanding");
-        self.bufs
-            .put_all([r.recv, r.chunk_buf, r.send_buf, r.head_buf, r.data_buf]);
-        let gen = r.gen;
-        *self.reqs.get_mut(i).expect("live") = Request {
-            gen,
-            ..Request::default()
-        };
+        let held = [
+            r.recv.take(),
+            r.chunk_buf.take(),
+            r.send_buf.take(),
+            r.head_buf.take(),
+            r.data_buf.take(),
+        ];
+        let conn = r.conn;
+        // The generation stays (the next request in this slot takes the next
+        // one); `start` resets the rest when the slot is reused.
+        r.state = ReqState::Free;
+        r.hdr = None;
+        r.reply = None;
         self.reqs.free(i);
-        if let Some(c) = self.conn_mut(r.conn) {
+        self.bufs.put_all(held);
+        if let Some(c) = self.conn_mut(conn) {
             c.requests = c.requests.saturating_sub(1);
         }
-        self.maybe_forget_conn(r.conn);
+        self.maybe_forget_conn(conn);
     }
 
     fn wait(&mut self, i: u32, q: Queue) -> Step {
@@ -1474,6 +1497,105 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         }
         self.held()
     }
+}
+
+/// The `wr_id` of work posted for request `i` of generation `gen`.
+#[inline]
+fn req_wr_id(i: u32, gen: u32) -> WrId {
+    WrId::new(TAG_REQ, (((gen & 0xff_ffff) as u64) << 32) | i as u64)
+}
+
+/// The Call of request `r` as the service sees it (`None` before its header
+/// was decoded or once its connection is forgotten).
+#[inline]
+fn call_view<'v>(r: &'v Request<'_>, conns: &'v Slab<Option<Conn>>, chunk_area: &'v [u8]) -> Option<CallView<'v>> {
+    let h = r.hdr.as_ref()?;
+    let inline = match h.body {
+        Body::Msg { payload, .. } => payload,
+        _ => &[][..],
+    };
+    let conn = conns.get(r.conn)?.as_ref()?;
+    Some(CallView {
+        conn: conn.id,
+        peer: conn.peer,
+        vers: r.vers,
+        xid: r.xid,
+        pieces: r.read_plan.pieces(),
+        inline,
+        chunk_area,
+        chunk_offsets: &r.chunk_offs[..r.read_plan.chunk_count()],
+    })
+}
+
+/// Map a byte range of request `r`'s unreduced reply stream (head ++ data ++
+/// pad) onto local buffers, calling `f` for each contiguous piece.
+fn for_each_local(
+    bufs: &EngineBufs<'_>,
+    send_size: u32,
+    r: &Request,
+    start: u32,
+    len: u32,
+    mut f: impl FnMut(LocalBuf, u32),
+) {
+    let head_len = r.shape.head_len;
+    let data_len = r.shape.data_len;
+    let mut at = start;
+    let end = start + len;
+    while at < end {
+        if at < head_len {
+            let n = (head_len - at).min(end - at);
+            let b = r.head_buf.expect("head");
+            let base = bufs.pool.offset(b).unwrap_or(0) as u64;
+            f(
+                LocalBuf {
+                    region: b.region,
+                    offset: base + at as u64,
+                    len: n,
+                },
+                at - start,
+            );
+            at += n;
+        } else if at < head_len + data_len {
+            let off = at - head_len;
+            let n = (data_len - off).min(end - at);
+            let b = r.data_buf.expect("data");
+            let base = bufs.pool.offset(b).unwrap_or(0) as u64;
+            f(
+                LocalBuf {
+                    region: b.region,
+                    offset: base + off as u64,
+                    len: n,
+                },
+                at - start,
+            );
+            at += n;
+        } else {
+            // Padding: zero bytes; a Write into a Reply chunk needs them
+            // (s3.5.3). They come from the zeroed tail of the head buffer.
+            let n = end - at;
+            let b = r.head_buf.expect("head");
+            let base = bufs.pool.offset(b).unwrap_or(0) as u64;
+            let pad_at = (send_size as usize - HEAD_PAD_BYTES) as u64;
+            f(
+                LocalBuf {
+                    region: b.region,
+                    offset: base + pad_at,
+                    len: n.min(4),
+                },
+                at - start,
+            );
+            at += n.min(4);
+        }
+    }
+}
+
+/// What `step_control` needs of its request.
+#[derive(Clone, Copy)]
+struct ControlArgs {
+    conn: u32,
+    control: Control,
+    xid: u32,
+    counted: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
