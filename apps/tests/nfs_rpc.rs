@@ -359,11 +359,11 @@ fn hostile_calls_never_panic_and_replies_decode() {
                 a[at..at + 4].copy_from_slice(&v.to_be_bytes());
             }
         }
-        if g.next() % 5 == 0 {
+        if g.next().is_multiple_of(5) {
             let n = g.next() as usize % (a.len() + 1);
             a.truncate(n);
         }
-        if g.next() % 7 == 0 {
+        if g.next().is_multiple_of(7) {
             a.extend((0..g.next() % 64).map(|_| g.next() as u8));
         }
         m.b.extend_from_slice(&a);
