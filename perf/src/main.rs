@@ -13,7 +13,7 @@ use perf::args::{parse_cores, parse_duration, parse_size};
 use perf::engine::OpKind;
 use perf::plot::{render_svg, Curve};
 use perf::run::{self, Auth, FabricKind, Mode, NfsOptions, RunConfig, RunOutput};
-use perf::stats::{compare_table, RunResult};
+use perf::stats::{compare_rows, compare_table, RunResult};
 use perf::tcp::{MountTarget, DEFAULT_MOUNT_PORT};
 
 #[derive(Parser, Debug)]
@@ -242,6 +242,9 @@ struct CompareArgs {
     /// Write an SVG percentile plot with one line per file.
     #[arg(long)]
     plot: Option<PathBuf>,
+    /// One row per file (main figures and ratios) instead of one column per file.
+    #[arg(long = "by-file")]
+    by_file: bool,
 }
 
 fn fabric_of(c: &Common) -> FabricKind {
@@ -433,7 +436,11 @@ fn compare(a: &CompareArgs) -> Result<i32> {
             .map_or_else(|| f.display().to_string(), |s| s.to_string_lossy().into());
         results.push((name, r));
     }
-    print!("{}", compare_table(&results));
+    if a.by_file {
+        print!("{}", compare_rows(&results));
+    } else {
+        print!("{}", compare_table(&results));
+    }
     if let Some(p) = &a.plot {
         let curves: Vec<Curve> = results.iter().map(|(n, r)| Curve::from_result(n, r)).collect();
         write_file(p, &render_svg("latency by percentile", &curves))?;

@@ -293,6 +293,70 @@ pub fn compare_table(results: &[(String, RunResult)]) -> String {
     out
 }
 
+/// The `compare --by-file` table: one row per result (for many files), with
+/// the main figures and the ratios of mean and p50 latency and of IOPS to the
+/// first file's.
+pub fn compare_rows(results: &[(String, RunResult)]) -> String {
+    let Some((_, first)) = results.first() else {
+        return String::new();
+    };
+    let fmt_ratio = |v: f64, b: f64| ratio(v, b).map_or_else(|| "-".to_string(), |q| format!("x{q:.2}"));
+    let header = [
+        "file", "op", "vers", "size", "qd", "conns", "iops", "MB/s", "mean_us", "p50_us", "p99_us", "p99.9_us",
+        "max_us", "errors", "mean/1st", "p50/1st", "iops/1st",
+    ];
+    let rows: Vec<Vec<String>> = results
+        .iter()
+        .map(|(name, r)| {
+            let l = &r.latency_us;
+            vec![
+                name.clone(),
+                r.op.clone(),
+                r.version.to_string(),
+                crate::args::size_label(r.size_bytes),
+                r.queue_depth.to_string(),
+                r.connections.to_string(),
+                format!("{:.0}", r.iops),
+                format!("{:.1}", r.mb_per_s),
+                format!("{:.2}", l.mean),
+                format!("{:.2}", l.p50),
+                format!("{:.2}", l.p99),
+                format!("{:.2}", l.p999),
+                format!("{:.1}", l.max),
+                r.errors.to_string(),
+                fmt_ratio(l.mean, first.latency_us.mean),
+                fmt_ratio(l.p50, first.latency_us.p50),
+                fmt_ratio(r.iops, first.iops),
+            ]
+        })
+        .collect();
+    let widths: Vec<usize> = (0..header.len())
+        .map(|i| {
+            rows.iter()
+                .map(|r| r[i].len())
+                .chain([header[i].len()])
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let line = |cells: Vec<&str>| {
+        let mut out = String::new();
+        for (i, (c, w)) in cells.iter().zip(&widths).enumerate() {
+            if i == 0 {
+                out += &format!("{c:<w$}");
+            } else {
+                out += &format!("  {c:>w$}");
+            }
+        }
+        out + "\n"
+    };
+    let mut out = line(header.to_vec());
+    for r in &rows {
+        out += &line(r.iter().map(String::as_str).collect());
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -402,6 +466,24 @@ mod tests {
         // Zero base: no ratio.
         assert!(line("errors").ends_with("0 (-)"), "{t}");
         assert_eq!(compare_table(&[]), "");
+    }
+
+    #[test]
+    fn rows_table_has_one_line_per_file_and_ratios() {
+        let a = RunResult::new("raw", "shm", 0, 64, 1, 1, 1.0, 1000, 0, &hist_of(&[1000; 10]));
+        let b = RunResult::new("read", "shm", 1, 4096, 4, 1, 1.0, 250, 2, &hist_of(&[2000; 10]));
+        let t = compare_rows(&[("raw".into(), a), ("read-4k".into(), b)]);
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(lines.len(), 3, "{t}");
+        assert!(lines[0].starts_with("file") && lines[0].ends_with("iops/1st"));
+        assert!(lines[1].starts_with("raw ") && lines[1].ends_with("x1.00"), "{t}");
+        let cells: Vec<&str> = lines[2].split_whitespace().collect();
+        assert_eq!(&cells[..6], &["read-4k", "read", "1", "4KiB", "4", "1"]);
+        assert_eq!(cells[6], "250");
+        assert_eq!(cells[13], "2");
+        // p50 2000 ns (highest equivalent 2001) against 1000: about x2; IOPS x0.25.
+        assert_eq!(&cells[15..], &["x2.00", "x0.25"]);
+        assert_eq!(compare_rows(&[]), "");
     }
 
     #[test]
