@@ -57,7 +57,7 @@ fn config() -> Config {
             { "name": "d", "usage": "data", "buffer_size_bytes": 65536, "count": 4,
               "page_size": "4K", "per_core_cache": 0 }
         ],
-        "backends": [{ "name": "m", "type": "mem", "size_bytes": 1048576 }],
+        "backends": [{ "name": "m", "type": "mem", "size_bytes": 262144 }],
         "exports": [{ "path": "/e", "backend": "m", "clients": ["10.0.0.0/8"],
                       "root_squash": false, "allow_auth_none": true }]
     }"#;
@@ -69,7 +69,7 @@ fn config() -> Config {
 /// A fresh service over a small tree; returns it and the NFS handles of the
 /// root, a file, a directory and a symlink.
 fn setup() -> (NfsService, Vec<Vec<u8>>) {
-    let b = Arc::new(MemBackend::new("m", 1 << 20).expect("mem backend"));
+    let b = Arc::new(MemBackend::new("m", 256 * 1024).expect("mem backend"));
     let root = b.root();
     let owner = Owner { uid: 1000, gid: 1000 };
     let open = SetAttr {
@@ -121,8 +121,10 @@ fn substitute(call: &[u8], handles: &[Vec<u8>]) -> Vec<u8> {
     out
 }
 
-/// Run one Call and check the reply's invariants.
-fn one_call(svc: &mut NfsService, msg: &[u8], peer: Option<IpAddr>, data_cap: usize, head_cap: usize) {
+/// Run one Call and check the reply's invariants; `head` and `data` are the
+/// reply buffers (their lengths are the capacities given to the service).
+fn one_call(svc: &mut NfsService, msg: &[u8], peer: Option<IpAddr>, head: &mut [u8], data: &mut [u8]) {
+    let (head_cap, data_cap) = (head.len(), data.len());
     let piece = [Piece::Inline {
         start: 0,
         len: msg.len() as u32,
@@ -133,9 +135,7 @@ fn one_call(svc: &mut NfsService, msg: &[u8], peer: Option<IpAddr>, data_cap: us
         hint <= svc.shared().max_io_bytes() as usize,
         "data hint over the READ limit"
     );
-    let mut head = vec![0u8; head_cap];
-    let mut data = vec![0u8; data_cap];
-    let mut rb = ReplyBuilder::new(&mut head, (data_cap > 0).then_some(&mut data[..]));
+    let mut rb = ReplyBuilder::new(head, (data_cap > 0).then_some(data));
     let res = svc.handle_call(&view, &mut rb);
     let shape = rb.finish();
     match res {
@@ -223,6 +223,8 @@ pub fn check_nfs_service(data: &[u8]) {
     };
     let head_cap = if mode & 0x10 != 0 { 256 } else { 8192 };
     let (mut svc, handles) = setup();
+    let mut head = vec![0u8; head_cap];
+    let mut data = vec![0u8; data_cap];
     for _ in 0..MAX_CALLS {
         if rest.len() < 2 {
             break;
@@ -230,7 +232,7 @@ pub fn check_nfs_service(data: &[u8]) {
         let n = usize::from(u16::from_be_bytes([rest[0], rest[1]])).min(rest.len() - 2);
         let call = substitute(&rest[2..2 + n], &handles);
         rest = &rest[2 + n..];
-        one_call(&mut svc, &call, peer, data_cap, head_cap);
+        one_call(&mut svc, &call, peer, &mut head, &mut data);
     }
 }
 
