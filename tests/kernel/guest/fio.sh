@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# tests/kernel/guest/fio.sh SRC TAG — the fio matrix of the kernel-interop
+# test against one server: 4 KiB random read and write at queue depths 1 and
+# 16, 1 MiB sequential read and write at queue depths 1 and 4, O_DIRECT,
+# libaio, $FIO_SECONDS (default 5) each after a 1 s ramp, on one 64 MiB file.
+# Writes $OUT/TAG/fio-<job>.json (fio --output-format=json, with total-latency
+# percentiles) and checks that every job ran without errors and did I/O.
+set -uo pipefail
+. "$(dirname "$0")/lib.sh"
+
+SRC=$1
+TAG=$2
+MP=/mnt/$TAG
+D=$OUT/$TAG
+FIO_SECONDS=${FIO_SECONDS:-5}
+FIO_FILE_MIB=${FIO_FILE_MIB:-64}
+mkdir -p "$D"
+t_all=$(now)
+
+if ! nfs_mount "$SRC" "$MP"; then
+    flunk "$TAG: mount for fio"
+    exit 1
+fi
+check_eq "$TAG: fio mount transport" "$(mount_xprt "$MP")" rdma
+F=$MP/fio.dat
+t=$(now)
+check "$TAG: lay out the ${FIO_FILE_MIB} MiB fio file" \
+    fio --name=layout --filename="$F" --size="${FIO_FILE_MIB}M" --rw=write --bs=1M --direct=1 \
+    --ioengine=libaio --iodepth=4 --end_fsync=1 --output=/dev/null
+note "$TAG: fio layout $(elapsed "$t") s"
+
+# job name, rw, block size, queue depth
+JOBS="rand-read-4k-qd1 randread 4k 1
+rand-read-4k-qd16 randread 4k 16
+rand-write-4k-qd1 randwrite 4k 1
+rand-write-4k-qd16 randwrite 4k 16
+seq-read-1m-qd1 read 1M 1
+seq-read-1m-qd4 read 1M 4
+seq-write-1m-qd1 write 1M 1
+seq-write-1m-qd4 write 1M 4"
+
+while read -r name rw bs qd; do
+    t=$(now)
+    rc=0
+    fio --name="$name" --filename="$F" --size="${FIO_FILE_MIB}M" --rw="$rw" --bs="$bs" --iodepth="$qd" \
+        --ioengine=libaio --direct=1 --time_based --runtime="$FIO_SECONDS" --ramp_time=1 \
+        --lat_percentiles=1 --randrepeat=0 --norandommap \
+        --output-format=json --output="$D/fio-$name.json" || rc=$?
+    summary=$(python3 - "$D/fio-$name.json" "$rw" <<'PY'
+import json, sys
+job = json.load(open(sys.argv[1]))["jobs"][0]
+side = job["read"] if "read" in sys.argv[2] else job["write"]
+print("%d %d %.0f %.1f" % (job["error"], side["total_ios"], side["iops"], side["bw_bytes"] / 1e6))
+PY
+) || summary="unparsable"
+    # shellcheck disable=SC2086
+    set -- $summary
+    if [ $rc = 0 ] && [ "${1:-x}" = 0 ] && [ "${2:-0}" -gt 0 ]; then
+        pass "$TAG: fio $name: ${2} I/Os, ${3} IOPS, ${4} MB/s ($(elapsed "$t") s)"
+    else
+        flunk "$TAG: fio $name (fio exit $rc, error/ios/iops/MBps: $summary)"
+    fi
+done <<<"$JOBS"
+
+rm -f "$F"
+check "$TAG: umount after fio" nfs_umount "$MP"
+note "$TAG: fio matrix done in $(elapsed "$t_all") s"

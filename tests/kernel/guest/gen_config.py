@@ -1,0 +1,43 @@
+#!/usr/bin/env python3
+"""tests/kernel/guest/gen_config.py BASE.json IP — print the rpcrdma-target
+configuration for the kernel-interop guest, derived from configs/cores.json:
+the verbs provider on rxe0 at IP, the fabric listener on IP:20049 (versions 1
+and 2), NFS on 2049/TCP and MOUNT on 20048/TCP, one core per guest CPU (the
+first admin, the rest I/O; a single CPU is one I/O core), a mem backend large
+enough for the functional workload, and /export open to IP's /24 without root
+squashing (the workload chowns files)."""
+import ipaddress
+import json
+import os
+import sys
+
+base_path, ip = sys.argv[1], sys.argv[2]
+cfg = json.load(open(base_path))
+ncpu = len(os.sched_getaffinity(0))
+if ncpu == 1:
+    cfg["cores"] = [{"cpu": 0, "role": "io"}]
+else:
+    cfg["cores"] = [{"cpu": 0, "role": "admin"}] + [{"cpu": c, "role": "io"} for c in range(1, ncpu)]
+cfg["fabric"] = {"provider": "verbs", "device": "rxe0", "ip": ip}
+cfg["listeners"]["fabric"] = [{"address": ip, "port": 20049, "versions": [1, 2]}]
+cfg["listeners"]["nfs_tcp_port"] = 2049
+cfg["listeners"]["mount_tcp_port"] = 20048
+mem_mib = int(os.environ.get("TARGET_MEM_MIB", "768"))
+cfg["backends"] = [{"name": "mem0", "type": "mem", "size_bytes": mem_mib << 20}]
+net = str(ipaddress.ip_network(ip + "/24", strict=False))
+cfg["exports"] = [
+    dict(cfg["exports"][0], path="/export", backend="mem0", clients=[net], read_only=False, root_squash=False)
+]
+# Under software emulation the guest's few vCPUs also run rxe's softirq work;
+# a core that busy-polls for long between Calls starves the fabric itself, so
+# idle cores here sleep almost at once (a real NIC does its work in hardware).
+cfg.setdefault("reactor", {})["idle"] = {
+    "policy": "spin_then_sleep",
+    "idle_loops": int(os.environ.get("TARGET_IDLE_LOOPS", "8")),
+    "max_sleep_us": int(os.environ.get("TARGET_MAX_SLEEP_US", "50")),
+}
+# a per-core cache may not exceed count / cores
+for pool in cfg["pools"]:
+    pool["per_core_cache"] = min(pool["per_core_cache"], pool["count"] // len(cfg["cores"]))
+json.dump(cfg, sys.stdout, indent=2)
+print()

@@ -1,0 +1,64 @@
+# tests/kernel/guest/lib.sh — helpers sourced by the guest scripts (bash).
+#
+# Every check prints one line, "ok - WHAT" or "not ok - WHAT (details)", and
+# appends the same line to $OUT/checks.txt, which the host reads for the
+# verdict. A failed check does not stop the script: later checks still run
+# and report, unless the caller gives up on a section (for example when the
+# mount itself failed).
+
+: "${OUT:=/host/out}"
+CHECKS=$OUT/checks.txt
+
+note() { echo "[guest $(cut -d' ' -f1 /proc/uptime)s] $*"; }
+
+pass() { echo "ok - $*" | tee -a "$CHECKS"; }
+flunk() { echo "not ok - $*" | tee -a "$CHECKS"; }
+
+# check WHAT CMD... : the check holds when CMD exits 0.
+check() {
+    local what=$1 rc=0
+    shift
+    "$@" || rc=$?
+    if [ $rc = 0 ]; then pass "$what"; else flunk "$what (exit $rc: $*)"; fi
+    return 0
+}
+
+# check_fails WHAT CMD... : the check holds when CMD exits non-zero.
+check_fails() {
+    local what=$1 rc=0
+    shift
+    "$@" 2>/dev/null || rc=$?
+    if [ $rc != 0 ]; then pass "$what"; else flunk "$what (succeeded: $*)"; fi
+    return 0
+}
+
+# check_eq WHAT GOT WANT
+check_eq() {
+    if [ "$2" = "$3" ]; then pass "$1 ($2)"; else flunk "$1 (got '$2', want '$3')"; fi
+    return 0
+}
+
+# the mountstats transport line of the NFS mount on MOUNTPOINT ("rdma", "tcp", ...)
+mount_xprt() {
+    awk -v mp="$1" '$1 == "device" { cur = ($5 == mp) } cur && $1 == "xprt:" { print $2; exit }' /proc/self/mountstats
+}
+
+# nfs_mount SRC MOUNTPOINT [extra options]: NFSv3 over RDMA on 20049, MOUNT over TCP.
+# $MOUNT_PORT (optional) pins the MOUNT port; without it the client asks rpcbind.
+nfs_mount() {
+    local src=$1 mp=$2 extra=${3:-} opts
+    opts="vers=3,proto=rdma,port=20049,mountproto=tcp,nolock"
+    [ -n "${MOUNT_PORT:-}" ] && opts="$opts,mountport=$MOUNT_PORT"
+    [ -n "$extra" ] && opts="$opts,$extra"
+    mkdir -p "$mp"
+    timeout 120 mount -t nfs -o "$opts" "$src" "$mp"
+}
+
+# nfs_umount MOUNTPOINT: unmount (flushing dirty data), bounded in time.
+nfs_umount() {
+    timeout 180 umount "$1"
+}
+
+# seconds since boot with centiseconds, for timing sections
+now() { cut -d' ' -f1 /proc/uptime; }
+elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# tests/kernel/guest/pair.sh server|client — the two-guest capture run
+# (softroce-vm.sh pair -p): the server guest (10.0.2.15) runs $PAIR_SERVER
+# ("ours": rpcrdma-target, or "kernel": knfsd), the client guest (10.0.2.16)
+# mounts it over RDMA and runs a small workload whose traffic crosses the
+# wire, so the host's capture holds both directions. The guests meet through
+# files in $SYNC (the shared directory). Results go to $OUT/pair-<role>/.
+set -uo pipefail
+ROLE=$1
+: "${PAIR_SERVER:=ours}"
+export OUT=/host/out/pair-$ROLE
+mkdir -p "$OUT/kernel" "$OUT/ours"
+G=$(cd "$(dirname "$0")" && pwd)
+. "$G/lib.sh"
+. "$G/servers.sh"
+SYNC=/host/out/pair-sync
+
+if [ "$ROLE" = server ]; then
+    rm -rf "$SYNC"
+    mkdir -p "$SYNC"
+    if [ "$PAIR_SERVER" = ours ]; then ok=ours_start; stop=ours_stop; else ok=knfsd_start; stop=knfsd_stop; fi
+    if $ok; then touch "$SYNC/server-ready"; else touch "$SYNC/server-failed"; fi
+    check "pair: the client finished within 600 s" wait_for 600 test -e "$SYNC/client-done"
+    $stop
+    grep -q '^not ok' "$CHECKS" && exit 1
+    exit 0
+fi
+
+# client
+SRC=$VMLAB_PEER_IP:/export
+MP=/mnt/pair
+[ "$PAIR_SERVER" = ours ] && export MOUNT_PORT=20048
+wait_for 300 sh -c "test -e $SYNC/server-ready || test -e $SYNC/server-failed"
+if [ ! -e "$SYNC/server-ready" ]; then
+    flunk "pair: the server guest did not start $PAIR_SERVER"
+    touch "$SYNC/client-done"
+    exit 1
+fi
+note "pair client: rdma link: $(rdma link show | head -1)"
+if nfs_mount "$SRC" "$MP"; then
+    pass "pair: mount $SRC over RDMA from the second guest"
+    check_eq "pair: transport" "$(mount_xprt "$MP")" rdma
+    W=$MP/pair
+    rm -rf "$W"
+    mkdir -p "$W/dir"
+    printf 'small\n' >"$W/small"
+    ln -s small "$W/sl"
+    for i in 1 2 3 4 5; do : >"$W/dir/e$i"; done
+    head -c 3M /dev/urandom >/tmp/pair.src
+    # 1 MiB writes and direct reads of 4 KiB and 256 KiB: inline, Read chunk,
+    # Write chunk and Reply chunk traffic
+    check "pair: write 3 MiB" dd if=/tmp/pair.src of="$W/data" bs=1M conv=fsync status=none
+    check_eq "pair: readdir" "$(ls "$W/dir" | tr '\n' ' ')" "e1 e2 e3 e4 e5 "
+    check_eq "pair: readlink" "$(readlink "$W/sl")" small
+    check "pair: 4 KiB O_DIRECT reads match" cmp <(dd if="$W/data" bs=4k count=16 iflag=direct status=none) \
+        <(head -c 64k /tmp/pair.src)
+    check "pair: 256 KiB O_DIRECT reads match" cmp <(dd if="$W/data" bs=256k iflag=direct status=none) /tmp/pair.src
+    rm -rf "$W"
+    check "pair: umount" nfs_umount "$MP"
+else
+    flunk "pair: mount $SRC over RDMA from the second guest"
+    dmesg | tail -20
+fi
+touch "$SYNC/client-done"
+grep -q '^not ok' "$CHECKS" && exit 1
+exit 0

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# tests/kernel/guest/perf.sh TAG — the perf tool (rpcrdma-perf) against the
+# server now running in this guest, over the verbs provider on rxe0,
+# RPC-over-RDMA version 1: NULL round trips and 4 KiB NFS READs (of a 16 MiB
+# file it creates and fills), at queue depths 1 and 16, $PERF_SECONDS
+# (default 5) each after a 1 s warm-up. MOUNT is reached at $MOUNT_PORT when
+# set, else through rpcbind. Writes $OUT/TAG/perf-<job>.json and checks that
+# each run exited 0 and completed operations without errors.
+set -uo pipefail
+. "$(dirname "$0")/lib.sh"
+: "${BIN:=/host/bin}"
+
+TAG=$1
+D=$OUT/$TAG
+PERF_SECONDS=${PERF_SECONDS:-5}
+mkdir -p "$D"
+mount_args=(--mount-addr "$VMLAB_IP")
+[ -n "${MOUNT_PORT:-}" ] && mount_args+=(--mount-port "$MOUNT_PORT")
+
+run_perf() {
+    local job=$1 t rc=0 summary
+    shift
+    t=$(now)
+    rm -f "$D/perf-$job.json"
+    timeout 180 "$BIN/perf" "$@" --fabric verbs --target "$VMLAB_IP:20049" --vers 1 --duration "$PERF_SECONDS" \
+        --no-progress --json "$D/perf-$job.json" >"$D/perf-$job.log" 2>&1 || rc=$?
+    summary=$(python3 -c 'import json, sys
+r = json.load(open(sys.argv[1]))
+print(r["ops"], r["errors"], "%.0f IOPS, %.2f MB/s, p50 %.1f us, p99 %.1f us"
+      % (r["iops"], r["mb_per_s"], r["latency_us"]["p50"], r["latency_us"]["p99"]))' "$D/perf-$job.json" 2>/dev/null) ||
+        summary="x x (no JSON result)"
+    read -r ops errors rest <<<"$summary"
+    if [ $rc = 0 ] && [ "$errors" = 0 ] && [ "$ops" -gt 0 ] 2>/dev/null; then
+        pass "$TAG: perf $job: $ops ops, $rest ($(elapsed "$t") s)"
+    else
+        flunk "$TAG: perf $job (exit $rc, ops $ops, errors $errors): $(tail -3 "$D/perf-$job.log" | tr '\n' ' ')"
+    fi
+}
+
+run_perf null-qd1 null --qd 1
+run_perf null-qd16 null --qd 16
+run_perf read-4k-qd1 read "${mount_args[@]}" --export /export --file perf.dat --create --file-size 16M --size 4k --qd 1
+run_perf read-4k-qd16 read "${mount_args[@]}" --export /export --file perf.dat --create --file-size 16M --size 4k --qd 16

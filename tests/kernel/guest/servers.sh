@@ -1,0 +1,94 @@
+# tests/kernel/guest/servers.sh — start and stop the two NFSv3-over-RDMA
+# servers in the guest (sourced after lib.sh). They use the same ports
+# (NFS 2049/TCP, 20049/RDMA, MOUNT 20048/TCP for ours), so only one runs at
+# a time.
+#
+#   knfsd_start / knfsd_stop   the kernel's nfsd (vmlab-nfsd-rdma: tmpfs /export)
+#   ours_start / ours_stop     rpcrdma-target from $BIN with a config generated
+#                              from $BIN/cores.json by gen_config.py
+# Env: BIN (staged binaries, default /host/bin), OUT, VMLAB_IP.
+
+: "${BIN:=/host/bin}"
+GUEST_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+
+# wait_for SECONDS CMD... : poll CMD every half second until it succeeds.
+wait_for() {
+    local n=$(($1 * 2))
+    shift
+    while [ $n -gt 0 ]; do
+        "$@" >/dev/null 2>&1 && return 0
+        sleep 0.5
+        n=$((n - 1))
+    done
+    return 1
+}
+tcp_listening() { ss -Hltn "sport = :$1" | grep -q .; }
+rdma_listening() { rdma resource show cm_id 2>/dev/null | grep -q "state LISTEN.*:$1\b"; }
+
+knfsd_start() {
+    local t
+    t=$(now)
+    if EXPORT_SIZE=${KNFSD_EXPORT_SIZE:-1200M} vmlab-nfsd-rdma >"$OUT/kernel/nfsd-start.log" 2>&1; then
+        pass "kernel: knfsd started (portlist: $(tr '\n' ' ' </proc/fs/nfsd/portlist), $(elapsed "$t") s)"
+    else
+        flunk "kernel: knfsd start: $(tail -3 "$OUT/kernel/nfsd-start.log" | tr '\n' ' ')"
+        return 1
+    fi
+    check "kernel: knfsd listens for RDMA on 20049" wait_for 10 rdma_listening 20049
+}
+
+knfsd_stop() {
+    rpc.nfsd 0
+    exportfs -ua
+    pkill -x rpc.mountd 2>/dev/null
+    check "kernel: knfsd stopped (no NFS listener left on 2049)" wait_for 10 sh -c '! ss -Hltn "sport = :2049" | grep -q .'
+    check "kernel: no RDMA listener left on 20049" wait_for 10 sh -c "! rdma resource show cm_id | grep -q 'state LISTEN.*:20049'"
+}
+
+TARGET_PID=
+ours_start() {
+    local cfg=$OUT/ours/target.json log=$OUT/ours/target.log t
+    mkdir -p "$OUT/ours"
+    check_eq "ours: the staged binaries find all their libraries in the guest" \
+        "$(ldd "$BIN/rpcrdma-target" "$BIN/perf" 2>&1 | grep -c 'not found')" 0
+    if ! python3 "$GUEST_DIR/gen_config.py" "$BIN/cores.json" "$VMLAB_IP" >"$cfg"; then
+        flunk "ours: generate the guest config from configs/cores.json"
+        return 1
+    fi
+    pass "ours: generate the guest config from configs/cores.json"
+    check "ours: rpcrdma-target --check-config accepts it" "$BIN/rpcrdma-target" -c "$cfg" --check-config
+    t=$(now)
+    RUST_LOG=${RUST_LOG:-info} "$BIN/rpcrdma-target" -c "$cfg" >"$log" 2>&1 &
+    TARGET_PID=$!
+    if wait_for 60 rdma_listening 20049 && wait_for 10 tcp_listening 20048; then
+        pass "ours: rpcrdma-target listens on RDMA 20049 and MOUNT 20048/TCP ($(elapsed "$t") s)"
+    else
+        flunk "ours: rpcrdma-target did not come up within 60 s (alive: $(kill -0 $TARGET_PID 2>/dev/null && echo yes || echo no))"
+        tail -30 "$log"
+        return 1
+    fi
+    check "ours: NFS 2049/TCP listener" tcp_listening 2049
+}
+
+ours_stop() {
+    local rc=0 log=$OUT/ours/target.log
+    [ -n "$TARGET_PID" ] || return 0
+    if ! kill -0 "$TARGET_PID" 2>/dev/null; then
+        wait "$TARGET_PID" || rc=$?
+        flunk "ours: rpcrdma-target was still running at the end (it exited early with status $rc)"
+        tail -30 "$log"
+        TARGET_PID=
+        return 0
+    fi
+    kill -TERM "$TARGET_PID"
+    if wait_for 30 sh -c "! kill -0 $TARGET_PID"; then
+        wait "$TARGET_PID" || rc=$?
+        check_eq "ours: rpcrdma-target exits 0 after SIGTERM" "$rc" 0
+    else
+        flunk "ours: rpcrdma-target still running 30 s after SIGTERM"
+        kill -KILL "$TARGET_PID" 2>/dev/null
+        wait "$TARGET_PID" 2>/dev/null
+    fi
+    check_eq "ours: panics in the target log" "$(grep -c 'panicked' "$log")" 0
+    TARGET_PID=
+}

@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# tests/kernel/guest/single.sh — the one-guest part of the kernel-interop
+# test (run by tests/kernel/run.sh through softroce-vm.sh run, the stage
+# directory shared at /host):
+#   1. dissects the capture of the two-guest run, if there is one (tshark.sh);
+#   2. the fabric floor (floor.sh: perftest ib_send_lat / ib_read_lat);
+#   3. for each server in $SERVERS ("kernel ours"), one after the other since
+#      they share ports: start it, the functional workload (functional.sh),
+#      the fio matrix (fio.sh) and the perf tool (perf.sh), stop it;
+#   4. the side-by-side table (report.py) into $OUT/table.txt.
+# Exits non-zero when any check failed. Settings come from /host/env.sh.
+set -uo pipefail
+G=$(cd "$(dirname "$0")" && pwd)
+export OUT=/host/out BIN=/host/bin
+[ -f /host/env.sh ] && . /host/env.sh
+: "${SERVERS:=kernel ours}" "${SECTION_TIMEOUT:=1500}"
+export BIG_MIB FIO_SECONDS PERF_SECONDS
+. "$G/lib.sh"
+. "$G/servers.sh"
+mkdir -p "$OUT/kernel" "$OUT/ours" "$OUT/floor"
+SRC=$VMLAB_IP:/export
+note "guest: kernel $(uname -r), $(nproc) CPUs, $(free -m | awk '/^Mem:/ {print $2}') MiB, $(rdma link show | head -1)"
+
+# section NAME SCRIPT ARGS... : a guest script under a time limit; a hung
+# NFS client is killable (hard mounts wait in TASK_KILLABLE).
+section() {
+    local name=$1 t rc=0
+    shift
+    t=$(now)
+    timeout -s KILL "$SECTION_TIMEOUT" bash "$@" || rc=$?
+    [ $rc = 137 ] && flunk "$name: killed after $SECTION_TIMEOUT s"
+    note "section $name: $(elapsed "$t") s (exit $rc)"
+    echo "$name $(elapsed "$t")" >>"$OUT/timings.txt"
+}
+
+if [ -n "${PAIR_PCAP:-}" ]; then
+    section "tshark" "$G/tshark.sh" "$OUT/$PAIR_PCAP" 10.0.2.15 pair
+fi
+section floor "$G/floor.sh"
+
+for s in $SERVERS; do
+    case $s in
+    kernel)
+        start=knfsd_start stop=knfsd_stop
+        unset MOUNT_PORT # the kernel's mountd is found through rpcbind
+        ;;
+    ours)
+        start=ours_start stop=ours_stop
+        export MOUNT_PORT=20048
+        ;;
+    *)
+        flunk "unknown server '$s' in SERVERS"
+        continue
+        ;;
+    esac
+    dmesg -C
+    # what runs on the guest's CPUs during this server's part, every 30 s
+    (while sleep 30; do
+        echo "--- $(now) s"
+        top -b -H -n 1 | sed -n '7,16p'
+    done) >"$OUT/$s/top.txt" 2>&1 &
+    sampler=$!
+    if $start; then
+        section "$s-functional" "$G/functional.sh" "$SRC" "$s"
+        section "$s-fio" "$G/fio.sh" "$SRC" "$s"
+        if [ -x "$BIN/perf" ]; then
+            section "$s-perf" "$G/perf.sh" "$s"
+        elif [ -e "$BIN/rpcrdma-target" ]; then
+            flunk "$s: the perf tool is not staged ($BIN/perf)"
+        else
+            note "$s: perf tool runs skipped (no binaries staged: KINTEROP_SERVERS without ours)"
+        fi
+        mountpoint -q "/mnt/$s" && { umount -f "/mnt/$s" || umount -l "/mnt/$s"; }
+    fi
+    $stop
+    kill "$sampler" 2>/dev/null
+    wait "$sampler" 2>/dev/null
+    dmesg >"$OUT/$s/dmesg.txt"
+done
+
+python3 "$G/report.py" "$OUT" | tee "$OUT/table.txt"
+n_ok=$(grep -c '^ok' "$CHECKS")
+n_bad=$(grep -c '^not ok' "$CHECKS")
+note "guest checks: $n_ok ok, $n_bad not ok"
+[ "$n_bad" = 0 ]

@@ -1,0 +1,163 @@
+#!/usr/bin/env bash
+# tests/kernel/run.sh — the Linux kernel's NFS/RDMA client against
+# rpcrdma-target over Soft-RoCE (rdma_rxe), side by side with the kernel's
+# own NFS server, in small Debian 12 guests (../shared/tools/softroce-vm.sh).
+#
+#   1. builds rpcrdma-target and perf (release) on this host, whose glibc and
+#      rdma-core must not be newer than the guest's (2.36, 44), and stages
+#      them with the guest scripts under target/kernel-vm (shared at /host);
+#   2. two-guest run with a capture of the wire (softroce-vm.sh pair -p): the
+#      server guest runs rpcrdma-target, the client guest mounts it over RDMA
+#      and does a little of everything;
+#   3. one-guest run: tshark dissects that capture (our replies must be
+#      RPC-over-RDMA, no malformed frame); perftest ib_send_lat / ib_read_lat
+#      as the fabric floor; then the kernel's NFS server and after it
+#      rpcrdma-target, each mounted by the kernel client (vers=3, proto=rdma,
+#      port 20049, MOUNT over TCP), each put through the functional workload
+#      (tests/kernel/guest/functional.sh), the fio matrix and the perf tool;
+#   4. prints the side-by-side table and every failed check, and as its last
+#      line "kernel-interop: PASS" only when every check held.
+# Exit status: 0 pass, 1 a check failed, 3 the VM could not be had (VM tool
+# missing, image build or qemu set-up failed, the guest never came up), which
+# CI reports as skipped.
+#
+# Needs root for the image build (debootstrap, apt-get). Under software
+# emulation (TCG, no KVM) a run takes about NN minutes.
+# Env: KINTEROP_SERVERS ("kernel ours"; "kernel" alone checks the workload and
+#      the plumbing without our binaries, and cannot PASS),
+#      KINTEROP_PAIR (1; 0 skips the two-guest capture run, cannot PASS),
+#      KINTEROP_BIG_MIB (256), KINTEROP_FIO_SECONDS (5), KINTEROP_PERF_SECONDS (5),
+#      VMLAB_CACHE, VMLAB_ACCEL (see the VM tool), SOFTROCE_VM (the tool's path),
+#      CARGO_TARGET_DIR.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+ROOT=$(pwd)
+VM=${SOFTROCE_VM:-$ROOT/../shared/tools/softroce-vm.sh}
+CACHE=${VMLAB_CACHE:-/var/cache/softroce-vm}
+STAGE=$ROOT/target/kernel-vm
+BUILD_DIR=${CARGO_TARGET_DIR:-$ROOT/target}/release
+SERVERS=${KINTEROP_SERVERS:-kernel ours}
+PAIR=${KINTEROP_PAIR:-1}
+GUEST_GLIBC=2.36
+t_start=$(date +%s)
+
+fail() {
+    echo "kernel-interop: FAIL: $*"
+    exit 1
+}
+unavailable() {
+    echo "kernel-interop: VM UNAVAILABLE: $*"
+    exit 3
+}
+stamp() { echo "== [$(($(date +%s) - t_start)) s] $*"; }
+[ -f "$VM" ] || unavailable "VM tool not found at $VM (set SOFTROCE_VM)"
+with_ours=0
+[[ " $SERVERS " == *" ours "* ]] && with_ours=1
+
+# ---------------------------------------------------------------- build, stage
+rm -rf "$STAGE"
+mkdir -p "$STAGE/bin" "$STAGE/out"
+cp -r tests/kernel/guest "$STAGE/guest"
+cp configs/cores.json "$STAGE/bin/cores.json"
+if [ $with_ours = 1 ]; then
+    host_glibc=$(getconf GNU_LIBC_VERSION | awk '{print $2}')
+    [ "$(printf '%s\n%s\n' "$host_glibc" "$GUEST_GLIBC" | sort -V | tail -1)" = "$GUEST_GLIBC" ] ||
+        fail "this host's glibc $host_glibc is newer than the guest's $GUEST_GLIBC: binaries built here would not run there"
+    stamp "build (release): rpcrdma-target, perf"
+    cargo build --release --quiet -p rpcrdma-apps --bin rpcrdma-target -p rpcrdma-perf --bin perf ||
+        fail "cargo build"
+    cp "$BUILD_DIR/rpcrdma-target" "$BUILD_DIR/perf" "$STAGE/bin/"
+fi
+{
+    echo "SERVERS='$SERVERS'"
+    echo "BIG_MIB=${KINTEROP_BIG_MIB:-256}"
+    echo "FIO_SECONDS=${KINTEROP_FIO_SECONDS:-5}"
+    echo "PERF_SECONDS=${KINTEROP_PERF_SECONDS:-5}"
+    [ "$PAIR" = 1 ] && echo "PAIR_PCAP=pair.pcap"
+} >"$STAGE/env.sh"
+
+# ---------------------------------------------------------------- the VM
+if [ ! -e "$CACHE/rootfs.img" ]; then
+    stamp "VM image missing: bash $VM build"
+    bash "$VM" build || unavailable "VM image build"
+fi
+# When the host's qemu packages conflict, the VM tool unpacks qemu into
+# $CACHE/qemu-root; the libnl libraries it needs then come from the host.
+qemu=$CACHE/qemu-root/usr/bin/qemu-system-x86_64
+if ! command -v qemu-system-x86_64 >/dev/null && [ -x "$qemu" ] &&
+    LD_LIBRARY_PATH=$CACHE/qemu-root/usr/lib/x86_64-linux-gnu ldd "$qemu" | grep -q 'libnl.*not found'; then
+    [ "$(id -u)" = 0 ] || unavailable "the unpacked qemu needs libnl-3-200 and libnl-route-3-200 (install them as root)"
+    stamp "apt-get install libnl-3-200 libnl-route-3-200 (for the unpacked qemu)"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+        libnl-3-200 libnl-route-3-200 >/dev/null || unavailable "apt-get install libnl"
+fi
+
+# vm_run LOG ARGS... : the VM tool with its output in LOG (CR LF -> LF);
+# returns the guest's status; exits 3 when no guest came up at all.
+vm_run() {
+    local log=$1 rc=0
+    shift
+    bash "$VM" "$@" 2>&1 | tee "$log.raw" || rc=${PIPESTATUS[0]}
+    tr -d '\r' <"$log.raw" >"$log"
+    grep -q 'vmlab-init: ready' "$log" || grep -q '^\[softroce-vm .*pair wall' "$log" ||
+        unavailable "no guest came up (log: $log)"
+    return $rc
+}
+
+pair_rc=skipped
+if [ "$PAIR" = 1 ]; then
+    pair_server=ours
+    [ $with_ours = 1 ] || pair_server=kernel
+    printf '#!/bin/sh\nPAIR_SERVER=%s exec bash /host/guest/pair.sh server\n' "$pair_server" >"$STAGE/pair-server.sh"
+    printf '#!/bin/sh\nPAIR_SERVER=%s exec bash /host/guest/pair.sh client\n' "$pair_server" >"$STAGE/pair-client.sh"
+    stamp "two-guest run with capture (softroce-vm.sh pair -c 2 -p), server: $pair_server"
+    t=$(date +%s)
+    pair_rc=0
+    vm_run "$STAGE/pair.log" pair -c 2 -s "$STAGE" -p "$STAGE/out/pair.pcap" \
+        "$STAGE/pair-server.sh" "$STAGE/pair-client.sh" || pair_rc=$?
+    [ -s "$STAGE/out/pair-client/checks.txt" ] || unavailable "the client guest of the pair never ran its script (log: $STAGE/pair.log)"
+    echo "pair $(($(date +%s) - t))" >>"$STAGE/timings-host.txt"
+fi
+
+stamp "one-guest run (softroce-vm.sh run -m 4096): tshark, floor, servers: $SERVERS"
+t=$(date +%s)
+single_rc=0
+printf '#!/bin/sh\nexec bash /host/guest/single.sh\n' >"$STAGE/single.sh"
+vm_run "$STAGE/single.log" run -m 4096 -s "$STAGE" -f "$STAGE/single.sh" || single_rc=$?
+echo "single $(($(date +%s) - t))" >>"$STAGE/timings-host.txt"
+
+# ---------------------------------------------------------------- verdict
+cat "$STAGE"/out/checks.txt "$STAGE"/out/pair-*/checks.txt 2>/dev/null >"$STAGE/all-checks.txt" || true
+n_ok=$(grep -c '^ok' "$STAGE/all-checks.txt" || true)
+n_bad=$(grep -c '^not ok' "$STAGE/all-checks.txt" || true)
+problems=()
+[ "$n_bad" = 0 ] || problems+=("$n_bad check(s) failed")
+[ "$single_rc" = 0 ] || problems+=("one-guest run exit $single_rc")
+[ "$PAIR" != 1 ] || [ "$pair_rc" = 0 ] || problems+=("two-guest run exit $pair_rc")
+# the sections that must have reported, so that a script that died early fails
+need=()
+for s in $SERVERS; do
+    need+=("$s: final umount" "$s: umount after fio")
+    [ $with_ours = 0 ] || need+=("$s: perf read-4k-qd16")
+done
+[ $with_ours = 0 ] || need+=("ours: rpcrdma-target exits 0 after SIGTERM")
+[ "$PAIR" = 1 ] && need+=("pair: umount" "pair: malformed frames")
+need+=("floor: ib_read_lat 4096 B")
+for n in "${need[@]}"; do
+    grep -q "^ok - $n" "$STAGE/all-checks.txt" || grep -q "^not ok - $n" "$STAGE/all-checks.txt" ||
+        problems+=("no result for '$n'")
+done
+
+echo
+stamp "results (logs and JSON under $STAGE/out)"
+[ -f "$STAGE/out/table.txt" ] && cat "$STAGE/out/table.txt"
+echo "timings (s): $(cat "$STAGE/timings-host.txt" "$STAGE/out/timings.txt" 2>/dev/null | tr '\n' ' ')"
+echo "checks: $n_ok ok, $n_bad not ok"
+grep '^not ok' "$STAGE/all-checks.txt" || true
+echo "whole script: $(($(date +%s) - t_start)) s"
+[ ${#problems[@]} = 0 ] || fail "$(printf '%s; ' "${problems[@]}")"
+if [ $with_ours = 0 ] || [ "$PAIR" != 1 ]; then
+    echo "kernel-interop: INCOMPLETE (KINTEROP_SERVERS='$SERVERS' KINTEROP_PAIR=$PAIR: every check held, but not all parts ran)"
+    exit 1
+fi
+echo "kernel-interop: PASS"
