@@ -526,9 +526,66 @@ impl Conn {
 
     /// Queue a send work request (the caller checked the queue depth and the
     /// state).
-    pub fn queue_send(&mut self, wr: SendWr) {
+    fn queue_send(&mut self, wr: SendWr) {
         debug_assert!(self.sq.len() < self.qp.send_depth as usize);
         self.sq.push_back(wr);
+    }
+
+    /// Post a send work request (the caller checked the queue depth and the
+    /// state). When nothing waits ahead of it on an established connection
+    /// it executes at once, without going through the queue or the rest of
+    /// [`Conn::progress`] (deliveries are the CQ poll's business); otherwise,
+    /// or when it meets no posted receive, it is queued and progressed.
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    pub fn post_send(
+        &mut self,
+        id: ConnId,
+        wr: &SendWr,
+        cq: &mut Cq,
+        srq: Option<&mut Srq>,
+        regions: &RegionTable,
+        cfg: &ShmConfig,
+        events: &mut VecDeque<CmEvent>,
+    ) {
+        if self.sq.is_empty() && self.state == State::Established && cq.room() > 0 && !self.peer_closed() {
+            if let Some(peer) = self.peer.as_mut() {
+                if let Exec::Done(status, byte_len) = execute(wr, peer, regions, cfg) {
+                    self.complete_send(id, wr, status, byte_len, cq, events);
+                    return;
+                }
+            }
+        }
+        self.queue_send(*wr);
+        self.progress(id, cq, srq, regions, cfg, events);
+    }
+
+    /// Account an executed send work request: its completion when it is
+    /// signaled or failed (the caller checked the CQ's room); a failure moves
+    /// the connection to error.
+    #[inline]
+    fn complete_send(
+        &mut self,
+        id: ConnId,
+        wr: &SendWr,
+        status: WcStatus,
+        byte_len: u32,
+        cq: &mut Cq,
+        events: &mut VecDeque<CmEvent>,
+    ) {
+        if wr.signaled || !status.is_success() {
+            cq.push(Completion {
+                wr_id: wr.wr_id,
+                status,
+                opcode: opcode(wr.op),
+                conn: id,
+                byte_len,
+                invalidated_rkey: None,
+            });
+        }
+        if !status.is_success() && self.state != State::Error {
+            self.fail(CmEvent::Disconnected { conn: id }, events, true);
+        }
     }
 
     pub fn sq_len(&self) -> usize {
@@ -696,19 +753,7 @@ impl Conn {
             };
             self.sq.pop_front();
             self.rnr = None;
-            if wr.signaled || !status.is_success() {
-                cq.push(Completion {
-                    wr_id: wr.wr_id,
-                    status,
-                    opcode: opcode(wr.op),
-                    conn: id,
-                    byte_len,
-                    invalidated_rkey: None,
-                });
-            }
-            if !status.is_success() && self.state != State::Error {
-                self.fail(CmEvent::Disconnected { conn: id }, events, true);
-            }
+            self.complete_send(id, &wr, status, byte_len, cq, events);
         }
     }
 

@@ -857,10 +857,9 @@ impl Fabric for ShmFabric {
         if c.sq_len() >= c.qp.send_depth as usize {
             return Err(FabricError::QueueFull { what: "send queue" });
         }
-        c.queue_send(*wr);
         let srq = c.srq.map(|s| &mut srqs[s]);
         let cq = c.cq;
-        c.progress(conn, &mut cqs[cq], srq, regions, cfg, events);
+        c.post_send(conn, wr, &mut cqs[cq], srq, regions, cfg, events);
         Ok(())
     }
 
