@@ -198,6 +198,10 @@ struct Call {
     /// Length of the Send (transport header and inline Call): kept to decode
     /// the Call's chunk lists again when its Reply arrives.
     hdr_len: u32,
+    /// The Call provisioned Write chunks or a Reply chunk: its Reply is
+    /// checked against its decoded chunk lists. Without them the lists are
+    /// empty and need no decoding.
+    provisioned: bool,
     write_bufs: [Option<BufRef>; plan::PLAN_WRITE_CHUNKS],
     reply_buf: Option<BufRef>,
     recv: Option<BufRef>,
@@ -251,6 +255,10 @@ pub struct Requester<'p, F: Fabric> {
     slot_bits: u32,
     /// Receives posted on the connection.
     recvs_posted: u32,
+    /// Receives consumed by messages and not yet reposted: reposting waits
+    /// until the next Call is sent or the next poll, off the path from a
+    /// Reply to the next Call.
+    recv_deficit: u32,
     recv_size: u32,
     send_size: u32,
     data_size: u32,
@@ -320,6 +328,7 @@ impl<'p, F: Fabric> Requester<'p, F> {
             next_xid: 0x1000,
             slot_bits: slots.trailing_zeros(),
             recvs_posted: 0,
+            recv_deficit: 0,
             recv_size,
             send_size,
             data_size,
@@ -373,6 +382,16 @@ impl<'p, F: Fabric> Requester<'p, F> {
             }
         }
         Ok(())
+    }
+
+    /// Repost the receives messages consumed (while the connection is up).
+    fn refill_recvs(&mut self) {
+        if matches!(self.link, LinkState::Idle | LinkState::Failed) {
+            return;
+        }
+        while self.recv_deficit > 0 && self.post_recv() {
+            self.recv_deficit -= 1;
+        }
     }
 
     fn post_recv(&mut self) -> bool {
@@ -490,7 +509,8 @@ impl<'p, F: Fabric> Requester<'p, F> {
             None => None,
         };
         if !ok {
-            self.bufs.put_all([Some(hdr), rbuf].into_iter().chain(wbufs));
+            self.bufs.put_all([Some(hdr), rbuf]);
+            self.bufs.put_all(wbufs);
             return Err((SubmitError::NoBuffers, cb));
         }
         let Some(i) = self.calls.alloc() else {
@@ -530,7 +550,8 @@ impl<'p, F: Fabric> Requester<'p, F> {
             Ok(n) => n,
             Err(e) => {
                 self.calls.free(i);
-                self.bufs.put_all([Some(hdr), rbuf].into_iter().chain(wbufs));
+                self.bufs.put_all([Some(hdr), rbuf]);
+                self.bufs.put_all(wbufs);
                 return Err((SubmitError::Plan(e), cb));
             }
         };
@@ -551,9 +572,14 @@ impl<'p, F: Fabric> Requester<'p, F> {
             self.bufs.local(hdr, send_len as u32),
             Segment::default(),
         );
+        // Every Call in flight needs a receive posted for its Reply.
+        if self.recvs_posted <= self.credits.in_flight() {
+            self.refill_recvs();
+        }
         if self.fabric.post_send(conn, &wr).is_err() {
             self.calls.free(i);
-            self.bufs.put_all([Some(hdr), rbuf].into_iter().chain(wbufs));
+            self.bufs.put_all([Some(hdr), rbuf]);
+            self.bufs.put_all(wbufs);
             return Err((SubmitError::NotConnected, cb));
         }
         let sent = self.credits.on_send();
@@ -565,6 +591,7 @@ impl<'p, F: Fabric> Requester<'p, F> {
             call_buf: Some(cb.buf),
             hdr_buf: Some(hdr),
             hdr_len: send_len as u32,
+            provisioned: !plan.write_chunks.is_empty() || plan.reply_chunk.is_some(),
             write_bufs: wbufs,
             reply_buf: rbuf,
             ..Call::default()
@@ -575,6 +602,8 @@ impl<'p, F: Fabric> Requester<'p, F> {
             CallKind::Chunked => self.stats.chunked_calls += 1,
             CallKind::Long => self.stats.long_calls += 1,
         }
+        // The Call is on its way: repost receives while the responder works.
+        self.refill_recvs();
         Ok(CallId(i))
     }
 
@@ -615,29 +644,30 @@ impl<'p, F: Fabric> Requester<'p, F> {
 
     /// Release a finished Call and all its buffers.
     pub fn release(&mut self, id: CallId) {
-        let Some(c) = self.calls.get(id.0).copied() else { return };
-        if c.state != CallState::Done {
-            return;
+        if self.calls.get(id.0).is_some_and(|c| c.state == CallState::Done) {
+            self.free_call(id.0);
         }
-        self.free_call(id.0);
     }
 
     fn free_call(&mut self, i: u32) {
-        let Some(c) = self.calls.get(i).copied() else { return };
-        for b in [c.call_buf, c.hdr_buf, c.reply_buf, c.recv]
-            .into_iter()
-            .chain(c.write_bufs)
-            .flatten()
-        {
-            self.bufs.put(b);
-        }
-        *self.calls.get_mut(i).expect("live") = Call::default();
+        let Some(c) = self.calls.get_mut(i) else { return };
+        let held = [c.call_buf.take(), c.hdr_buf.take(), c.recv.take(), c.reply_buf.take()];
+        let writes = c.write_bufs[0].is_some().then_some(c.write_bufs);
+        c.state = CallState::Free;
+        // `submit` writes the whole slot when it reuses it.
         self.calls.free(i);
+        self.bufs.put_all(held);
+        if let Some(w) = writes {
+            self.bufs.put_all(w);
+        }
     }
 
     /// One turn: connection events, completions, negotiation.
     pub fn poll(&mut self) -> usize {
         let mut work = 0;
+        if self.recv_deficit > 0 {
+            self.refill_recvs();
+        }
         let cm_due = self.cm_tick == 0;
         self.cm_tick = (self.cm_tick + 1) % CM_POLL_INTERVAL;
         while let Some(ev) = if cm_due { self.fabric.poll_cm() } else { None } {
@@ -799,8 +829,8 @@ impl<'p, F: Fabric> Requester<'p, F> {
             self.on_wc_error(wc.status);
             return;
         }
-        // Keep the receive queue full before anything else.
-        self.post_recv();
+        // Reposted by the next submit or poll.
+        self.recv_deficit += 1;
         let len = (wc.byte_len as usize).min(self.recv_size as usize);
         let msg = &self.bufs.bytes(b)[..len];
         let Some(prefix) = header::peek_prefix(msg) else {
@@ -872,7 +902,10 @@ impl<'p, F: Fabric> Requester<'p, F> {
             };
             let _ = self.neg.handle_reply(h.vers, kind);
         }
-        let c = *self.calls.get(i).expect("found");
+        let (hdr_buf, hdr_len, provisioned) = {
+            let c = self.calls.get(i).expect("found");
+            (c.hdr_buf, c.hdr_len, c.provisioned)
+        };
         let outcome = match h.body {
             Body::ErrorV1(e) => {
                 self.stats.transport_errors += 1;
@@ -883,13 +916,18 @@ impl<'p, F: Fabric> Requester<'p, F> {
                 CallOutcome::TransportErrorV2(e)
             }
             Body::Msg { .. } | Body::NoMsg { .. } => {
-                let call_hdr = &self.bufs.bytes(c.hdr_buf.expect("hdr"))[..c.hdr_len as usize];
-                // The call's header has no payload after hdr_len; decode its lists.
-                match header::decode(call_hdr, &self.cfg.limits)
-                    .ok()
-                    .and_then(|ch| ch.chunks().copied())
-                    .map(|cl| plan::reassemble_reply(&h, &cl))
-                {
+                // The Reply is checked against what the Call provisioned: its
+                // chunk lists, decoded again from the Call's header (which we
+                // wrote and still hold) only when it provisioned anything.
+                let call_chunks = if provisioned {
+                    let call_hdr = &self.bufs.bytes(hdr_buf.expect("hdr"))[..hdr_len as usize];
+                    header::decode(call_hdr, &self.cfg.limits)
+                        .ok()
+                        .and_then(|ch| ch.chunks().copied())
+                } else {
+                    Some(header::ChunkLists::default())
+                };
+                match call_chunks.map(|cl| plan::reassemble_reply(&h, &cl)) {
                     Some(Ok(layout)) => {
                         let cm = self.calls.get_mut(i).expect("found");
                         cm.layout = Some(layout);
