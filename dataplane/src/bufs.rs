@@ -65,13 +65,13 @@ impl<'p> EngineBufs<'p> {
     /// Return every buffer of `bufs` that is `Some`, with one bulk put per
     /// class (a request's buffers go back together when it is released).
     #[inline]
-    pub(crate) fn put_all(&mut self, bufs: impl IntoIterator<Item = Option<BufRef>>) {
-        const MAX: usize = 8;
-        let mut by_class = [[BufRef {
+    pub(crate) fn put_all<const N: usize>(&mut self, bufs: [Option<BufRef>; N]) {
+        const NONE: BufRef = BufRef {
             region: 0,
             class: 0,
             index: 0,
-        }; MAX]; 3];
+        };
+        let mut by_class = [[NONE; N]; 3];
         let mut n = [0usize; 3];
         for b in bufs.into_iter().flatten() {
             let k = if b.class == self.recv_class {
@@ -81,10 +81,6 @@ impl<'p> EngineBufs<'p> {
             } else {
                 2
             };
-            if n[k] == MAX {
-                self.put(b);
-                continue;
-            }
             by_class[k][n[k]] = b;
             n[k] += 1;
         }
