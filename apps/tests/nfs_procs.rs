@@ -395,12 +395,44 @@ fn readdir_paging_cookies_and_plus() {
         assert!(r.body.len() <= 600, "{} bytes", r.body.len());
         // Too small for a single entry.
         assert_eq!(c.readdir(&d, 0, 0, 40).unwrap_err(), NFS3ERR_TOOSMALL);
-        // A resumed listing must bring the verifier it got.
+        // A listing resumes from its cookie even after the directory changed
+        // (its verifier moved): entries listed before are not repeated, and
+        // the new entry shows up; a cookie never issued is BAD_COOKIE (mem).
         let l = c.readdir(&d, 0, 0, 600).unwrap();
         assert!(!l.eof);
         let last = l.entries.last().unwrap().2;
         assert!(c.readdir(&d, last, l.verf, 600).is_ok());
-        assert_eq!(c.readdir(&d, last, l.verf ^ 1, 600).unwrap_err(), NFS3ERR_BAD_COOKIE);
+        c.mkfile(&d, "zz-added-during-listing", 0o644).unwrap();
+        let mut seen: Vec<Vec<u8>> = l.entries.iter().map(|e| e.1.clone()).collect();
+        let mut cookie = last;
+        loop {
+            let r = c
+                .readdir(&d, cookie, l.verf ^ 1, 600)
+                .expect("resumed with an old verifier");
+            for e in &r.entries {
+                assert!(
+                    !seen.contains(&e.1),
+                    "{k:?}: {:?} listed twice",
+                    String::from_utf8_lossy(&e.1)
+                );
+                seen.push(e.1.clone());
+                cookie = e.2;
+            }
+            if r.eof {
+                break;
+            }
+        }
+        assert_eq!(seen.len(), want.len() + 1, "{k:?}: every entry once, plus the new one");
+        assert!(seen.iter().any(|n| n == b"zz-added-during-listing"));
+        c.remove(&d, "zz-added-during-listing");
+        if k == Kind::Mem {
+            // mem's cookies are positions: one past the end was never issued.
+            // (ext4's are hash positions: any value is a place to resume.)
+            assert_eq!(
+                c.readdir(&d, 0x7fff_0000_dead, l.verf, 600).unwrap_err(),
+                NFS3ERR_BAD_COOKIE
+            );
+        }
         // READDIRPLUS: attributes and usable handles, within maxcount.
         let p = c.readdirplus(&d, 0, 0, 8192, 4000).unwrap();
         assert!(!p.entries.is_empty() && !p.eof);

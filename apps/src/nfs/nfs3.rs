@@ -815,8 +815,15 @@ fn link(sh: &NfsShared, c: &Call<'_>, reply: &mut ReplyBuilder<'_>, base: usize)
 
 /// READDIR and READDIRPLUS. The results stay within `maxcount` (READDIR's
 /// `count`) and the head buffer; READDIRPLUS's directory part also within
-/// `dircount` (0 means no separate bound). A non-zero cookie must come with
-/// the directory's current cookie verifier (NFS3ERR_BAD_COOKIE otherwise).
+/// `dircount` (0 means no separate bound).
+///
+/// Cookie verifier (RFC 1813 s3.3.16): the reply carries the directory's
+/// current verifier, but a resumed listing is not refused because the
+/// directory changed since: every backend keeps its cookies valid across
+/// unrelated changes (an entry's cookie never moves), and answers
+/// NFS3ERR_BAD_COOKIE itself for a cookie it never issued. Refusing on a
+/// changed verifier would make a client that lists a directory while changing
+/// it (`rm -r`, concurrent writers) restart its listing over and over.
 fn readdir(
     sh: &NfsShared,
     st: &mut CoreState,
@@ -844,7 +851,6 @@ fn readdir(
         Err(NFS3ERR_ACCES)
     } else {
         match verf {
-            Ok(v) if args.cookie != 0 && args.cookieverf != v => Err(NFS3ERR_BAD_COOKIE),
             Ok(_) if budget < DIR_MIN_BYTES => Err(NFS3ERR_TOOSMALL),
             Ok(v) => Ok(v),
             Err(e) => Err(e.nfsstat3()),
