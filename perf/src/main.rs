@@ -335,10 +335,9 @@ fn mount_target(n: &NfsArgs, fabric: FabricKind, target: &str) -> Result<MountTa
         }
     };
     Ok(MountTarget {
-        host,
-        port: n.mount_port.or(port),
         timeout: n.common.timeout,
         reserved_port: !n.no_resvport,
+        ..MountTarget::new(host, n.mount_port.or(port))
     })
 }
 

@@ -212,15 +212,33 @@ pub struct MountTarget {
     pub timeout: Duration,
     /// Connect from a reserved port when running with the privilege to.
     pub reserved_port: bool,
+    /// Tried first when `port` is not given ([`DEFAULT_MOUNT_PORT`]).
+    pub default_port: u16,
+    /// Where portmap is asked when `default_port` refuses ([`PORTMAP_PORT`]).
+    pub portmap_port: u16,
+}
+
+impl MountTarget {
+    /// MOUNT on `host`: at `port` when given, else at [`DEFAULT_MOUNT_PORT`]
+    /// or where portmap says; 10 s timeout; no reserved port.
+    pub fn new(host: IpAddr, port: Option<u16>) -> Self {
+        MountTarget {
+            host,
+            port,
+            timeout: Duration::from_secs(10),
+            reserved_port: false,
+            default_port: DEFAULT_MOUNT_PORT,
+            portmap_port: PORTMAP_PORT,
+        }
+    }
 }
 
 fn decode_err(what: &'static str) -> impl Fn(ReplyError) -> PerfError {
     move |e| rpc_err(what, e)
 }
 
-/// Ask portmap on `host` where `prog`/`vers` listens over TCP.
-pub fn getport(host: IpAddr, prog: u32, vers: u32, timeout: Duration) -> Result<u16, PerfError> {
-    let addr = SocketAddr::new(host, PORTMAP_PORT);
+/// Ask portmap at `addr` where `prog`/`vers` listens over TCP.
+pub fn getport(addr: SocketAddr, prog: u32, vers: u32, timeout: Duration) -> Result<u16, PerfError> {
     let mut c = TcpRpc::connect(addr, timeout, false).map_err(|e| PerfError::io(format!("portmap at {addr}"), e))?;
     let xid = c.xid();
     let mut b = [0u8; 128];
@@ -229,23 +247,23 @@ pub fn getport(host: IpAddr, prog: u32, vers: u32, timeout: Duration) -> Result<
     nfs::parse_getport(&reply, Some(xid)).map_err(decode_err("GETPORT"))
 }
 
-/// Connect to the MOUNT service: the explicit port, else
-/// [`DEFAULT_MOUNT_PORT`], else (connection refused there) the port portmap
-/// gives for MOUNT v3 over TCP.
+/// Connect to the MOUNT service: the explicit port, else the default port
+/// (20048), else (connection refused there) the port portmap gives for MOUNT
+/// v3 over TCP.
 pub fn connect_mount(t: &MountTarget) -> Result<TcpRpc, PerfError> {
     let at = |port| SocketAddr::new(t.host, port);
     if let Some(p) = t.port {
         return TcpRpc::connect(at(p), t.timeout, t.reserved_port)
             .map_err(|e| PerfError::io(format!("MOUNT at {}", at(p)), e));
     }
-    match TcpRpc::connect(at(DEFAULT_MOUNT_PORT), t.timeout, t.reserved_port) {
+    match TcpRpc::connect(at(t.default_port), t.timeout, t.reserved_port) {
         Ok(c) => Ok(c),
         Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
-            let p = getport(t.host, MOUNT_PROGRAM, MOUNT_V3, t.timeout)?;
+            let p = getport(at(t.portmap_port), MOUNT_PROGRAM, MOUNT_V3, t.timeout)?;
             TcpRpc::connect(at(p), t.timeout, t.reserved_port)
                 .map_err(|e| PerfError::io(format!("MOUNT at {} (from portmap)", at(p)), e))
         }
-        Err(e) => Err(PerfError::io(format!("MOUNT at {}", at(DEFAULT_MOUNT_PORT)), e)),
+        Err(e) => Err(PerfError::io(format!("MOUNT at {}", at(t.default_port)), e)),
     }
 }
 
@@ -323,12 +341,50 @@ mod tests {
     }
 
     fn target(addr: SocketAddr) -> MountTarget {
-        MountTarget {
-            host: addr.ip(),
-            port: Some(addr.port()),
-            timeout: Duration::from_secs(5),
-            reserved_port: false,
-        }
+        MountTarget::new(addr.ip(), Some(addr.port()))
+    }
+
+    #[test]
+    fn portmap_fallback_when_the_default_port_refuses() {
+        // MOUNT on some port, announced by a portmap on another; the default
+        // port is closed.
+        let (mnt, h1) = serve(
+            |call| reply(CallHeader::decode(call).unwrap().0.xid, &[MNT3_OK, 4, 0x0a0b_0c0d, 0]),
+            1,
+        );
+        let mport = mnt.port();
+        let (pm, h2) = serve(
+            move |call| {
+                let (c, at) = CallHeader::decode(call).unwrap();
+                assert_eq!((c.prog, c.vers, c.proc_), (nfs::PMAP_PROGRAM, 2, nfs::PMAPPROC_GETPORT));
+                let mut r = Reader::new(&call[at..]);
+                let args: Vec<u32> = (0..4).map(|_| r.u32("a").unwrap()).collect();
+                assert_eq!(args, vec![MOUNT_PROGRAM, 3, nfs::IPPROTO_TCP, 0]);
+                reply(c.xid, &[mport as u32])
+            },
+            1,
+        );
+        let closed = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let t = MountTarget {
+            default_port: closed,
+            portmap_port: pm.port(),
+            ..MountTarget::new(pm.ip(), None)
+        };
+        assert_eq!(
+            mount(&t, "/export", &Cred::none()).unwrap(),
+            vec![0x0a, 0x0b, 0x0c, 0x0d]
+        );
+        h1.join().unwrap();
+        h2.join().unwrap();
+        // Portmap that does not know MOUNT: port 0 is an error.
+        let (pm, h3) = serve(|call| reply(CallHeader::decode(call).unwrap().0.xid, &[0]), 1);
+        let t = MountTarget {
+            default_port: closed,
+            portmap_port: pm.port(),
+            ..MountTarget::new(pm.ip(), None)
+        };
+        assert!(mount(&t, "/export", &Cred::none()).is_err());
+        h3.join().unwrap();
     }
 
     #[test]

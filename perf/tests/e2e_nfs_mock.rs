@@ -319,12 +319,7 @@ fn cfg(m: &Mock, kind: OpKind, version: u32, size: u32) -> RunConfig {
         auth: Auth::Sys { uid: 0, gid: 0 },
         seed: 3,
         nfs: Some(NfsOptions {
-            mount: MountTarget {
-                host: [127, 0, 0, 1].into(),
-                port: Some(m.mount_port),
-                timeout: Duration::from_secs(5),
-                reserved_port: false,
-            },
+            mount: MountTarget::new([127, 0, 0, 1].into(), Some(m.mount_port)),
             export: "/export".into(),
             file: "perf.dat".into(),
             create: true,

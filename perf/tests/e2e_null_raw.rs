@@ -273,12 +273,12 @@ fn binary_null_writes_json_hdr_log_and_plot() {
         ])
         .args([
             "--duration",
-            "0.5",
+            "1.3",
             "--warmup",
             "0.1",
             "--cores",
             &cores_arg(),
-            "--no-progress",
+            "--progress",
         ])
         .arg("--json")
         .arg(&json)
@@ -289,6 +289,11 @@ fn binary_null_writes_json_hdr_log_and_plot() {
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
+    // The progress line was printed at least once (every second, on stderr).
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("iops="),
+        "no progress line"
+    );
     assert!(
         out.status.success(),
         "{stdout}\n{}",

@@ -86,12 +86,7 @@ fn run_cfg(sock: &Path, mount_port: u16, mode: Mode, version: u32, size: u32) ->
         auth: Auth::Sys { uid: 0, gid: 0 },
         seed: 5,
         nfs: Some(NfsOptions {
-            mount: MountTarget {
-                host: [127, 0, 0, 1].into(),
-                port: Some(mount_port),
-                timeout: Duration::from_secs(5),
-                reserved_port: false,
-            },
+            mount: MountTarget::new([127, 0, 0, 1].into(), Some(mount_port)),
             export: "/export".into(),
             file: format!("perf-{size}.dat"),
             create: true,
