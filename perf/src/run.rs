@@ -174,6 +174,13 @@ impl RunConfig {
                 if self.rate.is_some() {
                     return bad("--rate is not supported by raw (closed loop only)".into());
                 }
+                if self.conns > raw::ECHO_SLOTS {
+                    return bad(format!(
+                        "--conns {}: raw serves at most {}",
+                        self.conns,
+                        raw::ECHO_SLOTS
+                    ));
+                }
             }
             Mode::Rpc(OpKind::Null { .. }) => {}
             Mode::Rpc(k) => {
@@ -881,6 +888,15 @@ mod tests {
                     echo_cpu: None,
                 },
                 rate: Some(10.0),
+                ..cfg()
+            },
+            RunConfig {
+                mode: Mode::Raw {
+                    loopback: true,
+                    echo_cpu: None,
+                },
+                conns: raw::ECHO_SLOTS + 1,
+                count: None,
                 ..cfg()
             },
         ] {
