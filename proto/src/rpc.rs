@@ -160,14 +160,6 @@ impl<'a> OpaqueAuth<'a> {
         let body = r.opaque_var(MAX_AUTH_BYTES, body_field)?;
         Ok(Self { flavor, body })
     }
-
-    fn encode(&self, w: &mut Writer<'_>, body_field: &'static str) -> Result<(), EncodeError> {
-        if self.body.len() > MAX_AUTH_BYTES as usize {
-            return Err(EncodeError::Unrepresentable { field: body_field });
-        }
-        w.put_u32(self.flavor)?;
-        w.put_opaque_var(self.body)
-    }
 }
 
 // ---------------------------------------------------------------------------
@@ -219,6 +211,15 @@ impl<'a> CallHeader<'a> {
 
     /// Decode from a reader positioned at the XID; leaves it at the arguments.
     pub fn decode_from(r: &mut Reader<'a>) -> Result<Self, DecodeError> {
+        if let Some((hdr, len)) = Self::decode_whole(r.rest()) {
+            r.skip(len, "verf.body")?;
+            return Ok(hdr);
+        }
+        Self::decode_by_words(r)
+    }
+
+    /// Word by word, reporting the first field that is wrong.
+    fn decode_by_words(r: &mut Reader<'a>) -> Result<Self, DecodeError> {
         let xid = r.u32("xid")?;
         let at = r.offset();
         let mtype = r.u32("mtype")?;
@@ -252,6 +253,52 @@ impl<'a> CallHeader<'a> {
             cred,
             verf,
         })
+    }
+
+    /// The common case in one pass: every word present, `mtype` CALL, RPC
+    /// version 2, both auth bodies within bounds and present with their
+    /// padding. Returns the header and its length; `None` for anything else,
+    /// which [`CallHeader::decode_from`] then decodes word by word to report
+    /// the exact error.
+    #[inline]
+    fn decode_whole(b: &'a [u8]) -> Option<(Self, usize)> {
+        let w = |at: usize| -> Option<u32> { b.get(at..at + 4).map(|x| u32::from_be_bytes([x[0], x[1], x[2], x[3]])) };
+        // xid, mtype, rpcvers, prog, vers, proc, cred flavor, cred length.
+        let fixed: &[u8; 32] = b.first_chunk()?;
+        let word = |i: usize| u32::from_be_bytes([fixed[4 * i], fixed[4 * i + 1], fixed[4 * i + 2], fixed[4 * i + 3]]);
+        if word(1) != CALL || word(2) != RPC_VERSION {
+            return None;
+        }
+        let cred_len = word(7);
+        if cred_len > MAX_AUTH_BYTES {
+            return None;
+        }
+        let cred_at = CALL_CRED_BODY_OFFSET;
+        let verf_at = cred_at + roundup(cred_len as usize);
+        let (verf_flavor, verf_len) = (w(verf_at)?, w(verf_at + 4)?);
+        if verf_len > MAX_AUTH_BYTES {
+            return None;
+        }
+        let end = verf_at + 8 + roundup(verf_len as usize);
+        if end > b.len() {
+            return None;
+        }
+        let hdr = Self {
+            xid: word(0),
+            rpcvers: RPC_VERSION,
+            prog: word(3),
+            vers: word(4),
+            proc_: word(5),
+            cred: OpaqueAuth {
+                flavor: word(6),
+                body: &b[cred_at..cred_at + cred_len as usize],
+            },
+            verf: OpaqueAuth {
+                flavor: verf_flavor,
+                body: &b[verf_at + 8..verf_at + 8 + verf_len as usize],
+            },
+        };
+        Some((hdr, end))
     }
 
     /// Encoded size of this header.
@@ -289,14 +336,20 @@ pub fn encode_call_header(w: &mut Writer<'_>, hdr: &CallHeader<'_>) -> Result<()
     if hdr.verf.body.len() > MAX_AUTH_BYTES as usize {
         return Err(EncodeError::Unrepresentable { field: "verf.body" });
     }
-    w.put_u32(hdr.xid)?;
-    w.put_u32(CALL)?;
-    w.put_u32(hdr.rpcvers)?;
-    w.put_u32(hdr.prog)?;
-    w.put_u32(hdr.vers)?;
-    w.put_u32(hdr.proc_)?;
-    hdr.cred.encode(w, "cred.body")?;
-    hdr.verf.encode(w, "verf.body")
+    // The room for all of it was checked above.
+    w.put_u32s([
+        hdr.xid,
+        CALL,
+        hdr.rpcvers,
+        hdr.prog,
+        hdr.vers,
+        hdr.proc_,
+        hdr.cred.flavor,
+        hdr.cred.body.len() as u32,
+    ])?;
+    w.put_opaque_fixed(hdr.cred.body)?;
+    w.put_u32s([hdr.verf.flavor, hdr.verf.body.len() as u32])?;
+    w.put_opaque_fixed(hdr.verf.body)
 }
 
 // ---------------------------------------------------------------------------
@@ -734,12 +787,11 @@ pub fn encode_reply_header(w: &mut Writer<'_>, hdr: &ReplyHeader<'_>) -> Result<
             return Err(EncodeError::Unrepresentable { field: "verf.body" });
         }
     }
-    w.put_u32(hdr.xid)?;
-    w.put_u32(REPLY)?;
+    // The room for all of it was checked above.
     match &hdr.body {
         ReplyBody::Accepted { verf, data } => {
-            w.put_u32(MSG_ACCEPTED)?;
-            verf.encode(w, "verf.body")?;
+            w.put_u32s([hdr.xid, REPLY, MSG_ACCEPTED, verf.flavor, verf.body.len() as u32])?;
+            w.put_opaque_fixed(verf.body)?;
             w.put_u32(data.accept_stat())?;
             if let AcceptedReply::ProgMismatch { low, high } = *data {
                 w.put_u32(low)?;
@@ -747,13 +799,13 @@ pub fn encode_reply_header(w: &mut Writer<'_>, hdr: &ReplyHeader<'_>) -> Result<
             }
         }
         ReplyBody::Denied(RejectedReply::RpcMismatch { low, high }) => {
-            w.put_u32(MSG_DENIED)?;
+            w.put_u32s([hdr.xid, REPLY, MSG_DENIED])?;
             w.put_u32(RPC_MISMATCH)?;
             w.put_u32(*low)?;
             w.put_u32(*high)?;
         }
         ReplyBody::Denied(RejectedReply::AuthError(s)) => {
-            w.put_u32(MSG_DENIED)?;
+            w.put_u32s([hdr.xid, REPLY, MSG_DENIED])?;
             w.put_u32(AUTH_ERROR)?;
             w.put_u32(s.as_u32())?;
         }
@@ -1117,6 +1169,54 @@ mod tests {
         let mut w = Writer::new(&mut out);
         encode_call_header(&mut w, &hdr).unwrap();
         assert_eq!(w.written(), &v[..76]);
+    }
+
+    /// The one-pass decoder agrees with the word-by-word one on every input
+    /// it accepts, and leaves every other input to it.
+    #[test]
+    fn call_header_fast_path_agrees_with_word_by_word() {
+        let lens = [0usize, 1, 3, 4, 5, 8, 396, 397, 400, 401, 404];
+        let mut checked = 0;
+        for &cl in &lens {
+            for &vl in &lens {
+                let mut m = Vec::new();
+                for wd in [0x1234_5678u32, CALL, RPC_VERSION, 100_003, 3, 6, AUTH_SYS, cl as u32] {
+                    m.extend_from_slice(&wd.to_be_bytes());
+                }
+                m.extend((0..roundup(cl)).map(|i| i as u8 | 1));
+                m.extend_from_slice(&7u32.to_be_bytes());
+                m.extend_from_slice(&(vl as u32).to_be_bytes());
+                m.extend((0..roundup(vl)).map(|i| i as u8 | 2));
+                m.extend_from_slice(&[9, 9, 9, 9]);
+                let full = m.len();
+                // Every truncation, and the message with each fixed word broken.
+                let mut inputs: Vec<Vec<u8>> = (0..=full).map(|n| m[..n].to_vec()).collect();
+                for at in [4usize, 8] {
+                    let mut bad = m.clone();
+                    bad[at + 3] ^= 3;
+                    inputs.push(bad);
+                }
+                for input in inputs {
+                    let whole = CallHeader::decode_whole(&input);
+                    let mut r = Reader::new(&input);
+                    let words = CallHeader::decode_by_words(&mut r);
+                    match (whole, words) {
+                        (Some((h, n)), Ok(h2)) => {
+                            assert_eq!((h, n), (h2, r.pos()), "cred {cl} verf {vl}");
+                            assert_eq!((h.cred.body.len(), h.verf.body.len()), (cl, vl));
+                            checked += 1;
+                        }
+                        (Some(_), Err(e)) => panic!("fast path accepted what is wrong: {e:?}"),
+                        (None, Ok(h)) => panic!("a valid header left to the slow path: {h:?}"),
+                        (None, Err(_)) => {}
+                    }
+                    let via_api = decode_call(&input);
+                    let mut r = Reader::new(&input);
+                    assert_eq!(via_api.map(|(h, _)| h), CallHeader::decode_by_words(&mut r));
+                }
+            }
+        }
+        assert!(checked >= 49, "valid headers checked: {checked}");
     }
 
     #[test]

@@ -283,13 +283,30 @@ impl<'a> Writer<'a> {
         Ok(())
     }
 
+    /// Several words at once, with one bounds check. On error nothing is
+    /// written (unlike the same words put one by one, which stop at the
+    /// first that does not fit).
+    #[inline]
+    pub fn put_u32s<const N: usize>(&mut self, words: [u32; N]) -> Result<(), EncodeError> {
+        let s = self.reserve(4 * N)?;
+        for (d, v) in s.chunks_exact_mut(4).zip(words) {
+            d.copy_from_slice(&v.to_be_bytes());
+        }
+        Ok(())
+    }
+
     /// Fixed-length opaque: the bytes then zero padding to a multiple of four.
     #[inline]
     pub fn put_opaque_fixed(&mut self, b: &[u8]) -> Result<(), EncodeError> {
         let padded = roundup(b.len());
         let s = self.reserve(padded)?;
-        s[..b.len()].copy_from_slice(b);
-        s[b.len()..].fill(0);
+        if padded > b.len() {
+            // Zero the last word; the bytes overwrite all of it but the padding.
+            s[padded - 4..].copy_from_slice(&[0; 4]);
+        }
+        if !b.is_empty() {
+            s[..b.len()].copy_from_slice(b);
+        }
         Ok(())
     }
 
@@ -373,6 +390,35 @@ mod tests {
         assert_eq!(Reader::new(&buf).count(10, 4, "n").unwrap(), 2);
         let e = Reader::new(&buf).count(1, 4, "n").unwrap_err();
         assert_eq!(e.kind, DecodeErrorKind::TooLong { len: 2, max: 1 });
+    }
+
+    #[test]
+    fn put_u32s_writes_all_or_nothing() {
+        let mut buf = [0xaau8; 12];
+        let mut w = Writer::new(&mut buf);
+        w.put_u32s([1, 2]).unwrap();
+        assert_eq!(
+            w.put_u32s([3, 4]),
+            Err(EncodeError::BufferTooSmall { needed: 16 }),
+            "two words do not fit in the four bytes left"
+        );
+        assert_eq!(w.len(), 8);
+        w.put_u32s([0x0102_0304]).unwrap();
+        assert_eq!(buf, [0, 0, 0, 1, 0, 0, 0, 2, 1, 2, 3, 4]);
+    }
+
+    #[test]
+    fn opaque_fixed_pads_with_zeros_whatever_the_buffer_held() {
+        for len in 0..9usize {
+            let data: Vec<u8> = (1..=len as u8).collect();
+            let mut buf = [0xaau8; 16];
+            let mut w = Writer::new(&mut buf);
+            w.put_opaque_fixed(&data).unwrap();
+            assert_eq!(w.len(), roundup(len));
+            assert_eq!(&buf[..len], &data[..]);
+            assert!(buf[len..roundup(len)].iter().all(|&b| b == 0), "padding of {len}");
+            assert!(buf[roundup(len)..].iter().all(|&b| b == 0xaa), "nothing past {len}");
+        }
     }
 
     #[test]
