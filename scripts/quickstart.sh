@@ -30,8 +30,9 @@ fi
 
 echo "== building (release): rpcrdma-target, perf"
 cargo build --release --quiet -p rpcrdma-apps --bin rpcrdma-target -p rpcrdma-perf --bin perf
-target=target/release/rpcrdma-target
-perf=target/release/perf
+bin=${CARGO_TARGET_DIR:-target}/release
+target=$bin/rpcrdma-target
+perf=$bin/perf
 rm -rf "$out"; mkdir -p "$out"
 
 "$target" --check-config -c "$cfg"

@@ -39,7 +39,7 @@ if [ "$PROFILE" = release ]; then
 else
     cargo build --quiet -p rpcrdma-apps --bin rpcrdma-target || die "cargo build"
 fi
-BIN=$ROOT/target/$PROFILE/rpcrdma-target
+BIN=${CARGO_TARGET_DIR:-$ROOT/target}/$PROFILE/rpcrdma-target
 
 rm -rf "$STAGE"
 mkdir -p "$STAGE/data" "$STAGE/files"
