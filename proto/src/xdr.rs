@@ -88,7 +88,7 @@ impl<'a> Reader<'a> {
     }
 
     /// Take `n` raw bytes (no padding applied).
-    #[inline]
+    #[inline(always)]
     pub fn bytes(&mut self, n: usize, field: &'static str) -> Result<&'a [u8], DecodeError> {
         if n > self.remaining() {
             return Err(self.error(DecodeErrorKind::Truncated, field));
@@ -104,7 +104,7 @@ impl<'a> Reader<'a> {
         self.bytes(n, field).map(|_| ())
     }
 
-    #[inline]
+    #[inline(always)]
     pub fn u32(&mut self, field: &'static str) -> Result<u32, DecodeError> {
         let b = self.bytes(4, field)?;
         Ok(u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
@@ -121,7 +121,7 @@ impl<'a> Reader<'a> {
         self.clone().u32(field)
     }
 
-    #[inline]
+    #[inline(always)]
     pub fn u64(&mut self, field: &'static str) -> Result<u64, DecodeError> {
         let b = self.bytes(8, field)?;
         Ok(u64::from_be_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]))
@@ -244,7 +244,7 @@ impl<'a> Writer<'a> {
         &mut self.buf[..self.pos]
     }
 
-    #[inline]
+    #[inline(always)]
     fn reserve(&mut self, n: usize) -> Result<&mut [u8], EncodeError> {
         if n > self.remaining() {
             return Err(EncodeError::BufferTooSmall { needed: self.pos + n });
@@ -254,7 +254,7 @@ impl<'a> Writer<'a> {
         Ok(s)
     }
 
-    #[inline]
+    #[inline(always)]
     pub fn put_u32(&mut self, v: u32) -> Result<(), EncodeError> {
         self.reserve(4)?.copy_from_slice(&v.to_be_bytes());
         Ok(())
@@ -265,7 +265,7 @@ impl<'a> Writer<'a> {
         self.put_u32(v as u32)
     }
 
-    #[inline]
+    #[inline(always)]
     pub fn put_u64(&mut self, v: u64) -> Result<(), EncodeError> {
         self.reserve(8)?.copy_from_slice(&v.to_be_bytes());
         Ok(())
@@ -286,7 +286,7 @@ impl<'a> Writer<'a> {
     /// Several words at once, with one bounds check. On error nothing is
     /// written (unlike the same words put one by one, which stop at the
     /// first that does not fit).
-    #[inline]
+    #[inline(always)]
     pub fn put_u32s<const N: usize>(&mut self, words: [u32; N]) -> Result<(), EncodeError> {
         let s = self.reserve(4 * N)?;
         for (d, v) in s.chunks_exact_mut(4).zip(words) {
