@@ -146,6 +146,15 @@ impl<T> Slab<T> {
             None
         }
     }
+    /// Every slot, in use or free, in index order (for values a free slot
+    /// keeps, e.g. buffers it reuses).
+    pub fn all_slots_mut(&mut self) -> impl Iterator<Item = (bool, &mut T)> + '_ {
+        self.in_use.iter().copied().zip(self.slots.iter_mut())
+    }
+    /// Every slot, in use or free, in index order.
+    pub fn all_slots(&self) -> impl Iterator<Item = (bool, &T)> + '_ {
+        self.in_use.iter().copied().zip(self.slots.iter())
+    }
     /// Indices of the slots in use, in index order.
     pub fn used_indices(&self) -> impl Iterator<Item = u32> + '_ {
         self.in_use

@@ -250,6 +250,9 @@ pub struct Requester<'p, F: Fabric> {
     neg: negotiate::Requester,
     credits: RequesterCredits,
     calls: Slab<Call>,
+    /// Each call slot's header buffer (transport header and inline Call),
+    /// taken from the pool on the slot's first use and kept until shutdown.
+    slot_hdr: Box<[Option<BufRef>]>,
     next_xid: u32,
     /// log2 of the call slots (rounded up to a power of two).
     slot_bits: u32,
@@ -318,6 +321,7 @@ impl<'p, F: Fabric> Requester<'p, F> {
             neg: negotiate::Requester::new(ncfg, PeerMemory::UNKNOWN),
             credits: RequesterCredits::new(cfg.credits),
             calls: Slab::with_capacity(slots),
+            slot_hdr: vec![None; slots].into_boxed_slice(),
             completions: std::collections::VecDeque::with_capacity(slots + 1),
             cfg,
             fabric,
@@ -475,9 +479,24 @@ impl<'p, F: Fabric> Requester<'p, F> {
             Ok(p) => p,
             Err(e) => return Err((SubmitError::Plan(e), cb)),
         };
-        // Buffers: a header buffer, one per Write chunk, one for the Reply chunk.
-        let Some(hdr) = self.bufs.send.get().map(|b| b.into_raw()) else {
-            return Err((SubmitError::NoBuffers, cb));
+        let Some(i) = self.calls.alloc() else {
+            unreachable!("availability checked above");
+        };
+        // Buffers: the slot's header buffer, one per Write chunk, one for the
+        // Reply chunk.
+        let hdr = match self.slot_hdr[i as usize] {
+            Some(b) => b,
+            None => match self.bufs.send.get() {
+                Some(b) => {
+                    let b = b.into_raw();
+                    self.slot_hdr[i as usize] = Some(b);
+                    b
+                }
+                None => {
+                    self.calls.free(i);
+                    return Err((SubmitError::NoBuffers, cb));
+                }
+            },
         };
         let mut wbufs = [None; plan::PLAN_WRITE_CHUNKS];
         let mut ok = true;
@@ -509,13 +528,11 @@ impl<'p, F: Fabric> Requester<'p, F> {
             None => None,
         };
         if !ok {
-            self.bufs.put_all([Some(hdr), rbuf]);
+            self.calls.free(i);
+            self.bufs.put_all([rbuf]);
             self.bufs.put_all(wbufs);
             return Err((SubmitError::NoBuffers, cb));
         }
-        let Some(i) = self.calls.alloc() else {
-            unreachable!("availability checked above");
-        };
         // The XID carries the slot in its low bits, so a Reply finds its Call
         // with an array index (checked against the stored XID).
         let xid = ((self.next_xid << self.slot_bits) | i) & 0x7fff_ffff;
@@ -550,7 +567,7 @@ impl<'p, F: Fabric> Requester<'p, F> {
             Ok(n) => n,
             Err(e) => {
                 self.calls.free(i);
-                self.bufs.put_all([Some(hdr), rbuf]);
+                self.bufs.put_all([rbuf]);
                 self.bufs.put_all(wbufs);
                 return Err((SubmitError::Plan(e), cb));
             }
@@ -578,7 +595,7 @@ impl<'p, F: Fabric> Requester<'p, F> {
         }
         if self.fabric.post_send(conn, &wr).is_err() {
             self.calls.free(i);
-            self.bufs.put_all([Some(hdr), rbuf]);
+            self.bufs.put_all([rbuf]);
             self.bufs.put_all(wbufs);
             return Err((SubmitError::NotConnected, cb));
         }
@@ -651,7 +668,9 @@ impl<'p, F: Fabric> Requester<'p, F> {
 
     fn free_call(&mut self, i: u32) {
         let Some(c) = self.calls.get_mut(i) else { return };
-        let held = [c.call_buf.take(), c.hdr_buf.take(), c.recv.take(), c.reply_buf.take()];
+        // The header buffer stays with the slot (`slot_hdr`).
+        c.hdr_buf = None;
+        let held = [c.call_buf.take(), c.recv.take(), c.reply_buf.take()];
         let writes = c.write_bufs[0].is_some().then_some(c.write_bufs);
         c.state = CallState::Free;
         // `submit` writes the whole slot when it reuses it.
@@ -1006,6 +1025,11 @@ impl<'p, F: Fabric> Requester<'p, F> {
         let ids: Vec<u32> = self.calls.used_indices().collect();
         for i in ids {
             self.free_call(i);
+        }
+        for k in 0..self.slot_hdr.len() {
+            if let Some(b) = self.slot_hdr[k].take() {
+                self.bufs.put(b);
+            }
         }
         self.calls.in_use()
     }

@@ -190,6 +190,9 @@ struct Request<'p> {
     reads_posted: u32,
     reads_done: u32,
     reads_total: u32,
+    /// The send buffer (transport header and inline reply) and the head
+    /// buffer: taken on the slot's first reply and kept by the slot across
+    /// requests (returned at shutdown).
     send_buf: Option<BufRef>,
     head_buf: Option<BufRef>,
     data_buf: Option<BufRef>,
@@ -206,10 +209,11 @@ struct Request<'p> {
 
 impl<'p> Request<'p> {
     /// Reuse a free slot for a message just received in `recv` on connection
-    /// slot `conn`: a new generation, every field reset except the planning
-    /// state (`read_plan`, `chunk_offs`, `shape`), which is several hundred
-    /// bytes and always written before it is read (`read_plan` and
-    /// `chunk_offs` by `step_new`, `shape` with `reply` by `step_execute`).
+    /// slot `conn`: a new generation, every field reset except the slot's own
+    /// send and head buffers and the planning state (`read_plan`,
+    /// `chunk_offs`, `shape`), which is several hundred bytes and always
+    /// written before it is read (`read_plan` and `chunk_offs` by `step_new`,
+    /// `shape` with `reply` by `step_execute`).
     #[inline]
     fn start(&mut self, conn: u32, recv: BufRef, recv_len: u32) {
         self.hdr = None;
@@ -225,8 +229,6 @@ impl<'p> Request<'p> {
         self.reads_posted = 0;
         self.reads_done = 0;
         self.reads_total = 0;
-        self.send_buf = None;
-        self.head_buf = None;
         self.data_buf = None;
         self.data_hint = 0;
         self.reply = None;
@@ -464,11 +466,13 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
             requests: self.reqs.in_use() as u32,
             ..Default::default()
         };
-        for i in self.reqs.used_indices() {
-            let r = self.reqs.get(i).expect("used");
-            h.recv += r.recv.is_some() as u32;
+        for (used, r) in self.reqs.all_slots() {
+            // Free slots keep their send and head buffers.
             h.send += r.send_buf.is_some() as u32 + r.head_buf.is_some() as u32;
-            h.data += r.chunk_buf.is_some() as u32 + r.data_buf.is_some() as u32;
+            if used {
+                h.recv += r.recv.is_some() as u32;
+                h.data += r.chunk_buf.is_some() as u32 + r.data_buf.is_some() as u32;
+            }
         }
         h
     }
@@ -1391,13 +1395,8 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
     fn release(&mut self, i: u32) {
         let Some(r) = self.reqs.get_mut(i) else { return };
         debug_assert_eq!(r.wr_out, 0, "releasing request {i} with work outstanding");
-        let held = [
-            r.recv.take(),
-            r.chunk_buf.take(),
-            r.send_buf.take(),
-            r.head_buf.take(),
-            r.data_buf.take(),
-        ];
+        // The send and head buffers stay with the slot.
+        let held = [r.recv.take(), r.chunk_buf.take(), r.data_buf.take()];
         let conn = r.conn;
         // The generation stays (the next request in this slot takes the next
         // one); `start` resets the rest when the slot is reused.
@@ -1494,6 +1493,16 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
             }
             // Do not refill: the responder is shut down.
             self.srq_deficit = 0;
+            // The send and head buffers free request slots keep.
+            let mut kept = Vec::new();
+            for (used, r) in self.reqs.all_slots_mut() {
+                if !used {
+                    kept.extend([r.send_buf.take(), r.head_buf.take()].into_iter().flatten());
+                }
+            }
+            for b in kept {
+                self.bufs.put(b);
+            }
         }
         self.held()
     }
