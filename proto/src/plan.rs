@@ -126,6 +126,11 @@ impl<T: Copy + Default, const N: usize> FixedVec<T, N> {
     pub const fn capacity(&self) -> usize {
         N
     }
+    /// Remove every item (the storage keeps its old values, unreachable).
+    #[inline]
+    pub fn clear(&mut self) {
+        self.len = 0;
+    }
     pub fn as_slice(&self) -> &[T] {
         self.items.get(..self.len).unwrap_or(&[])
     }
@@ -1142,6 +1147,15 @@ impl ReadPlan {
 ///
 /// Errors map to the reply with [`PlanError::v1`] / [`PlanError::v2`].
 pub fn plan_reads(h: &Header<'_>, limits: &ReadLimits) -> Result<ReadPlan, PlanError> {
+    let mut plan = ReadPlan::default();
+    plan_reads_into(h, limits, &mut plan)?;
+    Ok(plan)
+}
+
+/// [`plan_reads`] into a plan the caller keeps (e.g. in a request slot),
+/// without building and moving a new one. `plan` is overwritten; after an
+/// error its contents are unspecified.
+pub fn plan_reads_into(h: &Header<'_>, limits: &ReadLimits, plan: &mut ReadPlan) -> Result<(), PlanError> {
     let (chunks, payload, nomsg) = match &h.body {
         Body::Msg { chunks, payload, .. } => (chunks, *payload, false),
         Body::NoMsg { chunks, .. } => (chunks, &[][..], true),
@@ -1170,11 +1184,13 @@ pub fn plan_reads(h: &Header<'_>, limits: &ReadLimits) -> Result<ReadPlan, PlanE
         });
     }
     let inline_len = to_u32(payload.len() as u64)?;
-    let mut plan = ReadPlan {
-        read_bytes: total,
-        inline_len,
-        ..ReadPlan::default()
-    };
+    plan.kind = CallKind::default();
+    plan.pieces.clear();
+    plan.chunk_offsets.clear();
+    plan.read_bytes = total;
+    plan.data_area_len = 0;
+    plan.inline_len = inline_len;
+    plan.stream_len = 0;
     let overflow = PlanError::TooManyReadChunks { max: max_chunks };
 
     if nomsg {
@@ -1196,7 +1212,7 @@ pub fn plan_reads(h: &Header<'_>, limits: &ReadLimits) -> Result<ReadPlan, PlanE
         }
         plan.data_area_len = to_u32(len + pad)?;
         plan.stream_len = plan.data_area_len;
-        return Ok(plan);
+        return Ok(());
     }
 
     let inline = inline_len as u64;
@@ -1253,7 +1269,7 @@ pub fn plan_reads(h: &Header<'_>, limits: &ReadLimits) -> Result<ReadPlan, PlanE
     };
     plan.data_area_len = to_u32(area)?;
     plan.stream_len = to_u32(inline + spliced)?;
-    Ok(plan)
+    Ok(())
 }
 
 /// Which chunk an RDMA Write targets.
@@ -1640,6 +1656,71 @@ pub fn encode_reply_header(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A plan reused for Calls of every form (as a responder's request slot
+    /// reuses it) comes out equal to a fresh one.
+    #[test]
+    fn plan_reads_into_a_used_plan_equals_a_fresh_plan() {
+        use crate::header::{encode, BodyOut, ChunksOut, HeaderOut, ReadSegment};
+        let seg = |handle: u32, length: u32| Segment {
+            handle,
+            length,
+            offset: 0x1000 * handle as u64,
+        };
+        let rs = |position: u32, handle: u32, length: u32| ReadSegment {
+            position,
+            target: seg(handle, length),
+        };
+        let two_chunks = [rs(8, 1, 6), rs(8, 2, 3), rs(24, 3, 4)];
+        let one_chunk = [rs(12, 4, 4096)];
+        let pzrc = [rs(0, 5, 130), rs(0, 6, 7)];
+        let forms: [(&[ReadSegment], bool); 4] =
+            [(&[], false), (&two_chunks, false), (&pzrc, true), (&one_chunk, false)];
+        let mut msgs = Vec::new();
+        for (reads, nomsg) in forms {
+            let chunks = ChunksOut {
+                reads,
+                writes: &[],
+                reply: None,
+            };
+            let body = if nomsg {
+                BodyOut::NoMsg { inv_handle: 0, chunks }
+            } else {
+                BodyOut::Msg { inv_handle: 0, chunks }
+            };
+            let mut buf = vec![0u8; 512];
+            let n = encode(
+                &HeaderOut {
+                    xid: 7,
+                    vers: 1,
+                    credits: 4,
+                    flags: 0,
+                    body,
+                },
+                &mut buf,
+            )
+            .unwrap();
+            buf.truncate(n);
+            if !nomsg {
+                // The RPC message: its XID, then 20 more bytes.
+                buf.extend_from_slice(&7u32.to_be_bytes());
+                buf.extend_from_slice(&[0xab; 20]);
+            }
+            msgs.push(buf);
+        }
+        let limits = ReadLimits::new(1 << 20);
+        let mut reused = ReadPlan::default();
+        for order in [[0usize, 1, 2, 3], [3, 2, 1, 0], [1, 2, 0, 3]] {
+            for k in order {
+                let h = crate::header::decode(&msgs[k], &crate::header::Limits::DEFAULT).unwrap();
+                let fresh = plan_reads(&h, &limits).unwrap();
+                plan_reads_into(&h, &limits, &mut reused).unwrap();
+                assert_eq!(reused, fresh, "form {k}");
+                assert_eq!(reused.pieces(), fresh.pieces());
+                assert_eq!(reused.chunk_count(), fresh.chunk_count());
+            }
+        }
+    }
 
     #[test]
     fn fixed_vec_capacity_and_equality() {
