@@ -891,23 +891,20 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
             max_chunks: self.cfg.limits.max_read_chunks,
             max_segments: self.cfg.limits.max_read_segments,
         };
-        let plan = match plan::plan_reads(&h, &limits) {
-            Ok(p) => p,
-            Err(e) => {
-                let ctl = if h.vers == RPCRDMA_VERSION_2 {
-                    Control::ErrorV2(e.v2())
-                } else {
-                    Control::ErrorV1(e.v1())
-                };
-                return self.control(i, ctl);
-            }
-        };
         let rr = self.reqs.get_mut(i).expect("live");
+        if let Err(e) = plan::plan_reads_into(&h, &limits, &mut rr.read_plan) {
+            let ctl = if h.vers == RPCRDMA_VERSION_2 {
+                Control::ErrorV2(e.v2())
+            } else {
+                Control::ErrorV1(e.v1())
+            };
+            return self.control(i, ctl);
+        }
         rr.counted = true;
+        let plan = &rr.read_plan;
         for (k, o) in rr.chunk_offs.iter_mut().enumerate().take(plan.chunk_count()) {
             *o = plan.chunk_offset(k as u32).unwrap_or(0);
         }
-        rr.read_plan = plan;
         rr.reads_total = h.chunks().map_or(0, |c| c.reads.segment_count() as u32);
         rr.state = if rr.reads_total > 0 {
             ReqState::NeedChunkBuf
