@@ -851,6 +851,17 @@ fn decode_write_list<'a>(r: &mut Reader<'a>, limits: &Limits) -> Result<WriteLis
 }
 
 fn decode_chunk_lists<'a>(r: &mut Reader<'a>, limits: &Limits) -> Result<ChunkLists<'a>, DecodeError> {
+    // Most messages carry no chunks at all: three zero words.
+    if r.rest().first_chunk::<12>() == Some(&[0; 12]) {
+        let at = r.pos();
+        let empty = &r.buffer()[at..at];
+        r.skip(12, "rdma_reply")?;
+        return Ok(ChunkLists {
+            reads: ReadList { raw: empty, chunks: 0 },
+            writes: WriteList { raw: empty, chunks: 0 },
+            reply: None,
+        });
+    }
     let reads = decode_read_list(r, limits)?;
     let writes = decode_write_list(r, limits)?;
     let reply = if decode_present(r, "rdma_reply")? {
