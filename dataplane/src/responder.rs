@@ -886,6 +886,9 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
             return Step::Wait;
         }
         self.stats.calls += 1;
+        // From here on the Call holds a credit: its reply, an error reply
+        // included, or its drop gives it back.
+        self.reqs.get_mut(i).expect("live").counted = true;
         let limits = ReadLimits {
             max_total_bytes: self.cfg.max_read_bytes.min(self.data_size as u64),
             max_chunks: self.cfg.limits.max_read_chunks,
@@ -900,7 +903,6 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
             };
             return self.control(i, ctl);
         }
-        rr.counted = true;
         let plan = &rr.read_plan;
         for (k, o) in rr.chunk_offs.iter_mut().enumerate().take(plan.chunk_count()) {
             *o = plan.chunk_offset(k as u32).unwrap_or(0);

@@ -19,7 +19,7 @@ use proto::negotiate::VersionRange;
 const CREDITS: u32 = 4;
 
 fn pools_for(test: usize) -> &'static Pools {
-    static P: [OnceLock<Pools>; 4] = [OnceLock::new(), OnceLock::new(), OnceLock::new(), OnceLock::new()];
+    static P: [OnceLock<Pools>; 5] = [const { OnceLock::new() }; 5];
     // Two connection slots: the SRQ holds receives for both, so one greedy peer
     // can take the other's share — the case the overrun check exists for.
     P[test].get_or_init(|| pools(1024, CREDITS, 2))
@@ -364,4 +364,37 @@ fn v2_inv_handle_gets_send_with_invalidate() {
     assert_eq!((h.header_type(), h.is_response()), (header::HeaderType::Rdma2Msg, true));
     assert_eq!(raw.invalidated, vec![Some(handle), None]);
     assert_eq!(srv.stats().sends_with_invalidate, 1);
+}
+
+/// A Call whose chunks cannot be planned is answered with ERR_CHUNK and its
+/// credit comes back: more such Calls than credits, one at a time, never
+/// overrun the connection (RFC 8166 s3.3.1 counts answered Calls only).
+#[test]
+fn calls_answered_with_plan_errors_return_their_credit() {
+    let (net, mut srv, mut raw) = setup(4, 10, VersionRange::ALL);
+    pump(&net, &mut srv, &mut raw, 5);
+    let rounds = CREDITS * 2 + 1;
+    for k in 0..rounds {
+        let xid = XID + k;
+        // RDMA_MSG with a Position-Zero Read chunk: decodes, but planning
+        // refuses it (s3.5.3: Position Zero only with RDMA_NOMSG).
+        let mut m = words(&[xid, 1, CREDITS, 0, 1, 0, 1, 64, 0, 0, 0, 0, 0]);
+        m.extend(words(&[xid, 0, 2, PROG, VERS, P_NULL, 0, 0, 0, 0]));
+        raw.send(&m);
+        pump(&net, &mut srv, &mut raw, 3);
+        let h = header::decode(raw.received.last().unwrap(), &Limits::DEFAULT).unwrap();
+        assert_eq!((h.xid, h.body), (xid, Body::ErrorV1(V1Error::Chunk)), "call {k}");
+    }
+    raw.send(&v1_null(XID + rounds, CREDITS));
+    pump(&net, &mut srv, &mut raw, 3);
+    let h = header::decode(raw.received.last().unwrap(), &Limits::DEFAULT).unwrap();
+    assert_eq!(
+        h.header_type(),
+        header::HeaderType::RdmaMsg,
+        "the connection still serves"
+    );
+    let s = srv.stats();
+    assert_eq!((s.credit_overruns, s.error_replies), (0, rounds as u64), "{s:?}");
+    assert!(!raw.disconnected);
+    assert_eq!(srv.shutdown(1000), Default::default());
 }
