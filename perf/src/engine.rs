@@ -470,6 +470,9 @@ pub struct WorkerOut {
     pub stats: Vec<dataplane::requester::RequesterStats>,
 }
 
+/// Idle poll turns in a row before a worker with `idle_sleep_us` sleeps.
+pub const IDLE_TURNS_BEFORE_SLEEP: u32 = 16;
+
 /// Parameters of one worker's load.
 #[derive(Debug, Clone)]
 pub struct WorkerPlan {
@@ -480,6 +483,9 @@ pub struct WorkerPlan {
     /// Open loop: calls per second per connection.
     pub rate: Option<f64>,
     pub seed: u64,
+    /// Sleep this long per idle poll turn after [`IDLE_TURNS_BEFORE_SLEEP`]
+    /// idle turns in a row (0: never sleep).
+    pub idle_sleep_us: u32,
     /// Count mode: measured operations of each of `conns`.
     pub quotas: Option<Vec<u64>>,
 }
@@ -532,8 +538,10 @@ pub fn run_worker<'p, F: Fabric>(
     };
     let mut rec = Recorder::new(start_ns, end_ns);
     let mut drain_deadline: Option<u64> = None;
+    let mut idle_turns = 0u32;
     loop {
         let now = clock.now_ns();
+        let mut completed = 0u32;
         let count_done = conns.iter().all(|c| c.dead || c.quota == Some(0));
         let stopping = now >= end_ns || (plan.quotas.is_some() && count_done) || abort.load(Ordering::Relaxed);
         if stopping && drain_deadline.is_none() {
@@ -557,6 +565,7 @@ pub fn run_worker<'p, F: Fabric>(
                     written[b / 64] |= 1 << (b % 64);
                 }
                 rec.complete(m.t0_ns, t, ok);
+                completed += 1;
             }
             progress.ops.store(rec.ops, Ordering::Relaxed);
             progress.errors.store(rec.errors, Ordering::Relaxed);
@@ -571,6 +580,14 @@ pub fn run_worker<'p, F: Fabric>(
         }
         if stopping && (busy == 0 || drain_deadline.is_some_and(|d| clock.now_ns() >= d)) {
             break;
+        }
+        if completed > 0 {
+            idle_turns = 0;
+        } else if plan.idle_sleep_us > 0 {
+            idle_turns = idle_turns.saturating_add(1);
+            if idle_turns > IDLE_TURNS_BEFORE_SLEEP {
+                std::thread::sleep(std::time::Duration::from_micros(u64::from(plan.idle_sleep_us)));
+            }
         }
     }
     // Calls of the measured window still unanswered after the drain time are

@@ -121,6 +121,11 @@ struct Common {
     /// Connection and reply timeout.
     #[arg(long, default_value = "10", value_parser = parse_duration)]
     timeout: Duration,
+    /// Sleep this many microseconds per idle poll turn once a worker has
+    /// been idle for a few turns (0: always spin). For hosts where busy
+    /// polling starves the fabric (Soft-RoCE in an emulated VM); adds latency.
+    #[arg(long = "idle-sleep-us", default_value_t = 0)]
+    idle_sleep_us: u32,
     /// Seed of the random offsets and read/write choices.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -288,6 +293,7 @@ fn base_config(c: &Common, mode: Mode, size: u32) -> RunConfig {
         nfs: None,
         progress: c.progress || (!c.no_progress && run::stderr_is_tty()),
         timeout: c.timeout,
+        idle_sleep_us: c.idle_sleep_us,
     }
 }
 

@@ -118,6 +118,11 @@ pub struct RunConfig {
     /// Progress line on stderr every second.
     pub progress: bool,
     pub timeout: Duration,
+    /// After this many consecutive poll turns that completed nothing, a
+    /// worker sleeps [`RunConfig::idle_sleep_us`] per further idle turn. For
+    /// hosts where busy polling starves the fabric itself (Soft-RoCE under
+    /// emulation); 0 = always spin (the default: sleeping adds latency).
+    pub idle_sleep_us: u32,
 }
 
 /// What a run produced.
@@ -355,6 +360,7 @@ fn run_rpc<M: FabricMaker>(maker: &M, cfg: &RunConfig, kind: OpKind) -> Result<R
                         qd: cfg.qd,
                         rate: cfg.rate,
                         seed: cfg.seed,
+                        idle_sleep_us: cfg.idle_sleep_us,
                         quotas: cfg.count.map(|_| {
                             cfg.worker_conns(w, workers)
                                 .iter()
@@ -832,6 +838,7 @@ mod tests {
             nfs: None,
             progress: false,
             timeout: Duration::from_secs(1),
+            idle_sleep_us: 0,
         }
     }
 

@@ -174,6 +174,7 @@ fn null_cfg(addr: &str, version: u32, conns: u32, qd: u32) -> RunConfig {
         nfs: None,
         progress: false,
         timeout: Duration::from_secs(10),
+        idle_sleep_us: 0,
     }
 }
 
