@@ -374,9 +374,15 @@ fn start_engines(setup: &EngineSetup, ctx: &mut CoreCtx) {
             continue;
         }
         let r = match &setup.fabric {
-            FabricConfig::Shm { .. } => ShmFabric::new(ShmConfig::default())
-                .map_err(|e| e.to_string())
-                .and_then(|f| add_engine(setup, ctx, f, addr, *versions)),
+            FabricConfig::Shm { .. } => ShmFabric::new(ShmConfig {
+                // Each connection may draw as many SRQ receives as it has
+                // credits: a requester granted all of them never waits for a
+                // receive (RNR) on a window smaller than its credits.
+                srq_window: setup.credits.clamp(1, ShmConfig::default().max_ring_depth),
+                ..ShmConfig::default()
+            })
+            .map_err(|e| e.to_string())
+            .and_then(|f| add_engine(setup, ctx, f, addr, *versions)),
             FabricConfig::Sim { .. } => Err("the sim fabric is not served by the target".into()),
             #[cfg(feature = "verbs")]
             FabricConfig::Verbs { device, .. } => {
