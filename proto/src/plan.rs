@@ -881,15 +881,16 @@ pub struct ReplyLayout {
 /// Check one echoed chunk against the provisioned one (RFC 8166 s3.4.6: same
 /// segment count and segments, lengths updated to what was written, filled in
 /// segment array order). Returns the bytes written.
-fn check_echo(got: &SegmentArray<'_>, sent: &SegmentArray<'_>) -> Result<u32, PlanError> {
-    if got.len() != sent.len() {
+fn check_echo<P: Provisioned>(got: &SegmentArray<'_>, sent: &P) -> Result<u32, PlanError> {
+    if got.len() != sent.count() {
         return Err(PlanError::BadReply {
             what: "segment count changed",
         });
     }
     let mut total = 0u64;
     let mut short_seen = false;
-    for (g, s) in got.iter().zip(sent.iter()) {
+    for (i, g) in got.iter().enumerate() {
+        let s = sent.segment(i);
         if g.handle != s.handle || g.offset != s.offset {
             return Err(PlanError::BadReply {
                 what: "segment changed",
@@ -911,6 +912,36 @@ fn check_echo(got: &SegmentArray<'_>, sent: &SegmentArray<'_>) -> Result<u32, Pl
     to_u32(total)
 }
 
+/// A chunk as the Call provisioned it: decoded from the Call's header, or
+/// the segments the requester advertised.
+trait Provisioned {
+    fn count(&self) -> usize;
+    /// Segment `i < count()`.
+    fn segment(&self, i: usize) -> Segment;
+}
+
+impl Provisioned for SegmentArray<'_> {
+    #[inline]
+    fn count(&self) -> usize {
+        self.len()
+    }
+    #[inline]
+    fn segment(&self, i: usize) -> Segment {
+        self.get(i).unwrap_or_default()
+    }
+}
+
+impl Provisioned for &[Segment] {
+    #[inline]
+    fn count(&self) -> usize {
+        self.len()
+    }
+    #[inline]
+    fn segment(&self, i: usize) -> Segment {
+        self.get(i).copied().unwrap_or_default()
+    }
+}
+
 /// Requester side: check a decoded reply header against the chunks the Call
 /// provisioned (`call`, the Call's own decoded chunk lists) and report what was
 /// delivered.
@@ -923,6 +954,27 @@ fn check_echo(got: &SegmentArray<'_>, sent: &SegmentArray<'_>) -> Result<u32, Pl
 /// belongs at the place of the `k`th DDP-eligible result, whose XDR length word
 /// stayed inline (s3.4.4.1, s3.4.6.1); see [`ReplyLayout::pieces`].
 pub fn reassemble_reply(reply: &Header<'_>, call: &ChunkLists<'_>) -> Result<ReplyLayout, PlanError> {
+    reassemble(reply, call.writes.len(), call.writes.iter(), call.reply)
+}
+
+/// [`reassemble_reply`] against the segments the requester advertised in its
+/// Call (`writes[k]`: Write chunk `k`; `reply`: the Reply chunk), which it
+/// keeps, instead of the Call's decoded chunk lists: the same checks, without
+/// decoding the Call's header again.
+pub fn reassemble_reply_provisioned(
+    reply: &Header<'_>,
+    writes: &[&[Segment]],
+    reply_chunk: Option<&[Segment]>,
+) -> Result<ReplyLayout, PlanError> {
+    reassemble(reply, writes.len(), writes.iter().copied(), reply_chunk)
+}
+
+fn reassemble<P: Provisioned>(
+    reply: &Header<'_>,
+    call_writes: usize,
+    call_write_chunks: impl Iterator<Item = P>,
+    call_reply: Option<P>,
+) -> Result<ReplyLayout, PlanError> {
     let (chunks, payload_len, long) = match &reply.body {
         Body::Msg { chunks, payload, .. } => (chunks, payload.len(), false),
         Body::NoMsg { chunks, .. } => (chunks, 0, true),
@@ -937,13 +989,13 @@ pub fn reassemble_reply(reply: &Header<'_>, call: &ChunkLists<'_>) -> Result<Rep
             what: "read list in a reply",
         });
     }
-    if chunks.writes.len() != call.writes.len() {
+    if chunks.writes.len() != call_writes {
         return Err(PlanError::BadReply {
             what: "write chunk count changed",
         });
     }
     let mut out = ReplyLayout::default();
-    for (g, s) in chunks.writes.iter().zip(call.writes.iter()) {
+    for (g, s) in chunks.writes.iter().zip(call_write_chunks) {
         let n = check_echo(&g, &s)?;
         if !out.write_lens.push(n) {
             return Err(PlanError::BadReply {
@@ -951,7 +1003,7 @@ pub fn reassemble_reply(reply: &Header<'_>, call: &ChunkLists<'_>) -> Result<Rep
             });
         }
     }
-    let in_reply_chunk = match (chunks.reply, call.reply) {
+    let in_reply_chunk = match (chunks.reply, call_reply) {
         (Some(g), Some(s)) => Some(check_echo(&g, &s)?),
         (Some(_), None) => {
             return Err(PlanError::BadReply {
@@ -1720,6 +1772,89 @@ mod tests {
                 assert_eq!(reused.chunk_count(), fresh.chunk_count());
             }
         }
+    }
+
+    /// Checking a Reply against the advertised segments gives what checking
+    /// it against the Call's decoded chunk lists gives, for good and bad echoes.
+    #[test]
+    fn reassemble_against_provisioned_segments_matches_decoded_lists() {
+        use crate::header::{decode, encode, BodyOut, ChunksOut, HeaderOut, Limits};
+        let seg = |handle: u32, length: u32, offset: u64| Segment { handle, length, offset };
+        let w0 = [seg(1, 4096, 0x1000)];
+        let w1 = [seg(2, 100, 0x9000), seg(3, 50, 0xa000)];
+        let rc = [seg(4, 2048, 0x20000)];
+        let msg = |xid: u32, writes: &[&[Segment]], reply: Option<&[Segment]>, nomsg: bool| {
+            let chunks = ChunksOut {
+                reads: &[],
+                writes,
+                reply,
+            };
+            let body = if nomsg {
+                BodyOut::NoMsg { inv_handle: 0, chunks }
+            } else {
+                BodyOut::Msg { inv_handle: 0, chunks }
+            };
+            let mut buf = vec![0u8; 1024];
+            let n = encode(
+                &HeaderOut {
+                    xid,
+                    vers: 1,
+                    credits: 8,
+                    flags: 0,
+                    body,
+                },
+                &mut buf,
+            )
+            .unwrap();
+            buf.truncate(n);
+            if !nomsg {
+                buf.extend_from_slice(&xid.to_be_bytes());
+                buf.extend_from_slice(&[0; 24]);
+            }
+            buf
+        };
+        type Advertised<'s> = (&'s [&'s [Segment]], Option<&'s [Segment]>);
+        let calls: [Advertised; 4] = [(&[], None), (&[&w0], None), (&[&w0, &w1], Some(&rc)), (&[], Some(&rc))];
+        let (mut compared, mut oks) = (0, 0);
+        for (cw, cr) in calls {
+            let call = msg(5, cw, cr, cr.is_some() && cw.is_empty());
+            let ch = decode(&call, &Limits::DEFAULT).unwrap();
+            let lists = *ch.chunks().unwrap();
+            let mut short0 = w0;
+            short0[0].length = 17;
+            let mut moved = w1;
+            moved[1].offset += 4;
+            let mut over = rc;
+            over[0].length += 1;
+            let mut gap = w1;
+            gap[0].length = 0;
+            let replies: Vec<Vec<u8>> = vec![
+                msg(5, cw, None, false),
+                msg(5, cw, cr, false),
+                msg(5, cw, cr, true),
+                msg(5, &[&short0], None, false),
+                msg(5, &[&w0, &moved], Some(&rc), false),
+                msg(5, &[&w0, &w1], Some(&over), true),
+                msg(5, &[&w0, &gap], Some(&rc), true),
+                msg(5, &[], Some(&rc), true),
+                msg(5, &[], None, false),
+            ];
+            for (k, r) in replies.iter().enumerate() {
+                // (RDMA_NOMSG without a Reply chunk does not even decode.)
+                let Ok(rh) = decode(r, &Limits::DEFAULT) else { continue };
+                compared += 1;
+                oks += reassemble_reply(&rh, &lists).is_ok() as u32;
+                assert_eq!(
+                    reassemble_reply_provisioned(&rh, cw, cr),
+                    reassemble_reply(&rh, &lists),
+                    "call {cw:?} {cr:?}, reply {k}"
+                );
+            }
+        }
+        assert!(
+            compared >= 30 && oks >= 6 && oks < compared,
+            "{compared} compared, {oks} good"
+        );
     }
 
     #[test]
