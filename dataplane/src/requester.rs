@@ -9,7 +9,7 @@
 //!   per-call registration), provisions Write and Reply chunks from the pool, and
 //!   sends.
 //! - Replies are matched by XID in a fixed table; Write-chunk and Reply-chunk data
-//!   land in the provisioned buffers (`proto::plan::reassemble_reply`). The caller
+//!   land in the provisioned buffers (`proto::plan::reassemble_reply_provisioned`). The caller
 //!   reads a [`ReplyView`] and releases it.
 //! - Credits (RFC 8166 s3.3) and version negotiation (draft s7) gate sending: one
 //!   message until the first grant; a v2 requester opens with RDMA2_CONNPROP and
@@ -195,13 +195,12 @@ struct Call {
     vers: u32,
     call_buf: Option<BufRef>,
     hdr_buf: Option<BufRef>,
-    /// Length of the Send (transport header and inline Call): kept to decode
-    /// the Call's chunk lists again when its Reply arrives.
-    hdr_len: u32,
-    /// The Call provisioned Write chunks or a Reply chunk: its Reply is
-    /// checked against its decoded chunk lists. Without them the lists are
-    /// empty and need no decoding.
-    provisioned: bool,
+    /// The Write chunks (one segment each, `write_count` of them) and the
+    /// Reply chunk the Call advertised: its Reply is checked against them
+    /// (`proto::plan::reassemble_reply_provisioned`).
+    write_segs: [Segment; plan::PLAN_WRITE_CHUNKS],
+    write_count: u8,
+    reply_seg: Option<Segment>,
     write_bufs: [Option<BufRef>; plan::PLAN_WRITE_CHUNKS],
     reply_buf: Option<BufRef>,
     recv: Option<BufRef>,
@@ -607,8 +606,9 @@ impl<'p, F: Fabric> Requester<'p, F> {
             vers: self.vers,
             call_buf: Some(cb.buf),
             hdr_buf: Some(hdr),
-            hdr_len: send_len as u32,
-            provisioned: !plan.write_chunks.is_empty() || plan.reply_chunk.is_some(),
+            write_segs: std::array::from_fn(|k| write_segs[k][0]),
+            write_count: plan.write_chunks.len() as u8,
+            reply_seg: plan.reply_chunk.map(|_| reply_seg[0]),
             write_bufs: wbufs,
             reply_buf: rbuf,
             ..Call::default()
@@ -921,10 +921,6 @@ impl<'p, F: Fabric> Requester<'p, F> {
             };
             let _ = self.neg.handle_reply(h.vers, kind);
         }
-        let (hdr_buf, hdr_len, provisioned) = {
-            let c = self.calls.get(i).expect("found");
-            (c.hdr_buf, c.hdr_len, c.provisioned)
-        };
         let outcome = match h.body {
             Body::ErrorV1(e) => {
                 self.stats.transport_errors += 1;
@@ -935,19 +931,14 @@ impl<'p, F: Fabric> Requester<'p, F> {
                 CallOutcome::TransportErrorV2(e)
             }
             Body::Msg { .. } | Body::NoMsg { .. } => {
-                // The Reply is checked against what the Call provisioned: its
-                // chunk lists, decoded again from the Call's header (which we
-                // wrote and still hold) only when it provisioned anything.
-                let call_chunks = if provisioned {
-                    let call_hdr = &self.bufs.bytes(hdr_buf.expect("hdr"))[..hdr_len as usize];
-                    header::decode(call_hdr, &self.cfg.limits)
-                        .ok()
-                        .and_then(|ch| ch.chunks().copied())
-                } else {
-                    Some(header::ChunkLists::default())
-                };
-                match call_chunks.map(|cl| plan::reassemble_reply(&h, &cl)) {
-                    Some(Ok(layout)) => {
+                // The Reply is checked against what the Call advertised.
+                let c = self.calls.get(i).expect("found");
+                let n = (c.write_count as usize).min(plan::PLAN_WRITE_CHUNKS);
+                let writes: [&[Segment]; plan::PLAN_WRITE_CHUNKS] =
+                    std::array::from_fn(|k| std::slice::from_ref(&c.write_segs[k]));
+                let reply = c.reply_seg.as_ref().map(std::slice::from_ref);
+                match plan::reassemble_reply_provisioned(&h, &writes[..n], reply) {
+                    Ok(layout) => {
                         let cm = self.calls.get_mut(i).expect("found");
                         cm.layout = Some(layout);
                         self.stats.replies += 1;
