@@ -12,7 +12,9 @@
 //!   region it registered, with (region id, length, rkey) for each: each side
 //!   maps all of the peer's registered regions read-write. The socket carries
 //!   nothing else; closing it is the disconnect notification (liveness), and it
-//!   is polled, non-blocking, only by [`Fabric::poll_cm`].
+//!   is polled, non-blocking, only by [`Fabric::poll_cm`], at most once per
+//!   [`ShmConfig::cm_sweep_period`] (an orderly close is seen sooner, on the
+//!   data path, through the ring file's `closed` word).
 //! - **Data path**: no system call. Each side's ring file holds the rings of
 //!   its inbound direction: a receive-descriptor ring (the receiver posts
 //!   `(rkey, offset, len, seq)` of its receive buffers; the sender pops) and a
@@ -170,6 +172,13 @@ pub struct ShmConfig {
     /// that can truncate a region could make our accesses fault). Regions in a
     /// hugetlbfs directory cannot be sealed; set `false` to allow them.
     pub require_sealed_regions: bool,
+    /// The connection manager's socket work (accepting, reading handshake
+    /// messages, noticing a closed socket, connection timeouts) runs in
+    /// [`Fabric::poll_cm`] at most once per this period; polls in between
+    /// only hand out events already queued. It bounds the system calls of an
+    /// engine that polls CM from a busy loop (one `accept` per listener and
+    /// one `recvmsg` per connection each time). `ZERO`: on every poll.
+    pub cm_sweep_period: Duration,
 }
 
 impl Default for ShmConfig {
@@ -183,6 +192,7 @@ impl Default for ShmConfig {
             max_msg_size: 1 << 30,
             max_pending_requests: 64,
             require_sealed_regions: true,
+            cm_sweep_period: Duration::from_millis(1),
         }
     }
 }
@@ -247,6 +257,8 @@ pub struct ShmFabric {
     events: VecDeque<CmEvent>,
     msg: Box<[u8; MAX_MSG_LEN]>,
     fds_in: Vec<OwnedFd>,
+    /// The next connection-manager socket sweep is due then.
+    next_cm_sweep: Instant,
 }
 
 fn io_err(op: &'static str) -> impl FnOnce(std::io::Error) -> FabricError {
@@ -284,6 +296,7 @@ impl ShmFabric {
             events: VecDeque::with_capacity(events),
             msg: Box::new([0; MAX_MSG_LEN]),
             fds_in: Vec::with_capacity(sock::MAX_FDS),
+            next_cm_sweep: Instant::now(),
             cfg,
         })
     }
@@ -406,8 +419,7 @@ impl ShmFabric {
 
     // ---- connection management progress ----
 
-    fn cm_progress(&mut self) {
-        let now = Instant::now();
+    fn cm_progress(&mut self, now: Instant) {
         self.accept_incoming(now);
         self.read_requests(now);
         for ci in 0..self.conns.capacity() {
@@ -813,9 +825,15 @@ impl Fabric for ShmFabric {
         Some(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST))
     }
 
+    /// Hands out queued events; when none is queued and a sweep is due
+    /// ([`ShmConfig::cm_sweep_period`]), does the socket work first.
     fn poll_cm(&mut self) -> Option<CmEvent> {
         if self.events.is_empty() {
-            self.cm_progress();
+            let now = Instant::now();
+            if now >= self.next_cm_sweep {
+                self.next_cm_sweep = now + self.cfg.cm_sweep_period;
+                self.cm_progress(now);
+            }
         }
         let ev = self.events.pop_front()?;
         if let CmEvent::Disconnected { conn } | CmEvent::Rejected { conn, .. } | CmEvent::Unreachable { conn } = ev {
