@@ -1,19 +1,48 @@
 //! The buffers an engine (responder or requester) holds on its core: one
-//! per-core cache for each of its three pool classes, and the accessors both
-//! engines need. Owned by one core.
+//! per-core cache for each of its three pool classes, a few buffers of each
+//! class kept in front of them, and the accessors both engines need. Owned by
+//! one core.
 
 use mempool::pool::{BufRef, ClassId, Mempool, PoolCache};
 
 use crate::fabric::LocalBuf;
 
+/// Buffers of each class an engine keeps in front of the pool's per-core
+/// cache: a Call returns a buffer or two of a class and the next Call takes
+/// as many, so most gets and puts stay here (a plain array) instead of paying
+/// for the pool cache's checks and published statistics. Kept small: these
+/// buffers are out of the pool's reach (other cores cannot have them) until
+/// the engine takes them again or shuts down.
+const FRONT: usize = 2;
+
+/// The pool classes an engine takes buffers from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Class {
+    Recv = 0,
+    Send = 1,
+    Data = 2,
+}
+
+#[derive(Clone, Copy)]
+struct Front {
+    bufs: [BufRef; FRONT],
+    len: usize,
+}
+
 /// Receive (inline), send/head, and data buffers for one engine on one core.
 pub(crate) struct EngineBufs<'p> {
     pub(crate) pool: &'p Mempool,
-    pub(crate) recv: PoolCache<'p>,
-    pub(crate) send: PoolCache<'p>,
-    pub(crate) data: PoolCache<'p>,
+    /// The pool caches of the three classes, in [`Class`] order.
+    caches: [PoolCache<'p>; 3],
+    front: [Front; 3],
     recv_class: u8,
     send_class: u8,
+}
+
+impl Drop for EngineBufs<'_> {
+    fn drop(&mut self) {
+        self.drain();
+    }
 }
 
 impl<'p> EngineBufs<'p> {
@@ -25,14 +54,66 @@ impl<'p> EngineBufs<'p> {
         data: ClassId,
         core: usize,
     ) -> Result<Self, mempool::MempoolError> {
+        const NONE: BufRef = BufRef {
+            region: 0,
+            class: 0,
+            index: 0,
+        };
         Ok(EngineBufs {
-            recv: pool.cache(recv, core)?,
-            send: pool.cache(send, core)?,
-            data: pool.cache(data, core)?,
+            caches: [
+                pool.cache(recv, core)?,
+                pool.cache(send, core)?,
+                pool.cache(data, core)?,
+            ],
+            front: [Front {
+                bufs: [NONE; FRONT],
+                len: 0,
+            }; 3],
             pool,
             recv_class: recv.get(),
             send_class: send.get(),
         })
+    }
+
+    #[inline]
+    fn class_of(&self, b: BufRef) -> usize {
+        if b.class == self.recv_class {
+            Class::Recv as usize
+        } else if b.class == self.send_class {
+            Class::Send as usize
+        } else {
+            Class::Data as usize
+        }
+    }
+
+    /// A buffer of class `c`, or `None` when the pool has none for this core.
+    #[inline]
+    pub(crate) fn get(&mut self, c: Class) -> Option<BufRef> {
+        let f = &mut self.front[c as usize];
+        if f.len > 0 {
+            f.len -= 1;
+            return Some(f.bufs[f.len]);
+        }
+        self.caches[c as usize].get().map(|b| b.into_raw())
+    }
+
+    /// Buffers of each class held in front of the pool (in [`Class`] order).
+    pub(crate) fn kept(&self) -> [usize; 3] {
+        [self.front[0].len, self.front[1].len, self.front[2].len]
+    }
+
+    /// Give every kept buffer back to the pool (shutdown).
+    pub(crate) fn drain(&mut self) {
+        for k in 0..3 {
+            let f = &mut self.front[k];
+            if f.len > 0 {
+                // SAFETY: as in `put`: these buffers were put by the engine,
+                // their only holder, after their last use.
+                let r = unsafe { self.caches[k].put_bulk(&f.bufs[..f.len]) };
+                debug_assert!(r.is_ok(), "returning {:?}: {r:?}", &f.bufs[..f.len]);
+                f.len = 0;
+            }
+        }
     }
 
     /// `len` bytes of buffer `b`, as the fabric names local memory.
@@ -45,52 +126,29 @@ impl<'p> EngineBufs<'p> {
         }
     }
 
-    /// Return `b` to its class's cache.
+    /// Return `b` (kept in front of the pool while there is room).
     #[inline]
     pub(crate) fn put(&mut self, b: BufRef) {
-        let cache = if b.class == self.recv_class {
-            &mut self.recv
-        } else if b.class == self.send_class {
-            &mut self.send
-        } else {
-            &mut self.data
-        };
+        let k = self.class_of(b);
+        let f = &mut self.front[k];
+        if f.len < FRONT {
+            debug_assert!(!f.bufs[..f.len].contains(&b), "{b:?} returned twice");
+            f.bufs[f.len] = b;
+            f.len += 1;
+            return;
+        }
         // SAFETY: `b` came from this pool and the engine is its only holder; the
         // engines return a buffer only once no posted work request refers to it
         // (after its completions, or after the connection's teardown).
-        let r = unsafe { cache.put_bulk(&[b]) };
+        let r = unsafe { self.caches[k].put_bulk(&[b]) };
         debug_assert!(r.is_ok(), "returning {b:?}: {r:?}");
     }
 
-    /// Return every buffer of `bufs` that is `Some`, with one bulk put per
-    /// class (a request's buffers go back together when it is released).
+    /// Return every buffer of `bufs` that is `Some`.
     #[inline]
     pub(crate) fn put_all<const N: usize>(&mut self, bufs: [Option<BufRef>; N]) {
-        const NONE: BufRef = BufRef {
-            region: 0,
-            class: 0,
-            index: 0,
-        };
-        let mut by_class = [[NONE; N]; 3];
-        let mut n = [0usize; 3];
         for b in bufs.into_iter().flatten() {
-            let k = if b.class == self.recv_class {
-                0
-            } else if b.class == self.send_class {
-                1
-            } else {
-                2
-            };
-            by_class[k][n[k]] = b;
-            n[k] += 1;
-        }
-        for (k, cache) in [&mut self.recv, &mut self.send, &mut self.data].into_iter().enumerate() {
-            if n[k] > 0 {
-                // SAFETY: as in `put`: the engine is the only holder of these
-                // buffers and no posted work request refers to them.
-                let r = unsafe { cache.put_bulk(&by_class[k][..n[k]]) };
-                debug_assert!(r.is_ok(), "returning {:?}: {r:?}", &by_class[k][..n[k]]);
-            }
+            self.put(b);
         }
     }
 

@@ -30,7 +30,7 @@ use proto::plan::{self, CallKind, CallParams, ReplyKind, ReplyLayout, ReplyNeeds
 use proto::private_data::{self, PrivateData as Rfc8797};
 use proto::ulb::DdpItem;
 
-use crate::bufs::EngineBufs;
+use crate::bufs::{Class, EngineBufs};
 use crate::credits::RequesterCredits;
 use crate::fabric::*;
 use crate::queue::Slab;
@@ -399,8 +399,9 @@ impl<'p, F: Fabric> Requester<'p, F> {
 
     fn post_recv(&mut self) -> bool {
         let Some(conn) = self.conn else { return false };
-        let Some(b) = self.bufs.recv.get() else { return false };
-        let b = b.into_raw();
+        let Some(b) = self.bufs.get(Class::Recv) else {
+            return false;
+        };
         let wr = RecvWr {
             wr_id: WrId::new(TAG_RECV, b.to_u64()),
             buf: self.bufs.local(b, self.recv_size),
@@ -430,7 +431,7 @@ impl<'p, F: Fabric> Requester<'p, F> {
 
     /// A registered buffer to encode a Call into (data-class size).
     pub fn call_buf(&mut self) -> Option<CallBuf<'p>> {
-        let b = self.bufs.data.get()?.into_raw();
+        let b = self.bufs.get(Class::Data)?;
         Some(CallBuf {
             buf: b,
             bytes: self.bufs.bytes_mut(b),
@@ -485,9 +486,8 @@ impl<'p, F: Fabric> Requester<'p, F> {
         // Reply chunk.
         let hdr = match self.slot_hdr[i as usize] {
             Some(b) => b,
-            None => match self.bufs.send.get() {
+            None => match self.bufs.get(Class::Send) {
                 Some(b) => {
-                    let b = b.into_raw();
                     self.slot_hdr[i as usize] = Some(b);
                     b
                 }
@@ -504,8 +504,8 @@ impl<'p, F: Fabric> Requester<'p, F> {
                 ok = false;
                 break;
             }
-            match self.bufs.data.get() {
-                Some(b) => wbufs[k] = Some(b.into_raw()),
+            match self.bufs.get(Class::Data) {
+                Some(b) => wbufs[k] = Some(b),
                 None => {
                     ok = false;
                     break;
@@ -513,8 +513,8 @@ impl<'p, F: Fabric> Requester<'p, F> {
             }
         }
         let rbuf = match plan.reply_chunk {
-            Some(rlen) if ok && rlen <= self.data_size => match self.bufs.data.get() {
-                Some(b) => Some(b.into_raw()),
+            Some(rlen) if ok && rlen <= self.data_size => match self.bufs.get(Class::Data) {
+                Some(b) => Some(b),
                 None => {
                     ok = false;
                     None
@@ -741,7 +741,7 @@ impl<'p, F: Fabric> Requester<'p, F> {
 
     fn send_connprop(&mut self, vers: u32) {
         let Some(conn) = self.conn else { return };
-        let Some(b) = self.bufs.send.get().map(|b| b.into_raw()) else {
+        let Some(b) = self.bufs.get(Class::Send) else {
             self.link = LinkState::Failed;
             return;
         };
@@ -1022,6 +1022,7 @@ impl<'p, F: Fabric> Requester<'p, F> {
                 self.bufs.put(b);
             }
         }
+        self.bufs.drain();
         self.calls.in_use()
     }
 

@@ -50,7 +50,7 @@ use proto::negotiate::{self, CallVerdict, VersionRange};
 use proto::plan::{self, ReadLimits, ReadPlan, ReplyKind, ReplyPlan};
 use proto::private_data::{self, PrivateData as Rfc8797};
 
-use crate::bufs::EngineBufs;
+use crate::bufs::{Class, EngineBufs};
 use crate::credits::ResponderCredits;
 use crate::fabric::*;
 use crate::queue::{IndexQueue, Slab};
@@ -244,16 +244,16 @@ impl<'p> Request<'p> {
     #[inline]
     fn take_reply_bufs(&mut self, bufs: &mut EngineBufs<'p>) -> bool {
         if self.send_buf.is_none() {
-            let Some(b) = bufs.send.get() else { return false };
-            self.send_buf = Some(b.into_raw());
+            let Some(b) = bufs.get(Class::Send) else { return false };
+            self.send_buf = Some(b);
         }
         if self.head_buf.is_none() {
-            let Some(b) = bufs.send.get() else { return false };
-            self.head_buf = Some(b.into_raw());
+            let Some(b) = bufs.get(Class::Send) else { return false };
+            self.head_buf = Some(b);
         }
         if self.data_hint > 0 && self.data_buf.is_none() {
-            let Some(b) = bufs.data.get() else { return false };
-            self.data_buf = Some(b.into_raw());
+            let Some(b) = bufs.get(Class::Data) else { return false };
+            self.data_buf = Some(b);
         }
         true
     }
@@ -466,6 +466,11 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
             requests: self.reqs.in_use() as u32,
             ..Default::default()
         };
+        // Buffers kept in front of the pool.
+        let [recv, send, data] = self.bufs.kept();
+        h.recv += recv as u32;
+        h.send += send as u32;
+        h.data += data as u32;
         for (used, r) in self.reqs.all_slots() {
             // Free slots keep their send and head buffers.
             h.send += r.send_buf.is_some() as u32 + r.head_buf.is_some() as u32;
@@ -640,12 +645,11 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
     fn refill_srq(&mut self) {
         while self.srq_deficit > 0 {
             let Some(slot) = self.srq_free.pop() else { return };
-            let Some(b) = self.bufs.recv.get() else {
+            let Some(b) = self.bufs.get(Class::Recv) else {
                 self.srq_free.push(slot);
                 self.stats.recv_refill_stalls += 1;
                 return;
             };
-            let b = b.into_raw();
             let wr = RecvWr {
                 wr_id: WrId::new(TAG_RECV, slot as u64),
                 buf: self.bufs.local(b, self.recv_size),
@@ -917,9 +921,8 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
     }
 
     fn step_chunk_buf(&mut self, i: u32) -> Step {
-        match self.bufs.data.get() {
+        match self.bufs.get(Class::Data) {
             Some(b) => {
-                let b = b.into_raw();
                 let r = self.reqs.get_mut(i).expect("live");
                 r.chunk_buf = Some(b);
                 r.state = ReqState::NeedReadSlots;
@@ -1292,9 +1295,8 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         let grant = c.credits.grant();
         let send_b = match self.reqs.get(i).expect("live").send_buf {
             Some(b) => b,
-            None => match self.bufs.send.get() {
+            None => match self.bufs.get(Class::Send) {
                 Some(b) => {
-                    let b = b.into_raw();
                     self.reqs.get_mut(i).expect("live").send_buf = Some(b);
                     b
                 }
@@ -1502,6 +1504,7 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
             for b in kept {
                 self.bufs.put(b);
             }
+            self.bufs.drain();
         }
         self.held()
     }
