@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # tests/kernel/guest/lib.sh — helpers sourced by the guest scripts (bash).
 #
 # Every check prints one line, "ok - WHAT" or "not ok - WHAT (details)", and

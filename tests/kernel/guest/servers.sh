@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # tests/kernel/guest/servers.sh — start and stop the two NFSv3-over-RDMA
 # servers in the guest (sourced after lib.sh). They use the same ports
 # (NFS 2049/TCP, 20049/RDMA, MOUNT 20048/TCP for ours), so only one runs at
