@@ -768,6 +768,34 @@ pub fn encode_call_header(
     buf: &mut [u8],
 ) -> Result<usize, PlanError> {
     let fixed = fixed_len(plan.vers)?;
+    // Most Calls carry no chunks: the prefix and three empty lists, written
+    // at once (a buffer too small takes the general path, for its error).
+    if reads.is_empty()
+        && writes.is_empty()
+        && reply.is_none()
+        && plan.reads.is_empty()
+        && plan.write_chunks.is_empty()
+        && plan.reply_chunk.is_none()
+        && plan.kind != CallKind::Long
+    {
+        let hdr_len = fixed as usize + 12;
+        let send = hdr_len as u64 + plan.inline_len as u64;
+        if send > plan.call_inline_max as u64 {
+            return Err(PlanError::HeaderTooLarge {
+                needed: send,
+                max: plan.call_inline_max,
+            });
+        }
+        if let Some(out) = buf.get_mut(..hdr_len) {
+            let mut w = Writer::new(out);
+            if plan.vers == RPCRDMA_VERSION_2 {
+                w.put_u32s([xid, plan.vers, credits, RDMA_MSG, 0, inv_handle, 0, 0, 0])?;
+            } else {
+                w.put_u32s([xid, plan.vers, credits, RDMA_MSG, 0, 0, 0])?;
+            }
+            return Ok(hdr_len);
+        }
+    }
     if reads.len() != plan.reads.len() {
         return Err(PlanError::ChunkMismatch {
             what: "read chunk count",
@@ -1855,6 +1883,39 @@ mod tests {
             compared >= 30 && oks >= 6 && oks < compared,
             "{compared} compared, {oks} good"
         );
+    }
+
+    /// A Call without chunks (written in one step) is byte for byte what the
+    /// header encoder writes for the same RDMA_MSG, in both versions, and a
+    /// buffer too small still gets the error.
+    #[test]
+    fn chunkless_call_header_matches_the_header_encoder() {
+        use crate::header::{encode, BodyOut, ChunksOut, HeaderOut};
+        for vers in [1u32, 2] {
+            let p = CallParams::new(vers);
+            let needs = ReplyNeeds::new(&[], 200).unwrap();
+            let plan = plan_call(100, &[], &needs, &p).unwrap();
+            assert!(plan.reads.is_empty() && plan.write_chunks.is_empty() && plan.reply_chunk.is_none());
+            let mut fast = [0xaau8; 64];
+            let n = encode_call_header(&plan, 0x51, 7, 0x66, &[], &[], None, &mut fast).unwrap();
+            let mut want = [0x55u8; 64];
+            let m = encode(
+                &HeaderOut {
+                    xid: 0x51,
+                    vers,
+                    credits: 7,
+                    flags: 0,
+                    body: BodyOut::Msg {
+                        inv_handle: 0x66,
+                        chunks: ChunksOut::default(),
+                    },
+                },
+                &mut want,
+            )
+            .unwrap();
+            assert_eq!(&fast[..n], &want[..m], "v{vers}");
+            assert!(encode_call_header(&plan, 0x51, 7, 0x66, &[], &[], None, &mut fast[..n - 1]).is_err());
+        }
     }
 
     #[test]
