@@ -22,7 +22,17 @@
 # CI reports as skipped.
 #
 # Needs root for the image build (debootstrap, apt-get). Under software
-# emulation (TCG, no KVM) a run takes about NN minutes.
+# emulation (TCG, no KVM) on a 2-core host a run takes 19 to 24 minutes
+# (build 2-3, two-guest run 1.5, one-guest run 15-20; most of it the 256 MiB
+# write and read back, twice).
+#
+# The figures come from emulated guests whose two vCPUs run the client, the
+# server and rxe (the "NIC" is kernel code on the same vCPUs) on a host that
+# may be busy with other work: they compare the two servers on this fabric,
+# run to run they move by up to 2x, and they say nothing about real NICs. A
+# target whose idle cores poll takes vCPU time from rxe and the client, so
+# its idle policy in the guest (TARGET_IDLE_LOOPS, TARGET_MAX_SLEEP_US)
+# weighs heavily on them. Per-thread CPU samples: out/<server>/cpu.txt.
 # Env: KINTEROP_SERVERS ("kernel ours"; "kernel" alone checks the workload and
 #      the plumbing without our binaries, and cannot PASS),
 #      KINTEROP_PAIR (1; 0 skips the two-guest capture run, cannot PASS),

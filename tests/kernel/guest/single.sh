@@ -54,12 +54,8 @@ for s in $SERVERS; do
         ;;
     esac
     dmesg -C
-    # what runs on the guest's CPUs during this server's part: every 30 s, the
-    # busiest threads over 5 s (top's second frame; its first covers no interval)
-    (while sleep 25; do
-        echo "--- $(now) s"
-        top -b -H -n 2 -d 5 | awk '/^top -/ { n++ } n == 2' | sed -n '7,16p'
-    done) >"$OUT/$s/top.txt" 2>&1 &
+    # what shares the guest's vCPUs during this server's part (every 30 s, over 5 s)
+    python3 "$G/cpu_sample.py" 30 5 >"$OUT/$s/cpu.txt" 2>&1 &
     sampler=$!
     if $start; then
         section "$s-functional" "$G/functional.sh" "$SRC" "$s"
