@@ -11,7 +11,6 @@ use std::time::{Duration, Instant};
 use dataplane::requester::Requester;
 use dataplane::shm::{ShmConfig, ShmFabric};
 use nfs_common::*;
-use proto::negotiate::VersionRange;
 use proto::ulb::Nfs3Binding;
 
 const CREDITS: u32 = 4;
@@ -19,14 +18,6 @@ const ENV_ADDR: &str = "RPCRDMA_NFS_SHM_ADDR";
 const ENV_VERS: &str = "RPCRDMA_NFS_SHM_VERS";
 const ENV_VERF: &str = "RPCRDMA_NFS_SHM_VERF";
 const ENV_TAG: &str = "RPCRDMA_NFS_SHM_TAG";
-
-fn versions(v: u32) -> VersionRange {
-    if v == 1 {
-        VersionRange::only(1).unwrap()
-    } else {
-        VersionRange::ALL
-    }
-}
 
 fn client(p: &Pools, addr: &str, v: u32) -> Engine<ShmFabric> {
     let fab = ShmFabric::new(ShmConfig::default()).unwrap();

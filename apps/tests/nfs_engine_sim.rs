@@ -6,46 +6,11 @@
 
 mod nfs_common;
 
-use dataplane::requester::Requester;
-use dataplane::sim::{SimConfig, SimFabric, SimNetwork};
+use dataplane::sim::SimFabric;
 use nfs_common::*;
-use proto::negotiate::VersionRange;
-use proto::ulb::Nfs3Binding;
 use rpcrdma_apps::nfs::export::fnv1a64;
 
 const CREDITS: u32 = 4;
-
-fn versions(v: u32) -> VersionRange {
-    if v == 1 {
-        VersionRange::only(1).unwrap()
-    } else {
-        VersionRange::ALL
-    }
-}
-
-fn engine(p: &Pools, sh: &std::sync::Arc<rpcrdma_apps::nfs::NfsShared>, seed: u64, v: u32) -> Engine<SimFabric> {
-    let net = SimNetwork::new(SimConfig::with_seed(seed));
-    let srv = responder(p, sh, net.endpoint(), CREDITS, "srv");
-    let mut cli = Requester::new(
-        requester_cfg(p, versions(v), CREDITS),
-        net.endpoint(),
-        p.pool,
-        &p.regions,
-        1,
-    )
-    .unwrap();
-    cli.connect("srv").unwrap();
-    let mut e = Engine {
-        cli,
-        srv: Some(srv),
-        net: Some(net),
-        binding: Nfs3Binding::new(MIB as u32),
-        carried: Carried::default(),
-    };
-    e.connect();
-    assert_eq!(e.cli.version(), v);
-    e
-}
 
 /// Tear down both ends and check every buffer came back.
 fn teardown(p: &Pools, mut e: Engine<SimFabric>) {
@@ -71,7 +36,7 @@ fn run(kind: Kind, v: u32) {
     let sh = shared(&[&s], &[ex], DATA_BUF_BYTES as u32);
     assert_eq!(sh.max_io_bytes(), MIB as u32);
     let p = pools(CREDITS);
-    let mut c = Client::new(engine(&p, &sh, 7 + u64::from(v), v));
+    let mut c = Client::new(sim_engine(&p, &sh, 7 + u64::from(v), v, CREDITS));
     c.auth = Auth::root();
     io_scenario(&mut c, "/export", "sim", sh.write_verifier());
     let carried = c.t.carried;
@@ -117,7 +82,7 @@ fn refused_client_gets_errors_not_a_dropped_connection() {
     lan.clients = vec!["10.0.0.0/8"];
     let sh = shared(&[&s], &[open, lan], DATA_BUF_BYTES as u32);
     let p = pools(CREDITS);
-    let mut c = Client::new(engine(&p, &sh, 99, 1));
+    let mut c = Client::new(sim_engine(&p, &sh, 99, 1, CREDITS));
     // The sim fabric reports 127.0.0.1 as the peer.
     assert_eq!(c.mnt("/lan"), Err(proto::nfs3::MNT3ERR_ACCES));
     let open = c.mnt("/open").unwrap().0;

@@ -10,45 +10,12 @@ mod nfs_common;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use dataplane::requester::Requester;
-use dataplane::sim::{SimConfig, SimFabric, SimNetwork};
 use nfs_common::*;
-use proto::negotiate::VersionRange;
 use proto::nfs3::{FILE_SYNC, UNSTABLE};
-use proto::ulb::Nfs3Binding;
 use rpcrdma_apps::backend::nvme::NvmeBackend;
 use rpcrdma_apps::backend::Backend;
 
 const CREDITS: u32 = 4;
-
-fn engine(p: &Pools, sh: &Arc<rpcrdma_apps::nfs::NfsShared>, v: u32) -> Engine<SimFabric> {
-    let net = SimNetwork::new(SimConfig::with_seed(11 + u64::from(v)));
-    let srv = responder(p, sh, net.endpoint(), CREDITS, "srv");
-    let versions = if v == 1 {
-        VersionRange::only(1).unwrap()
-    } else {
-        VersionRange::ALL
-    };
-    let mut cli = Requester::new(
-        requester_cfg(p, versions, CREDITS),
-        net.endpoint(),
-        p.pool,
-        &p.regions,
-        1,
-    )
-    .unwrap();
-    cli.connect("srv").unwrap();
-    let mut e = Engine {
-        cli,
-        srv: Some(srv),
-        net: Some(net),
-        binding: Nfs3Binding::new(MIB as u32),
-        carried: Carried::default(),
-    };
-    e.connect();
-    assert_eq!(e.cli.version(), v);
-    e
-}
 
 #[test]
 fn nvme_images_served_through_the_engine() {
@@ -69,7 +36,7 @@ fn nvme_images_served_through_the_engine() {
     let sh = shared(&[&store], &[ex], DATA_BUF_BYTES as u32);
     let p = pools(CREDITS);
     for v in [1u32, 2] {
-        let mut c = Client::new(engine(&p, &sh, v));
+        let mut c = Client::new(sim_engine(&p, &sh, 11 + u64::from(v), v, CREDITS));
         c.auth = Auth::root();
         let (root, _) = c.mnt("/nvme").expect("MNT");
         let mut names = c.list_all(&root, 4096);

@@ -13,7 +13,6 @@ use std::path::Path;
 use dataplane::requester::Requester;
 use dataplane::shm::{ShmConfig, ShmFabric};
 use nfs_common::*;
-use proto::negotiate::VersionRange;
 use proto::nfs3::UNSTABLE;
 use proto::ulb::Nfs3Binding;
 use reactor::config::Config;
@@ -136,12 +135,7 @@ fn shm_engine_carries_nfs_io_to_the_target() {
     let p = pools(16);
     for v in [1u32, 2] {
         let fab = ShmFabric::new(ShmConfig::default()).unwrap();
-        let versions = if v == 1 {
-            VersionRange::only(1).unwrap()
-        } else {
-            VersionRange::ALL
-        };
-        let mut cli = Requester::new(requester_cfg(&p, versions, 16), fab, p.pool, &p.regions, 1).unwrap();
+        let mut cli = Requester::new(requester_cfg(&p, versions(v), 16), fab, p.pool, &p.regions, 1).unwrap();
         cli.connect(&addr).unwrap();
         let mut e = Engine {
             cli,

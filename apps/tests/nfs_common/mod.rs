@@ -14,7 +14,7 @@ use std::sync::Arc;
 use dataplane::requester::{CallOutcome, LinkState, Requester, RequesterConfig};
 use dataplane::responder::{Responder, ResponderConfig};
 use dataplane::service::{CallView, ReplyBuilder, Service};
-use dataplane::sim::SimNetwork;
+use dataplane::sim::{SimConfig, SimFabric, SimNetwork};
 use dataplane::{ConnId, Fabric};
 use mempool::pool::{ClassId, Mempool, PoolPlan};
 use mempool::region::{Region, RegionConfig};
@@ -1317,4 +1317,39 @@ pub fn io_scenario<T: Transport>(c: &mut Client<T>, export: &str, tag: &str, ver
     assert_eq!(c.lookup(&dir, b"big").unwrap_err(), 2);
     assert_eq!(c.rmdir(&root, &dname), 0);
     c.umnt(export);
+}
+
+/// The versions a requester offers to get RPC-over-RDMA version `v`.
+pub fn versions(v: u32) -> VersionRange {
+    if v == 1 {
+        VersionRange::only(1).unwrap()
+    } else {
+        VersionRange::ALL
+    }
+}
+
+/// A requester and an `NfsService` responder on one sim network (seeded),
+/// connected with version `v`.
+pub fn sim_engine(p: &Pools, sh: &Arc<NfsShared>, seed: u64, v: u32, credits: u32) -> Engine<SimFabric> {
+    let net = SimNetwork::new(SimConfig::with_seed(seed));
+    let srv = responder(p, sh, net.endpoint(), credits, "srv");
+    let mut cli = Requester::new(
+        requester_cfg(p, versions(v), credits),
+        net.endpoint(),
+        p.pool,
+        &p.regions,
+        1,
+    )
+    .unwrap();
+    cli.connect("srv").unwrap();
+    let mut e = Engine {
+        cli,
+        srv: Some(srv),
+        net: Some(net),
+        binding: Nfs3Binding::new(MIB as u32),
+        carried: Carried::default(),
+    };
+    e.connect();
+    assert_eq!(e.cli.version(), v);
+    e
 }
