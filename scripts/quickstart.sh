@@ -3,8 +3,9 @@
 #
 # Builds rpcrdma-target and perf (release), starts the target with
 # configs/cores.json on the default fabric (shm: no RDMA hardware, no setup),
-# runs perf against it — the fabric's own ping-pong (`perf raw`, the floor),
-# RPC NULL, and 4 KiB NFSv3 READ and WRITE (with data verification), each
+# and runs perf: first the fabric's own ping-pong (`perf raw`, 64 B and 4 KiB:
+# the floor, measured before the target starts), then against the target RPC
+# NULL, and 4 KiB NFSv3 READ and WRITE (with data verification), each
 # with RPC-over-RDMA version 1 and 2 for a few seconds — prints the summaries,
 # writes the JSON results, a comparison table and a percentile plot under
 # target/quickstart/, and stops the target (SIGTERM: drain, sync, exit 0).
@@ -38,17 +39,6 @@ rm -rf "$out"; mkdir -p "$out"
 "$target" --check-config -c "$cfg"
 mount_port=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["listeners"]["mount_tcp_port"])' "$cfg")
 
-echo "== starting rpcrdma-target -c $cfg (log: $out/target.log)"
-"$target" -c "$cfg" >"$out/target.log" 2>&1 &
-tpid=$!
-trap 'kill -9 $tpid 2>/dev/null || true' EXIT
-for _ in $(seq 100); do
-    (exec 3<>"/dev/tcp/127.0.0.1/$mount_port") 2>/dev/null && break
-    kill -0 $tpid 2>/dev/null || { cat "$out/target.log"; echo "quickstart: the target exited at start" >&2; exit 1; }
-    sleep 0.1
-done
-grep -q "rpcrdma-target ready" "$out/target.log" || sleep 0.5
-
 common=(--duration "$secs" --warmup 1 --no-progress)
 status=0
 run() {
@@ -60,7 +50,22 @@ run() {
         status=1
     fi
 }
+# The floor first, before the target starts: the fabric's own ping-pong with
+# nothing else on the CPUs (64 B, and 4 KiB for the 4 KiB READ/WRITE).
 run raw raw
+run raw-4k raw --size 4k
+
+echo "== starting rpcrdma-target -c $cfg (log: $out/target.log)"
+"$target" -c "$cfg" >"$out/target.log" 2>&1 &
+tpid=$!
+trap 'kill -9 $tpid 2>/dev/null || true' EXIT
+for _ in $(seq 100); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$mount_port") 2>/dev/null && break
+    kill -0 $tpid 2>/dev/null || { cat "$out/target.log"; echo "quickstart: the target exited at start" >&2; exit 1; }
+    sleep 0.1
+done
+grep -q "rpcrdma-target ready" "$out/target.log" || sleep 0.5
+
 for v in 1 2; do
     run "null-v$v" null --vers "$v"
     run "read-4k-v$v" read --vers "$v" --size 4k --create --file-size 16M --verify
@@ -76,7 +81,7 @@ tail -3 "$out/target.log"
 [ "$rc" = 0 ] || { echo "quickstart: the target exited with status $rc" >&2; status=1; }
 
 results=("$out/raw.json")
-for n in null-v1 null-v2 read-4k-v1 read-4k-v2 write-4k-v1 write-4k-v2; do
+for n in raw-4k null-v1 null-v2 read-4k-v1 read-4k-v2 write-4k-v1 write-4k-v2; do
     [ -f "$out/$n.json" ] && results+=("$out/$n.json")
 done
 if [ ${#results[@]} -ge 2 ]; then

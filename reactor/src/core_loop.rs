@@ -440,8 +440,16 @@ impl Core {
                 }
             }
 
-            // 6. Idle policy.
-            match self.idle.after_iteration(busy) {
+            // 6. Idle policy. A core without pollers has nothing to poll
+            // (the target's admin core): it waits for a message or its next
+            // timer tick, without spinning first or waking in slices, so it
+            // does not take time from whatever else runs on its CPU.
+            let action = if self.pollers.is_empty() && !busy && shared.opts.idle.may_sleep() {
+                IdleAction::Sleep(POLLERLESS_MAX_SLEEP)
+            } else {
+                self.idle.after_iteration(busy)
+            };
+            match action {
                 IdleAction::Continue => {}
                 IdleAction::Pause(spins) => {
                     self.ctx.stats.pauses += 1;
@@ -519,6 +527,10 @@ impl Core {
         slot.wake.sleeping.store(false, Ordering::Relaxed);
     }
 }
+
+/// The longest a core without pollers sleeps at a time when nothing wakes
+/// it (messages and stop requests unpark it; timers bound the sleep).
+const POLLERLESS_MAX_SLEEP: Duration = Duration::from_millis(100);
 
 pub(crate) fn duration_ns(d: Duration) -> u64 {
     d.as_secs()

@@ -9,6 +9,11 @@
 //! costs latency only on the first message after an idle period. The sleep
 //! policy keeps a small host (2 cores) usable for other processes; the spin
 //! policies give the lowest latency on dedicated cores.
+//!
+//! Under [`IdlePolicy::SpinThenSleep`], a core with no pollers (only
+//! messages and timers, like the target's admin core) skips the spinning and
+//! the slices: it sleeps until a message, its next timer tick or at most
+//! 100 ms, so it does not take its CPU from whatever shares it.
 
 use std::time::Duration;
 

@@ -473,6 +473,37 @@ fn idle_policy_sleep_sleeps_and_messages_wake_the_core() {
 }
 
 #[test]
+fn a_core_without_pollers_sleeps_until_woken_and_a_polling_core_in_slices() {
+    let mut o = opts();
+    o.idle = IdlePolicy::SpinThenSleep {
+        idle_loops: 10,
+        max_sleep_us: 50,
+    };
+    // Core 1 polls (always idle); core 0 has nothing to poll.
+    let r = Reactor::builder(o)
+        .poller(1, |_: &mut CoreCtx| PollStatus::Idle)
+        .start()
+        .unwrap();
+    let h = r.handle();
+    std::thread::sleep(Duration::from_millis(300));
+    let mid = [h.stats(0).unwrap(), h.stats(1).unwrap()];
+    // 300 ms in 50 us slices is thousands of sleeps for the polling core;
+    // the pollerless core waits in sleeps of up to 100 ms (a few, whatever
+    // the scheduler's slack) and does not spin before them.
+    assert!(mid[1].sleeps > 200, "polling core: {:?}", mid[1]);
+    assert!(mid[0].sleeps <= 10, "pollerless core woke in slices: {:?}", mid[0]);
+    assert!(mid[0].loops <= 20, "pollerless core spun: {:?}", mid[0]);
+    // A message still wakes it at once.
+    let ran = Arc::new(AtomicBool::new(false));
+    let r2 = ran.clone();
+    let t0 = Instant::now();
+    h.send(0, move |_| r2.store(true, Ordering::SeqCst)).unwrap();
+    wait_until("the message", || ran.load(Ordering::SeqCst));
+    assert!(t0.elapsed() < Duration::from_millis(50), "not woken: {:?}", t0.elapsed());
+    r.shutdown().unwrap();
+}
+
+#[test]
 fn stats_are_readable_while_running() {
     let r = Reactor::start(opts()).unwrap();
     let h = r.handle();
