@@ -499,7 +499,11 @@ fn a_core_without_pollers_sleeps_until_woken_and_a_polling_core_in_slices() {
     let t0 = Instant::now();
     h.send(0, move |_| r2.store(true, Ordering::SeqCst)).unwrap();
     wait_until("the message", || ran.load(Ordering::SeqCst));
-    assert!(t0.elapsed() < Duration::from_millis(50), "not woken: {:?}", t0.elapsed());
+    assert!(
+        t0.elapsed() < Duration::from_millis(50),
+        "not woken: {:?}",
+        t0.elapsed()
+    );
     r.shutdown().unwrap();
 }
 
