@@ -430,15 +430,6 @@ impl Service for NfsService {
             st.stats.rpc_errors += 1;
             return reply_header(reply, &accepted(AcceptedReply::ProcUnavail));
         }
-        let cred = match credential(&hdr) {
-            Ok(c) => Some(c),
-            Err(_) if hdr.proc_ == 0 && hdr.cred.flavor != rpc::RPCSEC_GSS => None,
-            Err(why) => {
-                st.stats.rpc_errors += 1;
-                st.stats.auth_errors += 1;
-                return reply_header(reply, &ReplyHeader::denied(xid, RejectedReply::AuthError(why)));
-            }
-        };
         let count = |st: &mut CoreState| {
             if hdr.prog == NFS_PROGRAM {
                 st.stats.nfs[hdr.proc_ as usize] += 1;
@@ -446,11 +437,20 @@ impl Service for NfsService {
                 st.stats.mount[hdr.proc_ as usize] += 1;
             }
         };
-        if hdr.proc_ == 0 {
+        // NULL takes any credential but RPCSEC_GSS (which we do not speak)
+        // and uses none, so its credential is not parsed.
+        if hdr.proc_ == 0 && hdr.cred.flavor != rpc::RPCSEC_GSS {
             count(st);
             return reply_header(reply, &ReplyHeader::success(xid, OpaqueAuth::NONE));
         }
-        let cred = cred.unwrap_or(Cred::None);
+        let cred = match credential(&hdr) {
+            Ok(c) => c,
+            Err(why) => {
+                st.stats.rpc_errors += 1;
+                st.stats.auth_errors += 1;
+                return reply_header(reply, &ReplyHeader::denied(xid, RejectedReply::AuthError(why)));
+            }
+        };
         // The arguments: in the head when the Call is one piece, and for WRITE
         // (whose data piece is used where it lies); otherwise reassembled.
         let mut slices = call.slices();
