@@ -107,3 +107,67 @@ fn refused_client_gets_errors_not_a_dropped_connection() {
     assert_eq!(c.t.srv.as_ref().unwrap().stats().conns_closed, 0);
     teardown(&p, c.t);
 }
+
+/// READs on a backend whose I/O completes later (`uring`) are deferred: the
+/// core keeps several in flight at once and answers each when its I/O is
+/// done, byte for byte; a WRITE in between waits for them (the synchronous
+/// path owns the channel). The `mem` backend answers at once, never
+/// deferring. Every buffer comes back at teardown.
+#[test]
+fn reads_on_uring_are_deferred_several_in_flight_mem_never() {
+    // Seven READs and a WRITE: the eight credits.
+    const QD: usize = 7;
+    const BLOCK: usize = 16 * 1024;
+    for kind in [Kind::Uring, Kind::Mem] {
+        let s = store(kind, "b0");
+        let mut ex = Ex::new("/export", "b0");
+        ex.root_squash = false;
+        let sh = shared(&[&s], &[ex], DATA_BUF_BYTES as u32);
+        let p = pools(QD as u32 + 1);
+        let mut c = Client::new(sim_engine(&p, &sh, 11, 1, QD as u32 + 1));
+        c.auth = Auth::root();
+        let (root, _) = c.mnt("/export").expect("MNT");
+        let (fh, _) = c.mkfile(&root, "f", 0o644).expect("CREATE");
+        let data: Vec<u8> = (0..QD * BLOCK).map(|i| (i * 7 + i / 4096) as u8).collect();
+        c.write(&fh, 0, &data, 2).expect("WRITE FILE_SYNC");
+        for round in 0..3 {
+            // QD READs at once, each of its own block.
+            let mut ids = Vec::new();
+            for k in 0..QD {
+                let mut e = call_header(1000 + (round * QD + k) as u32, NFS, 3, 6, &c.auth);
+                e.opaque(&fh).u64((k * BLOCK) as u64).u32(BLOCK as u32);
+                ids.push((c.t.submit_call(&e.b), k));
+            }
+            // A WRITE behind them waits for their I/O, then runs.
+            let mut e = call_header(2000 + round as u32, NFS, 3, 7, &c.auth);
+            e.opaque(&fh).u64(0).u32(4).u32(2).opaque(&data[..4]);
+            let w_id = c.t.submit_call(&e.b);
+            for _ in 0..=QD {
+                let (id, bytes) = c.t.next_reply(|id| if id == w_id { (NFS, 7) } else { (NFS, 6) });
+                let r = Reply::parse(&bytes);
+                let mut d = r.dec();
+                assert_eq!(d.u32(), 0, "{kind:?}: status");
+                if id == w_id {
+                    continue;
+                }
+                let k = ids.iter().find(|(i, _)| *i == id).expect("a READ of this round").1;
+                d.post_op_attr().expect("attributes");
+                assert_eq!(d.u32() as usize, BLOCK);
+                let _eof = d.bool();
+                assert!(d.opaque() == data[k * BLOCK..(k + 1) * BLOCK], "{kind:?}: block {k}");
+            }
+        }
+        let srv = c.t.srv.as_mut().unwrap();
+        let (deferred, nfs) = (srv.stats().deferred, srv.service().stats());
+        match kind {
+            Kind::Uring => {
+                assert_eq!(deferred, 3 * QD as u64, "every READ deferred");
+                assert_eq!(nfs.deferred_reads, deferred);
+                assert!(nfs.deferred_reads_max >= 2, "never more than one in flight: {nfs:?}");
+            }
+            _ => assert_eq!((deferred, nfs.deferred_reads), (0, 0)),
+        }
+        assert_eq!(nfs.nfs[6], 3 * QD as u64, "READs counted once each");
+        teardown(&p, c.t);
+    }
+}

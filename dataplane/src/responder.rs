@@ -54,7 +54,7 @@ use crate::bufs::{Class, EngineBufs};
 use crate::credits::ResponderCredits;
 use crate::fabric::*;
 use crate::queue::{IndexQueue, Slab};
-use crate::service::{CallView, EngineError, ReplyBuilder, ReplyShape, Service, ServiceError};
+use crate::service::{CallView, DeferToken, EngineError, ReplyBuilder, ReplyShape, Service, ServiceError};
 
 /// Completions polled per `poll_cq` call.
 pub const CQ_BATCH: usize = 32;
@@ -129,6 +129,8 @@ pub struct ResponderStats {
     pub ignored: u64,
     pub wc_errors: u64,
     pub recv_refill_stalls: u64,
+    /// Calls whose service deferred the reply ([`ReplyBuilder::defer`]).
+    pub deferred: u64,
 }
 
 /// State of one request (SPDK-style explicit state machine).
@@ -148,6 +150,12 @@ pub enum ReqState {
     Execute,
     /// Waiting for reply buffers (send and head, data when the service wants one).
     NeedReplyBufs,
+    /// The service deferred the reply (e.g. backend I/O into the data
+    /// buffer is in flight); waiting for [`Service::poll_deferred`] to report
+    /// it. Holds every buffer, even when its connection goes away.
+    Deferred,
+    /// Reported ready: build the reply with [`Service::resume`].
+    Resume,
     /// Reply planned; waiting for send-queue slots.
     NeedSendSlots,
     /// Writes and Send posted; waiting for their completions.
@@ -327,6 +335,10 @@ pub struct Responder<'p, F: Fabric, S: Service> {
     srq_slots: Box<[Option<BufRef>]>,
     srq_free: Vec<u32>,
     reqs: Slab<Request<'p>>,
+    /// Requests in state `Deferred`, and the service's report buffer (one
+    /// entry per request slot).
+    deferred: u32,
+    ready: Box<[DeferToken]>,
     conns: Slab<Option<Conn>>,
     conn_by_id: HashMap<ConnId, u32, BuildHasherDefault<ConnIdHasher>>,
     wait_chunk_buf: IndexQueue,
@@ -412,6 +424,8 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         let mut me = Responder {
             bufs: EngineBufs::new(pool, cfg.recv_class, cfg.send_class, cfg.data_class, core)?,
             reqs: Slab::with_capacity(slots),
+            deferred: 0,
+            ready: vec![DeferToken(0); slots].into_boxed_slice(),
             conns: Slab::with_capacity(cfg.max_conns as usize),
             conn_by_id: HashMap::with_capacity_and_hasher(cfg.max_conns as usize * 2, Default::default()),
             wait_chunk_buf: IndexQueue::with_capacity(slots),
@@ -500,11 +514,33 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
             self.handle_completion(wc);
         }
         work += n;
+        if self.deferred > 0 {
+            work += self.poll_deferred();
+        }
         if self.srq_deficit > 0 {
             self.refill_srq();
         }
         work += self.drain_pending();
         work
+    }
+
+    /// Resume the deferred Calls the service reports ready. Tokens of
+    /// requests not (or no longer) deferred are ignored.
+    fn poll_deferred(&mut self) -> usize {
+        let n = self.service.poll_deferred(&mut self.ready).min(self.ready.len());
+        for k in 0..n {
+            let t = self.ready[k];
+            let (i, gen) = (t.0 as u32, (t.0 >> 32) as u32);
+            match self.reqs.get_mut(i) {
+                Some(r) if r.state == ReqState::Deferred && r.gen == gen => {
+                    r.state = ReqState::Resume;
+                    self.deferred -= 1;
+                    self.advance(i);
+                }
+                _ => {}
+            }
+        }
+        n
     }
 
     // ------------------------------------------------------------- connections
@@ -619,6 +655,13 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         }
         let live: Vec<u32> = self.reqs.used_indices().filter(|&i| of_conn(i)).collect();
         for i in live {
+            let r = self.reqs.get_mut(i).expect("live");
+            match r.state {
+                // Released when the service reports it (see `advance`).
+                ReqState::Deferred => continue,
+                ReqState::Resume => self.service.cancel(defer_token(i, r.gen)),
+                _ => {}
+            }
             let r = self.reqs.get_mut(i).expect("live");
             if r.wr_out == 0 {
                 self.release(i);
@@ -774,6 +817,13 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
             let Some(r) = self.reqs.get(i) else { return };
             let conn_dead = self.conn(r.conn).is_none_or(|c| c.state == ConnState::Dead);
             if conn_dead && r.state != ReqState::Draining {
+                match r.state {
+                    // The service may still write into its buffers: keep them
+                    // until it reports the Call.
+                    ReqState::Deferred => return,
+                    ReqState::Resume => self.service.cancel(defer_token(i, r.gen)),
+                    _ => {}
+                }
                 if r.wr_out == 0 {
                     self.release(i);
                 } else {
@@ -782,11 +832,13 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
                 return;
             }
             let next = match r.state {
-                ReqState::Free | ReqState::Reading | ReqState::Sending | ReqState::Draining => return,
+                ReqState::Free | ReqState::Reading | ReqState::Sending | ReqState::Draining | ReqState::Deferred => {
+                    return
+                }
                 ReqState::New => self.step_new(i),
                 ReqState::NeedChunkBuf => self.step_chunk_buf(i),
                 ReqState::NeedReadSlots => self.step_reads(i),
-                ReqState::Execute | ReqState::NeedReplyBufs => self.step_execute(i),
+                ReqState::Execute | ReqState::NeedReplyBufs | ReqState::Resume => self.step_execute(i),
                 ReqState::NeedSendSlots => self.step_send(i),
                 ReqState::NeedControlSend => self.step_control(i),
             };
@@ -1041,9 +1093,12 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
             conns,
             bufs,
             service,
+            deferred,
+            stats,
             ..
         } = self;
         let r = reqs.get_mut(i).expect("live");
+        let resuming = r.state == ReqState::Resume;
         if r.state == ReqState::Execute {
             let chunk_area = r.chunk_buf.map_or(&[][..], |b| bufs.bytes(b));
             let hint = match call_view(r, conns, chunk_area) {
@@ -1060,17 +1115,29 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         }
         let r = &*r;
         let chunk_area = r.chunk_buf.map_or(&[][..], |b| bufs.bytes(b));
-        let Some(view) = call_view(r, conns, chunk_area) else {
+        let Some(mut view) = call_view(r, conns, chunk_area) else {
             return self.control(i, Control::ErrorV1(header::V1Error::Chunk));
         };
+        let token = defer_token(i, r.gen);
+        view.token = Some(token);
         let head = bufs.bytes_mut(r.head_buf.expect("head"));
         let head_room = head.len() - HEAD_PAD_BYTES;
         let data = r.data_buf.map(|b| bufs.bytes_mut(b));
         let mut rb = ReplyBuilder::new(&mut head[..head_room], data);
-        let res = service.handle_call(&view, &mut rb);
+        let res = if resuming {
+            service.resume(token, &view, &mut rb)
+        } else {
+            service.handle_call(&view, &mut rb)
+        };
         if let Err(ServiceError::Drop) = res {
             self.stats.dropped += 1;
             self.drop_call(i, true);
+            return Step::Wait;
+        }
+        if rb.is_deferred() {
+            stats.deferred += 1;
+            *deferred += 1;
+            reqs.get_mut(i).expect("live").state = ReqState::Deferred;
             return Step::Wait;
         }
         let shape = rb.finish();
@@ -1535,7 +1602,13 @@ fn call_view<'v>(r: &'v Request<'_>, conns: &'v Slab<Option<Conn>>, chunk_area: 
         inline,
         chunk_area,
         chunk_offsets: &r.chunk_offs[..r.read_plan.chunk_count()],
+        token: None,
     })
+}
+
+/// The token of request slot `i` in generation `gen` ([`DeferToken`]).
+fn defer_token(i: u32, gen: u32) -> DeferToken {
+    DeferToken(u64::from(i) | u64::from(gen) << 32)
 }
 
 /// Map a byte range of request `r`'s unreduced reply stream (head ++ data ++

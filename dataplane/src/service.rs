@@ -27,7 +27,14 @@ pub struct CallView<'a> {
     pub(crate) inline: &'a [u8],
     pub(crate) chunk_area: &'a [u8],
     pub(crate) chunk_offsets: &'a [u32],
+    pub(crate) token: Option<DeferToken>,
 }
+
+/// Names a Call whose reply a service deferred ([`ReplyBuilder::defer`]):
+/// the engine's request slot and that slot's generation, so a token that
+/// comes back late (after its request was reused) is recognised and ignored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct DeferToken(pub u64);
 
 impl<'a> CallView<'a> {
     /// A view over one contiguous message (tests and the TCP path).
@@ -49,7 +56,15 @@ impl<'a> CallView<'a> {
             inline: msg,
             chunk_area: &[],
             chunk_offsets: &[],
+            token: None,
         }
+    }
+
+    /// The token under which this Call's reply may be deferred
+    /// ([`ReplyBuilder::defer`]); `None` where the caller answers at once
+    /// (the TCP path, tests).
+    pub fn defer_token(&self) -> Option<DeferToken> {
+        self.token
     }
 
     /// Total length of the reassembled Call.
@@ -118,6 +133,7 @@ pub struct ReplyBuilder<'a> {
     data_len: usize,
     data_ddp: bool,
     data_used: bool,
+    deferred: bool,
     head_items: FixedVec<DdpItem, PLAN_WRITE_CHUNKS>,
 }
 
@@ -132,8 +148,21 @@ impl<'a> ReplyBuilder<'a> {
             data_len: 0,
             data_ddp: false,
             data_used: false,
+            deferred: false,
             head_items: FixedVec::new(),
         }
+    }
+    /// The reply will be built later, by [`Service::resume`], once the
+    /// service reports the Call's [`CallView::defer_token`] from
+    /// [`Service::poll_deferred`] (e.g. when its backend I/O into the data
+    /// buffer completes). The engine keeps the Call's buffers (the data
+    /// buffer too) until then. Only for Calls that have a token.
+    pub fn defer(&mut self) {
+        self.deferred = true;
+    }
+    /// Whether [`ReplyBuilder::defer`] was called.
+    pub fn is_deferred(&self) -> bool {
+        self.deferred
     }
     /// Mark `len` bytes at `offset` of the head as a DDP-eligible item (RFC 8166
     /// s6.1), e.g. a result whose bytes the service encoded in the head. Items
@@ -256,6 +285,30 @@ pub trait Service {
     fn reply_data_hint(&mut self, _call: &CallView<'_>) -> usize {
         0
     }
+
+    /// Deferred Calls whose replies can now be built: write their tokens to
+    /// `ready` (at most its length) and return how many. The engine polls
+    /// this every turn while it holds deferred Calls. Default: none.
+    fn poll_deferred(&mut self, _ready: &mut [DeferToken]) -> usize {
+        0
+    }
+
+    /// Build the reply of a deferred Call that [`Service::poll_deferred`]
+    /// reported: the same Call view and reply buffers as its `handle_call`
+    /// had (the head empty again, the data buffer as the service left it).
+    /// May defer again. Default: drop the Call.
+    fn resume(
+        &mut self,
+        _token: DeferToken,
+        _call: &CallView<'_>,
+        _reply: &mut ReplyBuilder<'_>,
+    ) -> Result<(), ServiceError> {
+        Err(ServiceError::Drop)
+    }
+
+    /// The engine will not resume `token` (its connection went away while the
+    /// Call was deferred): forget it. Called only for reported tokens.
+    fn cancel(&mut self, _token: DeferToken) {}
 }
 
 /// Errors setting up an engine (responder or requester).

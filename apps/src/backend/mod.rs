@@ -464,6 +464,12 @@ pub trait IoChannel: fmt::Debug {
     fn poll(&mut self, out: &mut [IoDone]) -> usize;
     /// Submitted and not yet reaped.
     fn in_flight(&self) -> usize;
+    /// Whether I/O takes long enough (a device, the kernel) that a service
+    /// should answer other Calls while it is in flight (deferred replies)
+    /// rather than poll for it. Default: no (the work is done at submit).
+    fn completes_later(&self) -> bool {
+        false
+    }
 }
 
 /// Read into `buf` at `offset` and wait (polling) for the completion.

@@ -1987,6 +1987,11 @@ impl IoChannel for NvmeChannel {
     fn in_flight(&self) -> usize {
         self.in_flight
     }
+
+    /// Device or kernel I/O: yes.
+    fn completes_later(&self) -> bool {
+        true
+    }
 }
 
 impl Drop for NvmeChannel {

@@ -1703,6 +1703,11 @@ impl IoChannel for UringChannel {
     fn in_flight(&self) -> usize {
         self.ready.len() + self.slots.len() - self.free.len()
     }
+
+    /// Device or kernel I/O: yes.
+    fn completes_later(&self) -> bool {
+        true
+    }
 }
 
 impl Drop for UringChannel {

@@ -46,7 +46,7 @@ use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use dataplane::service::{CallView, ReplyBuilder, Service, ServiceError};
+use dataplane::service::{CallView, DeferToken, ReplyBuilder, Service, ServiceError};
 use proto::error::{DecodeError, DecodeErrorKind, EncodeError};
 use proto::nfs3::{self as p, MOUNT_PROGRAM, MOUNT_V3, NFSPROC3_COUNT, NFS_PROGRAM, NFS_V3};
 use proto::rpc::{self, AcceptedReply, AuthStat, CallHeader, OpaqueAuth, RejectedReply, ReplyHeader};
@@ -56,6 +56,7 @@ use reactor::config::{Config, PoolUsage};
 use crate::backend::{Backend, FsError, FsResult, IoChannel};
 
 pub mod auth;
+mod defer;
 pub mod export;
 mod mount;
 mod nfs3;
@@ -232,6 +233,10 @@ pub struct NfsStats {
     pub auth_errors: u64,
     /// Calls dropped without a reply (not a Call, or no readable header).
     pub dropped: u64,
+    /// READs whose reply waited for their backend I/O while the core went
+    /// on (deferred replies), and the most in flight at once.
+    pub deferred_reads: u64,
+    pub deferred_reads_max: u64,
 }
 
 /// Why a procedure did not produce its normal results.
@@ -276,6 +281,8 @@ pub(crate) struct Call<'a> {
     /// The piece after the head, when the Call came in several (WRITE data
     /// in a Read chunk).
     pub tail: Option<&'a [u8]>,
+    /// The engine lets this Call's reply be deferred under this token.
+    pub token: Option<DeferToken>,
 }
 
 /// One core's state besides the shared part: its I/O channels and scratch.
@@ -287,6 +294,8 @@ pub(crate) struct CoreState {
     /// READDIR collection space (bounded by the reply's size).
     pub dir: nfs3::DirScratch,
     pub stats: NfsStats,
+    /// READs whose backend I/O is in flight, their replies deferred.
+    pub deferred: defer::Deferred,
 }
 
 /// One core's NFS and MOUNT service. Owns the core's I/O channels, so it is
@@ -314,6 +323,7 @@ impl NfsService {
                 channels,
                 dir: nfs3::DirScratch::default(),
                 stats: NfsStats::default(),
+                deferred: defer::Deferred::new(),
             },
             scratch: Vec::new(),
         })
@@ -477,6 +487,7 @@ impl Service for NfsService {
             peer: call.peer,
             args,
             tail,
+            token: call.defer_token(),
         };
         let res = {
             // Room for the SUCCESS header; the procedures write after it.
@@ -494,6 +505,8 @@ impl Service for NfsService {
             }
         };
         match res {
+            // Counted when it is resumed and answered.
+            Ok(_) if reply.is_deferred() => Ok(()),
             Ok(n) => {
                 count(st);
                 reply.set_head_len(REPLY_HEADER_BYTES + n);
@@ -525,5 +538,30 @@ impl Service for NfsService {
                 reply_header(reply, &h)
             }
         }
+    }
+
+    /// Deferred READs whose backend I/O finished.
+    fn poll_deferred(&mut self, ready: &mut [DeferToken]) -> usize {
+        let st = &mut self.st;
+        st.deferred.poll_ready(&mut st.channels, ready)
+    }
+
+    /// Answer a deferred READ: the Call runs again and `read` takes the
+    /// I/O's result instead of submitting it.
+    fn resume(
+        &mut self,
+        token: DeferToken,
+        call: &CallView<'_>,
+        reply: &mut ReplyBuilder<'_>,
+    ) -> Result<(), ServiceError> {
+        let done = self.st.deferred.take(token).ok_or(ServiceError::Drop)?;
+        self.st.deferred.resumed = Some((token, done));
+        let res = self.handle_call(call, reply);
+        self.st.deferred.resumed = None;
+        res
+    }
+
+    fn cancel(&mut self, token: DeferToken) {
+        let _ = self.st.deferred.take(token);
     }
 }

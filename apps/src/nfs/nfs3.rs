@@ -20,8 +20,8 @@ use super::export::{split_fh, FhError};
 use super::xdr::*;
 use super::{Call, CoreState, Fail, NfsShared};
 use crate::backend::{
-    flush_sync, read_sync, write_sync, Attr, Backend, CreateHow, DirEntry, FileHandle, FileType, NodeKind, SetAttr,
-    SetTime, Stable, FH_MAX_BYTES, NAME_MAX_BYTES, PATH_MAX_BYTES,
+    flush_sync, read_sync, write_sync, Attr, Backend, CreateHow, DirEntry, FileHandle, FileType, IoDesc, IoOp,
+    NodeKind, SetAttr, SetTime, Stable, FH_MAX_BYTES, NAME_MAX_BYTES, PATH_MAX_BYTES,
 };
 use proto::rpc::AuthStat;
 
@@ -405,15 +405,63 @@ fn read(
         put_post_op_attr(&mut w, Some(&pre), id)?;
         return Ok(w.len());
     }
-    let ch = &mut *st.channels[sh.exports[o.ex].backend];
+    let bi = sh.exports[o.ex].backend;
+    let CoreState {
+        channels,
+        deferred,
+        stats,
+        ..
+    } = st;
+    let ch = &mut *channels[bi];
     let mut count = args.count.min(sh.max_io_bytes) as usize;
     // status, post_op_attr, count, eof, data length word.
     let fixed = 4 + POST_OP_ATTR_MAX_BYTES + 4 + 4 + 4;
     let to_buffer = reply.data_capacity() > 0;
-    let res = if to_buffer {
+    // Resuming this Call after its deferred I/O: its result.
+    let resumed = match (c.token, deferred.resumed) {
+        (Some(t), Some((rt, done))) if t == rt => {
+            deferred.resumed = None;
+            Some(done)
+        }
+        _ => None,
+    };
+    let res = if let Some(done) = resumed {
         count = count.min(reply.data_capacity());
+        done.result.map(|n| (n, done.eof))
+    } else if to_buffer {
+        count = count.min(reply.data_capacity());
+        let defer_as = c.token.filter(|_| ch.completes_later() && deferred.has_room());
         match reply.data_mut() {
-            Some(buf) if count > 0 => read_sync(ch, &o.fh, args.offset, &mut buf[..count]),
+            Some(buf) if count > 0 => match defer_as {
+                Some(t) => {
+                    let io = IoDesc {
+                        fh: o.fh,
+                        op: IoOp::Read,
+                        offset: args.offset,
+                        buf: buf.as_mut_ptr(),
+                        len: count as u32,
+                        tag: t.0,
+                    };
+                    // SAFETY: `buf` is the engine's data buffer of this
+                    // Call; the engine keeps it, untouched, while the Call
+                    // is deferred, until `poll_deferred` has reported this
+                    // I/O's completion (dataplane::service::ReplyBuilder::defer).
+                    match unsafe { ch.submit(io) } {
+                        Ok(()) => {
+                            deferred.add(t, bi);
+                            stats.deferred_reads += 1;
+                            stats.deferred_reads_max = stats.deferred_reads_max.max(deferred.len() as u64);
+                            reply.defer();
+                            return Ok(0);
+                        }
+                        Err(e) => Err(e),
+                    }
+                }
+                None => {
+                    deferred.quiesce(bi, ch);
+                    read_sync(ch, &o.fh, args.offset, &mut buf[..count])
+                }
+            },
             _ => Ok((0, args.offset >= pre.size)),
         }
     } else {
@@ -421,6 +469,7 @@ fn read(
         let head = reply.head_mut();
         count = count.min(head.len().saturating_sub(at + 3));
         if count > 0 {
+            deferred.quiesce(bi, ch);
             read_sync(ch, &o.fh, args.offset, &mut head[at..at + count])
         } else {
             Ok((0, args.offset >= pre.size))
@@ -517,7 +566,9 @@ fn write(
     }
     let n = data.len().min(sh.max_io_bytes as usize);
     let want = stable_how(h.stable);
-    let ch = &mut *st.channels[sh.exports[o.ex].backend];
+    let bi = sh.exports[o.ex].backend;
+    let ch = &mut *st.channels[bi];
+    st.deferred.quiesce(bi, ch);
     let res = write_sync(ch, &o.fh, h.offset, &data[..n], want).and_then(|(k, got)| {
         if got < want {
             flush_sync(ch, &o.fh)?;
@@ -558,7 +609,12 @@ fn commit(
     let pre = b.getattr(&o.fh)?;
     let mut w = out(reply, base);
     let res = match pre.ftype {
-        FileType::Regular => flush_sync(&mut *st.channels[sh.exports[o.ex].backend], &o.fh).map_err(|e| e.nfsstat3()),
+        FileType::Regular => {
+            let bi = sh.exports[o.ex].backend;
+            let ch = &mut *st.channels[bi];
+            st.deferred.quiesce(bi, ch);
+            flush_sync(ch, &o.fh).map_err(|e| e.nfsstat3())
+        }
         FileType::Directory => Err(NFS3ERR_ISDIR),
         _ => Err(NFS3ERR_INVAL),
     };

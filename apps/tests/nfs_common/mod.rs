@@ -11,7 +11,7 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use dataplane::requester::{CallOutcome, LinkState, Requester, RequesterConfig};
+use dataplane::requester::{CallId, CallOutcome, LinkState, Requester, RequesterConfig};
 use dataplane::responder::{Responder, ResponderConfig};
 use dataplane::service::{CallView, ReplyBuilder, Service};
 use dataplane::sim::{SimConfig, SimFabric, SimNetwork};
@@ -1172,22 +1172,18 @@ fn data_position(reduced: &[u8], proc_: u32) -> Option<u32> {
     Some(r.pos() as u32)
 }
 
-impl<F: Fabric> Transport for Engine<F> {
-    fn roundtrip(&mut self, call: &[u8]) -> Option<Vec<u8>> {
+impl<F: Fabric> Engine<F> {
+    /// Submit one RPC Call (whole message) without waiting: its DDP items
+    /// travel in Read chunks and NFS READ/READLINK results come back in
+    /// Write chunks, as `Nfs3Binding` says.
+    pub fn submit_call(&mut self, call: &[u8]) -> CallId {
         let t0 = std::time::Instant::now();
         while !self.cli.can_submit() {
             self.cli.poll();
             self.pump();
             assert!(t0.elapsed().as_secs() < 30, "cannot submit: {:?}", self.cli.link());
         }
-        let (_, prog, proc_) = {
-            let mut r = Reader::new(call);
-            let xid = r.u32("xid").unwrap();
-            r.skip(8, "mtype, rpcvers").unwrap();
-            let prog = r.u32("prog").unwrap();
-            r.skip(4, "vers").unwrap();
-            (xid, prog, r.u32("proc").unwrap())
-        };
+        let (prog, proc_) = call_prog_proc(call);
         let mut cb = self.cli.call_buf().expect("call buffer");
         cb.bytes_mut()[..call.len()].copy_from_slice(call);
         let mut items = [DdpItem::default(); 2];
@@ -1200,22 +1196,27 @@ impl<F: Fabric> Transport for Engine<F> {
         } else {
             ReplyNeeds::new(&[], 8192).unwrap()
         };
-        let id = self
-            .cli
+        self.cli
             .submit(cb, call.len(), &items[..k], &needs)
             .map_err(|(e, _)| e)
-            .expect("submit");
+            .expect("submit")
+    }
+
+    /// Wait for the next Call to complete; returns it and its reply,
+    /// reassembled, under the XID the requester gave it.
+    pub fn next_reply(&mut self, call_of: impl Fn(CallId) -> (u32, u32)) -> (CallId, Vec<u8>) {
+        let t0 = std::time::Instant::now();
         let done = loop {
             self.cli.poll();
             self.pump();
             if let Some(c) = self.cli.poll_completion() {
-                assert_eq!(c.id, id);
                 break c;
             }
             assert!(t0.elapsed().as_secs() < 60, "no reply: {:?}", self.cli.stats());
         };
         assert_eq!(done.outcome, CallOutcome::Reply, "transport outcome");
-        let v = self.cli.reply(id).expect("reply view");
+        let (prog, proc_) = call_of(done.id);
+        let v = self.cli.reply(done.id).expect("reply view");
         let used = v.write_chunk(0).is_some_and(|d| !d.is_empty());
         let positions: Vec<u32> = if prog == NFS && (proc_ == 6 || proc_ == 5) && used {
             self.carried.write_chunk_replies += 1;
@@ -1226,10 +1227,29 @@ impl<F: Fabric> Transport for Engine<F> {
         let mut out = vec![0u8; 2 * MIB];
         let n = v.reassemble(&positions, &mut out).expect("reassemble");
         out.truncate(n);
-        self.cli.release(id);
+        self.cli.release(done.id);
+        assert_eq!(out.get(..4), Some(&done.xid.to_be_bytes()[..]), "reply XID");
+        (done.id, out)
+    }
+}
+
+/// The program and procedure of an encoded Call.
+pub fn call_prog_proc(call: &[u8]) -> (u32, u32) {
+    let mut r = Reader::new(call);
+    r.skip(12, "xid, mtype, rpcvers").unwrap();
+    let prog = r.u32("prog").unwrap();
+    r.skip(4, "vers").unwrap();
+    (prog, r.u32("proc").unwrap())
+}
+
+impl<F: Fabric> Transport for Engine<F> {
+    fn roundtrip(&mut self, call: &[u8]) -> Option<Vec<u8>> {
+        let id = self.submit_call(call);
+        let pp = call_prog_proc(call);
+        let (done, mut out) = self.next_reply(|_| pp);
+        assert_eq!(done, id);
         // The requester gives each Call its own XID: the reply carries that
         // one; hand it back under the caller's.
-        assert_eq!(out.get(..4), Some(&done.xid.to_be_bytes()[..]), "reply XID");
         out[..4].copy_from_slice(&call[..4]);
         Some(out)
     }

@@ -1,0 +1,141 @@
+//! Deferred READ replies: one core's READs whose backend I/O is in flight.
+//!
+//! A READ that the engine lets the service defer ([`CallView::defer_token`])
+//! on a backend whose I/O completes later ([`IoChannel::completes_later`]:
+//! `uring`, `nvme`) is submitted straight into the engine's registered data
+//! buffer and its reply deferred, so the core goes on serving other Calls
+//! with several backend I/Os in flight. [`Deferred::poll_ready`] reaps the
+//! channels and reports the READs whose I/O finished; the engine then
+//! resumes each one, and the service runs the READ again with the I/O's
+//! result ([`Deferred::resumed`]) instead of submitting it.
+//!
+//! Synchronous I/O on a channel (WRITE, COMMIT, a READ without a data
+//! buffer) first waits for that channel's deferred READs
+//! ([`Deferred::quiesce`]): the synchronous helpers own the channel while
+//! they run. Bounded: at most [`MAX_DEFERRED`] READs in flight per core;
+//! beyond that READs run synchronously. Everything here runs on the owning
+//! core.
+//!
+//! [`CallView::defer_token`]: dataplane::service::CallView::defer_token
+
+use dataplane::service::DeferToken;
+
+use crate::backend::{IoChannel, IoDone};
+
+/// Most deferred READs in flight on one core (the engine's request slots
+/// bound them anyway; this bounds the table allocated at start-up).
+pub const MAX_DEFERRED: usize = 1024;
+
+/// Completions reaped per channel poll.
+const REAP_BATCH: usize = 32;
+
+#[derive(Clone, Copy, Debug)]
+struct Pending {
+    token: DeferToken,
+    backend: usize,
+    done: Option<IoDone>,
+    reported: bool,
+}
+
+/// One core's deferred READs.
+#[derive(Debug)]
+pub(crate) struct Deferred {
+    pending: Vec<Pending>,
+    /// The completion of the READ being resumed (set by the service's
+    /// `resume`, taken by `read`).
+    pub resumed: Option<(DeferToken, IoDone)>,
+    /// Most READs deferred at once so far.
+    pub max_in_flight: usize,
+}
+
+impl Deferred {
+    pub fn new() -> Self {
+        Deferred {
+            pending: Vec::with_capacity(MAX_DEFERRED),
+            resumed: None,
+            max_in_flight: 0,
+        }
+    }
+
+    /// Can one more READ be deferred?
+    pub fn has_room(&self) -> bool {
+        self.pending.len() < MAX_DEFERRED
+    }
+
+    /// Record a READ submitted on `backend`'s channel with tag `token.0`.
+    pub fn add(&mut self, token: DeferToken, backend: usize) {
+        debug_assert!(self.has_room());
+        self.pending.push(Pending {
+            token,
+            backend,
+            done: None,
+            reported: false,
+        });
+        self.max_in_flight = self.max_in_flight.max(self.pending.len());
+    }
+
+    fn in_flight_on(&self, backend: usize) -> bool {
+        self.pending.iter().any(|p| p.backend == backend && p.done.is_none())
+    }
+
+    /// Reap `backend`'s channel into the pending entries. A completion no
+    /// entry claims cannot happen (synchronous I/O waits for its own); it is
+    /// dropped.
+    fn reap(&mut self, backend: usize, ch: &mut dyn IoChannel) {
+        let mut out = [IoDone::default(); REAP_BATCH];
+        let n = ch.poll(&mut out);
+        for d in &out[..n] {
+            if let Some(p) = self
+                .pending
+                .iter_mut()
+                .find(|p| p.backend == backend && p.done.is_none() && p.token.0 == d.tag)
+            {
+                p.done = Some(*d);
+            }
+        }
+    }
+
+    /// Before synchronous I/O on `backend`: wait (polling) until none of
+    /// this core's deferred READs is in flight on its channel.
+    pub fn quiesce(&mut self, backend: usize, ch: &mut dyn IoChannel) {
+        while self.in_flight_on(backend) {
+            self.reap(backend, ch);
+            std::hint::spin_loop();
+        }
+    }
+
+    /// Reap every channel with deferred READs in flight, and write the
+    /// tokens of finished, not yet reported READs to `ready`. Returns how
+    /// many.
+    pub fn poll_ready(&mut self, channels: &mut [Box<dyn IoChannel>], ready: &mut [DeferToken]) -> usize {
+        if self.pending.is_empty() {
+            return 0;
+        }
+        for (b, ch) in channels.iter_mut().enumerate() {
+            if self.in_flight_on(b) {
+                self.reap(b, &mut **ch);
+            }
+        }
+        let mut n = 0;
+        for p in self.pending.iter_mut().filter(|p| p.done.is_some() && !p.reported) {
+            if n == ready.len() {
+                break;
+            }
+            p.reported = true;
+            ready[n] = p.token;
+            n += 1;
+        }
+        n
+    }
+
+    /// Take the completion of a reported READ (the engine resumes it).
+    pub fn take(&mut self, token: DeferToken) -> Option<IoDone> {
+        let i = self.pending.iter().position(|p| p.token == token && p.reported)?;
+        self.pending.swap_remove(i).done
+    }
+
+    /// Number of deferred READs held (in flight or waiting to be resumed).
+    pub fn len(&self) -> usize {
+        self.pending.len()
+    }
+}
