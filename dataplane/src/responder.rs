@@ -1129,15 +1129,18 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         } else {
             service.handle_call(&view, &mut rb)
         };
-        if let Err(ServiceError::Drop) = res {
-            self.stats.dropped += 1;
-            self.drop_call(i, true);
-            return Step::Wait;
-        }
+        // A deferral stands even beside an error: the service may have I/O
+        // in flight into this Call's buffers, which must stay held until it
+        // reports the Call (it can drop it then, from `resume`).
         if rb.is_deferred() {
             stats.deferred += 1;
             *deferred += 1;
             reqs.get_mut(i).expect("live").state = ReqState::Deferred;
+            return Step::Wait;
+        }
+        if let Err(ServiceError::Drop) = res {
+            self.stats.dropped += 1;
+            self.drop_call(i, true);
             return Step::Wait;
         }
         let shape = rb.finish();

@@ -156,7 +156,8 @@ impl<'a> ReplyBuilder<'a> {
     /// service reports the Call's [`CallView::defer_token`] from
     /// [`Service::poll_deferred`] (e.g. when its backend I/O into the data
     /// buffer completes). The engine keeps the Call's buffers (the data
-    /// buffer too) until then. Only for Calls that have a token.
+    /// buffer too) until then, whatever `handle_call` returns. Only for
+    /// Calls that have a token.
     pub fn defer(&mut self) {
         self.deferred = true;
     }
