@@ -108,13 +108,13 @@ fn refused_client_gets_errors_not_a_dropped_connection() {
     teardown(&p, c.t);
 }
 
-/// READs on a backend whose I/O completes later (`uring`) are deferred: the
-/// core keeps several in flight at once and answers each when its I/O is
-/// done, byte for byte; a WRITE in between waits for them (the synchronous
-/// path owns the channel). The `mem` backend answers at once, never
-/// deferring. Every buffer comes back at teardown.
+/// READs and WRITEs on a backend whose I/O completes later (`uring`) are
+/// deferred: the core keeps several in flight at once and answers each when
+/// its I/O is done, byte for byte, a WRITE with the attributes from before
+/// it. The `mem` backend answers at once, never deferring. Every buffer
+/// comes back at teardown.
 #[test]
-fn reads_on_uring_are_deferred_several_in_flight_mem_never() {
+fn reads_and_writes_on_uring_are_deferred_several_in_flight_mem_never() {
     // Seven READs and a WRITE: the eight credits.
     const QD: usize = 7;
     const BLOCK: usize = 16 * 1024;
@@ -138,7 +138,7 @@ fn reads_on_uring_are_deferred_several_in_flight_mem_never() {
                 e.opaque(&fh).u64((k * BLOCK) as u64).u32(BLOCK as u32);
                 ids.push((c.t.submit_call(&e.b), k));
             }
-            // A WRITE behind them waits for their I/O, then runs.
+            // A FILE_SYNC WRITE of the first 4 bytes (the same bytes) too.
             let mut e = call_header(2000 + round as u32, NFS, 3, 7, &c.auth);
             e.opaque(&fh).u64(0).u32(4).u32(2).opaque(&data[..4]);
             let w_id = c.t.submit_call(&e.b);
@@ -148,6 +148,10 @@ fn reads_on_uring_are_deferred_several_in_flight_mem_never() {
                 let mut d = r.dec();
                 assert_eq!(d.u32(), 0, "{kind:?}: status");
                 if id == w_id {
+                    let (pre, post) = d.wcc();
+                    let (pre, post) = (pre.expect("pre-op attributes"), post.expect("post-op attributes"));
+                    assert_eq!((pre.size, post.size), ((QD * BLOCK) as u64, (QD * BLOCK) as u64));
+                    assert_eq!((d.u32(), d.u32()), (4, 2), "{kind:?}: count, FILE_SYNC");
                     continue;
                 }
                 let k = ids.iter().find(|(i, _)| *i == id).expect("a READ of this round").1;
@@ -157,17 +161,24 @@ fn reads_on_uring_are_deferred_several_in_flight_mem_never() {
                 assert!(d.opaque() == data[k * BLOCK..(k + 1) * BLOCK], "{kind:?}: block {k}");
             }
         }
+        // A WRITE that extends the file: its wcc_data has the size from
+        // before it, even when it was deferred (and re-run to answer).
+        let end = (QD * BLOCK) as u64;
+        let wr = c.write(&fh, end, b"tail", 2).expect("WRITE extending");
+        let (pre, post) = (wr.wcc.0.expect("pre-op"), wr.wcc.1.expect("post-op"));
+        assert_eq!((pre.size, post.size), (end, end + 4), "{kind:?}");
         let srv = c.t.srv.as_mut().unwrap();
         let (deferred, nfs) = (srv.stats().deferred, srv.service().stats());
         match kind {
             Kind::Uring => {
-                assert_eq!(deferred, 3 * QD as u64, "every READ deferred");
-                assert_eq!(nfs.deferred_reads, deferred);
-                assert!(nfs.deferred_reads_max >= 2, "never more than one in flight: {nfs:?}");
+                // The first WRITE, three rounds of READs and a WRITE, the last WRITE.
+                assert_eq!((nfs.deferred_reads, nfs.deferred_writes), (3 * QD as u64, 5), "{nfs:?}");
+                assert_eq!(deferred, nfs.deferred_reads + nfs.deferred_writes);
+                assert!(nfs.deferred_max >= 2, "never more than one in flight: {nfs:?}");
             }
-            _ => assert_eq!((deferred, nfs.deferred_reads), (0, 0)),
+            _ => assert_eq!((deferred, nfs.deferred_reads, nfs.deferred_writes), (0, 0, 0)),
         }
-        assert_eq!(nfs.nfs[6], 3 * QD as u64, "READs counted once each");
+        assert_eq!((nfs.nfs[6], nfs.nfs[7]), (3 * QD as u64, 5), "counted once each");
         teardown(&p, c.t);
     }
 }

@@ -1,4 +1,5 @@
-//! Deferred READ replies: one core's READs whose backend I/O is in flight.
+//! Deferred READ and WRITE replies: one core's Calls whose backend I/O is
+//! in flight.
 //!
 //! A READ that the engine lets the service defer ([`CallView::defer_token`])
 //! on a backend whose I/O completes later ([`IoChannel::completes_later`]:
@@ -9,8 +10,12 @@
 //! resumes each one, and the service runs the READ again with the I/O's
 //! result ([`Deferred::resumed`]) instead of submitting it.
 //!
-//! Synchronous I/O on a channel (WRITE, COMMIT, a READ without a data
-//! buffer) first waits for that channel's deferred READs
+//! A WRITE is deferred the same way: its data stays where the engine put it
+//! (the Read chunk's buffer, or the receive buffer when inline) while it is
+//! written, and its pre-operation attributes are kept for the reply.
+//!
+//! Synchronous I/O on a channel (COMMIT, a READ without a data buffer, a
+//! flush a WRITE needs) first waits for that channel's deferred I/O
 //! ([`Deferred::quiesce`]): the synchronous helpers own the channel while
 //! they run. Bounded: at most [`MAX_DEFERRED`] READs in flight per core;
 //! beyond that READs run synchronously. Everything here runs on the owning
@@ -20,7 +25,7 @@
 
 use dataplane::service::DeferToken;
 
-use crate::backend::{IoChannel, IoDone};
+use crate::backend::{Attr, IoChannel, IoDone};
 
 /// Most deferred READs in flight on one core (the engine's request slots
 /// bound them anyway; this bounds the table allocated at start-up).
@@ -35,15 +40,26 @@ struct Pending {
     backend: usize,
     done: Option<IoDone>,
     reported: bool,
+    /// WRITE: the file's attributes before it (the reply's `wcc_data`).
+    pre: Option<Attr>,
 }
 
-/// One core's deferred READs.
+/// The I/O result a resumed Call takes instead of submitting its I/O.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Resumed {
+    pub token: DeferToken,
+    pub done: IoDone,
+    /// What [`Deferred::add`] kept (a WRITE's pre-operation attributes).
+    pub pre: Option<Attr>,
+}
+
+/// One core's deferred READs and WRITEs.
 #[derive(Debug)]
 pub(crate) struct Deferred {
     pending: Vec<Pending>,
     /// The completion of the READ being resumed (set by the service's
     /// `resume`, taken by `read`).
-    pub resumed: Option<(DeferToken, IoDone)>,
+    pub resumed: Option<Resumed>,
     /// Most READs deferred at once so far.
     pub max_in_flight: usize,
 }
@@ -62,14 +78,16 @@ impl Deferred {
         self.pending.len() < MAX_DEFERRED
     }
 
-    /// Record a READ submitted on `backend`'s channel with tag `token.0`.
-    pub fn add(&mut self, token: DeferToken, backend: usize) {
+    /// Record an I/O submitted on `backend`'s channel with tag `token.0`;
+    /// `pre` comes back with its result.
+    pub fn add(&mut self, token: DeferToken, backend: usize, pre: Option<Attr>) {
         debug_assert!(self.has_room());
         self.pending.push(Pending {
             token,
             backend,
             done: None,
             reported: false,
+            pre,
         });
         self.max_in_flight = self.max_in_flight.max(self.pending.len());
     }
@@ -128,10 +146,24 @@ impl Deferred {
         n
     }
 
-    /// Take the completion of a reported READ (the engine resumes it).
-    pub fn take(&mut self, token: DeferToken) -> Option<IoDone> {
+    /// Take the result of a reported I/O (the engine resumes or cancels its
+    /// Call).
+    pub fn take(&mut self, token: DeferToken) -> Option<Resumed> {
         let i = self.pending.iter().position(|p| p.token == token && p.reported)?;
-        self.pending.swap_remove(i).done
+        let p = self.pending.swap_remove(i);
+        Some(Resumed {
+            token,
+            done: p.done?,
+            pre: p.pre,
+        })
+    }
+
+    /// The result for the Call with `token`, if it is being resumed.
+    pub fn resumed_for(&mut self, token: Option<DeferToken>) -> Option<Resumed> {
+        match (token, self.resumed) {
+            (Some(t), Some(r)) if r.token == t => self.resumed.take(),
+            _ => None,
+        }
     }
 
     /// Number of deferred READs held (in flight or waiting to be resumed).

@@ -233,10 +233,11 @@ pub struct NfsStats {
     pub auth_errors: u64,
     /// Calls dropped without a reply (not a Call, or no readable header).
     pub dropped: u64,
-    /// READs whose reply waited for their backend I/O while the core went
-    /// on (deferred replies), and the most in flight at once.
+    /// READs and WRITEs whose reply waited for their backend I/O while the
+    /// core went on (deferred replies), and the most in flight at once.
     pub deferred_reads: u64,
-    pub deferred_reads_max: u64,
+    pub deferred_writes: u64,
+    pub deferred_max: u64,
 }
 
 /// Why a procedure did not produce its normal results.
@@ -294,7 +295,7 @@ pub(crate) struct CoreState {
     /// READDIR collection space (bounded by the reply's size).
     pub dir: nfs3::DirScratch,
     pub stats: NfsStats,
-    /// READs whose backend I/O is in flight, their replies deferred.
+    /// READs and WRITEs whose backend I/O is in flight, replies deferred.
     pub deferred: defer::Deferred,
 }
 
@@ -540,22 +541,22 @@ impl Service for NfsService {
         }
     }
 
-    /// Deferred READs whose backend I/O finished.
+    /// Deferred READs and WRITEs whose backend I/O finished.
     fn poll_deferred(&mut self, ready: &mut [DeferToken]) -> usize {
         let st = &mut self.st;
         st.deferred.poll_ready(&mut st.channels, ready)
     }
 
-    /// Answer a deferred READ: the Call runs again and `read` takes the
-    /// I/O's result instead of submitting it.
+    /// Answer a deferred READ or WRITE: the Call runs again and the
+    /// procedure takes the I/O's result instead of submitting it.
     fn resume(
         &mut self,
         token: DeferToken,
         call: &CallView<'_>,
         reply: &mut ReplyBuilder<'_>,
     ) -> Result<(), ServiceError> {
-        let done = self.st.deferred.take(token).ok_or(ServiceError::Drop)?;
-        self.st.deferred.resumed = Some((token, done));
+        let r = self.st.deferred.take(token).ok_or(ServiceError::Drop)?;
+        self.st.deferred.resumed = Some(r);
         let res = self.handle_call(call, reply);
         self.st.deferred.resumed = None;
         res

@@ -418,13 +418,7 @@ fn read(
     let fixed = 4 + POST_OP_ATTR_MAX_BYTES + 4 + 4 + 4;
     let to_buffer = reply.data_capacity() > 0;
     // Resuming this Call after its deferred I/O: its result.
-    let resumed = match (c.token, deferred.resumed) {
-        (Some(t), Some((rt, done))) if t == rt => {
-            deferred.resumed = None;
-            Some(done)
-        }
-        _ => None,
-    };
+    let resumed = deferred.resumed_for(c.token).map(|r| r.done);
     let res = if let Some(done) = resumed {
         count = count.min(reply.data_capacity());
         done.result.map(|n| (n, done.eof))
@@ -448,9 +442,9 @@ fn read(
                     // I/O's completion (dataplane::service::ReplyBuilder::defer).
                     match unsafe { ch.submit(io) } {
                         Ok(()) => {
-                            deferred.add(t, bi);
+                            deferred.add(t, bi, None);
                             stats.deferred_reads += 1;
-                            stats.deferred_reads_max = stats.deferred_reads_max.max(deferred.len() as u64);
+                            stats.deferred_max = stats.deferred_max.max(deferred.len() as u64);
                             reply.defer();
                             return Ok(0);
                         }
@@ -551,7 +545,21 @@ fn write(
         return Err(Fail::Nfs(NFS3ERR_ROFS));
     }
     let (b, id) = (backend(sh, &o), fsid(sh, &o));
-    let pre = b.getattr(&o.fh)?;
+    let bi = sh.exports[o.ex].backend;
+    let CoreState {
+        channels,
+        deferred,
+        stats,
+        ..
+    } = st;
+    let ch = &mut *channels[bi];
+    // Resuming this Call after its deferred write: its result, and the
+    // attributes from before it.
+    let resumed = deferred.resumed_for(c.token);
+    let pre = match resumed.and_then(|r| r.pre) {
+        Some(a) => a,
+        None => b.getattr(&o.fh)?,
+    };
     let denied = match pre.ftype {
         FileType::Regular if o.caller.may_io(&pre, MAY_WRITE) => None,
         FileType::Regular => Some(NFS3ERR_ACCES),
@@ -566,11 +574,44 @@ fn write(
     }
     let n = data.len().min(sh.max_io_bytes as usize);
     let want = stable_how(h.stable);
-    let bi = sh.exports[o.ex].backend;
-    let ch = &mut *st.channels[bi];
-    st.deferred.quiesce(bi, ch);
-    let res = write_sync(ch, &o.fh, h.offset, &data[..n], want).and_then(|(k, got)| {
+    let written = match resumed {
+        Some(r) => r.done.result.map(|k| (k, r.done.committed)),
+        None => match c.token.filter(|_| n > 0 && ch.completes_later() && deferred.has_room()) {
+            Some(t) => {
+                let io = IoDesc {
+                    fh: o.fh,
+                    op: IoOp::Write(want),
+                    offset: h.offset,
+                    // The channel only reads through this pointer for a write.
+                    buf: data.as_ptr() as *mut u8,
+                    len: n as u32,
+                    tag: t.0,
+                };
+                // SAFETY: `data` lies in this Call's receive or Read-chunk
+                // buffer, which the engine keeps, untouched, while the Call
+                // is deferred, until `poll_deferred` has reported this I/O's
+                // completion (dataplane::service::ReplyBuilder::defer); the
+                // write only reads it.
+                match unsafe { ch.submit(io) } {
+                    Ok(()) => {
+                        deferred.add(t, bi, Some(pre));
+                        stats.deferred_writes += 1;
+                        stats.deferred_max = stats.deferred_max.max(deferred.len() as u64);
+                        reply.defer();
+                        return Ok(0);
+                    }
+                    Err(e) => Err(e),
+                }
+            }
+            None => {
+                deferred.quiesce(bi, ch);
+                write_sync(ch, &o.fh, h.offset, &data[..n], want)
+            }
+        },
+    };
+    let res = written.and_then(|(k, got)| {
         if got < want {
+            deferred.quiesce(bi, ch);
             flush_sync(ch, &o.fh)?;
             Ok((k, want))
         } else {
