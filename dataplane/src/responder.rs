@@ -1533,6 +1533,12 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         self.draining = true;
     }
 
+    /// Calls whose service deferred the reply and has not reported them yet
+    /// (their I/O is in flight). Owning core.
+    pub fn deferred(&self) -> u32 {
+        self.deferred
+    }
+
     /// Calls received and not yet answered (their requests are live).
     pub fn in_flight(&self) -> usize {
         self.reqs.in_use()

@@ -49,7 +49,7 @@ struct Pending {
 pub(crate) struct Resumed {
     pub token: DeferToken,
     pub done: IoDone,
-    /// What [`Deferred::add`] kept (a WRITE's pre-operation attributes).
+    /// What [`Deferred::add`] kept: the attributes from before the I/O.
     pub pre: Option<Attr>,
 }
 

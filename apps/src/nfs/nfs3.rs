@@ -392,7 +392,13 @@ fn read(
     let args = Read3Args::decode(&mut Reader::new(c.args))?;
     let o = resolve(sh, c, args.file)?;
     let (b, id) = (backend(sh, &o), fsid(sh, &o));
-    let pre = b.getattr(&o.fh)?;
+    // Resuming this Call after its deferred read: its result, and the
+    // attributes it was checked against (one backend call fewer).
+    let resumed = st.deferred.resumed_for(c.token);
+    let pre = match resumed.and_then(|r| r.pre) {
+        Some(a) => a,
+        None => b.getattr(&o.fh)?,
+    };
     let denied = match pre.ftype {
         FileType::Regular if o.caller.may_io(&pre, MAY_READ) => None,
         FileType::Regular => Some(NFS3ERR_ACCES),
@@ -417,9 +423,7 @@ fn read(
     // status, post_op_attr, count, eof, data length word.
     let fixed = 4 + POST_OP_ATTR_MAX_BYTES + 4 + 4 + 4;
     let to_buffer = reply.data_capacity() > 0;
-    // Resuming this Call after its deferred I/O: its result.
-    let resumed = deferred.resumed_for(c.token).map(|r| r.done);
-    let res = if let Some(done) = resumed {
+    let res = if let Some(done) = resumed.map(|r| r.done) {
         count = count.min(reply.data_capacity());
         done.result.map(|n| (n, done.eof))
     } else if to_buffer {
@@ -442,7 +446,7 @@ fn read(
                     // I/O's completion (dataplane::service::ReplyBuilder::defer).
                     match unsafe { ch.submit(io) } {
                         Ok(()) => {
-                            deferred.add(t, bi, None);
+                            deferred.add(t, bi, Some(pre));
                             stats.deferred_reads += 1;
                             stats.deferred_max = stats.deferred_max.max(deferred.len() as u64);
                             reply.defer();

@@ -454,7 +454,10 @@ struct EnginePoller<F: Fabric> {
 
 impl<F: Fabric> Poller for EnginePoller<F> {
     fn poll(&mut self, _ctx: &mut CoreCtx) -> PollStatus {
-        if self.responder.poll() > 0 {
+        // Backend I/O in flight (deferred replies) keeps the core polling,
+        // as waiting for it in the service did: an idle core would sleep
+        // and notice the completion up to a sleep later.
+        if self.responder.poll() > 0 || self.responder.deferred() > 0 {
             PollStatus::Busy
         } else {
             PollStatus::Idle
