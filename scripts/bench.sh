@@ -42,3 +42,10 @@ if floor:
                 extra = f" (1 MiB at {mcpy / v * 100:.0f}% of memcpy bandwidth)"
             print(f"| {k} | {fmt(v)} | {v / floor:.2f}x{extra} |")
 PY
+# The floor and the engine's NULL interleaved batch by batch (robust to the
+# host's phase changes; see `paired` in dataplane/benches/shm.rs).
+if [ -z "$filter" ] || [[ "paired" == *"$filter"* ]]; then
+    echo
+    echo "== cargo bench -p rpcrdma-dataplane --bench shm -- paired"
+    cargo bench -q -p rpcrdma-dataplane --bench shm -- paired 2>&1 | tee -a target/bench-summary.md
+fi

@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use criterion::{criterion_group, Criterion, Throughput};
 use dataplane::shm::{ShmConfig, ShmFabric};
 use dataplane::{
     CmEvent, Completion, ConnId, CqId, Fabric, LocalBuf, MrKeys, QpConfig, RecvWr, RemoteBuf, SendOp, SendWr, WcOpcode,
@@ -540,6 +540,187 @@ fn engine_one_thread(c: &mut Criterion) {
     g.finish();
 }
 
+/// What the server thread of [`paired`] polls.
+const PAIRED_STOP: u32 = 0;
+const PAIRED_RAW: u32 = 1;
+const PAIRED_ENGINE: u32 = 2;
+
+/// The floor and the engine's NULL round trip measured interleaved, in
+/// batches of `PAIRED_BATCH` calls: raw ping-pong, v1 NULL, v2 NULL, raw,
+/// ... Criterion measures each bench for seconds at a time, and on a shared
+/// host the same ping-pong's latency moves by 3x from one second to the next
+/// (the host moves the vCPUs), so a ratio of two benches measured seconds
+/// apart carries that noise; here every batch of one kind sits within
+/// microseconds of a batch of the others. One thread on CPU 1 serves
+/// whichever the client asks for (the raw echo or the responder, never both
+/// in one loop, so neither pays for polling the other); the client on CPU 0
+/// times each batch with one pair of clock reads. Prints the median over
+/// batches of the per-call time, its 10th and 90th percentiles, and the
+/// ratio of the medians. Run: `cargo bench -p rpcrdma-dataplane --bench shm
+/// -- paired` (`PAIRED_ROUNDS`, default 20000 batches of each).
+fn paired() {
+    use dataplane::requester::{CallOutcome, LinkState, Requester};
+    use dataplane::responder::Responder;
+    use dataplane::testprog::{TestService, TestUlb};
+    use proto::plan::ReplyNeeds;
+    use std::sync::atomic::AtomicU32;
+
+    const PAIRED_BATCH: usize = 32;
+    let rounds: usize = std::env::var("PAIRED_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20_000);
+    let setup = engine_setup();
+    let pool = setup.pool;
+    let (mut a, ca, mut b, cb) = pair();
+    let addr = format!("@rpcrdma-bench-paired-{}", std::process::id());
+    let mode = Arc::new(AtomicU32::new(PAIRED_ENGINE));
+    let ready = Arc::new(AtomicBool::new(false));
+    let server = {
+        let (mode, ready, regions, addr, cfg) = (
+            Arc::clone(&mode),
+            Arc::clone(&ready),
+            setup.regions.clone(),
+            addr.clone(),
+            setup.srv.clone(),
+        );
+        std::thread::spawn(move || {
+            pin(1);
+            let fab = ShmFabric::new(ShmConfig::default()).expect("shm");
+            let mut srv =
+                Responder::new(cfg, fab, TestService::default(), pool, &regions, 1, Some(&addr)).expect("responder");
+            ready.store(true, Ordering::Release); // pairs with the Acquire load below
+            let wr = unsignaled_send(&a);
+            let mut wc = [wc0(); 16];
+            loop {
+                match mode.load(Ordering::Relaxed) {
+                    PAIRED_RAW => {
+                        let n = a.f.poll_cq(a.cq, &mut wc);
+                        for w in &wc[..n] {
+                            if w.opcode == WcOpcode::Recv {
+                                let r = RecvWr {
+                                    wr_id: w.wr_id,
+                                    buf: buf(&a, w.wr_id.index() * 256, 256),
+                                };
+                                a.f.post_recv(ca, &r).expect("repost");
+                                a.f.post_send(ca, &wr).expect("echo");
+                            }
+                        }
+                    }
+                    PAIRED_ENGINE => {
+                        srv.poll();
+                    }
+                    _ => break,
+                }
+            }
+            srv.shutdown(100_000);
+        })
+    };
+    pin(0);
+    while !ready.load(Ordering::Acquire) {
+        std::thread::yield_now();
+    }
+    let needs = ReplyNeeds::from_ulb(&TestUlb, dataplane::testprog::VERS, dataplane::testprog::P_NULL);
+    let wr = unsignaled_send(&b);
+    let mut wc = [wc0(); 16];
+    let mut raw_once = |b: &mut Side| {
+        b.f.post_send(cb, &wr).expect("send");
+        loop {
+            if b.f.poll_cq(b.cq, &mut wc) == 1 {
+                let w = wc[0];
+                assert_eq!((w.status, w.opcode), (WcStatus::Success, WcOpcode::Recv));
+                let r = RecvWr {
+                    wr_id: w.wr_id,
+                    buf: buf(b, w.wr_id.index() * 256, 256),
+                };
+                b.f.post_recv(cb, &r).expect("repost");
+                return;
+            }
+        }
+    };
+    let null_once = |cli: &mut Requester<'static, ShmFabric>| {
+        let id = submit_call(cli, dataplane::testprog::P_NULL, 0, &needs);
+        loop {
+            cli.poll();
+            if let Some(done) = cli.poll_completion() {
+                assert_eq!((done.id, done.outcome), (id, CallOutcome::Reply));
+                cli.release(id);
+                return;
+            }
+        }
+    };
+    let pct = |v: &mut Vec<f64>, q: f64| {
+        v.sort_by(|x, y| x.partial_cmp(y).expect("no NaN"));
+        v[((v.len() - 1) as f64 * q).round() as usize]
+    };
+    println!("paired: {rounds} interleaved batches of {PAIRED_BATCH} calls each; per-call time over batches");
+    println!(
+        "{:26} {:>9} {:>9} {:>9} {:>9}",
+        "", "p10 ns", "median ns", "p90 ns", "/ floor"
+    );
+    // One requester at a time (each claims core 0's pool caches): v1 against
+    // the floor, then v2 against the floor.
+    for vers in [1u32, 2] {
+        let fab = ShmFabric::new(ShmConfig::default()).expect("shm");
+        let mut cli = Requester::new(setup.requester_config(vers), fab, pool, &setup.regions, 0).expect("requester");
+        cli.connect(&addr).expect("connect");
+        let t0 = Instant::now();
+        while cli.link() != LinkState::Ready {
+            cli.poll();
+            assert!(t0.elapsed().as_secs() < 10, "connect timed out");
+        }
+        assert_eq!(cli.version(), vers);
+        // Per-call ns of each batch: [floor, engine].
+        let mut per_call: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
+        for round in 0..rounds + 100 {
+            for (kind, m) in [PAIRED_RAW, PAIRED_ENGINE].into_iter().enumerate() {
+                if mode.load(Ordering::Relaxed) != m {
+                    mode.store(m, Ordering::Relaxed);
+                    // One untimed call: the server thread has switched by its end.
+                    match kind {
+                        0 => raw_once(&mut b),
+                        _ => null_once(&mut cli),
+                    }
+                }
+                let t0 = Instant::now();
+                for _ in 0..PAIRED_BATCH {
+                    match kind {
+                        0 => raw_once(&mut b),
+                        _ => null_once(&mut cli),
+                    }
+                }
+                if round >= 100 {
+                    // The first 100 rounds warm up.
+                    per_call[kind].push(t0.elapsed().as_nanos() as f64 / PAIRED_BATCH as f64);
+                }
+            }
+        }
+        cli.shutdown(100_000);
+        let names = ["shm/pingpong_64B (floor)".to_string(), format!("engine v{vers} NULL")];
+        let mut floor = 0.0;
+        for k in 0..2 {
+            let (p10, p50, p90) = (
+                pct(&mut per_call[k], 0.1),
+                pct(&mut per_call[k], 0.5),
+                pct(&mut per_call[k], 0.9),
+            );
+            if k == 0 {
+                floor = p50;
+            }
+            println!(
+                "{:26} {:9.1} {:9.1} {:9.1} {:8.2}x",
+                names[k],
+                p10,
+                p50,
+                p90,
+                p50 / floor
+            );
+        }
+    }
+    mode.store(PAIRED_STOP, Ordering::Relaxed);
+    server.join().expect("server thread");
+}
+
 criterion_group!(
     benches,
     pingpong,
@@ -548,4 +729,14 @@ criterion_group!(
     engine,
     engine_one_thread
 );
-criterion_main!(benches);
+
+/// Criterion's benches, or with the filter `paired` only [`paired`] (which
+/// is not a criterion bench: it prints its own table).
+fn main() {
+    if std::env::args().skip(1).any(|a| a == "paired") {
+        paired();
+        return;
+    }
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+}
