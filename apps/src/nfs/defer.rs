@@ -23,9 +23,9 @@
 //!
 //! [`CallView::defer_token`]: dataplane::service::CallView::defer_token
 
-use dataplane::service::DeferToken;
+use dataplane::service::{DeferToken, ReplyBuilder};
 
-use crate::backend::{Attr, IoChannel, IoDone};
+use crate::backend::{Attr, FsResult, IoChannel, IoDesc, IoDone};
 
 /// Most deferred READs in flight on one core (the engine's request slots
 /// bound them anyway; this bounds the table allocated at start-up).
@@ -40,8 +40,9 @@ struct Pending {
     backend: usize,
     done: Option<IoDone>,
     reported: bool,
-    /// WRITE: the file's attributes before it (the reply's `wcc_data`).
-    pre: Option<Attr>,
+    /// The file's attributes before the I/O (a WRITE's `wcc_data`; what a
+    /// READ was checked against).
+    pre: Attr,
 }
 
 /// The I/O result a resumed Call takes instead of submitting its I/O.
@@ -49,8 +50,8 @@ struct Pending {
 pub(crate) struct Resumed {
     pub token: DeferToken,
     pub done: IoDone,
-    /// What [`Deferred::add`] kept: the attributes from before the I/O.
-    pub pre: Option<Attr>,
+    /// The attributes from before the I/O ([`Deferred::submit`]).
+    pub pre: Attr,
 }
 
 /// One core's deferred READs and WRITEs.
@@ -78,9 +79,26 @@ impl Deferred {
         self.pending.len() < MAX_DEFERRED
     }
 
-    /// Record an I/O submitted on `backend`'s channel with tag `token.0`;
-    /// `pre` comes back with its result.
-    pub fn add(&mut self, token: DeferToken, backend: usize, pre: Option<Attr>) {
+    /// Submit `io` on `backend`'s channel under `token`, record it (`pre`
+    /// comes back with its result) and defer `reply`. The caller checked
+    /// [`Deferred::has_room`].
+    ///
+    /// # Safety
+    /// As [`IoChannel::submit`]: `io.buf` must be this Call's buffer in the
+    /// engine, which keeps it, untouched, while the Call is deferred, until
+    /// [`Deferred::poll_ready`] has reported the completion
+    /// (`dataplane::service::ReplyBuilder::defer`).
+    pub unsafe fn submit(
+        &mut self,
+        ch: &mut dyn IoChannel,
+        backend: usize,
+        token: DeferToken,
+        io: IoDesc,
+        pre: Attr,
+        reply: &mut ReplyBuilder<'_>,
+    ) -> FsResult<()> {
+        // SAFETY: the caller's contract is the channel's.
+        unsafe { ch.submit(IoDesc { tag: token.0, ..io })? };
         debug_assert!(self.has_room());
         self.pending.push(Pending {
             token,
@@ -90,6 +108,8 @@ impl Deferred {
             pre,
         });
         self.max_in_flight = self.max_in_flight.max(self.pending.len());
+        reply.defer();
+        Ok(())
     }
 
     fn in_flight_on(&self, backend: usize) -> bool {
@@ -164,10 +184,5 @@ impl Deferred {
             (Some(t), Some(r)) if r.token == t => self.resumed.take(),
             _ => None,
         }
-    }
-
-    /// Number of deferred READs held (in flight or waiting to be resumed).
-    pub fn len(&self) -> usize {
-        self.pending.len()
     }
 }

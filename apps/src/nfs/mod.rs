@@ -332,7 +332,10 @@ impl NfsService {
 
     /// This core's counters.
     pub fn stats(&self) -> NfsStats {
-        self.st.stats
+        NfsStats {
+            deferred_max: self.st.deferred.max_in_flight as u64,
+            ..self.st.stats
+        }
     }
 
     /// The shared part.

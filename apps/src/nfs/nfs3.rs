@@ -395,7 +395,7 @@ fn read(
     // Resuming this Call after its deferred read: its result, and the
     // attributes it was checked against (one backend call fewer).
     let resumed = st.deferred.resumed_for(c.token);
-    let pre = match resumed.and_then(|r| r.pre) {
+    let pre = match resumed.map(|r| r.pre) {
         Some(a) => a,
         None => b.getattr(&o.fh)?,
     };
@@ -438,18 +438,12 @@ fn read(
                         offset: args.offset,
                         buf: buf.as_mut_ptr(),
                         len: count as u32,
-                        tag: t.0,
+                        tag: 0,
                     };
-                    // SAFETY: `buf` is the engine's data buffer of this
-                    // Call; the engine keeps it, untouched, while the Call
-                    // is deferred, until `poll_deferred` has reported this
-                    // I/O's completion (dataplane::service::ReplyBuilder::defer).
-                    match unsafe { ch.submit(io) } {
+                    // SAFETY: `buf` is the engine's data buffer of this Call.
+                    match unsafe { deferred.submit(ch, bi, t, io, pre, reply) } {
                         Ok(()) => {
-                            deferred.add(t, bi, Some(pre));
                             stats.deferred_reads += 1;
-                            stats.deferred_max = stats.deferred_max.max(deferred.len() as u64);
-                            reply.defer();
                             return Ok(0);
                         }
                         Err(e) => Err(e),
@@ -560,7 +554,7 @@ fn write(
     // Resuming this Call after its deferred write: its result, and the
     // attributes from before it.
     let resumed = deferred.resumed_for(c.token);
-    let pre = match resumed.and_then(|r| r.pre) {
+    let pre = match resumed.map(|r| r.pre) {
         Some(a) => a,
         None => b.getattr(&o.fh)?,
     };
@@ -570,8 +564,8 @@ fn write(
         FileType::Directory => Some(NFS3ERR_ISDIR),
         _ => Some(NFS3ERR_INVAL),
     };
-    let mut w = out(reply, base);
     if let Some(s) = denied {
+        let mut w = out(reply, base);
         w.put_u32(s)?;
         put_wcc(&mut w, Some(&pre), Some(&pre), id)?;
         return Ok(w.len());
@@ -589,19 +583,13 @@ fn write(
                     // The channel only reads through this pointer for a write.
                     buf: data.as_ptr() as *mut u8,
                     len: n as u32,
-                    tag: t.0,
+                    tag: 0,
                 };
                 // SAFETY: `data` lies in this Call's receive or Read-chunk
-                // buffer, which the engine keeps, untouched, while the Call
-                // is deferred, until `poll_deferred` has reported this I/O's
-                // completion (dataplane::service::ReplyBuilder::defer); the
-                // write only reads it.
-                match unsafe { ch.submit(io) } {
+                // buffer; the write only reads it.
+                match unsafe { deferred.submit(ch, bi, t, io, pre, reply) } {
                     Ok(()) => {
-                        deferred.add(t, bi, Some(pre));
                         stats.deferred_writes += 1;
-                        stats.deferred_max = stats.deferred_max.max(deferred.len() as u64);
-                        reply.defer();
                         return Ok(0);
                     }
                     Err(e) => Err(e),
@@ -622,6 +610,7 @@ fn write(
             Ok((k, got))
         }
     });
+    let mut w = out(reply, base);
     match res {
         Ok((k, committed)) => {
             let post = b.getattr(&o.fh).ok();
