@@ -129,6 +129,42 @@ fn unsignaled_send(s: &Side) -> SendWr {
     wr
 }
 
+/// The echo side's one poll: answer every received message with `wr` and
+/// repost its receive.
+fn echo_once(a: &mut Side, ca: ConnId, wr: &SendWr, wc: &mut [Completion]) {
+    let n = a.f.poll_cq(a.cq, wc);
+    for w in &wc[..n] {
+        assert_eq!(w.status, WcStatus::Success, "{w:?}");
+        if w.opcode == WcOpcode::Recv {
+            let r = RecvWr {
+                wr_id: w.wr_id,
+                buf: buf(a, w.wr_id.index() * 256, 256),
+            };
+            a.f.post_recv(ca, &r).expect("repost");
+            a.f.post_send(ca, wr).expect("echo");
+        }
+    }
+}
+
+/// One timed-side round trip: send `wr`, wait for the echo, repost.
+fn ping_once(b: &mut Side, cb: ConnId, wr: &SendWr, wc: &mut [Completion]) {
+    b.f.post_send(cb, wr).expect("send");
+    loop {
+        let n = b.f.poll_cq(b.cq, wc);
+        if n == 1 {
+            let w = wc[0];
+            assert_eq!((w.status, w.opcode), (WcStatus::Success, WcOpcode::Recv));
+            let r = RecvWr {
+                wr_id: w.wr_id,
+                buf: buf(b, w.wr_id.index() * 256, 256),
+            };
+            b.f.post_recv(cb, &r).expect("repost");
+            return;
+        }
+        assert_eq!(n, 0);
+    }
+}
+
 fn pingpong(c: &mut Criterion) {
     let (mut a, ca, mut b, cb) = pair();
     let stop = Arc::new(AtomicBool::new(false));
@@ -139,18 +175,7 @@ fn pingpong(c: &mut Criterion) {
         let wr = unsignaled_send(&a);
         let mut wc = [wc0(); 16];
         while !stop2.load(Ordering::Relaxed) {
-            let n = a.f.poll_cq(a.cq, &mut wc);
-            for w in &wc[..n] {
-                assert_eq!(w.status, WcStatus::Success, "{w:?}");
-                if w.opcode == WcOpcode::Recv {
-                    let r = RecvWr {
-                        wr_id: w.wr_id,
-                        buf: buf(&a, w.wr_id.index() * 256, 256),
-                    };
-                    a.f.post_recv(ca, &r).expect("repost");
-                    a.f.post_send(ca, &wr).expect("echo");
-                }
-            }
+            echo_once(&mut a, ca, &wr, &mut wc);
         }
     });
     pin(0);
@@ -162,21 +187,7 @@ fn pingpong(c: &mut Criterion) {
         bench.iter_custom(|iters| {
             let start = Instant::now();
             for _ in 0..iters {
-                b.f.post_send(cb, &wr).expect("send");
-                loop {
-                    let n = b.f.poll_cq(b.cq, &mut wc);
-                    if n == 1 {
-                        let w = wc[0];
-                        assert_eq!((w.status, w.opcode), (WcStatus::Success, WcOpcode::Recv));
-                        let r = RecvWr {
-                            wr_id: w.wr_id,
-                            buf: buf(&b, w.wr_id.index() * 256, 256),
-                        };
-                        b.f.post_recv(cb, &r).expect("repost");
-                        break;
-                    }
-                    assert_eq!(n, 0);
-                }
+                ping_once(&mut b, cb, &wr, &mut wc);
             }
             start.elapsed()
         })
@@ -594,19 +605,7 @@ fn paired() {
             let mut wc = [wc0(); 16];
             loop {
                 match mode.load(Ordering::Relaxed) {
-                    PAIRED_RAW => {
-                        let n = a.f.poll_cq(a.cq, &mut wc);
-                        for w in &wc[..n] {
-                            if w.opcode == WcOpcode::Recv {
-                                let r = RecvWr {
-                                    wr_id: w.wr_id,
-                                    buf: buf(&a, w.wr_id.index() * 256, 256),
-                                };
-                                a.f.post_recv(ca, &r).expect("repost");
-                                a.f.post_send(ca, &wr).expect("echo");
-                            }
-                        }
-                    }
+                    PAIRED_RAW => echo_once(&mut a, ca, &wr, &mut wc),
                     PAIRED_ENGINE => {
                         srv.poll();
                     }
@@ -623,21 +622,7 @@ fn paired() {
     let needs = ReplyNeeds::from_ulb(&TestUlb, dataplane::testprog::VERS, dataplane::testprog::P_NULL);
     let wr = unsignaled_send(&b);
     let mut wc = [wc0(); 16];
-    let mut raw_once = |b: &mut Side| {
-        b.f.post_send(cb, &wr).expect("send");
-        loop {
-            if b.f.poll_cq(b.cq, &mut wc) == 1 {
-                let w = wc[0];
-                assert_eq!((w.status, w.opcode), (WcStatus::Success, WcOpcode::Recv));
-                let r = RecvWr {
-                    wr_id: w.wr_id,
-                    buf: buf(b, w.wr_id.index() * 256, 256),
-                };
-                b.f.post_recv(cb, &r).expect("repost");
-                return;
-            }
-        }
-    };
+    let mut raw_once = |b: &mut Side| ping_once(b, cb, &wr, &mut wc);
     let null_once = |cli: &mut Requester<'static, ShmFabric>| {
         let id = submit_call(cli, dataplane::testprog::P_NULL, 0, &needs);
         loop {
