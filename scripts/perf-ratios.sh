@@ -20,40 +20,18 @@
 # DURATION, OUT, CARGO_TARGET_DIR.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/perf-lib.sh
 
-CONFIG=${CONFIG:-configs/cores.json}
-CLIENT_CPU=${CLIENT_CPU:-0}
-ECHO_CPU=${ECHO_CPU:-1}
 ROUNDS=${ROUNDS:-7}
 DURATION=${DURATION:-1}
 OUT=${OUT:-target/perf-ratios}
-TDIR=${CARGO_TARGET_DIR:-target}
-SOCK=$(sed -n 's/.*"socket_path": *"\([^"]*\)".*/\1/p' "$CONFIG" | head -n1)
-SOCK=${SOCK:-/tmp/rpcrdma/fabric.sock}
-MOUNT_PORT=$(sed -n 's/.*"mount_tcp_port": *\([0-9]*\).*/\1/p' "$CONFIG" | head -n1)
-MOUNT_PORT=${MOUNT_PORT:-20048}
 
-cargo build --release -q -p rpcrdma-apps --bin rpcrdma-target -p rpcrdma-perf --bin perf
-PERF="$TDIR/release/perf"
-TARGET="$TDIR/release/rpcrdma-target"
+build_perf_and_target -q
 mkdir -p "$OUT"
 rm -f "$OUT"/*.json "$OUT"/rounds.txt "$OUT"/summary.txt
 COMMON=(--fabric shm --duration "$DURATION" --warmup 0.5 --cores "$CLIENT_CPU" --no-progress)
 
-"$TARGET" -c "$CONFIG" >"$OUT/target.log" 2>&1 &
-TPID=$!
-cleanup() {
-    kill -CONT "$TPID" 2>/dev/null || true
-    kill -TERM "$TPID" 2>/dev/null || true
-    wait "$TPID" 2>/dev/null || true
-}
-trap cleanup EXIT
-for _ in $(seq 1 300); do
-    [ -S "$SOCK" ] && break
-    kill -0 "$TPID" 2>/dev/null || { cat "$OUT/target.log"; echo "rpcrdma-target exited" >&2; exit 1; }
-    sleep 0.1
-done
-[ -S "$SOCK" ] || { echo "no fabric socket at $SOCK" >&2; exit 1; }
+start_target "$OUT/target.log"
 T=(--target "$SOCK")
 NFS=(--mount-port "$MOUNT_PORT" --create --file-size 64M)
 
@@ -85,8 +63,7 @@ for r in $(seq 1 "$ROUNDS"); do
     done
     echo "round $r of $ROUNDS done"
 done
-cleanup
-trap - EXIT
+stop_target
 
 python3 - "$OUT" "$ROUNDS" <<'PY' | tee "$OUT/summary.txt"
 import json, statistics, sys

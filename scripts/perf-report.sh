@@ -17,22 +17,13 @@
 # starts), DURATION, WARMUP, OUT, CARGO_TARGET_DIR.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/perf-lib.sh
 
-CONFIG=${CONFIG:-configs/cores.json}
-CLIENT_CPU=${CLIENT_CPU:-0}
-ECHO_CPU=${ECHO_CPU:-1}
 DURATION=${DURATION:-3}
 WARMUP=${WARMUP:-1}
 OUT=${OUT:-target/perf-report}
-TDIR=${CARGO_TARGET_DIR:-target}
-SOCK=$(sed -n 's/.*"socket_path": *"\([^"]*\)".*/\1/p' "$CONFIG" | head -n1)
-SOCK=${SOCK:-/tmp/rpcrdma/fabric.sock}
-MOUNT_PORT=$(sed -n 's/.*"mount_tcp_port": *\([0-9]*\).*/\1/p' "$CONFIG" | head -n1)
-MOUNT_PORT=${MOUNT_PORT:-20048}
 
-cargo build --release -p rpcrdma-apps --bin rpcrdma-target -p rpcrdma-perf --bin perf
-PERF="$TDIR/release/perf"
-TARGET="$TDIR/release/rpcrdma-target"
+build_perf_and_target
 
 mkdir -p "$OUT"
 rm -f "$OUT"/*.json "$OUT"/compare.txt "$OUT"/latency.svg "$OUT"/runs.txt
@@ -57,19 +48,7 @@ run() { # name, perf arguments...
 run raw-64B raw --size 64 --echo-core "$ECHO_CPU"
 run raw-4KiB raw --size 4k --echo-core "$ECHO_CPU"
 
-"$TARGET" -c "$CONFIG" >"$OUT/target.log" 2>&1 &
-TPID=$!
-cleanup() {
-    kill -TERM "$TPID" 2>/dev/null || true
-    wait "$TPID" 2>/dev/null || true
-}
-trap cleanup EXIT
-for _ in $(seq 1 300); do
-    [ -S "$SOCK" ] && break
-    kill -0 "$TPID" 2>/dev/null || { cat "$OUT/target.log"; echo "rpcrdma-target exited" >&2; exit 1; }
-    sleep 0.1
-done
-[ -S "$SOCK" ] || { echo "no fabric socket at $SOCK" >&2; exit 1; }
+start_target "$OUT/target.log"
 T=(--target "$SOCK")
 NFS=(--mount-port "$MOUNT_PORT" --create --file-size 64M)
 
@@ -88,8 +67,7 @@ for v in 1 2; do
     done
 done
 
-cleanup
-trap - EXIT
+stop_target
 
 # One row per run against the floor (raw-64B first); the plot shows the
 # queue-depth-1 runs of NULL and 4 KiB READ/WRITE against it.
