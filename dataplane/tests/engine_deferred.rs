@@ -159,34 +159,19 @@ fn workload(seed: u64, n: usize) -> Vec<Expect> {
         .collect()
 }
 
-/// Buffers still held by the responder after its shutdown, and pool buffers
-/// in use after both engines are gone: all must be zero.
+/// Shut down, drop, and check every buffer came back.
 fn check_teardown<S: Service>(
     p: &Pools,
-    cli: Requester<'static, dataplane::sim::SimFabric>,
+    mut cli: Requester<'static, dataplane::sim::SimFabric>,
     mut srv: Responder<'static, dataplane::sim::SimFabric, S>,
     net: &SimNetwork,
 ) -> Result<(), String> {
-    let mut cli = cli;
-    let left = cli.shutdown(10_000);
-    let _ = net.run_until_idle(1_000_000);
-    let held = srv.shutdown(10_000);
-    let _ = net.run_until_idle(1_000_000);
-    srv.poll();
-    if left != 0 || held.requests != 0 || held.recv != 0 || held.send != 0 || held.data != 0 || held.srq_posted != 0 {
-        return Err(format!(
-            "buffers held after teardown: requester {left}, responder {held:?}"
-        ));
-    }
+    shutdown_both(&mut cli, &mut srv, || {
+        let _ = net.run_until_idle(1_000_000);
+    })?;
     drop(cli);
     drop(srv);
-    for class in [p.recv, p.send, p.data] {
-        let st = p.pool.stats(class).ok_or("stats")?;
-        if st.in_use != 0 {
-            return Err(format!("class {class:?}: {} buffers in use after drop", st.in_use));
-        }
-    }
-    Ok(())
+    pool_idle(p)
 }
 
 fn run(seed: u64, client: VersionRange, calls: usize) -> Result<(u64, u64), String> {

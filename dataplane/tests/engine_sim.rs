@@ -165,16 +165,9 @@ fn run(
     }
     let vers = cli.version();
     // Tear down and account for every buffer.
-    let left = cli.shutdown(10_000);
-    let _ = net.run_until_idle(1_000_000);
-    let held = srv.shutdown(10_000);
-    let _ = net.run_until_idle(1_000_000);
-    srv.poll();
-    if left != 0 || held.requests != 0 || held.recv != 0 || held.send != 0 || held.data != 0 || held.srq_posted != 0 {
-        return Err(format!(
-            "buffers held after teardown: requester calls {left}, responder {held:?}"
-        ));
-    }
+    shutdown_both(&mut cli, &mut srv, || {
+        let _ = net.run_until_idle(1_000_000);
+    })?;
     let s = srv.stats();
     let c = cli.stats();
     let seen = Seen {
@@ -191,15 +184,7 @@ fn run(
     }
     drop(cli);
     drop(srv);
-    for class in [p.recv, p.send, p.data] {
-        let st = p.pool.stats(class).ok_or("stats")?;
-        if st.in_use != 0 {
-            return Err(format!(
-                "class {class:?}: {} buffers still in use after drop",
-                st.in_use
-            ));
-        }
-    }
+    pool_idle(p)?;
     Ok((vers, seen))
 }
 

@@ -195,3 +195,37 @@ pub fn outcome_ok(o: CallOutcome) -> Result<(), String> {
         other => Err(format!("call ended with {other:?}")),
     }
 }
+
+/// Shut both engines down (`settle` runs the network between the steps) and
+/// check that neither holds a buffer or a request.
+pub fn shutdown_both<F: Fabric, S: dataplane::service::Service>(
+    cli: &mut Requester<'_, F>,
+    srv: &mut dataplane::responder::Responder<'_, F, S>,
+    settle: impl Fn(),
+) -> Result<(), String> {
+    let left = cli.shutdown(10_000);
+    settle();
+    let held = srv.shutdown(10_000);
+    settle();
+    srv.poll();
+    if left != 0 || held.requests != 0 || held.recv != 0 || held.send != 0 || held.data != 0 || held.srq_posted != 0 {
+        return Err(format!(
+            "buffers held after teardown: requester calls {left}, responder {held:?}"
+        ));
+    }
+    Ok(())
+}
+
+/// After both engines are dropped: every buffer of `p` is back in its pool.
+pub fn pool_idle(p: &Pools) -> Result<(), String> {
+    for class in [p.recv, p.send, p.data] {
+        let st = p.pool.stats(class).ok_or("stats")?;
+        if st.in_use != 0 {
+            return Err(format!(
+                "class {class:?}: {} buffers still in use after drop",
+                st.in_use
+            ));
+        }
+    }
+    Ok(())
+}
