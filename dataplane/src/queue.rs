@@ -84,22 +84,35 @@ impl IndexQueue {
 }
 
 /// A fixed set of slots with a free list.
+///
+/// Each slot keeps its in-use flag beside its value, so a lookup is one
+/// bounds check and one load of the slot's own cache line (lookups run
+/// many times per request on the hot path).
 #[derive(Debug)]
 pub struct Slab<T> {
-    slots: Box<[T]>,
+    slots: Box<[SlabEntry<T>]>,
     free: Vec<u32>,
-    in_use: Box<[bool]>,
+}
+
+#[derive(Debug)]
+struct SlabEntry<T> {
+    used: bool,
+    value: T,
 }
 
 impl<T: Default> Slab<T> {
     pub fn with_capacity(n: usize) -> Self {
         assert!(n <= u32::MAX as usize);
-        let slots: Vec<T> = (0..n).map(|_| T::default()).collect();
+        let slots: Vec<SlabEntry<T>> = (0..n)
+            .map(|_| SlabEntry {
+                used: false,
+                value: T::default(),
+            })
+            .collect();
         Slab {
             slots: slots.into_boxed_slice(),
             // Pop from the end: hand out low indices first.
             free: (0..n as u32).rev().collect(),
-            in_use: vec![false; n].into_boxed_slice(),
         }
     }
 }
@@ -117,50 +130,48 @@ impl<T> Slab<T> {
     /// Take a free slot's index, or `None` when all are in use.
     pub fn alloc(&mut self) -> Option<u32> {
         let i = self.free.pop()?;
-        self.in_use[i as usize] = true;
+        self.slots[i as usize].used = true;
         Some(i)
     }
     /// Return slot `i`. Freeing a free slot is a bug: it is ignored in release
     /// builds and asserted in debug builds.
     pub fn free(&mut self, i: u32) {
-        let used = self.in_use.get_mut(i as usize);
-        match used {
-            Some(u) if *u => {
-                *u = false;
+        match self.slots.get_mut(i as usize) {
+            Some(e) if e.used => {
+                e.used = false;
                 // Capacity: free holds at most capacity entries.
                 self.free.push(i);
             }
             _ => debug_assert!(false, "slab double free of {i}"),
         }
     }
+    #[inline]
     pub fn is_used(&self, i: u32) -> bool {
-        self.in_use.get(i as usize).copied().unwrap_or(false)
+        self.slots.get(i as usize).is_some_and(|e| e.used)
     }
+    #[inline]
     pub fn get(&self, i: u32) -> Option<&T> {
-        self.is_used(i).then(|| &self.slots[i as usize])
+        self.slots.get(i as usize).filter(|e| e.used).map(|e| &e.value)
     }
+    #[inline]
     pub fn get_mut(&mut self, i: u32) -> Option<&mut T> {
-        if self.is_used(i) {
-            Some(&mut self.slots[i as usize])
-        } else {
-            None
-        }
+        self.slots.get_mut(i as usize).filter(|e| e.used).map(|e| &mut e.value)
     }
     /// Every slot, in use or free, in index order (for values a free slot
     /// keeps, e.g. buffers it reuses).
     pub fn all_slots_mut(&mut self) -> impl Iterator<Item = (bool, &mut T)> + '_ {
-        self.in_use.iter().copied().zip(self.slots.iter_mut())
+        self.slots.iter_mut().map(|e| (e.used, &mut e.value))
     }
     /// Every slot, in use or free, in index order.
     pub fn all_slots(&self) -> impl Iterator<Item = (bool, &T)> + '_ {
-        self.in_use.iter().copied().zip(self.slots.iter())
+        self.slots.iter().map(|e| (e.used, &e.value))
     }
     /// Indices of the slots in use, in index order.
     pub fn used_indices(&self) -> impl Iterator<Item = u32> + '_ {
-        self.in_use
+        self.slots
             .iter()
             .enumerate()
-            .filter(|(_, u)| **u)
+            .filter(|(_, e)| e.used)
             .map(|(i, _)| i as u32)
     }
 }

@@ -213,6 +213,13 @@ struct Request<'p> {
     /// Send-queue slots this request needs for its reply.
     sq_need: u32,
     failed: bool,
+    /// The Call carried no chunks (an RDMA_MSG with three empty lists).
+    chunk_free: bool,
+    /// Its reply goes as one Send built in place: the one-step Short header
+    /// (`plan::encode_short_reply_header`), then head, data and padding
+    /// (`reply` stays `None`). Set by `step_execute` for a chunk-free Call
+    /// whose whole reply fits the peer's inline threshold.
+    short_reply: bool,
 }
 
 impl<'p> Request<'p> {
@@ -244,6 +251,8 @@ impl<'p> Request<'p> {
         self.wr_out = 0;
         self.sq_need = 0;
         self.failed = false;
+        self.chunk_free = false;
+        self.short_reply = false;
     }
 
     /// Reserve the reply buffers (a send buffer for the transport header and
@@ -897,10 +906,21 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
             };
             return self.control(i, ctl);
         }
-        let h = match header::decode(msg, &self.cfg.limits) {
-            Ok(h) => h,
+        // Decoded straight into the request (the header is a large value:
+        // no copies of it on the way).
+        let Self {
+            reqs,
+            conns,
+            cfg,
+            stats,
+            data_size,
+            ..
+        } = self;
+        let rr = reqs.get_mut(i).expect("live");
+        let h = match header::decode(msg, &cfg.limits) {
+            Ok(h) => rr.hdr.insert(h),
             Err(e) => {
-                let (lo, hi) = (self.cfg.versions.low(), self.cfg.versions.high());
+                let (lo, hi) = (cfg.versions.low(), cfg.versions.high());
                 let ctl = if prefix.vers == RPCRDMA_VERSION_2 {
                     Control::ErrorV2(e.v2_reply(lo, hi))
                 } else {
@@ -909,62 +929,72 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
                 return self.control(i, ctl);
             }
         };
-        self.reqs.get_mut(i).expect("live").hdr = Some(h);
-        match h.body {
-            Body::Msg { .. } | Body::NoMsg { .. } => {}
-            Body::ConnProp(_) => return self.control(i, Control::ConnProp),
-            Body::MsgP { .. } => {
-                // RFC 8166 s4.6: no longer used; answer ERR_CHUNK.
-                return self.control(i, Control::ErrorV1(header::V1Error::Chunk));
-            }
+        let refuse = match h.body {
+            Body::Msg { .. } | Body::NoMsg { .. } => None,
+            Body::ConnProp(_) => Some(Control::ConnProp),
+            // RFC 8166 s4.6: no longer used; answer ERR_CHUNK.
+            Body::MsgP { .. } => Some(Control::ErrorV1(header::V1Error::Chunk)),
             // RDMA_DONE is ignored (s4.6); errors never flow to a responder.
             Body::Done | Body::ErrorV1(_) | Body::ErrorV2(_) => {
-                self.stats.ignored += 1;
+                stats.ignored += 1;
                 self.drop_call(i, false);
                 return Step::Wait;
             }
+        };
+        if let Some(ctl) = refuse {
+            return self.control(i, ctl);
         }
         // A v2 Call must not carry RESPONSE (draft s3.2): such a message is a
         // reverse-direction reply, which this responder does not use.
         if h.vers == RPCRDMA_VERSION_2 && h.is_response() {
             return self.control(i, Control::ErrorV2(header::V2Error::BadXdr));
         }
-        let credits_ok = match self.conn_mut(conn) {
-            Some(c) => c.credits.on_call(h.credits),
-            None => return Step::Wait,
+        let Some(c) = conns.get_mut(conn).and_then(Option::as_mut) else {
+            return Step::Wait;
         };
-        if credits_ok.is_err() {
+        if c.credits.on_call(h.credits).is_err() {
             // RFC 8166 s3.3.1: the requester exceeded its credits; with an SRQ the
             // extra Calls eat other connections' receives. Close the connection.
-            self.stats.credit_overruns += 1;
+            stats.credit_overruns += 1;
             self.drop_call(i, false);
             self.kill_conn(conn, true);
             return Step::Wait;
         }
-        self.stats.calls += 1;
+        stats.calls += 1;
+        let limits = ReadLimits {
+            max_total_bytes: cfg.max_read_bytes.min(*data_size as u64),
+            max_chunks: cfg.limits.max_read_chunks,
+            max_segments: cfg.limits.max_read_segments,
+        };
         // From here on the Call holds a credit: its reply, an error reply
         // included, or its drop gives it back.
-        self.reqs.get_mut(i).expect("live").counted = true;
-        let limits = ReadLimits {
-            max_total_bytes: self.cfg.max_read_bytes.min(self.data_size as u64),
-            max_chunks: self.cfg.limits.max_read_chunks,
-            max_segments: self.cfg.limits.max_read_segments,
-        };
-        let rr = self.reqs.get_mut(i).expect("live");
-        if let Err(e) = plan::plan_reads_into(&h, &limits, &mut rr.read_plan) {
-            let ctl = if h.vers == RPCRDMA_VERSION_2 {
+        let Request {
+            hdr,
+            counted,
+            read_plan,
+            chunk_offs,
+            reads_total,
+            chunk_free,
+            state,
+            vers,
+            ..
+        } = rr;
+        *counted = true;
+        let Some(h) = hdr.as_ref() else { return Step::Wait };
+        if let Err(e) = plan::plan_reads_into(h, &limits, read_plan) {
+            let ctl = if *vers == RPCRDMA_VERSION_2 {
                 Control::ErrorV2(e.v2())
             } else {
                 Control::ErrorV1(e.v1())
             };
             return self.control(i, ctl);
         }
-        let plan = &rr.read_plan;
-        for (k, o) in rr.chunk_offs.iter_mut().enumerate().take(plan.chunk_count()) {
-            *o = plan.chunk_offset(k as u32).unwrap_or(0);
+        for (k, o) in chunk_offs.iter_mut().enumerate().take(read_plan.chunk_count()) {
+            *o = read_plan.chunk_offset(k as u32).unwrap_or(0);
         }
-        rr.reads_total = h.chunks().map_or(0, |c| c.reads.segment_count() as u32);
-        rr.state = if rr.reads_total > 0 {
+        *reads_total = h.chunks().map_or(0, |c| c.reads.segment_count() as u32);
+        *chunk_free = matches!(h.body, Body::Msg { chunks, .. } if chunks.is_empty());
+        *state = if *reads_total > 0 {
             ReqState::NeedChunkBuf
         } else {
             ReqState::Execute
@@ -1095,8 +1125,10 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
             service,
             deferred,
             stats,
+            send_size,
             ..
         } = self;
+        let send_size = *send_size;
         let r = reqs.get_mut(i).expect("live");
         let resuming = r.state == ReqState::Resume;
         if r.state == ReqState::Execute {
@@ -1144,12 +1176,30 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
             return Step::Wait;
         }
         let shape = rb.finish();
+        let send_max = conns.get(r.conn).and_then(Option::as_ref).map_or(1024, |c| c.send_max);
+        let vers = r.vers;
+        // A chunk-free Call whose whole reply fits inline: nothing to plan
+        // (no Write chunk to fill, no Reply chunk), so `step_send` writes the
+        // one-step Short header and the reply after it. This is the Short
+        // plan `plan_reply` would make (RFC 8166 s3.5.2; draft s4.3.2):
+        // header, then the reply with its DDP items left inline.
+        if r.chunk_free {
+            let hdr_len = if vers == RPCRDMA_VERSION_2 { 36 } else { 28 };
+            let len = shape.stream_len();
+            if hdr_len + len <= u64::from(send_max.min(send_size)) && plan::items_valid(shape.items(), len) {
+                let rr = reqs.get_mut(i).expect("live");
+                rr.shape = shape;
+                rr.reply = None;
+                rr.short_reply = true;
+                rr.sq_need = 1;
+                rr.state = ReqState::NeedSendSlots;
+                return Step::Continue;
+            }
+        }
         // Plan the reply against the Call's Write list and Reply chunk.
         let Some(chunks) = r.hdr.as_ref().and_then(|h| h.chunks()) else {
             return self.control(i, Control::ErrorV1(header::V1Error::Chunk));
         };
-        let send_max = conns.get(r.conn).and_then(Option::as_ref).map_or(1024, |c| c.send_max);
-        let vers = r.vers;
         match plan::plan_reply(shape.stream_len() as usize, shape.items(), chunks, vers, send_max) {
             Ok(p) => {
                 let n_writes = p.write_ops(chunks).count() as u32;
@@ -1193,6 +1243,9 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         }
         // Credits: the grant goes in this reply (never zero, at most reserved).
         let grant = c.credits.grant();
+        if r.short_reply {
+            return self.send_short_reply(i, conn_id, grant);
+        }
         let Some(plan) = r.reply.as_ref() else {
             return Step::Wait;
         };
@@ -1342,6 +1395,85 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
             ReplyKind::Short if reduced => stats.replies_write_chunks += 1,
             ReplyKind::Short => stats.replies_inline += 1,
         }
+        Step::Wait
+    }
+
+    /// Post the reply of a chunk-free Call as one Send (`Request::short_reply`):
+    /// the one-step Short header, then head, data and padding copied after
+    /// it. `grant` is the credit grant `step_send` computed. Identical on the
+    /// wire to the planned Short reply (tests: `proto`'s
+    /// `short_reply_header_equals_the_planned_one`, and the engine scenarios,
+    /// which check every reply byte for byte).
+    fn send_short_reply(&mut self, i: u32, conn_id: ConnId, grant: u32) -> Step {
+        let Self {
+            reqs,
+            conns,
+            bufs,
+            fabric,
+            ..
+        } = self;
+        let r = reqs.get(i).expect("live");
+        let (Some(send_b), Some(head_b)) = (r.send_buf, r.head_buf) else {
+            return Step::Wait;
+        };
+        let flags = if r.vers == RPCRDMA_VERSION_2 {
+            RPCRDMA2_F_RESPONSE
+        } else {
+            0
+        };
+        let (head_len, data_len, pad) = (
+            r.shape.head_len as usize,
+            r.shape.data_len as usize,
+            r.shape.pad() as usize,
+        );
+        let out = bufs.bytes_mut(send_b);
+        let head = bufs.bytes(head_b);
+        let Some(hdr_len) = plan::encode_short_reply_header(r.vers, r.xid, grant, flags, out) else {
+            return self.control(i, Control::ErrorV1(header::V1Error::Chunk));
+        };
+        let end = hdr_len + head_len;
+        let data = r.data_buf.map(|b| bufs.bytes(b));
+        // Sizes were checked against the send buffer in `step_execute`.
+        out[hdr_len..end].copy_from_slice(&head[..head_len]);
+        let mut send_len = end;
+        if data_len > 0 {
+            let Some(d) = data.and_then(|d| d.get(..data_len)) else {
+                return self.control(i, Control::ErrorV1(header::V1Error::Chunk));
+            };
+            out[send_len..send_len + data_len].copy_from_slice(d);
+            send_len += data_len;
+        }
+        out[send_len..send_len + pad].fill(0);
+        send_len += pad;
+        let inv_handle = r.hdr.as_ref().map_or(0, |h| h.inv_handle());
+        // A chunk-free v1 Call advertised no handle to invalidate.
+        let op = if r.vers == RPCRDMA_VERSION_2 && inv_handle != 0 {
+            SendOp::SendWithInv { rkey: inv_handle }
+        } else {
+            SendOp::Send
+        };
+        let wr = SendWr::new(
+            req_wr_id(i, r.gen),
+            op,
+            bufs.local(send_b, send_len as u32),
+            RemoteBuf::default(),
+        );
+        let conn = r.conn;
+        if fabric.post_send(conn_id, &wr).is_err() {
+            self.kill_conn(conn, true);
+            return Step::Wait;
+        }
+        let rr = reqs.get_mut(i).expect("live");
+        rr.wr_out += 1;
+        rr.state = ReqState::Sending;
+        if let Some(c) = conns.get_mut(conn).and_then(Option::as_mut) {
+            c.sq_used += 1;
+            c.credits.on_reply(grant);
+        }
+        let stats = &mut self.stats;
+        stats.sends_with_invalidate += matches!(op, SendOp::SendWithInv { .. }) as u64;
+        stats.replies += 1;
+        stats.replies_inline += 1;
         Step::Wait
     }
 

@@ -1117,6 +1117,63 @@ fn decode_v2<'a>(mut r: Reader<'a>, p: Prefix, limits: &Limits) -> Result<Header
 ///
 /// May be called from any core.
 pub fn decode<'a>(buf: &'a [u8], limits: &Limits) -> Result<Header<'a>, DecodeError> {
+    if let Some(h) = decode_msg_without_chunks(buf) {
+        return Ok(h);
+    }
+    decode_walk(buf, limits)
+}
+
+/// The common case of [`decode`] in one step: an RDMA_MSG (RFC 8166 s4.2) or
+/// RDMA2_MSG (draft s5.3.1) with three empty chunk lists, which is how most
+/// Calls and Replies travel:
+///
+/// ```text
+/// v1: xid 1 credit RDMA_MSG       0 0 0             payload   (28-byte header)
+/// v2: xid 2 credit RDMA2_MSG flags inv_handle 0 0 0 payload   (36-byte header)
+/// ```
+///
+/// `Some` only when [`decode_walk`] would return `Ok` with the identical
+/// header (no list can exceed a limit: all three are empty); anything else,
+/// errors included, is left to the walk. Tested against it in
+/// `fast_decode_agrees_with_the_walk`.
+#[inline]
+fn decode_msg_without_chunks(buf: &[u8]) -> Option<Header<'_>> {
+    let w = |i: usize| be32(buf, 4 * i);
+    let (xid, vers, credits) = (w(0), w(1), w(2));
+    let (flags, inv_handle, header_len) = match vers {
+        RPCRDMA_VERSION_1 if buf.len() >= 28 && w(3) == RDMA_MSG && (w(4) | w(5) | w(6)) == 0 => (0, 0, 28),
+        RPCRDMA_VERSION_2 if buf.len() >= 36 && w(3) == RDMA2_MSG && (w(6) | w(7) | w(8)) == 0 => (w(4), w(5), 36),
+        _ => return None,
+    };
+    let payload = &buf[header_len..];
+    // check_payload: the RPC message opens with the header's XID.
+    if payload.len() < 4 || be32(payload, 0) != xid {
+        return None;
+    }
+    if vers == RPCRDMA_VERSION_2 && payload.len() >= 8 {
+        // s3.2: the RESPONSE flag equals the RPC msg_type.
+        let msg_type = be32(payload, 4);
+        if msg_type > 1 || (msg_type == 1) != (flags & RPCRDMA2_F_RESPONSE != 0) {
+            return None;
+        }
+    }
+    Some(Header {
+        xid,
+        vers,
+        credits,
+        flags,
+        body: Body::Msg {
+            inv_handle,
+            chunks: ChunkLists::default(),
+            payload_offset: header_len,
+            payload,
+        },
+        header_len,
+    })
+}
+
+/// [`decode`] by walking the header word by word (every header type).
+fn decode_walk<'a>(buf: &'a [u8], limits: &Limits) -> Result<Header<'a>, DecodeError> {
     let mut r = Reader::new(buf);
     let xid = r.u32("rdma_xid")?;
     let vers_at = r.offset();
@@ -1398,6 +1455,82 @@ mod tests {
     }
 
     const XID: u32 = 0x1234_5678;
+
+    /// The one-step decoder of chunk-free MSGs returns a header exactly when
+    /// the word-by-word walk accepts the message as such a MSG, and the same
+    /// header. Inputs are built from words near the fast path's conditions
+    /// (versions, types, list words, XIDs, flags, msg_type) plus random bytes.
+    #[test]
+    fn fast_decode_agrees_with_the_walk() {
+        use proptest::prelude::*;
+        // Each position mostly holds a value the fast path looks at there
+        // (the XID, a version, a type, an empty list), sometimes any word.
+        let near = |likely: Vec<u32>| {
+            prop_oneof![
+                8 => proptest::sample::select(likely),
+                1 => any::<u32>(),
+            ]
+        };
+        let msg = (
+            (
+                near(vec![XID]),
+                near(vec![1, 2, 3]),
+                near(vec![0, 8]),
+                near(vec![RDMA_MSG, RDMA_NOMSG, RDMA_ERROR, RDMA2_CONNPROP]),
+            ),
+            proptest::collection::vec(near(vec![0, 0, 0, 1, 7]), 5),
+            (near(vec![XID]), near(vec![0, 1, 2]), near(vec![2])),
+            0usize..40,
+        )
+            .prop_map(|(prefix, lists, rpc, len)| {
+                let mut ws = vec![prefix.0, prefix.1, prefix.2, prefix.3];
+                ws.extend(lists);
+                // The RPC message starts after the v1 or the v2 header.
+                let at = if prefix.1 == 2 { 9 } else { 7 };
+                ws.truncate(at);
+                ws.extend([rpc.0, rpc.1, rpc.2]);
+                (ws, len)
+            });
+        let mut runner = proptest::test_runner::TestRunner::new(proptest::test_runner::Config {
+            cases: 20_000,
+            ..Default::default()
+        });
+        let fast_hits = std::cell::Cell::new(0u32);
+        runner
+            .run(&msg, |(ws, len)| {
+                let mut buf = words(&ws);
+                buf.truncate(len);
+                let walk = decode_walk(&buf, &Limits::DEFAULT);
+                match decode_msg_without_chunks(&buf) {
+                    Some(h) => {
+                        fast_hits.set(fast_hits.get() + 1);
+                        prop_assert_eq!(Ok(h), walk);
+                    }
+                    None => {
+                        let chunk_free_msg = walk
+                            .as_ref()
+                            .is_ok_and(|h| matches!(h.body, Body::Msg { chunks, .. } if chunks.is_empty()));
+                        prop_assert!(!chunk_free_msg, "walk accepted a chunk-free MSG the fast path refused");
+                    }
+                }
+                prop_assert_eq!(decode(&buf, &Limits::DEFAULT), walk);
+                Ok(())
+            })
+            .unwrap();
+        // Hand-made hits, so the property above is not vacuous.
+        let v1 = words(&[XID, 1, 8, RDMA_MSG, 0, 0, 0, XID, 0, 2]);
+        let v2 = words(&[XID, 2, 8, RDMA2_MSG, 0, 7, 0, 0, 0, XID, 0, 2]);
+        for (buf, len) in [(&v1, 28), (&v2, 36)] {
+            let h = decode_msg_without_chunks(buf).expect("fast path");
+            assert_eq!(Ok(h), decode_walk(buf, &Limits::DEFAULT));
+            assert_eq!(h.header_len, len);
+        }
+        assert_eq!(decode(&v2, &Limits::DEFAULT).unwrap().inv_handle(), 7);
+        // A v2 Call marked RESPONSE, a wrong RPC XID: not the fast path's.
+        assert!(decode_msg_without_chunks(&words(&[XID, 2, 8, RDMA2_MSG, 1, 0, 0, 0, 0, XID, 0, 2])).is_none());
+        assert!(decode_msg_without_chunks(&words(&[XID, 1, 8, RDMA_MSG, 0, 0, 0, XID + 1, 0, 2])).is_none());
+        assert!(fast_hits.get() > 0, "the random inputs never took the fast path");
+    }
 
     /// RFC 8166 s4.1 by hand: RDMA_MSG, one Read chunk of two segments at position
     /// 132, one Write chunk with one segment, a Reply chunk, then an RPC CALL.

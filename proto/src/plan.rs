@@ -398,6 +398,14 @@ const fn write_entry_len(segments: u64) -> u64 {
 /// (that would read as a Position-Zero chunk), and that each item and its XDR
 /// padding lie inside a message of `msg_len` bytes without overlapping
 /// (RFC 8166 s3.4.4.4, s3.4.5). Returns the bytes the items occupy (with padding).
+/// Whether `items` are valid DDP-eligible items of a message of `msg_len`
+/// bytes (what [`plan_reply`] checks first; RFC 8166 s3.4.4.4 and s6.1):
+/// non-zero, 4-byte aligned offsets in order, each with its padding inside
+/// the message.
+pub fn items_valid(items: &[DdpItem], msg_len: u64) -> bool {
+    check_items(items, msg_len).is_ok()
+}
+
 fn check_items(items: &[DdpItem], msg_len: u64) -> Result<u64, PlanError> {
     let mut end = 0u64;
     let mut removed = 0u64;
@@ -1733,9 +1741,58 @@ pub fn encode_reply_header(
     Ok(len)
 }
 
+/// The transport header of a Short reply to a Call that carried no chunks,
+/// in one step: v1 `xid 1 credit RDMA_MSG 0 0 0` (28 bytes, RFC 8166 s4.2),
+/// v2 `xid 2 credit RDMA2_MSG flags|RESPONSE 0 0 0 0` (36 bytes: prefix,
+/// `rdma_inv_handle` 0 and three empty lists, draft s3.2 and s5.3.1). The
+/// same bytes [`encode_reply_header`] writes for the Short plan
+/// [`plan_reply`] makes against empty chunk lists; the reply's RPC message
+/// follows at the returned length. `None` for another version or a buffer
+/// shorter than the header.
+///
+/// May be called from any core.
+#[inline]
+pub fn encode_short_reply_header(vers: u32, xid: u32, credits: u32, flags: u32, buf: &mut [u8]) -> Option<usize> {
+    let len = match vers {
+        RPCRDMA_VERSION_1 => 28,
+        RPCRDMA_VERSION_2 => 36,
+        _ => return None,
+    };
+    let mut w = Writer::new(buf.get_mut(..len)?);
+    let done = if vers == RPCRDMA_VERSION_2 {
+        w.put_u32s([xid, vers, credits, RDMA_MSG, flags | RPCRDMA2_F_RESPONSE, 0, 0, 0, 0])
+    } else {
+        w.put_u32s([xid, vers, credits, RDMA_MSG, 0, 0, 0])
+    };
+    done.ok().map(|()| len)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The one-step Short reply header equals what the planner writes for a
+    /// chunk-free Call, in both versions, whatever the credits and flags.
+    #[test]
+    fn short_reply_header_equals_the_planned_one() {
+        let none = ChunkLists::default();
+        for vers in [RPCRDMA_VERSION_1, RPCRDMA_VERSION_2] {
+            for (xid, credits, flags, reply_len) in
+                [(1u32, 1u32, 0u32, 24usize), (0xdead_beef, 128, 0, 100), (7, 0, 0x10, 4)]
+            {
+                let plan = plan_reply(reply_len, &[], &none, vers, 4096).expect("short plan");
+                assert_eq!(plan.kind, ReplyKind::Short);
+                let mut a = [0xeeu8; 64];
+                let mut b = [0xeeu8; 64];
+                let n = encode_reply_header(&plan, &none, xid, credits, flags, &mut a).expect("planned");
+                let m = encode_short_reply_header(vers, xid, credits, flags, &mut b).expect("short");
+                assert_eq!((n, &a[..]), (m, &b[..]), "v{vers} xid {xid:#x}");
+                assert_eq!(n, plan.header_len as usize);
+            }
+            assert_eq!(encode_short_reply_header(vers, 1, 1, 0, &mut [0u8; 20]), None);
+        }
+        assert_eq!(encode_short_reply_header(3, 1, 1, 0, &mut [0u8; 64]), None);
+    }
 
     /// A plan reused for Calls of every form (as a responder's request slot
     /// reuses it) comes out equal to a fresh one.
