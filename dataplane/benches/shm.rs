@@ -380,8 +380,14 @@ fn submit_call(
         testprog::encode_call(cb.bytes_mut(), proc_, &[], size, 0)
     }
     .expect("encode");
+    // Of the procedures benched only WRITE has a DDP-eligible argument; the
+    // others are not parsed for items (as `perf` does).
     let mut items = [DdpItem::default(); 1];
-    let k = TestUlb.call_items(&cb.bytes_mut()[..len], &mut items).expect("items");
+    let k = if proc_ == testprog::P_WRITE {
+        TestUlb.call_items(&cb.bytes_mut()[..len], &mut items).expect("items")
+    } else {
+        0
+    };
     cli.submit(cb, len, &items[..k], needs)
         .map_err(|(e, _)| e)
         .expect("submit")

@@ -475,6 +475,9 @@ impl<'p, F: Fabric> Requester<'p, F> {
             max_segments_per_chunk: 1,
             pad_read_chunks: self.cfg.pad_read_chunks,
         };
+        if plan::is_chunk_free_call(len, items, needs, &params) {
+            return self.submit_chunk_free(cb, len);
+        }
         let plan = match plan::plan_call(len, items, needs, &params) {
             Ok(p) => p,
             Err(e) => return Err((SubmitError::Plan(e), cb)),
@@ -484,18 +487,9 @@ impl<'p, F: Fabric> Requester<'p, F> {
         };
         // Buffers: the slot's header buffer, one per Write chunk, one for the
         // Reply chunk.
-        let hdr = match self.slot_hdr[i as usize] {
-            Some(b) => b,
-            None => match self.bufs.get(Class::Send) {
-                Some(b) => {
-                    self.slot_hdr[i as usize] = Some(b);
-                    b
-                }
-                None => {
-                    self.calls.free(i);
-                    return Err((SubmitError::NoBuffers, cb));
-                }
-            },
+        let Some(hdr) = self.slot_hdr_buf(i) else {
+            self.calls.free(i);
+            return Err((SubmitError::NoBuffers, cb));
         };
         let mut wbufs = [None; plan::PLAN_WRITE_CHUNKS];
         let mut ok = true;
@@ -619,6 +613,88 @@ impl<'p, F: Fabric> Requester<'p, F> {
             CallKind::Chunked => self.stats.chunked_calls += 1,
             CallKind::Long => self.stats.long_calls += 1,
         }
+        // The Call is on its way: repost receives while the responder works.
+        self.refill_recvs();
+        Ok(CallId(i))
+    }
+
+    /// The slot's header buffer (transport header and inline Call), taken
+    /// from the pool on the slot's first use.
+    #[inline]
+    fn slot_hdr_buf(&mut self, i: u32) -> Option<BufRef> {
+        if let Some(b) = self.slot_hdr[i as usize] {
+            return Some(b);
+        }
+        let b = self.bufs.get(Class::Send)?;
+        self.slot_hdr[i as usize] = Some(b);
+        Some(b)
+    }
+
+    /// [`Requester::submit`] of a Call that goes as a Short message without
+    /// any chunk ([`plan::is_chunk_free_call`], checked by the caller): the
+    /// one-step header, the Call after it, one Send. Nothing to provision,
+    /// so no plan is built; the Reply is checked against "no chunks
+    /// advertised" like any other.
+    fn submit_chunk_free(&mut self, cb: CallBuf<'p>, len: usize) -> Result<CallId, (SubmitError, CallBuf<'p>)> {
+        let Some(i) = self.calls.alloc() else {
+            return Err((SubmitError::Busy, cb));
+        };
+        let Some(hdr) = self.slot_hdr_buf(i) else {
+            self.calls.free(i);
+            return Err((SubmitError::NoBuffers, cb));
+        };
+        // The XID carries the slot in its low bits (see `submit`); the Call's
+        // XID must match the transport header's (RFC 8166 s4.2.1).
+        let xid = ((self.next_xid << self.slot_bits) | i) & 0x7fff_ffff;
+        self.next_xid = self.next_xid.wrapping_add(1);
+        cb.bytes[..4].copy_from_slice(&xid.to_be_bytes());
+        let out = self.bufs.bytes_mut(hdr);
+        let sent = plan::encode_chunk_free_call_header(self.vers, xid, self.credits.request(), out).and_then(|h| {
+            // `is_chunk_free_call` checked header + Call against the inline
+            // threshold, which is at most our send buffer's size.
+            out.get_mut(h..h + len)?.copy_from_slice(&cb.bytes[..len]);
+            Some(h + len)
+        });
+        let (Some(send_len), Some(conn)) = (sent, self.conn) else {
+            self.calls.free(i);
+            return Err((SubmitError::TooLarge, cb));
+        };
+        let wr = SendWr::new(
+            WrId::new(TAG_CALL, i as u64),
+            SendOp::Send,
+            self.bufs.local(hdr, send_len as u32),
+            Segment::default(),
+        );
+        // Every Call in flight needs a receive posted for its Reply.
+        if self.recvs_posted <= self.credits.in_flight() {
+            self.refill_recvs();
+        }
+        if self.fabric.post_send(conn, &wr).is_err() {
+            self.calls.free(i);
+            return Err((SubmitError::NotConnected, cb));
+        }
+        let ok = self.credits.on_send();
+        debug_assert!(ok);
+        let c = self.calls.get_mut(i).expect("allocated");
+        // Every field a later use reads; `write_segs` is read only up to
+        // `write_count`.
+        c.state = CallState::InFlight;
+        c.xid = xid;
+        c.vers = self.vers;
+        c.call_buf = Some(cb.buf);
+        c.hdr_buf = Some(hdr);
+        c.write_count = 0;
+        c.reply_seg = None;
+        c.write_bufs = [None; plan::PLAN_WRITE_CHUNKS];
+        c.reply_buf = None;
+        c.recv = None;
+        c.recv_len = 0;
+        c.send_done = false;
+        c.replied = false;
+        c.layout = None;
+        c.outcome = None;
+        self.stats.calls += 1;
+        self.stats.short_calls += 1;
         // The Call is on its way: repost receives while the responder works.
         self.refill_recvs();
         Ok(CallId(i))

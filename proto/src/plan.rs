@@ -1741,6 +1741,61 @@ pub fn encode_reply_header(
     Ok(len)
 }
 
+/// Whether [`plan_call`] would convey this Call as a Short message with no
+/// chunk at all (RFC 8166 s3.5.1): no Read chunk, no Write chunk to
+/// provision and no Reply chunk, because the Call and the largest reply both
+/// fit inline with the 28-byte (v1) or 36-byte (v2) chunk-free header. Such
+/// a Call's header is [`encode_chunk_free_call_header`]'s. Tested against
+/// `plan_call` in `chunk_free_call_agrees_with_plan_call`.
+///
+/// May be called from any core.
+#[inline]
+pub fn is_chunk_free_call(call_len: usize, items: &[DdpItem], needs: &ReplyNeeds, p: &CallParams) -> bool {
+    let Ok(fixed) = fixed_len(p.vers) else { return false };
+    let Ok(len) = u32::try_from(call_len) else { return false };
+    // Every Write chunk the reply needs would be provisioned with DDP on;
+    // with it off, the results count in the reply (padded).
+    let mut reply_bound = needs.max_reply_size as u64;
+    if !needs.write_chunks.is_empty() {
+        if p.ddp {
+            return false;
+        }
+        reply_bound += needs
+            .write_chunks
+            .iter()
+            .map(|&n| n as u64 + pad4(n as u64))
+            .sum::<u64>();
+    }
+    // Prefix, then three empty lists (one word each).
+    let hdr = fixed + 12;
+    hdr + reply_bound <= p.reply_inline_max as u64
+        && hdr + len as u64 <= p.call_inline_max as u64
+        && check_items(items, len as u64).is_ok()
+}
+
+/// The transport header of a chunk-free Call ([`is_chunk_free_call`]) in one
+/// step: v1 `xid 1 credit RDMA_MSG 0 0 0` (28 bytes), v2 `xid 2 credit
+/// RDMA2_MSG 0 0 0 0 0` (36 bytes: flags 0, `rdma_inv_handle` 0, three empty
+/// lists). The bytes [`encode_call_header`] writes for such a Call with
+/// `inv_handle` 0. `None` for another version or a buffer too short.
+///
+/// May be called from any core.
+#[inline]
+pub fn encode_chunk_free_call_header(vers: u32, xid: u32, credits: u32, buf: &mut [u8]) -> Option<usize> {
+    let len = match vers {
+        RPCRDMA_VERSION_1 => 28,
+        RPCRDMA_VERSION_2 => 36,
+        _ => return None,
+    };
+    let mut w = Writer::new(buf.get_mut(..len)?);
+    let done = if vers == RPCRDMA_VERSION_2 {
+        w.put_u32s([xid, vers, credits, RDMA_MSG, 0, 0, 0, 0, 0])
+    } else {
+        w.put_u32s([xid, vers, credits, RDMA_MSG, 0, 0, 0])
+    };
+    done.ok().map(|()| len)
+}
+
 /// The transport header of a Short reply to a Call that carried no chunks,
 /// in one step: v1 `xid 1 credit RDMA_MSG 0 0 0` (28 bytes, RFC 8166 s4.2),
 /// v2 `xid 2 credit RDMA2_MSG flags|RESPONSE 0 0 0 0` (36 bytes: prefix,
@@ -1770,6 +1825,71 @@ pub fn encode_short_reply_header(vers: u32, xid: u32, credits: u32, flags: u32, 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `is_chunk_free_call` says yes exactly when `plan_call` makes a Short
+    /// plan without chunks, and the one-step Call header is the planner's.
+    #[test]
+    fn chunk_free_call_agrees_with_plan_call() {
+        use proptest::prelude::*;
+        let case = (
+            0usize..3000,
+            proptest::collection::vec((0u32..3000, 0u32..600), 0..2),
+            proptest::collection::vec(0u32..5000, 0..2),
+            0u32..5000,
+            prop_oneof![Just(1u32), Just(2u32), Just(3u32)],
+            (0u32..4200, 0u32..4200, any::<bool>()),
+        );
+        let mut runner = proptest::test_runner::TestRunner::new(proptest::test_runner::Config {
+            cases: 20_000,
+            ..Default::default()
+        });
+        let hits = std::cell::Cell::new([0u32; 2]);
+        runner
+            .run(
+                &(case, 0u32..6, 0u32..6),
+                |((len, items, writes, max_reply, vers, (cmax, rmax, ddp)), cb, rb)| {
+                    // Thresholds at the edges half of the time: exactly the
+                    // chunk-free header plus the Call (or the reply), or one off.
+                    let hdr = if vers == 2 { 36 } else { 28 };
+                    let edge = |sel: u32, need: u32, random: u32| if sel < 3 { need + sel - 1 } else { random };
+                    let cmax = edge(cb, hdr + len as u32, cmax);
+                    let rmax = edge(rb, hdr + max_reply, rmax);
+                    let items: Vec<DdpItem> = items.iter().map(|&(offset, len)| DdpItem { offset, len }).collect();
+                    let needs = ReplyNeeds::new(&writes, max_reply).expect("at most 2");
+                    let p = CallParams {
+                        vers,
+                        call_inline_max: cmax,
+                        reply_inline_max: rmax,
+                        ddp,
+                        max_segments_per_chunk: 1,
+                        pad_read_chunks: false,
+                    };
+                    let fast = is_chunk_free_call(len, &items, &needs, &p);
+                    let planned = plan_call(len, &items, &needs, &p);
+                    let chunk_free = planned.as_ref().is_ok_and(|c| {
+                        c.kind == CallKind::Short
+                            && c.reads.is_empty()
+                            && c.write_chunks.is_empty()
+                            && c.reply_chunk.is_none()
+                    });
+                    prop_assert_eq!(fast, chunk_free, "{:?}", planned);
+                    let mut h = hits.get();
+                    h[fast as usize] += 1;
+                    hits.set(h);
+                    if let (true, Ok(plan)) = (fast, planned) {
+                        let (mut a, mut b) = ([0xeeu8; 64], [0xeeu8; 64]);
+                        let n = encode_call_header(&plan, 9, 5, 0, &[], &[], None, &mut a).expect("planned header");
+                        let m = encode_chunk_free_call_header(vers, 9, 5, &mut b).expect("one step");
+                        prop_assert_eq!((n, &a[..]), (m, &b[..]));
+                    }
+                    Ok(())
+                },
+            )
+            .unwrap();
+        let h = hits.get();
+        assert!(h[0] > 1000 && h[1] > 1000, "both answers exercised: {h:?}");
+        assert_eq!(encode_chunk_free_call_header(1, 1, 1, &mut [0u8; 27]), None);
+    }
 
     /// The one-step Short reply header equals what the planner writes for a
     /// chunk-free Call, in both versions, whatever the credits and flags.
