@@ -1255,6 +1255,25 @@ pub fn plan_reads_into(h: &Header<'_>, limits: &ReadLimits, plan: &mut ReadPlan)
         }
     };
     let reads = &chunks.reads;
+    if reads.is_empty() && !nomsg {
+        // No Read chunk (most Calls): the Call is the inline payload alone.
+        let inline_len = to_u32(payload.len() as u64)?;
+        plan.kind = CallKind::Short;
+        plan.pieces.clear();
+        plan.chunk_offsets.clear();
+        plan.read_bytes = 0;
+        plan.data_area_len = 0;
+        plan.inline_len = inline_len;
+        plan.stream_len = inline_len;
+        if inline_len > 0 {
+            // Capacity: a cleared vector takes one piece.
+            let _ = plan.pieces.push(Piece::Inline {
+                start: 0,
+                len: inline_len,
+            });
+        }
+        return Ok(());
+    }
     let max_chunks = limits.max_chunks.min(PLAN_READ_CHUNKS as u32);
     if reads.chunk_count() > max_chunks as usize {
         return Err(PlanError::TooManyReadChunks { max: max_chunks });
