@@ -573,20 +573,7 @@ impl<'p, F: Fabric> Requester<'p, F> {
             out[send_len..send_len + src.len()].copy_from_slice(src);
             send_len += src.len();
         }
-        let Some(conn) = self.conn else {
-            unreachable!("Ready implies a connection");
-        };
-        let wr = SendWr::new(
-            WrId::new(TAG_CALL, i as u64),
-            SendOp::Send,
-            self.bufs.local(hdr, send_len as u32),
-            Segment::default(),
-        );
-        // Every Call in flight needs a receive posted for its Reply.
-        if self.recvs_posted <= self.credits.in_flight() {
-            self.refill_recvs();
-        }
-        if self.fabric.post_send(conn, &wr).is_err() {
+        if !self.post_call(i, hdr, send_len) {
             self.calls.free(i);
             self.bufs.put_all([rbuf]);
             self.bufs.put_all(wbufs);
@@ -616,6 +603,25 @@ impl<'p, F: Fabric> Requester<'p, F> {
         // The Call is on its way: repost receives while the responder works.
         self.refill_recvs();
         Ok(CallId(i))
+    }
+
+    /// Send call slot `i`'s header buffer `hdr` (`send_len` bytes: transport
+    /// header and inline Call), first making sure a receive waits for every
+    /// Reply in flight. `false` when the fabric refused the Send.
+    #[inline]
+    fn post_call(&mut self, i: u32, hdr: BufRef, send_len: usize) -> bool {
+        let Some(conn) = self.conn else { return false };
+        let wr = SendWr::new(
+            WrId::new(TAG_CALL, i as u64),
+            SendOp::Send,
+            self.bufs.local(hdr, send_len as u32),
+            Segment::default(),
+        );
+        // Every Call in flight needs a receive posted for its Reply.
+        if self.recvs_posted <= self.credits.in_flight() {
+            self.refill_recvs();
+        }
+        self.fabric.post_send(conn, &wr).is_ok()
     }
 
     /// The slot's header buffer (transport header and inline Call), taken
@@ -655,21 +661,11 @@ impl<'p, F: Fabric> Requester<'p, F> {
             out.get_mut(h..h + len)?.copy_from_slice(&cb.bytes[..len]);
             Some(h + len)
         });
-        let (Some(send_len), Some(conn)) = (sent, self.conn) else {
+        let Some(send_len) = sent else {
             self.calls.free(i);
             return Err((SubmitError::TooLarge, cb));
         };
-        let wr = SendWr::new(
-            WrId::new(TAG_CALL, i as u64),
-            SendOp::Send,
-            self.bufs.local(hdr, send_len as u32),
-            Segment::default(),
-        );
-        // Every Call in flight needs a receive posted for its Reply.
-        if self.recvs_posted <= self.credits.in_flight() {
-            self.refill_recvs();
-        }
-        if self.fabric.post_send(conn, &wr).is_err() {
+        if !self.post_call(i, hdr, send_len) {
             self.calls.free(i);
             return Err((SubmitError::NotConnected, cb));
         }

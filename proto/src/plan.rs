@@ -1801,18 +1801,7 @@ pub fn is_chunk_free_call(call_len: usize, items: &[DdpItem], needs: &ReplyNeeds
 /// May be called from any core.
 #[inline]
 pub fn encode_chunk_free_call_header(vers: u32, xid: u32, credits: u32, buf: &mut [u8]) -> Option<usize> {
-    let len = match vers {
-        RPCRDMA_VERSION_1 => 28,
-        RPCRDMA_VERSION_2 => 36,
-        _ => return None,
-    };
-    let mut w = Writer::new(buf.get_mut(..len)?);
-    let done = if vers == RPCRDMA_VERSION_2 {
-        w.put_u32s([xid, vers, credits, RDMA_MSG, 0, 0, 0, 0, 0])
-    } else {
-        w.put_u32s([xid, vers, credits, RDMA_MSG, 0, 0, 0])
-    };
-    done.ok().map(|()| len)
+    encode_chunk_free_header(vers, xid, credits, 0, buf)
 }
 
 /// The transport header of a Short reply to a Call that carried no chunks,
@@ -1827,6 +1816,14 @@ pub fn encode_chunk_free_call_header(vers: u32, xid: u32, credits: u32, buf: &mu
 /// May be called from any core.
 #[inline]
 pub fn encode_short_reply_header(vers: u32, xid: u32, credits: u32, flags: u32, buf: &mut [u8]) -> Option<usize> {
+    encode_chunk_free_header(vers, xid, credits, flags | RPCRDMA2_F_RESPONSE, buf)
+}
+
+/// An RDMA_MSG / RDMA2_MSG header with three empty chunk lists: v1 `xid 1
+/// credit RDMA_MSG 0 0 0`; v2 `xid 2 credit RDMA2_MSG flags 0 0 0 0`
+/// (`rdma_inv_handle` 0). `flags` is ignored in v1, which has none.
+#[inline]
+fn encode_chunk_free_header(vers: u32, xid: u32, credits: u32, flags: u32, buf: &mut [u8]) -> Option<usize> {
     let len = match vers {
         RPCRDMA_VERSION_1 => 28,
         RPCRDMA_VERSION_2 => 36,
@@ -1834,7 +1831,7 @@ pub fn encode_short_reply_header(vers: u32, xid: u32, credits: u32, flags: u32, 
     };
     let mut w = Writer::new(buf.get_mut(..len)?);
     let done = if vers == RPCRDMA_VERSION_2 {
-        w.put_u32s([xid, vers, credits, RDMA_MSG, flags | RPCRDMA2_F_RESPONSE, 0, 0, 0, 0])
+        w.put_u32s([xid, vers, credits, RDMA_MSG, flags, 0, 0, 0, 0])
     } else {
         w.put_u32s([xid, vers, credits, RDMA_MSG, 0, 0, 0])
     };

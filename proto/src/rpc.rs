@@ -337,22 +337,6 @@ pub fn encode_call_header(w: &mut Writer<'_>, hdr: &CallHeader<'_>) -> Result<()
         return Err(EncodeError::Unrepresentable { field: "verf.body" });
     }
     // The room for all of it was checked above.
-    if hdr.cred.body.is_empty() && hdr.verf.body.is_empty() {
-        // Both bodies empty (AUTH_NONE, as NULL Calls and tests send): the
-        // ten words at once.
-        return w.put_u32s([
-            hdr.xid,
-            CALL,
-            hdr.rpcvers,
-            hdr.prog,
-            hdr.vers,
-            hdr.proc_,
-            hdr.cred.flavor,
-            0,
-            hdr.verf.flavor,
-            0,
-        ]);
-    }
     w.put_u32s([
         hdr.xid,
         CALL,
@@ -363,9 +347,15 @@ pub fn encode_call_header(w: &mut Writer<'_>, hdr: &CallHeader<'_>) -> Result<()
         hdr.cred.flavor,
         hdr.cred.body.len() as u32,
     ])?;
-    w.put_opaque_fixed(hdr.cred.body)?;
+    // Empty bodies (AUTH_NONE) write nothing: skip the calls.
+    if !hdr.cred.body.is_empty() {
+        w.put_opaque_fixed(hdr.cred.body)?;
+    }
     w.put_u32s([hdr.verf.flavor, hdr.verf.body.len() as u32])?;
-    w.put_opaque_fixed(hdr.verf.body)
+    if !hdr.verf.body.is_empty() {
+        w.put_opaque_fixed(hdr.verf.body)?;
+    }
+    Ok(())
 }
 
 // ---------------------------------------------------------------------------
