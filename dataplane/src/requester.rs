@@ -205,6 +205,9 @@ struct Call {
     reply_buf: Option<BufRef>,
     recv: Option<BufRef>,
     recv_len: u32,
+    /// Where the Reply's RPC message starts in `recv` (its transport
+    /// header's length), for a Short reply.
+    payload_at: u32,
     send_done: bool,
     replied: bool,
     layout: Option<ReplyLayout>,
@@ -685,6 +688,7 @@ impl<'p, F: Fabric> Requester<'p, F> {
         c.reply_buf = None;
         c.recv = None;
         c.recv_len = 0;
+        c.payload_at = 0;
         c.send_done = false;
         c.replied = false;
         c.layout = None;
@@ -710,10 +714,9 @@ impl<'p, F: Fabric> Requester<'p, F> {
         let layout = c.layout?;
         let reduced = match layout.kind {
             ReplyKind::Short => {
+                // Decoded and checked when it arrived (`handle_recv`).
                 let recv = self.bufs.bytes(c.recv?);
-                let msg = &recv[..c.recv_len as usize];
-                let h = header::decode(msg, &self.cfg.limits).ok()?;
-                h.payload()?
+                recv.get(c.payload_at as usize..c.recv_len as usize)?
             }
             ReplyKind::Long => &self.bufs.bytes(c.reply_buf?)[..layout.reduced_len as usize],
         };
@@ -1030,6 +1033,10 @@ impl<'p, F: Fabric> Requester<'p, F> {
         let cm = self.calls.get_mut(i).expect("found");
         cm.recv = Some(b);
         cm.recv_len = len as u32;
+        cm.payload_at = match h.body {
+            Body::Msg { payload_offset, .. } => payload_offset as u32,
+            _ => 0,
+        };
         cm.replied = true;
         cm.outcome = Some(outcome);
         // A reply implies the Send was delivered; its completion may still be
