@@ -451,7 +451,7 @@ impl<'p, F: Fabric> Requester<'p, F> {
     /// caller inside the error tuple.
     pub fn submit(
         &mut self,
-        cb: CallBuf<'p>,
+        mut cb: CallBuf<'p>,
         len: usize,
         items: &[DdpItem],
         needs: &ReplyNeeds,
@@ -529,12 +529,7 @@ impl<'p, F: Fabric> Requester<'p, F> {
             self.bufs.put_all(wbufs);
             return Err((SubmitError::NoBuffers, cb));
         }
-        // The XID carries the slot in its low bits, so a Reply finds its Call
-        // with an array index (checked against the stored XID).
-        let xid = ((self.next_xid << self.slot_bits) | i) & 0x7fff_ffff;
-        self.next_xid = self.next_xid.wrapping_add(1);
-        // The Call's XID must match the transport header's (RFC 8166 s4.2.1).
-        cb.bytes[..4].copy_from_slice(&xid.to_be_bytes());
+        let xid = self.stamp_xid(i, &mut cb);
         // Segments: one per chunk, straight from registered buffers.
         let mut read_segs = [[Segment::default(); 1]; plan::PLAN_READ_CHUNKS];
         for (k, r) in plan.reads.iter().enumerate() {
@@ -627,6 +622,18 @@ impl<'p, F: Fabric> Requester<'p, F> {
         self.fabric.post_send(conn, &wr).is_ok()
     }
 
+    /// The XID of a new Call in slot `i`, written into its first word. The
+    /// XID carries the slot in its low bits, so a Reply finds its Call with
+    /// an array index (checked against the stored XID); it must equal the
+    /// transport header's (RFC 8166 s4.2.1).
+    #[inline]
+    fn stamp_xid(&mut self, i: u32, cb: &mut CallBuf<'p>) -> u32 {
+        let xid = ((self.next_xid << self.slot_bits) | i) & 0x7fff_ffff;
+        self.next_xid = self.next_xid.wrapping_add(1);
+        cb.bytes[..4].copy_from_slice(&xid.to_be_bytes());
+        xid
+    }
+
     /// The slot's header buffer (transport header and inline Call), taken
     /// from the pool on the slot's first use.
     #[inline]
@@ -644,7 +651,7 @@ impl<'p, F: Fabric> Requester<'p, F> {
     /// one-step header, the Call after it, one Send. Nothing to provision,
     /// so no plan is built; the Reply is checked against "no chunks
     /// advertised" like any other.
-    fn submit_chunk_free(&mut self, cb: CallBuf<'p>, len: usize) -> Result<CallId, (SubmitError, CallBuf<'p>)> {
+    fn submit_chunk_free(&mut self, mut cb: CallBuf<'p>, len: usize) -> Result<CallId, (SubmitError, CallBuf<'p>)> {
         let Some(i) = self.calls.alloc() else {
             return Err((SubmitError::Busy, cb));
         };
@@ -652,11 +659,7 @@ impl<'p, F: Fabric> Requester<'p, F> {
             self.calls.free(i);
             return Err((SubmitError::NoBuffers, cb));
         };
-        // The XID carries the slot in its low bits (see `submit`); the Call's
-        // XID must match the transport header's (RFC 8166 s4.2.1).
-        let xid = ((self.next_xid << self.slot_bits) | i) & 0x7fff_ffff;
-        self.next_xid = self.next_xid.wrapping_add(1);
-        cb.bytes[..4].copy_from_slice(&xid.to_be_bytes());
+        let xid = self.stamp_xid(i, &mut cb);
         let out = self.bufs.bytes_mut(hdr);
         let sent = plan::encode_chunk_free_call_header(self.vers, xid, self.credits.request(), out).and_then(|h| {
             // `is_chunk_free_call` checked header + Call against the inline
@@ -674,25 +677,19 @@ impl<'p, F: Fabric> Requester<'p, F> {
         }
         let ok = self.credits.on_send();
         debug_assert!(ok);
+        let vers = self.vers;
         let c = self.calls.get_mut(i).expect("allocated");
-        // Every field a later use reads; `write_segs` is read only up to
-        // `write_count`.
-        c.state = CallState::InFlight;
-        c.xid = xid;
-        c.vers = self.vers;
-        c.call_buf = Some(cb.buf);
-        c.hdr_buf = Some(hdr);
-        c.write_count = 0;
-        c.reply_seg = None;
-        c.write_bufs = [None; plan::PLAN_WRITE_CHUNKS];
-        c.reply_buf = None;
-        c.recv = None;
-        c.recv_len = 0;
-        c.payload_at = 0;
-        c.send_done = false;
-        c.replied = false;
-        c.layout = None;
-        c.outcome = None;
+        // A fresh slot; `write_segs` (read only up to `write_count`, 0 here)
+        // is left as it was rather than rewritten.
+        *c = Call {
+            state: CallState::InFlight,
+            xid,
+            vers,
+            call_buf: Some(cb.buf),
+            hdr_buf: Some(hdr),
+            write_segs: c.write_segs,
+            ..Call::default()
+        };
         self.stats.calls += 1;
         self.stats.short_calls += 1;
         // The Call is on its way: repost receives while the responder works.

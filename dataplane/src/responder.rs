@@ -1183,10 +1183,9 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         // one-step Short header and the reply after it. This is the Short
         // plan `plan_reply` would make (RFC 8166 s3.5.2; draft s4.3.2):
         // header, then the reply with its DDP items left inline.
-        if r.chunk_free {
-            let hdr_len = if vers == RPCRDMA_VERSION_2 { 36 } else { 28 };
+        if let (true, Some(hdr_len)) = (r.chunk_free, plan::chunk_free_header_len(vers)) {
             let len = shape.stream_len();
-            if hdr_len + len <= u64::from(send_max.min(send_size)) && plan::items_valid(shape.items(), len) {
+            if hdr_len as u64 + len <= u64::from(send_max.min(send_size)) && plan::items_valid(shape.items(), len) {
                 let rr = reqs.get_mut(i).expect("live");
                 rr.shape = shape;
                 rr.reply = None;
@@ -1367,17 +1366,7 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         let (kind, reduced) = (plan.kind, !plan.reduced_items().is_empty());
         let writes = posted - u32::from(!err);
         let conn = r.conn;
-        {
-            let rr = reqs.get_mut(i).expect("live");
-            rr.wr_out += posted;
-            rr.state = ReqState::Sending;
-        }
-        if let Some(c) = conns.get_mut(conn).and_then(Option::as_mut) {
-            c.sq_used += posted;
-            if !err {
-                c.credits.on_reply(grant);
-            }
-        }
+        self.reply_posted(i, conn, posted, (!err).then_some(grant));
         let stats = &mut self.stats;
         stats.rdma_writes += writes as u64;
         if err {
@@ -1405,21 +1394,10 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
     /// `short_reply_header_equals_the_planned_one`, and the engine scenarios,
     /// which check every reply byte for byte).
     fn send_short_reply(&mut self, i: u32, conn_id: ConnId, grant: u32) -> Step {
-        let Self {
-            reqs,
-            conns,
-            bufs,
-            fabric,
-            ..
-        } = self;
+        let Self { reqs, bufs, fabric, .. } = self;
         let r = reqs.get(i).expect("live");
         let (Some(send_b), Some(head_b)) = (r.send_buf, r.head_buf) else {
             return Step::Wait;
-        };
-        let flags = if r.vers == RPCRDMA_VERSION_2 {
-            RPCRDMA2_F_RESPONSE
-        } else {
-            0
         };
         let (head_len, data_len, pad) = (
             r.shape.head_len as usize,
@@ -1428,7 +1406,8 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         );
         let out = bufs.bytes_mut(send_b);
         let head = bufs.bytes(head_b);
-        let Some(hdr_len) = plan::encode_short_reply_header(r.vers, r.xid, grant, flags, out) else {
+        // No flags beyond RESPONSE, which the encoder sets in v2.
+        let Some(hdr_len) = plan::encode_short_reply_header(r.vers, r.xid, grant, 0, out) else {
             return self.control(i, Control::ErrorV1(header::V1Error::Chunk));
         };
         let end = hdr_len + head_len;
@@ -1463,18 +1442,28 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
             self.kill_conn(conn, true);
             return Step::Wait;
         }
-        let rr = reqs.get_mut(i).expect("live");
-        rr.wr_out += 1;
-        rr.state = ReqState::Sending;
-        if let Some(c) = conns.get_mut(conn).and_then(Option::as_mut) {
-            c.sq_used += 1;
-            c.credits.on_reply(grant);
-        }
+        self.reply_posted(i, conn, 1, Some(grant));
         let stats = &mut self.stats;
         stats.sends_with_invalidate += matches!(op, SendOp::SendWithInv { .. }) as u64;
         stats.replies += 1;
         stats.replies_inline += 1;
         Step::Wait
+    }
+
+    /// Account a reply's `posted` work requests on request `i` (now
+    /// Sending) and on its connection `conn`; `grant` is the credit grant
+    /// the reply carries, `None` when its Send was not posted.
+    fn reply_posted(&mut self, i: u32, conn: u32, posted: u32, grant: Option<u32>) {
+        if let Some(rr) = self.reqs.get_mut(i) {
+            rr.wr_out += posted;
+            rr.state = ReqState::Sending;
+        }
+        if let Some(c) = self.conns.get_mut(conn).and_then(Option::as_mut) {
+            c.sq_used += posted;
+            if let Some(g) = grant {
+                c.credits.on_reply(g);
+            }
+        }
     }
 
     /// Send an error reply or a CONNPROP answer.

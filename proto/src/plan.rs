@@ -1819,16 +1819,26 @@ pub fn encode_short_reply_header(vers: u32, xid: u32, credits: u32, flags: u32, 
     encode_chunk_free_header(vers, xid, credits, flags | RPCRDMA2_F_RESPONSE, buf)
 }
 
+/// Length of an RDMA_MSG / RDMA2_MSG header with three empty chunk lists:
+/// 28 bytes in v1 (prefix, three list words), 36 in v2 (prefix with
+/// `rdma_htype` and `rdma_flags`, `rdma_inv_handle`, three list words);
+/// `None` for another version.
+///
+/// May be called from any core.
+pub const fn chunk_free_header_len(vers: u32) -> Option<usize> {
+    match vers {
+        RPCRDMA_VERSION_1 => Some(V1_PREFIX_LEN + 12),
+        RPCRDMA_VERSION_2 => Some(V2_PREFIX_LEN + 16),
+        _ => None,
+    }
+}
+
 /// An RDMA_MSG / RDMA2_MSG header with three empty chunk lists: v1 `xid 1
 /// credit RDMA_MSG 0 0 0`; v2 `xid 2 credit RDMA2_MSG flags 0 0 0 0`
 /// (`rdma_inv_handle` 0). `flags` is ignored in v1, which has none.
 #[inline]
 fn encode_chunk_free_header(vers: u32, xid: u32, credits: u32, flags: u32, buf: &mut [u8]) -> Option<usize> {
-    let len = match vers {
-        RPCRDMA_VERSION_1 => 28,
-        RPCRDMA_VERSION_2 => 36,
-        _ => return None,
-    };
+    let len = chunk_free_header_len(vers)?;
     let mut w = Writer::new(buf.get_mut(..len)?);
     let done = if vers == RPCRDMA_VERSION_2 {
         w.put_u32s([xid, vers, credits, RDMA_MSG, flags, 0, 0, 0, 0])
