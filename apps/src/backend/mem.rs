@@ -1,7 +1,9 @@
 //! The `mem` backend: a RAM file system, like SPDK's malloc bdev with a
 //! namespace on top.
 //!
-//! The data arena is allocated once, at start-up, and carved into fixed
+//! The data arena is mapped once, at start-up (memory is taken as blocks are
+//! first written, in 2 MiB transparent huge pages where the kernel offers
+//! them), and carved into fixed
 //! [`MEM_BLOCK_BYTES`] blocks handed out from a free list; a file's data is a
 //! sparse map from file block number to arena block (holes read as zeros).
 //! When the free list is empty a write or a size extension that needs a block
@@ -710,18 +712,29 @@ impl BlockMap {
 /// can back all of it.
 const ARENA_ALIGN_BYTES: usize = 2 << 20;
 
-/// The data arena: one zero-filled allocation, aligned to 2 MiB and advised
-/// `MADV_HUGEPAGE`, so a random 4 KiB READ costs no page walk that misses
-/// the caches (the advice is best effort; without transparent huge pages the
-/// arena is normal pages). Allocated zeroed rather than written, so the
-/// system hands out zero pages lazily (a large arena costs nothing until
-/// used), and a failed allocation is an error rather than an abort.
+/// The data arena: one anonymous private mapping, aligned to 2 MiB and
+/// advised `MADV_HUGEPAGE` before any byte of it is touched, so that the
+/// first write to each 2 MiB piece faults in a huge page and a random 4 KiB
+/// READ costs no page walk that misses the caches. The advice is best
+/// effort: without transparent huge pages the arena is normal pages.
+///
+/// It is mapped rather than allocated: `alloc_zeroed` with a 2 MiB alignment
+/// fills the whole allocation with zeros itself, which faults every page in
+/// as a small page before the advice can apply (so a 256 MiB arena ended up
+/// almost entirely in 4 KiB pages, and a random READ paid a TLB miss), and
+/// costs the whole size in memory at start-up. A fresh anonymous mapping
+/// reads as zeros and takes memory only as blocks are first written.
 struct Arena {
+    /// Start of the 2 MiB-aligned part of the mapping.
     ptr: std::ptr::NonNull<u8>,
-    layout: std::alloc::Layout,
+    /// Bytes usable from `ptr`.
+    len: usize,
+    /// The whole mapping, as `mmap` returned it (for `munmap`).
+    map: std::ptr::NonNull<u8>,
+    map_len: usize,
 }
 
-// SAFETY: `Arena` owns its allocation exclusively (like `Box<[u8]>`); access
+// SAFETY: `Arena` owns its mapping exclusively (like `Box<[u8]>`); access
 // goes through `&`/`&mut` borrows of it, which the borrow checker orders.
 unsafe impl Send for Arena {}
 // SAFETY: as above; `&Arena` only gives out `&[u8]`.
@@ -729,41 +742,63 @@ unsafe impl Sync for Arena {}
 
 impl Arena {
     fn new(len: usize) -> FsResult<Arena> {
-        let layout = std::alloc::Layout::from_size_align(len, ARENA_ALIGN_BYTES).map_err(|_| FsError::FBig)?;
-        if layout.size() == 0 {
+        if len == 0 {
             return Err(FsError::Inval);
         }
-        // SAFETY: the layout has a non-zero size.
-        let p = unsafe { std::alloc::alloc_zeroed(layout) };
-        let ptr = std::ptr::NonNull::new(p).ok_or(FsError::NoSpc)?;
-        // SAFETY: `p..p + len` is the allocation just made, page aligned;
-        // `madvise` only changes how the kernel backs it, and its failure
-        // (no transparent huge pages) is harmless, so its result is ignored.
-        let _ = unsafe { libc::madvise(p.cast(), len, libc::MADV_HUGEPAGE) };
-        Ok(Arena { ptr, layout })
+        // Over-map by one alignment so a 2 MiB-aligned start fits inside.
+        let map_len = len.checked_add(ARENA_ALIGN_BYTES).ok_or(FsError::FBig)?;
+        // SAFETY: a new anonymous private mapping at an address the kernel
+        // chooses; no existing memory is affected.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                map_len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(FsError::NoSpc);
+        }
+        let map = std::ptr::NonNull::new(p.cast::<u8>()).ok_or(FsError::NoSpc)?;
+        let skip = (ARENA_ALIGN_BYTES - (p as usize) % ARENA_ALIGN_BYTES) % ARENA_ALIGN_BYTES;
+        // SAFETY: `skip < ARENA_ALIGN_BYTES`, so `p + skip .. p + skip + len`
+        // lies inside the `map_len = len + ARENA_ALIGN_BYTES` bytes mapped.
+        let start = unsafe { map.as_ptr().add(skip) };
+        // SAFETY: `start..start + len` is inside the mapping just made and
+        // nothing has touched it yet; `madvise` only changes how the kernel
+        // backs it, and its failure (no transparent huge pages) is harmless,
+        // so its result is ignored.
+        let _ = unsafe { libc::madvise(start.cast(), len, libc::MADV_HUGEPAGE) };
+        let ptr = std::ptr::NonNull::new(start).ok_or(FsError::NoSpc)?;
+        Ok(Arena { ptr, len, map, map_len })
     }
 }
 
 impl std::ops::Deref for Arena {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
-        // SAFETY: `ptr` points to `layout.size()` initialised (zeroed)
-        // bytes owned by `self`, alive until drop.
-        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.layout.size()) }
+        // SAFETY: `ptr..ptr + len` is inside a readable, writable mapping
+        // owned by `self` (anonymous memory reads as zeros until written),
+        // alive until drop.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
     }
 }
 
 impl std::ops::DerefMut for Arena {
     fn deref_mut(&mut self) -> &mut [u8] {
         // SAFETY: as in `deref`, and `&mut self` makes this the only borrow.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.layout.size()) }
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
     }
 }
 
 impl Drop for Arena {
     fn drop(&mut self) {
-        // SAFETY: allocated in `Arena::new` with exactly this layout.
-        unsafe { std::alloc::dealloc(self.ptr.as_ptr(), self.layout) }
+        // SAFETY: `map..map + map_len` is exactly the mapping made in
+        // `Arena::new`, and no borrow of it outlives `self`.
+        unsafe { libc::munmap(self.map.as_ptr().cast(), self.map_len) };
     }
 }
 
@@ -1257,6 +1292,61 @@ impl IoChannel for MemChannel {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The kB of `field` (e.g. `AnonHugePages`) of the mapping of this
+    /// process that contains `addr`, from `/proc/self/smaps`.
+    fn smaps_kb(addr: usize, field: &str) -> Option<u64> {
+        let smaps = std::fs::read_to_string("/proc/self/smaps").ok()?;
+        let mut inside = false;
+        for line in smaps.lines() {
+            let first = line.split_whitespace().next().unwrap_or("");
+            if let Some((lo, hi)) = first.split_once('-') {
+                if let (Ok(lo), Ok(hi)) = (usize::from_str_radix(lo, 16), usize::from_str_radix(hi, 16)) {
+                    inside = lo <= addr && addr < hi;
+                    continue;
+                }
+            }
+            if inside {
+                if let Some(rest) = line.strip_prefix(field).and_then(|r| r.strip_prefix(':')) {
+                    return rest.trim().trim_end_matches("kB").trim().parse().ok();
+                }
+            }
+        }
+        None
+    }
+
+    /// The arena starts on a 2 MiB boundary, reads as zeros, takes memory only
+    /// where written, and (where the kernel offers transparent huge pages for
+    /// advised memory) is backed by huge pages once written: the advice must
+    /// come before the first touch, which `alloc_zeroed` did not allow.
+    #[test]
+    fn arena_is_aligned_lazy_and_huge_page_backed() {
+        const LEN: usize = 64 << 20;
+        let mut a = Arena::new(LEN).unwrap();
+        let p = a.as_ptr() as usize;
+        assert_eq!(p % ARENA_ALIGN_BYTES, 0, "2 MiB aligned");
+        assert_eq!(a.len(), LEN);
+        assert!(a[..4096].iter().all(|&b| b == 0) && a[LEN - 4096..].iter().all(|&b| b == 0));
+        // Nothing written yet: no memory taken beyond what the reads faulted.
+        let rss_kb = smaps_kb(p, "Rss").expect("the arena is a mapping of its own");
+        assert!(rss_kb <= 8 << 10, "untouched arena resident: {rss_kb} kB");
+        // Write 8 MiB (four huge pages' worth) in the middle.
+        let at = 16 << 20;
+        a[at..at + (8 << 20)].fill(0xa5);
+        assert_eq!(a[at + 12345], 0xa5);
+        assert_eq!(a[at - 1], 0);
+        let thp = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").unwrap_or_default();
+        if thp.contains("[always]") || thp.contains("[madvise]") {
+            let huge_kb = smaps_kb(p, "AnonHugePages").unwrap_or(0);
+            assert!(
+                huge_kb >= 2 << 10,
+                "THP is on ({}) but the written arena has {huge_kb} kB of huge pages",
+                thp.trim()
+            );
+        }
+        let e = Arena::new(0).map(|_| ()).unwrap_err();
+        assert_eq!(e, FsError::Inval);
+    }
 
     /// `BlockMap` against a `BTreeMap` with one key per block, over random
     /// inserts, lookups, range counts and truncations around leaf edges.

@@ -94,6 +94,22 @@ fn run(cfg: Config) -> anyhow::Result<()> {
             "engine totals"
         );
     }
+    for c in &stats.cores {
+        let busy_pct = if c.busy_ns + c.idle_ns > 0 {
+            100.0 * c.busy_ns as f64 / (c.busy_ns + c.idle_ns) as f64
+        } else {
+            0.0
+        };
+        tracing::info!(
+            core = c.core,
+            cpu = c.cpu,
+            loops = c.loops,
+            busy_pct = format!("{busy_pct:.1}"),
+            ns_per_loop = (c.busy_ns + c.idle_ns).checked_div(c.loops).unwrap_or(0),
+            sleeps = c.sleeps,
+            "core totals"
+        );
+    }
     tracing::info!(tcp_calls = stats.tcp_calls, "rpcrdma-target stopped cleanly");
     Ok(())
 }

@@ -70,6 +70,9 @@ pub struct TargetStats {
     /// Per engine (core index, its counters).
     pub engines: Vec<(usize, ResponderStats)>,
     pub tcp_calls: u64,
+    /// Per reactor core: loop iterations, busy and idle time (empty when the
+    /// reactor failed to stop cleanly).
+    pub cores: Vec<reactor::CoreStats>,
 }
 
 /// A running target. Owned by the thread that started it (the admin thread).
@@ -330,9 +333,11 @@ impl Target {
 
     fn stop(&mut self) -> Result<TargetStats, TargetError> {
         let mut first_err = None;
+        let mut cores = Vec::new();
         if let Some(r) = self.reactor.take() {
-            if let Err(e) = r.shutdown() {
-                first_err = Some(TargetError::Reactor(e));
+            match r.shutdown() {
+                Ok(c) => cores = c,
+                Err(e) => first_err = Some(TargetError::Reactor(e)),
             }
         }
         let mut tcp_calls = 0;
@@ -350,6 +355,7 @@ impl Target {
         let stats = TargetStats {
             engines: std::mem::take(&mut *self.engine_stats.lock().unwrap_or_else(|e| e.into_inner())),
             tcp_calls,
+            cores,
         };
         match first_err {
             Some(e) => Err(e),
