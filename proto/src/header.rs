@@ -386,6 +386,20 @@ impl ChunkLists<'_> {
     pub fn is_empty(&self) -> bool {
         self.reads.is_empty() && self.writes.is_empty() && self.reply.is_none()
     }
+
+    /// The segment of the only chunk when the lists are the READ shape: no
+    /// Read chunk, one Write chunk of exactly one segment, no Reply chunk
+    /// (how the Linux client sends an NFS READ, and how its Reply comes
+    /// back). `None` for any other lists.
+    #[inline]
+    pub fn one_write_segment(&self) -> Option<Segment> {
+        if !self.reads.is_empty() || self.reply.is_some() || self.writes.chunks != 1 {
+            return None;
+        }
+        // One chunk: present word, count, segments (validated at decode).
+        let raw = self.writes.raw;
+        (raw.len() == 8 + SEGMENT_LEN).then(|| seg_at(raw, 8))
+    }
 }
 
 /// RDMA_ERROR body, version 1 (RFC 8166 section 4.1).
@@ -1120,7 +1134,97 @@ pub fn decode<'a>(buf: &'a [u8], limits: &Limits) -> Result<Header<'a>, DecodeEr
     if let Some(h) = decode_msg_without_chunks(buf) {
         return Ok(h);
     }
+    if let Some(h) = decode_msg_one_write_segment(buf, limits) {
+        return Ok(h);
+    }
     decode_walk(buf, limits)
+}
+
+/// The MSG payload checks of the walk, for the one-step decoders: the RPC
+/// message opens with the header's XID (RFC 8166 s4.2.1; draft s5.3.1
+/// `rdma_rpc_first_word`), and in v2 the RESPONSE flag equals the RPC
+/// msg_type (draft s3.2). `false` where the walk would return an error.
+#[inline]
+fn msg_payload_ok(vers: u32, xid: u32, flags: u32, payload: &[u8]) -> bool {
+    if payload.len() < 4 || be32(payload, 0) != xid {
+        return false;
+    }
+    if vers == RPCRDMA_VERSION_2 && payload.len() >= 8 {
+        let msg_type = be32(payload, 4);
+        if msg_type > 1 || (msg_type == 1) != (flags & RPCRDMA2_F_RESPONSE != 0) {
+            return false;
+        }
+    }
+    true
+}
+
+/// The chunked shape NFS READ travels in, in one step: an RDMA_MSG /
+/// RDMA2_MSG whose Read list is empty, whose Write list is one Write chunk
+/// of one segment, and which has no Reply chunk. The Linux client sends a
+/// READ Call like this, and the Reply that answers it has the same shape
+/// (the segment's length updated to the bytes written):
+///
+/// ```text
+/// v1: xid 1 credit RDMA_MSG                  0  1 1 handle length offset(2)  0  0  payload  (52-byte header)
+/// v2: xid 2 credit RDMA2_MSG flags inv_handle 0  1 1 handle length offset(2)  0  0  payload  (60-byte header)
+///                                            |  |   '- the one segment -'    |  '- no Reply chunk
+///                                            |  '- a Write chunk, 1 segment  '- no more Write chunks
+///                                            '- no Read list
+/// ```
+///
+/// `Some` only when [`decode_walk`] would return `Ok` with the identical
+/// header: the limits must allow one Write chunk of one segment, as the walk
+/// checks. Tested against the walk in `fast_decode_agrees_with_the_walk`.
+#[inline]
+fn decode_msg_one_write_segment<'a>(buf: &'a [u8], limits: &Limits) -> Option<Header<'a>> {
+    if buf.len() < 16 || limits.max_write_chunks == 0 || limits.max_chunk_segments == 0 {
+        return None;
+    }
+    let w = |i: usize| be32(buf, 4 * i);
+    let (xid, vers, credits) = (w(0), w(1), w(2));
+    // Offset of the Read list's first word.
+    let (lists_at, flags, inv_handle) = match vers {
+        RPCRDMA_VERSION_1 if w(3) == RDMA_MSG => (16, 0, 0),
+        RPCRDMA_VERSION_2 if w(3) == RDMA2_MSG => (24, w(4), w(5)),
+        _ => return None,
+    };
+    let header_len = lists_at + 36;
+    if buf.len() < header_len {
+        return None;
+    }
+    let l = |k: usize| be32(buf, lists_at + 4 * k);
+    if l(0) != 0 || l(1) != 1 || l(2) != 1 || l(7) != 0 || l(8) != 0 {
+        return None;
+    }
+    let payload = &buf[header_len..];
+    if !msg_payload_ok(vers, xid, flags, payload) {
+        return None;
+    }
+    Some(Header {
+        xid,
+        vers,
+        credits,
+        flags,
+        body: Body::Msg {
+            inv_handle,
+            chunks: ChunkLists {
+                reads: ReadList {
+                    raw: &buf[lists_at..lists_at],
+                    chunks: 0,
+                },
+                // The entry: present word, count, segment (the walk's
+                // `raw`, without the terminating zero word).
+                writes: WriteList {
+                    raw: &buf[lists_at + 4..lists_at + 28],
+                    chunks: 1,
+                },
+                reply: None,
+            },
+            payload_offset: header_len,
+            payload,
+        },
+        header_len,
+    })
 }
 
 /// The common case of [`decode`] in one step: an RDMA_MSG (RFC 8166 s4.2) or
@@ -1146,16 +1250,8 @@ fn decode_msg_without_chunks(buf: &[u8]) -> Option<Header<'_>> {
         _ => return None,
     };
     let payload = &buf[header_len..];
-    // check_payload: the RPC message opens with the header's XID.
-    if payload.len() < 4 || be32(payload, 0) != xid {
+    if !msg_payload_ok(vers, xid, flags, payload) {
         return None;
-    }
-    if vers == RPCRDMA_VERSION_2 && payload.len() >= 8 {
-        // s3.2: the RESPONSE flag equals the RPC msg_type.
-        let msg_type = be32(payload, 4);
-        if msg_type > 1 || (msg_type == 1) != (flags & RPCRDMA2_F_RESPONSE != 0) {
-            return None;
-        }
     }
     Some(Header {
         xid,
@@ -1530,6 +1626,130 @@ mod tests {
         assert!(decode_msg_without_chunks(&words(&[XID, 2, 8, RDMA2_MSG, 1, 0, 0, 0, 0, XID, 0, 2])).is_none());
         assert!(decode_msg_without_chunks(&words(&[XID, 1, 8, RDMA_MSG, 0, 0, 0, XID + 1, 0, 2])).is_none());
         assert!(fast_hits.get() > 0, "the random inputs never took the fast path");
+    }
+
+    /// The one-step decoder of the READ shape (one Write chunk of one
+    /// segment, nothing else) returns a header exactly when the walk accepts
+    /// such a MSG under the same limits, and the same header; `decode` agrees
+    /// with the walk on every input.
+    #[test]
+    fn one_write_segment_decode_agrees_with_the_walk() {
+        use proptest::prelude::*;
+        let near = |likely: Vec<u32>| {
+            prop_oneof![
+                20 => proptest::sample::select(likely),
+                1 => any::<u32>(),
+            ]
+        };
+        // Per list word: what the fast path expects there, or a neighbour.
+        let lists = (
+            (
+                near(vec![0, 0, 0, 0, 1]),
+                near(vec![1, 1, 1, 1, 0, 2]),
+                near(vec![1, 1, 1, 1, 0, 2]),
+            ),
+            (any::<u32>(), near(vec![4096, 0, 1 << 20]), any::<u32>(), any::<u32>()),
+            (near(vec![0, 0, 0, 0, 1]), near(vec![0, 0, 0, 0, 1])),
+        )
+            .prop_map(|((a, b, c), (h, l, o1, o2), (d, e))| vec![a, b, c, h, l, o1, o2, d, e]);
+        let msg = (
+            (
+                near(vec![XID]),
+                near(vec![1, 2, 3]),
+                near(vec![0, 8]),
+                near(vec![
+                    RDMA_MSG,
+                    RDMA_MSG,
+                    RDMA_MSG,
+                    RDMA_NOMSG,
+                    RDMA_ERROR,
+                    RDMA2_CONNPROP,
+                ]),
+            ),
+            (near(vec![0, RPCRDMA2_F_RESPONSE]), any::<u32>()),
+            lists,
+            (near(vec![XID]), near(vec![0, 1, 2]), near(vec![2])),
+            prop_oneof![3 => Just(usize::MAX), 1 => 0usize..80],
+            (near(vec![1, 8, 0]), near(vec![1, 16, 0])),
+        )
+            .prop_map(|(prefix, v2, lists, rpc, len, (max_w, max_s))| {
+                let mut ws = vec![prefix.0, prefix.1, prefix.2, prefix.3];
+                if prefix.1 == 2 {
+                    ws.extend([v2.0, v2.1]);
+                }
+                ws.extend(lists);
+                ws.extend([rpc.0, rpc.1, rpc.2]);
+                let limits = Limits {
+                    max_write_chunks: max_w.min(64),
+                    max_chunk_segments: max_s.min(64),
+                    ..Limits::DEFAULT
+                };
+                (ws, len, limits)
+            });
+        let mut runner = proptest::test_runner::TestRunner::new(proptest::test_runner::Config {
+            cases: 20_000,
+            ..Default::default()
+        });
+        let fast_hits = std::cell::Cell::new(0u32);
+        runner
+            .run(&msg, |(ws, len, limits)| {
+                let mut buf = words(&ws);
+                buf.truncate(len);
+                let walk = decode_walk(&buf, &limits);
+                match decode_msg_one_write_segment(&buf, &limits) {
+                    Some(h) => {
+                        fast_hits.set(fast_hits.get() + 1);
+                        prop_assert_eq!(Ok(h), walk);
+                    }
+                    None => {
+                        let read_shape = walk.as_ref().is_ok_and(|h| {
+                            matches!(h.body, Body::Msg { chunks, .. }
+                                if chunks.reads.is_empty() && chunks.reply.is_none()
+                                    && chunks.writes.len() == 1
+                                    && chunks.writes.get(0).is_some_and(|c| c.len() == 1))
+                        });
+                        prop_assert!(!read_shape, "walk accepted a READ-shaped MSG the fast path refused");
+                    }
+                }
+                prop_assert_eq!(decode(&buf, &limits), walk);
+                Ok(())
+            })
+            .unwrap();
+        assert!(
+            fast_hits.get() > 100,
+            "the random inputs rarely took the fast path: {}",
+            fast_hits.get()
+        );
+        // By hand: v1 and v2, the segment as sent.
+        let seg = [0xabcd, 4096, 0, 0x1000];
+        let mut v1 = vec![XID, 1, 8, RDMA_MSG, 0, 1, 1];
+        v1.extend(seg);
+        v1.extend([0, 0, XID, 0, 2]);
+        let mut v2 = vec![XID, 2, 8, RDMA2_MSG, 0, 7, 0, 1, 1];
+        v2.extend(seg);
+        v2.extend([0, 0, XID, 0, 2]);
+        for (ws, len) in [(&v1, 52), (&v2, 60)] {
+            let buf = words(ws);
+            let h = decode_msg_one_write_segment(&buf, &Limits::DEFAULT).expect("fast path");
+            assert_eq!(Ok(h), decode_walk(&buf, &Limits::DEFAULT));
+            assert_eq!(h.header_len, len);
+            let w = h.chunks().unwrap().writes.get(0).unwrap();
+            assert_eq!(
+                w.iter().next().unwrap(),
+                Segment {
+                    handle: 0xabcd,
+                    length: 4096,
+                    offset: 0x1000
+                }
+            );
+            // No Write chunk allowed: the walk refuses it, and so does `decode`.
+            let none = Limits {
+                max_write_chunks: 0,
+                ..Limits::DEFAULT
+            };
+            assert!(decode_msg_one_write_segment(&buf, &none).is_none());
+            assert!(decode(&buf, &none).is_err());
+        }
     }
 
     /// RFC 8166 s4.1 by hand: RDMA_MSG, one Read chunk of two segments at position

@@ -804,6 +804,47 @@ pub fn encode_call_header(
             return Ok(hdr_len);
         }
     }
+    // The READ shape: one Write chunk of one segment, nothing else, written
+    // at once (`one_write_header_len`). Anything the checks below would
+    // refuse takes the general path, for its error.
+    if let ([[seg]], [want], true) = (writes, &plan.write_chunks[..], reads.is_empty()) {
+        if reply.is_none()
+            && plan.reads.is_empty()
+            && plan.reply_chunk.is_none()
+            && plan.kind != CallKind::Long
+            && seg.length >= *want
+        {
+            if let Some(hdr_len) = one_write_header_len(plan.vers) {
+                let send = hdr_len as u64 + plan.inline_len as u64;
+                if send > plan.call_inline_max as u64 {
+                    return Err(PlanError::HeaderTooLarge {
+                        needed: send,
+                        max: plan.call_inline_max,
+                    });
+                }
+                if encode_one_write_header(plan.vers, xid, credits, 0, inv_handle, *seg, buf).is_some() {
+                    return Ok(hdr_len);
+                }
+            }
+        }
+    }
+    encode_call_header_general(plan, xid, credits, inv_handle, reads, writes, reply, buf)
+}
+
+/// [`encode_call_header`] word by word, for every shape (the one-step cases
+/// above are checked against it in tests).
+#[allow(clippy::too_many_arguments)]
+fn encode_call_header_general(
+    plan: &CallPlan,
+    xid: u32,
+    credits: u32,
+    inv_handle: u32,
+    reads: &[&[Segment]],
+    writes: &[&[Segment]],
+    reply: Option<&[Segment]>,
+    buf: &mut [u8],
+) -> Result<usize, PlanError> {
+    let fixed = fixed_len(plan.vers)?;
     if reads.len() != plan.reads.len() {
         return Err(PlanError::ChunkMismatch {
             what: "read chunk count",
@@ -1848,9 +1889,281 @@ fn encode_chunk_free_header(vers: u32, xid: u32, credits: u32, flags: u32, buf: 
     done.ok().map(|()| len)
 }
 
+/// Length of an RDMA_MSG / RDMA2_MSG header whose only chunk is one Write
+/// chunk of one segment (the READ shape, [`ChunkLists::one_write_segment`]):
+/// 52 bytes in v1, 60 in v2; `None` for another version.
+///
+/// May be called from any core.
+pub const fn one_write_header_len(vers: u32) -> Option<usize> {
+    match vers {
+        RPCRDMA_VERSION_1 => Some(V1_PREFIX_LEN + 36),
+        RPCRDMA_VERSION_2 => Some(V2_PREFIX_LEN + 4 + 36),
+        _ => None,
+    }
+}
+
+/// An RDMA_MSG / RDMA2_MSG header with an empty Read list, one Write chunk
+/// holding the one segment `seg`, and no Reply chunk (RFC 8166 s4.1; draft
+/// s5.3.1):
+///
+/// ```text
+/// v1: xid 1 credit RDMA_MSG                  0  1 1 handle length offset(2)  0  0
+/// v2: xid 2 credit RDMA2_MSG flags inv_handle 0  1 1 handle length offset(2)  0  0
+/// ```
+///
+/// `flags` and `inv_handle` are ignored in v1. `None` when `buf` is shorter
+/// than [`one_write_header_len`] or the version is unknown.
+#[inline]
+fn encode_one_write_header(
+    vers: u32,
+    xid: u32,
+    credits: u32,
+    flags: u32,
+    inv_handle: u32,
+    seg: Segment,
+    buf: &mut [u8],
+) -> Option<usize> {
+    let len = one_write_header_len(vers)?;
+    let mut w = Writer::new(buf.get_mut(..len)?);
+    let off = seg.offset;
+    let (hi, lo) = ((off >> 32) as u32, off as u32);
+    let done = if vers == RPCRDMA_VERSION_2 {
+        w.put_u32s([
+            xid, vers, credits, RDMA_MSG, flags, inv_handle, 0, 1, 1, seg.handle, seg.length, hi, lo, 0, 0,
+        ])
+    } else {
+        w.put_u32s([
+            xid, vers, credits, RDMA_MSG, 0, 1, 1, seg.handle, seg.length, hi, lo, 0, 0,
+        ])
+    };
+    done.ok().map(|()| len)
+}
+
+/// Responder side, the READ shape: whether [`plan_reply`] would answer a
+/// Call whose only chunk is one Write chunk of the one segment `seg`
+/// ([`ChunkLists::one_write_segment`]) with a Short reply that reduces the
+/// reply's one DDP item into that chunk, and if so the reduced length (the
+/// inline payload after [`one_write_header_len`] bytes of header). `None`
+/// for anything else, errors included: the caller then plans the general
+/// way. The reply is then one RDMA Write of the item to `seg` and the Send
+/// of [`encode_one_write_reply_header`] followed by the reply without the
+/// item and its XDR padding (RFC 8166 s3.4.6, s3.4.4.4, s3.5.2). Tested
+/// against `plan_reply` and `encode_reply_header` in
+/// `one_write_reply_agrees_with_plan_reply`.
+///
+/// May be called from any core.
+#[inline]
+pub fn one_write_short_reply(
+    reply_len: usize,
+    items: &[DdpItem],
+    seg: Segment,
+    vers: u32,
+    reply_inline_max: u32,
+) -> Option<u32> {
+    let hdr = one_write_header_len(vers)? as u64;
+    let [it] = items else { return None };
+    let reply_len = u32::try_from(reply_len).ok()?;
+    // plan_reply: valid items, and a chunk long enough for its item.
+    if !items_valid(items, reply_len as u64) || it.len > seg.length {
+        return None;
+    }
+    let reduced = reply_len as u64 - (it.len as u64 + pad4(it.len as u64));
+    (hdr + reduced <= reply_inline_max as u64).then_some(reduced as u32)
+}
+
+/// The transport header of a [`one_write_short_reply`]: `xid`, `vers`, the
+/// grant `credits`, RDMA_MSG; in v2 `flags | RPCRDMA2_F_RESPONSE` (draft
+/// s3.2) and `rdma_inv_handle` 0; an empty Read list; the Call's Write chunk
+/// with its segment's length set to `written`, the item's length (RFC 8166
+/// s3.4.6); no Reply chunk. What [`encode_reply_header`] writes for that
+/// plan. `None` when `buf` is too short or the version unknown.
+///
+/// May be called from any core.
+#[inline]
+pub fn encode_one_write_reply_header(
+    vers: u32,
+    xid: u32,
+    credits: u32,
+    flags: u32,
+    seg: Segment,
+    written: u32,
+    buf: &mut [u8],
+) -> Option<usize> {
+    let seg = Segment {
+        length: written.min(seg.length),
+        ..seg
+    };
+    encode_one_write_header(vers, xid, credits, flags | RPCRDMA2_F_RESPONSE, 0, seg, buf)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `one_write_short_reply` says yes exactly when `plan_reply` makes a
+    /// Short plan reducing the one item into the one Write chunk, with the
+    /// same reduced length, and the one-step header is `encode_reply_header`'s
+    /// byte for byte.
+    #[test]
+    fn one_write_reply_agrees_with_plan_reply() {
+        use proptest::prelude::*;
+        let case = (
+            0usize..6000,
+            prop_oneof![
+                3 => proptest::collection::vec((0u32..1500, 0u32..5000), 1..2),
+                1 => proptest::collection::vec((0u32..1500, 0u32..5000), 0..3),
+            ],
+            (any::<u32>(), 0u32..6000, any::<u64>()),
+            prop_oneof![Just(1u32), Just(2u32), Just(3u32)],
+            0u32..6000,
+            (any::<u32>(), 0u32..64, any::<u32>()),
+            // Edges: the segment exactly the item's length (or one byte
+            // either side), the threshold exactly header + reduced reply.
+            (0u32..6, 0u32..6),
+        );
+        let mut runner = proptest::test_runner::TestRunner::new(proptest::test_runner::Config {
+            cases: 20_000,
+            ..Default::default()
+        });
+        let hits = std::cell::Cell::new(0u32);
+        runner
+            .run(
+                &case,
+                |(len, raw_items, (handle, length, offset), vers, max, (xid, credits, flags), (es, em))| {
+                    // Items at aligned offsets, mostly valid.
+                    let items: Vec<DdpItem> = raw_items
+                        .iter()
+                        .map(|&(o, l)| DdpItem { offset: o * 4, len: l })
+                        .collect();
+                    let edge = |base: u64, e: u32, other: u32| match e {
+                        0 => base.saturating_sub(1) as u32,
+                        1 => base as u32,
+                        2 => base as u32 + 1,
+                        _ => other,
+                    };
+                    let first_len = items.first().map_or(0, |it| it.len as u64);
+                    let length = edge(first_len, es, length);
+                    let removed = first_len + pad4(first_len);
+                    let threshold =
+                        one_write_header_len(vers).unwrap_or(0) as u64 + (len as u64).saturating_sub(removed);
+                    let max = edge(threshold, em, max);
+                    let seg = Segment { handle, length, offset };
+                    let mut wire = Vec::new();
+                    for w in [0, 1, 1, handle, length, (offset >> 32) as u32, offset as u32, 0, 0] {
+                        wire.extend_from_slice(&w.to_be_bytes());
+                    }
+                    // The Call's lists as the decoder sees them (after the prefix).
+                    let mut msg = vec![0u8; 16];
+                    msg[..4].copy_from_slice(&7u32.to_be_bytes());
+                    msg[4..8].copy_from_slice(&1u32.to_be_bytes());
+                    msg.extend_from_slice(&wire);
+                    msg.extend_from_slice(&7u32.to_be_bytes());
+                    let h = crate::header::decode(&msg, &crate::header::Limits::DEFAULT).expect("valid Call");
+                    let chunks = *h.chunks().expect("MSG");
+                    prop_assert_eq!(chunks.one_write_segment(), Some(seg));
+                    let general = plan_reply(len, &items, &chunks, vers, max);
+                    let fast = one_write_short_reply(len, &items, seg, vers, max);
+                    match (fast, general) {
+                        (Some(reduced), Ok(p)) => {
+                            hits.set(hits.get() + 1);
+                            prop_assert_eq!(p.kind, ReplyKind::Short);
+                            prop_assert_eq!(p.reduced_items(), &items[..]);
+                            prop_assert_eq!(p.reduced_len, reduced);
+                            prop_assert_eq!(Some(p.header_len as usize), one_write_header_len(vers));
+                            let mut a = [0u8; 64];
+                            let mut b = [0u8; 64];
+                            let n = encode_reply_header(&p, &chunks, xid, credits, flags, &mut a).expect("encodes");
+                            let m = encode_one_write_reply_header(vers, xid, credits, flags, seg, items[0].len, &mut b);
+                            prop_assert_eq!(Some(n), m);
+                            prop_assert_eq!(&a[..n], &b[..n]);
+                            // The one RDMA Write goes where the general plan puts it.
+                            let ops: Vec<WriteOp> = p.write_ops(&chunks).collect();
+                            if items[0].len == 0 {
+                                prop_assert!(ops.is_empty());
+                            } else {
+                                prop_assert_eq!(ops.len(), 1);
+                                prop_assert_eq!(
+                                    ops[0].src,
+                                    ByteRange {
+                                        start: items[0].offset,
+                                        len: items[0].len
+                                    }
+                                );
+                                prop_assert_eq!(
+                                    ops[0].target,
+                                    Segment {
+                                        length: items[0].len,
+                                        ..seg
+                                    }
+                                );
+                            }
+                        }
+                        (None, Ok(p)) => {
+                            let reduces_one =
+                                p.kind == ReplyKind::Short && p.reduced_items().len() == 1 && items.len() == 1;
+                            prop_assert!(!reduces_one, "plan_reply reduced the one item, the short cut refused");
+                        }
+                        (Some(_), Err(e)) => prop_assert!(false, "short cut accepted what plan_reply refuses: {e:?}"),
+                        (None, Err(_)) => {}
+                    }
+                    Ok(())
+                },
+            )
+            .unwrap();
+        assert!(hits.get() > 500, "the short cut was rarely taken: {}", hits.get());
+    }
+
+    /// The one-step Call header of the READ shape is the general encoder's.
+    #[test]
+    fn one_write_call_header_agrees_with_the_general_encoder() {
+        use proptest::prelude::*;
+        let case = (
+            prop_oneof![Just(1u32), Just(2u32)],
+            (any::<u32>(), 0u32..256, any::<u32>()),
+            (any::<u32>(), 0u32..10_000, any::<u64>()),
+            0u32..10_000,
+            0u32..400,
+            64u32..1200,
+        );
+        let mut runner = proptest::test_runner::TestRunner::new(proptest::test_runner::Config {
+            cases: 10_000,
+            ..Default::default()
+        });
+        runner
+            .run(
+                &case,
+                |(vers, (xid, credits, inv), (handle, length, offset), want, inline_len, max)| {
+                    let mut plan = CallPlan {
+                        vers,
+                        kind: CallKind::Short,
+                        call_len: inline_len,
+                        reads: FixedVec::new(),
+                        inline: FixedVec::new(),
+                        inline_len,
+                        write_chunks: FixedVec::new(),
+                        reply_chunk: None,
+                        call_inline_max: max,
+                    };
+                    let _ = plan.write_chunks.push(want);
+                    let seg = [Segment { handle, length, offset }];
+                    let writes: [&[Segment]; 1] = [&seg];
+                    let mut a = [0u8; 128];
+                    let fast = encode_call_header(&plan, xid, credits, inv, &[], &writes, None, &mut a);
+                    // The word-by-word writer, which every shape takes.
+                    let mut b = [0u8; 128];
+                    let general = encode_call_header_general(&plan, xid, credits, inv, &[], &writes, None, &mut b);
+                    prop_assert_eq!(fast, general);
+                    if let Ok(n) = fast {
+                        prop_assert_eq!(&a[..n], &b[..n]);
+                        let msg = [&a[..n], &xid.to_be_bytes()[..]].concat();
+                        let h = crate::header::decode(&msg, &crate::header::Limits::DEFAULT);
+                        prop_assert!(h.is_ok_and(|h| h.chunks().and_then(|c| c.one_write_segment()) == Some(seg[0])));
+                    }
+                    Ok(())
+                },
+            )
+            .unwrap();
+    }
 
     /// `is_chunk_free_call` says yes exactly when `plan_call` makes a Short
     /// plan without chunks, and the one-step Call header is the planner's.
