@@ -43,7 +43,7 @@ use std::sync::Arc;
 
 use mempool::pool::{BufRef, ClassId, Mempool};
 use proto::header::{
-    self, Body, BodyOut, Header, HeaderOut, Limits, Property, RDMA2_PROPID_RBSIZ, RPCRDMA2_F_RESPONSE,
+    self, Body, BodyOut, Header, HeaderOut, Limits, Property, Segment, RDMA2_PROPID_RBSIZ, RPCRDMA2_F_RESPONSE,
     RPCRDMA_VERSION_1, RPCRDMA_VERSION_2,
 };
 use proto::negotiate::{self, CallVerdict, VersionRange};
@@ -220,6 +220,11 @@ struct Request<'p> {
     /// (`reply` stays `None`). Set by `step_execute` for a chunk-free Call
     /// whose whole reply fits the peer's inline threshold.
     short_reply: bool,
+    /// Its reply is one RDMA Write of the reply's one DDP item into this
+    /// segment, the Call's only chunk, then one Send of the one-step header
+    /// and the rest of the reply (`plan::one_write_short_reply`; `reply`
+    /// stays `None`). Set by `step_execute` for a Call of the READ shape.
+    write_seg: Option<Segment>,
 }
 
 impl<'p> Request<'p> {
@@ -253,6 +258,7 @@ impl<'p> Request<'p> {
         self.failed = false;
         self.chunk_free = false;
         self.short_reply = false;
+        self.write_seg = None;
     }
 
     /// Reserve the reply buffers (a send buffer for the transport header and
@@ -1199,6 +1205,23 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         let Some(chunks) = r.hdr.as_ref().and_then(|h| h.chunks()) else {
             return self.control(i, Control::ErrorV1(header::V1Error::Chunk));
         };
+        // The READ shape: one Write chunk of one segment and a reply with one
+        // non-empty DDP item that fits it, the rest inline. This is the
+        // Short plan `plan_reply` would make (one RDMA Write, then the Send;
+        // RFC 8166 s3.4.6, s3.5.2), without planning and write-op walks.
+        if let Some(seg) = chunks.one_write_segment() {
+            let inline_max = send_max.min(send_size);
+            let fits = plan::one_write_short_reply(shape.stream_len() as usize, shape.items(), seg, vers, inline_max);
+            if fits.is_some() && shape.items().first().is_some_and(|it| it.len > 0) {
+                let rr = reqs.get_mut(i).expect("live");
+                rr.shape = shape;
+                rr.reply = None;
+                rr.write_seg = Some(seg);
+                rr.sq_need = 2;
+                rr.state = ReqState::NeedSendSlots;
+                return Step::Continue;
+            }
+        }
         match plan::plan_reply(shape.stream_len() as usize, shape.items(), chunks, vers, send_max) {
             Ok(p) => {
                 let n_writes = p.write_ops(chunks).count() as u32;
@@ -1245,6 +1268,9 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         if r.short_reply {
             return self.send_short_reply(i, conn_id, grant);
         }
+        if let Some(seg) = r.write_seg {
+            return self.send_one_write_reply(i, conn_id, remote_inv, grant, seg);
+        }
         let Some(plan) = r.reply.as_ref() else {
             return Step::Wait;
         };
@@ -1276,28 +1302,11 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
             // threshold, which the plan checked).
             let head = bufs.bytes(head_b);
             let data = r.data_buf.map_or(&[][..], |b| bufs.bytes(b));
-            let (head_len, data_len) = (r.shape.head_len as usize, r.shape.data_len as usize);
             for rg in plan.reduced_ranges() {
                 let (s, e) = (rg.start as usize, rg.start as usize + rg.len as usize);
-                let mut at = s;
-                while at < e {
-                    let (src, n): (&[u8], usize) = if at < head_len {
-                        let n = (head_len - at).min(e - at);
-                        (&head[at..at + n], n)
-                    } else if at < head_len + data_len {
-                        let off = at - head_len;
-                        let n = (data_len - off).min(e - at);
-                        (&data[off..off + n], n)
-                    } else {
-                        let n = e - at;
-                        (&[0u8; 4][..n.min(4)], n.min(4))
-                    };
-                    if send_len + n > out.len() {
-                        return self.control(i, Control::ErrorV1(header::V1Error::Chunk));
-                    }
-                    out[send_len..send_len + n].copy_from_slice(src);
-                    send_len += n;
-                    at += n;
+                match copy_stream_range(&r.shape, head, data, s, e, out, send_len) {
+                    Some(n) => send_len = n,
+                    None => return self.control(i, Control::ErrorV1(header::V1Error::Chunk)),
                 }
             }
         }
@@ -1447,6 +1456,102 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         stats.sends_with_invalidate += matches!(op, SendOp::SendWithInv { .. }) as u64;
         stats.replies += 1;
         stats.replies_inline += 1;
+        Step::Wait
+    }
+
+    /// Post the reply of a READ-shaped Call (`Request::write_seg`): one RDMA
+    /// Write of the reply's one DDP item into `seg`, then one Send of the
+    /// one-step header (`plan::encode_one_write_reply_header`, the segment's
+    /// length set to the item's) and the reply without the item and its XDR
+    /// padding. `grant` is the credit grant `step_send` computed. Identical
+    /// on the wire to the planned reply (tests: `proto`'s
+    /// `one_write_reply_agrees_with_plan_reply`, and the engine scenarios,
+    /// which check every reply and every byte written).
+    fn send_one_write_reply(&mut self, i: u32, conn_id: ConnId, remote_inv: bool, grant: u32, seg: Segment) -> Step {
+        let Self {
+            reqs,
+            bufs,
+            fabric,
+            send_size,
+            ..
+        } = self;
+        let send_size = *send_size;
+        let r = reqs.get(i).expect("live");
+        let (Some(send_b), Some(head_b), Some(&item)) = (r.send_buf, r.head_buf, r.shape.items().first()) else {
+            return Step::Wait;
+        };
+        // The item: pieces of the head and data buffers (checked non-empty
+        // and inside the reply by `step_execute`).
+        let mut pieces = [LocalBuf::default(); MAX_SGE];
+        let mut n = 0usize;
+        let mut overflow = false;
+        for_each_local(bufs, send_size, r, item.offset, item.len, |lb, _| {
+            if n < MAX_SGE {
+                pieces[n] = lb;
+                n += 1;
+            } else {
+                overflow = true;
+            }
+        });
+        let conn = r.conn;
+        if overflow || n == 0 {
+            return self.control(i, Control::ErrorV1(header::V1Error::Chunk));
+        }
+        // The header, then the reply before and after the item and its padding.
+        let out = bufs.bytes_mut(send_b);
+        let Some(hdr_len) = plan::encode_one_write_reply_header(r.vers, r.xid, grant, 0, seg, item.len, out) else {
+            return self.control(i, Control::ErrorV1(header::V1Error::Chunk));
+        };
+        let head = bufs.bytes(head_b);
+        let data = r.data_buf.map_or(&[][..], |b| bufs.bytes(b));
+        let item_end = item.offset as usize + item.len as usize + (item.len.wrapping_neg() & 3) as usize;
+        let stream_end = r.shape.stream_len() as usize;
+        let copied = copy_stream_range(&r.shape, head, data, 0, item.offset as usize, out, hdr_len)
+            .and_then(|at| copy_stream_range(&r.shape, head, data, item_end, stream_end, out, at));
+        let Some(send_len) = copied else {
+            return self.control(i, Control::ErrorV1(header::V1Error::Chunk));
+        };
+        let wr_id = req_wr_id(i, r.gen);
+        let mut write = SendWr::new(
+            wr_id,
+            SendOp::RdmaWrite,
+            pieces[0],
+            Segment {
+                length: item.len,
+                ..seg
+            },
+        );
+        write.sge = pieces;
+        write.num_sge = n as u8;
+        write.remote.length = item.len;
+        // Invalidation as `step_send` decides it: v2 by the Call's
+        // rdma_inv_handle; v1 with the RFC 8797 R flag the first handle the
+        // Call advertised, which is this segment's.
+        let inv_handle = r.hdr.as_ref().map_or(0, |h| h.inv_handle());
+        let op = if r.vers == RPCRDMA_VERSION_2 && inv_handle != 0 {
+            SendOp::SendWithInv { rkey: inv_handle }
+        } else if r.vers == RPCRDMA_VERSION_1 && remote_inv && fabric.caps().send_with_invalidate {
+            SendOp::SendWithInv { rkey: seg.handle }
+        } else {
+            SendOp::Send
+        };
+        let send = SendWr::new(wr_id, op, bufs.local(send_b, send_len as u32), RemoteBuf::default());
+        let mut posted = 0;
+        let ok = fabric.post_send(conn_id, &write).is_ok() && {
+            posted += 1;
+            fabric.post_send(conn_id, &send).is_ok()
+        };
+        posted += u32::from(ok);
+        self.reply_posted(i, conn, posted, ok.then_some(grant));
+        let stats = &mut self.stats;
+        stats.rdma_writes += u64::from(posted.min(1));
+        if !ok {
+            self.kill_conn(conn, true);
+            return Step::Wait;
+        }
+        stats.sends_with_invalidate += matches!(op, SendOp::SendWithInv { .. }) as u64;
+        stats.replies += 1;
+        stats.replies_write_chunks += 1;
         Step::Wait
     }
 
@@ -1739,6 +1844,40 @@ fn call_view<'v>(r: &'v Request<'_>, conns: &'v Slab<Option<Conn>>, chunk_area: 
 /// The token of request slot `i` in generation `gen` ([`DeferToken`]).
 fn defer_token(i: u32, gen: u32) -> DeferToken {
     DeferToken(u64::from(i) | u64::from(gen) << 32)
+}
+
+/// Copy bytes `s..e` of a reply stream shaped `shape` (head ++ data ++ zero
+/// padding) into `out` at `at`; returns the new end, `None` when `out` is too
+/// short.
+#[inline]
+fn copy_stream_range(
+    shape: &ReplyShape,
+    head: &[u8],
+    data: &[u8],
+    s: usize,
+    e: usize,
+    out: &mut [u8],
+    mut at_out: usize,
+) -> Option<usize> {
+    let (head_len, data_len) = (shape.head_len as usize, shape.data_len as usize);
+    let mut at = s;
+    while at < e {
+        let (src, n): (&[u8], usize) = if at < head_len {
+            let n = (head_len - at).min(e - at);
+            (head.get(at..at + n)?, n)
+        } else if at < head_len + data_len {
+            let off = at - head_len;
+            let n = (data_len - off).min(e - at);
+            (data.get(off..off + n)?, n)
+        } else {
+            let n = (e - at).min(4);
+            (&[0u8; 4][..n], n)
+        };
+        out.get_mut(at_out..at_out + n)?.copy_from_slice(src);
+        at_out += n;
+        at += n;
+    }
+    Some(at_out)
 }
 
 /// Map a byte range of request `r`'s unreduced reply stream (head ++ data ++

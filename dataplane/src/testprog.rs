@@ -39,6 +39,11 @@ pub const P_TWO: u32 = 5;
 pub const P_WRLONG: u32 = 6;
 pub const P_READ: u32 = 7;
 pub const P_WRITE: u32 = 8;
+/// Like [`P_WRLONG`], but the reply after the Write chunk's item stays small
+/// and inline (no Reply chunk): a Write chunk with more reply after its item.
+pub const P_WRTAIL: u32 = 9;
+/// Largest `b` (the inline tail) of [`P_WRTAIL`].
+pub const WRTAIL_MAX_TAIL: u32 = 256;
 
 /// Largest data item of the checking procedures.
 pub const MAX_DATA: u32 = 48 * 1024;
@@ -102,7 +107,7 @@ impl UpperLayerBinding for TestUlb {
     }
     fn reply_ddp_max(&self, _v: u32, p: u32) -> Option<u32> {
         match p {
-            P_ECHO | P_WRLONG => Some(MAX_DATA),
+            P_ECHO | P_WRLONG | P_WRTAIL => Some(MAX_DATA),
             P_READ => Some(MAX_IO),
             _ => None,
         }
@@ -110,6 +115,7 @@ impl UpperLayerBinding for TestUlb {
     fn max_reply_size(&self, _v: u32, p: u32) -> u32 {
         match p {
             P_BIG | P_RDLONG | P_WRLONG => RPC_REPLY_HDR as u32 + 12 + MAX_DATA,
+            P_WRTAIL => RPC_REPLY_HDR as u32 + 12 + WRTAIL_MAX_TAIL,
             _ => 64,
         }
     }
@@ -212,7 +218,7 @@ impl Service for TestService {
                 drop_on(w.put_u32(checksum(d)))?;
                 drop_on(w.put_opaque_var(&pattern(n, n as usize)))?;
             }
-            P_TWO | P_WRLONG => {
+            P_TWO | P_WRLONG | P_WRTAIL => {
                 let mut r = Reader::new(args);
                 let a = drop_on(r.u32("a"))?;
                 let b = drop_on(r.u32("b"))?;
@@ -264,7 +270,7 @@ pub fn encode_call(out: &mut [u8], proc_: u32, arg: &[u8], n: u32, b: u32) -> Op
             w.put_opaque_var(arg).ok()?;
             w.put_u32(n).ok()?;
         }
-        P_TWO | P_WRLONG => {
+        P_TWO | P_WRLONG | P_WRTAIL => {
             w.put_u32(n).ok()?;
             w.put_u32(b).ok()?;
         }

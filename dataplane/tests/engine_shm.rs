@@ -30,6 +30,7 @@ fn workload() -> Vec<Expect> {
         e(P_RDLONG, pattern(4, 7000), 3000, 0),
         e(P_TWO, vec![], 2000, 1234),
         e(P_WRLONG, vec![], 1500, 2500),
+        e(P_WRTAIL, vec![], 1501, 37),
         e(P_BIG, vec![], 10, 0),
     ]
 }

@@ -49,7 +49,7 @@ fn workload(seed: u64, n: usize) -> Vec<Expect> {
         .map(|k| {
             let salt = (seed as u32).wrapping_add(k as u32);
             let e = |proc_, arg, big_n, b| Expect { proc_, arg, big_n, b };
-            match g.below(10) {
+            match g.below(11) {
                 0 => e(P_NULL, vec![], 0, 0),
                 // Short: fits inline both ways.
                 1 => e(P_ECHO, pattern(salt, g.below(200) as usize), 0, 0),
@@ -70,6 +70,14 @@ fn workload(seed: u64, n: usize) -> Vec<Expect> {
                 7 => e(P_TWO, vec![], 1 + g.below(3000) as u32, g.below(3000) as u32),
                 // Write list + Reply chunk (nor this).
                 8 => e(P_WRLONG, vec![], 1 + g.below(3000) as u32, 1100 + g.below(2500) as u32),
+                // One Write chunk with more reply inline after its item (the
+                // READ shape with a tail).
+                9 => e(
+                    P_WRTAIL,
+                    vec![],
+                    1 + g.below(3000) as u32,
+                    g.below(WRTAIL_MAX_TAIL as u64 - 12) as u32,
+                ),
                 _ => e(P_BIG, vec![], g.below(400) as u32, 0),
             }
         })

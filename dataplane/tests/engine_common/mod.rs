@@ -133,7 +133,7 @@ pub fn check_reply<F: Fabric>(
     let used = |k: usize| v.write_chunk(k).is_some_and(|d| !d.is_empty());
     let p0 = (RPC_REPLY_HDR + 4) as u32;
     let positions: Vec<u32> = match e.proc_ {
-        P_ECHO | P_WRLONG if used(0) => vec![p0],
+        P_ECHO | P_WRLONG | P_WRTAIL if used(0) => vec![p0],
         P_TWO if used(0) && used(1) => vec![p0, p0 + 4],
         P_TWO if used(0) => vec![p0],
         _ => vec![],
@@ -175,7 +175,7 @@ pub fn check_reply<F: Fabric>(
                 return Err("rdlong mismatch".into());
             }
         }
-        P_TWO | P_WRLONG => {
+        P_TWO | P_WRLONG | P_WRTAIL => {
             let x = r.opaque_var(MAX_DATA, "x").map_err(|e| e.to_string())?;
             let y = r.opaque_var(MAX_DATA, "y").map_err(|e| e.to_string())?;
             if x != &pattern(e.big_n, e.big_n as usize)[..] || y != &pattern(e.b ^ 0x55, e.b as usize)[..] {
