@@ -389,24 +389,36 @@ pub fn put_fattr3(w: &mut Writer<'_>, a: &Attr, fsid: u64) -> Result<(), EncodeE
             needed: w.len() + p::FATTR3_BYTES,
         });
     }
-    w.put_u32(a.ftype.ftype3())?;
-    w.put_u32(a.mode & 0o7777)?;
-    w.put_u32(a.nlink)?;
-    w.put_u32(a.uid)?;
-    w.put_u32(a.gid)?;
-    w.put_u64(a.size)?;
-    w.put_u64(a.used)?;
     let (major, minor) = match a.ftype {
         FileType::Block | FileType::Char => a.rdev,
         _ => (0, 0),
     };
-    w.put_u32(major)?;
-    w.put_u32(minor)?;
-    w.put_u64(fsid)?;
-    w.put_u64(a.fileid)?;
-    put_time(w, a.atime)?;
-    put_time(w, a.mtime)?;
-    put_time(w, a.ctime)
+    let hi = |v: u64| (v >> 32) as u32;
+    // RFC 1813 s2.6: type, mode, nlink, uid, gid, size, used, rdev, fsid,
+    // fileid, atime, mtime, ctime; written as one block of 21 words.
+    w.put_u32s([
+        a.ftype.ftype3(),
+        a.mode & 0o7777,
+        a.nlink,
+        a.uid,
+        a.gid,
+        hi(a.size),
+        a.size as u32,
+        hi(a.used),
+        a.used as u32,
+        major,
+        minor,
+        hi(fsid),
+        fsid as u32,
+        hi(a.fileid),
+        a.fileid as u32,
+        a.atime.secs,
+        a.atime.nsecs,
+        a.mtime.secs,
+        a.mtime.nsecs,
+        a.ctime.secs,
+        a.ctime.nsecs,
+    ])
 }
 
 /// `post_op_attr`.
@@ -515,6 +527,41 @@ mod tests {
         let mut bad = base;
         bad.extend(words(&[8]));
         assert!(MknodArgs::decode(&mut Reader::new(&bad)).is_err());
+    }
+
+    /// Every field in RFC 1813's order (s2.6 `fattr3`), 64-bit values most
+    /// significant word first; device numbers only for device files.
+    #[test]
+    fn fattr3_fields_in_order() {
+        let t = |secs, nsecs| crate::backend::Time { secs, nsecs };
+        let mut a = Attr {
+            ftype: FileType::Char,
+            mode: 0o104_755,
+            nlink: 3,
+            uid: 1000,
+            gid: 100,
+            size: 0x1_0000_0002,
+            used: 0x3_0000_0004,
+            rdev: (8, 1),
+            fileid: 0x5_0000_0006,
+            atime: t(11, 12),
+            mtime: t(13, 14),
+            ctime: t(15, 16),
+        };
+        let fsid = 0x7_0000_0008;
+        let put = |a: &Attr| {
+            let mut b = [0u8; 84];
+            put_fattr3(&mut Writer::new(&mut b), a, fsid).unwrap();
+            b.chunks(4)
+                .map(|c| u32::from_be_bytes([c[0], c[1], c[2], c[3]]))
+                .collect::<Vec<u32>>()
+        };
+        assert_eq!(
+            put(&a),
+            [4, 0o4755, 3, 1000, 100, 1, 2, 3, 4, 8, 1, 7, 8, 5, 6, 11, 12, 13, 14, 15, 16]
+        );
+        a.ftype = FileType::Regular;
+        assert_eq!(put(&a)[..11], [1, 0o4755, 3, 1000, 100, 1, 2, 3, 4, 0, 0]);
     }
 
     #[test]
