@@ -481,6 +481,9 @@ impl<'p, F: Fabric> Requester<'p, F> {
         if plan::is_chunk_free_call(len, items, needs, &params) {
             return self.submit_chunk_free(cb, len);
         }
+        if let Some(wlen) = plan::one_write_call(len, items, needs, &params) {
+            return self.submit_one_write(cb, len, wlen);
+        }
         let plan = match plan::plan_call(len, items, needs, &params) {
             Ok(p) => p,
             Err(e) => return Err((SubmitError::Plan(e), cb)),
@@ -688,6 +691,76 @@ impl<'p, F: Fabric> Requester<'p, F> {
             call_buf: Some(cb.buf),
             hdr_buf: Some(hdr),
             write_segs: c.write_segs,
+            ..Call::default()
+        };
+        self.stats.calls += 1;
+        self.stats.short_calls += 1;
+        // The Call is on its way: repost receives while the responder works.
+        self.refill_recvs();
+        Ok(CallId(i))
+    }
+
+    /// [`Requester::submit`] of a Call of the READ shape
+    /// ([`plan::one_write_call`], checked by the caller): one data buffer
+    /// provisioned as the one Write chunk of `wlen` bytes, the one-step header,
+    /// the Call after it, one Send. No plan is built; the Reply is checked
+    /// against the chunk like any other.
+    fn submit_one_write(
+        &mut self,
+        mut cb: CallBuf<'p>,
+        len: usize,
+        wlen: u32,
+    ) -> Result<CallId, (SubmitError, CallBuf<'p>)> {
+        if wlen > self.data_size {
+            return Err((SubmitError::NoBuffers, cb));
+        }
+        let Some(i) = self.calls.alloc() else {
+            return Err((SubmitError::Busy, cb));
+        };
+        let Some(hdr) = self.slot_hdr_buf(i) else {
+            self.calls.free(i);
+            return Err((SubmitError::NoBuffers, cb));
+        };
+        let Some(wbuf) = self.bufs.get(Class::Data) else {
+            self.calls.free(i);
+            return Err((SubmitError::NoBuffers, cb));
+        };
+        let xid = self.stamp_xid(i, &mut cb);
+        let seg = self.remote(wbuf, 0, wlen);
+        let out = self.bufs.bytes_mut(hdr);
+        let sent = plan::encode_one_write_call_header(self.vers, xid, self.credits.request(), seg, out).and_then(|h| {
+            // `one_write_call` checked header + Call against the inline
+            // threshold, which is at most our send buffer's size.
+            out.get_mut(h..h + len)?.copy_from_slice(&cb.bytes[..len]);
+            Some(h + len)
+        });
+        let Some(send_len) = sent else {
+            self.calls.free(i);
+            self.bufs.put(wbuf);
+            return Err((SubmitError::TooLarge, cb));
+        };
+        if !self.post_call(i, hdr, send_len) {
+            self.calls.free(i);
+            self.bufs.put(wbuf);
+            return Err((SubmitError::NotConnected, cb));
+        }
+        let ok = self.credits.on_send();
+        debug_assert!(ok);
+        let vers = self.vers;
+        let c = self.calls.get_mut(i).expect("allocated");
+        let mut write_segs = c.write_segs;
+        write_segs[0] = seg;
+        let mut write_bufs = [None; plan::PLAN_WRITE_CHUNKS];
+        write_bufs[0] = Some(wbuf);
+        *c = Call {
+            state: CallState::InFlight,
+            xid,
+            vers,
+            call_buf: Some(cb.buf),
+            hdr_buf: Some(hdr),
+            write_segs,
+            write_count: 1,
+            write_bufs,
             ..Call::default()
         };
         self.stats.calls += 1;

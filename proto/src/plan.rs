@@ -1939,6 +1939,46 @@ fn encode_one_write_header(
     done.ok().map(|()| len)
 }
 
+/// Requester side, the READ shape: whether [`plan_call`] would convey this
+/// Call as a Short message whose only chunk is one Write chunk (DDP on, one
+/// DDP-eligible result in the reply, no Read chunk, no Reply chunk: RFC 8166
+/// s3.5.1, s3.4.6), and if so the Write chunk's length. Such a Call's header
+/// is [`encode_one_write_call_header`]'s for the one segment provisioned.
+/// Tested against `plan_call` in `one_write_call_agrees_with_plan_call`.
+///
+/// May be called from any core.
+#[inline]
+pub fn one_write_call(call_len: usize, items: &[DdpItem], needs: &ReplyNeeds, p: &CallParams) -> Option<u32> {
+    let [w] = needs.write_chunks[..] else { return None };
+    if !p.ddp {
+        return None;
+    }
+    let fixed = fixed_len(p.vers).ok()?;
+    let len = u32::try_from(call_len).ok()? as u64;
+    if !items_valid(items, len) {
+        return None;
+    }
+    // plan_call's sizes: the echoed Write list with the segments it assumes
+    // per chunk; no Reply chunk when the largest reply fits inline.
+    let writes_len = write_entry_len(p.max_segments_per_chunk.max(1) as u64) + 4;
+    let hdr = fixed + 4 + writes_len + 4;
+    if hdr + needs.max_reply_size as u64 > p.reply_inline_max as u64 {
+        return None;
+    }
+    (hdr + len <= p.call_inline_max as u64).then_some(w)
+}
+
+/// The header of a [`one_write_call`] Call with the one segment `seg`
+/// provisioned: v1 `xid 1 credit RDMA_MSG 0 1 1 seg 0 0`, v2 `xid 2 credit
+/// RDMA2_MSG 0 0 0 1 1 seg 0 0` (no flags, `rdma_inv_handle` 0). `None` when
+/// `buf` is shorter than [`one_write_header_len`] or the version is unknown.
+///
+/// May be called from any core.
+#[inline]
+pub fn encode_one_write_call_header(vers: u32, xid: u32, credits: u32, seg: Segment, buf: &mut [u8]) -> Option<usize> {
+    encode_one_write_header(vers, xid, credits, 0, 0, seg, buf)
+}
+
 /// Responder side, the READ shape: whether [`plan_reply`] would answer a
 /// Call whose only chunk is one Write chunk of the one segment `seg`
 /// ([`ChunkLists::one_write_segment`]) with a Short reply that reduces the
@@ -2228,6 +2268,90 @@ mod tests {
         let h = hits.get();
         assert!(h[0] > 1000 && h[1] > 1000, "both answers exercised: {h:?}");
         assert_eq!(encode_chunk_free_call_header(1, 1, 1, &mut [0u8; 27]), None);
+    }
+
+    /// `one_write_call` says yes exactly when `plan_call` makes a Short plan
+    /// whose only chunk is one Write chunk, with its length, and the one-step
+    /// header is `encode_call_header`'s for that plan.
+    #[test]
+    fn one_write_call_agrees_with_plan_call() {
+        use proptest::prelude::*;
+        let case = (
+            0usize..3000,
+            proptest::collection::vec((0u32..3000, 0u32..600), 0..2),
+            prop_oneof![
+                3 => proptest::collection::vec(0u32..5000, 1..2),
+                1 => proptest::collection::vec(0u32..5000, 0..3),
+            ],
+            0u32..5000,
+            prop_oneof![Just(1u32), Just(2u32), Just(3u32)],
+            (
+                0u32..4200,
+                0u32..4200,
+                prop_oneof![3 => Just(true), 1 => Just(false)],
+                1u32..3,
+            ),
+        );
+        let mut runner = proptest::test_runner::TestRunner::new(proptest::test_runner::Config {
+            cases: 20_000,
+            ..Default::default()
+        });
+        let hits = std::cell::Cell::new([0u32; 2]);
+        runner
+            .run(
+                &(case, 0u32..6, 0u32..6),
+                |((len, items, writes, max_reply, vers, (cmax, rmax, ddp, segs)), cb, rb)| {
+                    // Thresholds at the edges half of the time.
+                    let hdr = (if vers == 2 { 24 } else { 16 }) + 4 + (8 + 16 * segs) + 4 + 4;
+                    let edge = |sel: u32, need: u32, random: u32| if sel < 3 { need + sel - 1 } else { random };
+                    let cmax = edge(cb, hdr + len as u32, cmax);
+                    let rmax = edge(rb, hdr + max_reply, rmax);
+                    let items: Vec<DdpItem> = items.iter().map(|&(offset, len)| DdpItem { offset, len }).collect();
+                    let needs = ReplyNeeds::new(&writes, max_reply).expect("at most 2");
+                    let p = CallParams {
+                        vers,
+                        call_inline_max: cmax,
+                        reply_inline_max: rmax,
+                        ddp,
+                        max_segments_per_chunk: segs,
+                        pad_read_chunks: false,
+                    };
+                    let fast = one_write_call(len, &items, &needs, &p);
+                    let planned = plan_call(len, &items, &needs, &p);
+                    let one_write = planned.as_ref().ok().and_then(|c| {
+                        (c.kind == CallKind::Short
+                            && c.reads.is_empty()
+                            && c.write_chunks.len() == 1
+                            && c.reply_chunk.is_none())
+                        .then(|| c.write_chunks[0])
+                    });
+                    prop_assert_eq!(fast, one_write, "{:?}", planned);
+                    let mut h = hits.get();
+                    h[fast.is_some() as usize] += 1;
+                    hits.set(h);
+                    if let (Some(w), Ok(plan)) = (fast, planned) {
+                        let seg = Segment {
+                            handle: 0x1234_5678,
+                            length: w,
+                            offset: 0xfeed_0000_1000,
+                        };
+                        let (mut a, mut b) = ([0xeeu8; 64], [0xeeu8; 64]);
+                        let n = encode_call_header(&plan, 9, 5, 0, &[], &[&[seg]], None, &mut a);
+                        let m = encode_one_write_call_header(vers, 9, 5, seg, &mut b);
+                        prop_assert_eq!(n.ok(), m);
+                        prop_assert_eq!(&a[..], &b[..]);
+                        // And the word-by-word writer agrees too.
+                        let mut c = [0xeeu8; 64];
+                        let g = encode_call_header_general(&plan, 9, 5, 0, &[], &[&[seg]], None, &mut c);
+                        prop_assert_eq!(g.ok(), m);
+                        prop_assert_eq!(&a[..], &c[..]);
+                    }
+                    Ok(())
+                },
+            )
+            .unwrap();
+        let h = hits.get();
+        assert!(h[0] > 1000 && h[1] > 1000, "both answers exercised: {h:?}");
     }
 
     /// The one-step Short reply header equals what the planner writes for a
