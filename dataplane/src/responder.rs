@@ -1315,24 +1315,13 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         let mut posted = 0u32;
         let mut err = false;
         for op in plan.write_ops(chunks) {
-            let mut pieces = [LocalBuf::default(); MAX_SGE];
-            let mut n = 0usize;
-            let mut overflow = false;
-            for_each_local(bufs, send_size, r, op.src.start, op.src.len, |lb, _| {
-                if n < MAX_SGE {
-                    pieces[n] = lb;
-                    n += 1;
-                } else {
-                    overflow = true;
-                }
-            });
-            if overflow || n == 0 {
+            let Some((pieces, n)) = gather_local(bufs, send_size, r, op.src.start, op.src.len) else {
                 err = true;
                 break;
-            }
+            };
             let mut wr = SendWr::new(wr_id, SendOp::RdmaWrite, pieces[0], op.target);
             wr.sge = pieces;
-            wr.num_sge = n as u8;
+            wr.num_sge = n;
             wr.remote.length = op.src.len;
             if fabric.post_send(conn_id, &wr).is_err() {
                 err = true;
@@ -1482,21 +1471,10 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         };
         // The item: pieces of the head and data buffers (checked non-empty
         // and inside the reply by `step_execute`).
-        let mut pieces = [LocalBuf::default(); MAX_SGE];
-        let mut n = 0usize;
-        let mut overflow = false;
-        for_each_local(bufs, send_size, r, item.offset, item.len, |lb, _| {
-            if n < MAX_SGE {
-                pieces[n] = lb;
-                n += 1;
-            } else {
-                overflow = true;
-            }
-        });
         let conn = r.conn;
-        if overflow || n == 0 {
+        let Some((pieces, n)) = gather_local(bufs, send_size, r, item.offset, item.len) else {
             return self.control(i, Control::ErrorV1(header::V1Error::Chunk));
-        }
+        };
         // The header, then the reply before and after the item and its padding.
         let out = bufs.bytes_mut(send_b);
         let Some(hdr_len) = plan::encode_one_write_reply_header(r.vers, r.xid, grant, 0, seg, item.len, out) else {
@@ -1522,7 +1500,7 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
             },
         );
         write.sge = pieces;
-        write.num_sge = n as u8;
+        write.num_sge = n;
         write.remote.length = item.len;
         // Invalidation as `step_send` decides it: v2 by the Call's
         // rdma_inv_handle; v1 with the RFC 8797 R flag the first handle the
@@ -1844,6 +1822,31 @@ fn call_view<'v>(r: &'v Request<'_>, conns: &'v Slab<Option<Conn>>, chunk_area: 
 /// The token of request slot `i` in generation `gen` ([`DeferToken`]).
 fn defer_token(i: u32, gen: u32) -> DeferToken {
     DeferToken(u64::from(i) | u64::from(gen) << 32)
+}
+
+/// The local pieces of bytes `start..start + len` of request `r`'s reply
+/// stream, as the gather list of one work request: `None` when the range is
+/// empty or needs more than [`MAX_SGE`] pieces.
+#[inline]
+fn gather_local(
+    bufs: &EngineBufs<'_>,
+    send_size: u32,
+    r: &Request,
+    start: u32,
+    len: u32,
+) -> Option<([LocalBuf; MAX_SGE], u8)> {
+    let mut pieces = [LocalBuf::default(); MAX_SGE];
+    let mut n = 0usize;
+    let mut overflow = false;
+    for_each_local(bufs, send_size, r, start, len, |lb, _| {
+        if n < MAX_SGE {
+            pieces[n] = lb;
+            n += 1;
+        } else {
+            overflow = true;
+        }
+    });
+    (!overflow && n > 0).then_some((pieces, n as u8))
 }
 
 /// Copy bytes `s..e` of a reply stream shaped `shape` (head ++ data ++ zero

@@ -1196,35 +1196,27 @@ fn decode_msg_one_write_segment<'a>(buf: &'a [u8], limits: &Limits) -> Option<He
     if l(0) != 0 || l(1) != 1 || l(2) != 1 || l(7) != 0 || l(8) != 0 {
         return None;
     }
-    let payload = &buf[header_len..];
-    if !msg_payload_ok(vers, xid, flags, payload) {
-        return None;
-    }
-    Some(Header {
-        xid,
-        vers,
-        credits,
-        flags,
-        body: Body::Msg {
-            inv_handle,
-            chunks: ChunkLists {
-                reads: ReadList {
-                    raw: &buf[lists_at..lists_at],
-                    chunks: 0,
-                },
-                // The entry: present word, count, segment (the walk's
-                // `raw`, without the terminating zero word).
-                writes: WriteList {
-                    raw: &buf[lists_at + 4..lists_at + 28],
-                    chunks: 1,
-                },
-                reply: None,
-            },
-            payload_offset: header_len,
-            payload,
+    let chunks = ChunkLists {
+        reads: ReadList {
+            raw: &buf[lists_at..lists_at],
+            chunks: 0,
         },
+        // The entry: present word, count, segment (the walk's `raw`, without
+        // the terminating zero word).
+        writes: WriteList {
+            raw: &buf[lists_at + 4..lists_at + 28],
+            chunks: 1,
+        },
+        reply: None,
+    };
+    fast_msg(
+        buf,
+        Prefix { xid, vers, credits },
+        flags,
+        inv_handle,
+        chunks,
         header_len,
-    })
+    )
 }
 
 /// The common case of [`decode`] in one step: an RDMA_MSG (RFC 8166 s4.2) or
@@ -1249,18 +1241,34 @@ fn decode_msg_without_chunks(buf: &[u8]) -> Option<Header<'_>> {
         RPCRDMA_VERSION_2 if buf.len() >= 36 && w(3) == RDMA2_MSG && (w(6) | w(7) | w(8)) == 0 => (w(4), w(5), 36),
         _ => return None,
     };
-    let payload = &buf[header_len..];
-    if !msg_payload_ok(vers, xid, flags, payload) {
+    let p = Prefix { xid, vers, credits };
+    fast_msg(buf, p, flags, inv_handle, ChunkLists::default(), header_len)
+}
+
+/// The header the one-step decoders return: an RDMA_MSG / RDMA2_MSG with
+/// `chunks`, the payload after `header_len` bytes, once the payload passes
+/// the walk's checks ([`msg_payload_ok`]).
+#[inline]
+fn fast_msg<'a>(
+    buf: &'a [u8],
+    p: Prefix,
+    flags: u32,
+    inv_handle: u32,
+    chunks: ChunkLists<'a>,
+    header_len: usize,
+) -> Option<Header<'a>> {
+    let payload = buf.get(header_len..)?;
+    if !msg_payload_ok(p.vers, p.xid, flags, payload) {
         return None;
     }
     Some(Header {
-        xid,
-        vers,
-        credits,
+        xid: p.xid,
+        vers: p.vers,
+        credits: p.credits,
         flags,
         body: Body::Msg {
             inv_handle,
-            chunks: ChunkLists::default(),
+            chunks,
             payload_offset: header_len,
             payload,
         },
