@@ -649,38 +649,80 @@ impl<'p, F: Fabric> Requester<'p, F> {
         Some(b)
     }
 
+    /// What the one-step submits share: a call slot and its header buffer,
+    /// the XID stamped into the Call, the transport header `encode(xid,
+    /// credits, segment of the Write chunk, out)` writes followed by the Call,
+    /// the Send posted and the credit taken. `write_len`: also provision one
+    /// data buffer of that many bytes as the one Write chunk. On failure
+    /// nothing is held. Returns the slot, the XID, the header buffer and the
+    /// Write chunk (buffer, segment) when one was provisioned.
+    #[allow(clippy::type_complexity)]
+    #[inline(always)]
+    fn post_one_step(
+        &mut self,
+        cb: &mut CallBuf<'p>,
+        len: usize,
+        write_len: Option<u32>,
+        encode: impl FnOnce(u32, u32, Segment, &mut [u8]) -> Option<usize>,
+    ) -> Result<(u32, u32, BufRef, Option<(BufRef, Segment)>), SubmitError> {
+        if write_len.is_some_and(|w| w > self.data_size) {
+            return Err(SubmitError::NoBuffers);
+        }
+        let i = self.calls.alloc().ok_or(SubmitError::Busy)?;
+        let Some(hdr) = self.slot_hdr_buf(i) else {
+            self.calls.free(i);
+            return Err(SubmitError::NoBuffers);
+        };
+        let write = match write_len {
+            Some(w) => match self.bufs.get(Class::Data) {
+                Some(b) => Some((b, self.remote(b, 0, w))),
+                None => {
+                    self.calls.free(i);
+                    return Err(SubmitError::NoBuffers);
+                }
+            },
+            None => None,
+        };
+        let xid = self.stamp_xid(i, cb);
+        let out = self.bufs.bytes_mut(hdr);
+        let seg = write.map_or(Segment::default(), |(_, s)| s);
+        // The caller's check (`is_chunk_free_call`, `one_write_call`) put
+        // header + Call within the inline threshold, which is at most our
+        // send buffer's size.
+        let sent = encode(xid, self.credits.request(), seg, out).and_then(|h| {
+            out.get_mut(h..h + len)?.copy_from_slice(&cb.bytes[..len]);
+            Some(h + len)
+        });
+        let err = match sent {
+            None => Some(SubmitError::TooLarge),
+            Some(n) if !self.post_call(i, hdr, n) => Some(SubmitError::NotConnected),
+            Some(_) => None,
+        };
+        if let Some(e) = err {
+            self.calls.free(i);
+            if let Some((b, _)) = write {
+                self.bufs.put(b);
+            }
+            return Err(e);
+        }
+        let ok = self.credits.on_send();
+        debug_assert!(ok);
+        Ok((i, xid, hdr, write))
+    }
+
     /// [`Requester::submit`] of a Call that goes as a Short message without
     /// any chunk ([`plan::is_chunk_free_call`], checked by the caller): the
     /// one-step header, the Call after it, one Send. Nothing to provision,
     /// so no plan is built; the Reply is checked against "no chunks
     /// advertised" like any other.
     fn submit_chunk_free(&mut self, mut cb: CallBuf<'p>, len: usize) -> Result<CallId, (SubmitError, CallBuf<'p>)> {
-        let Some(i) = self.calls.alloc() else {
-            return Err((SubmitError::Busy, cb));
-        };
-        let Some(hdr) = self.slot_hdr_buf(i) else {
-            self.calls.free(i);
-            return Err((SubmitError::NoBuffers, cb));
-        };
-        let xid = self.stamp_xid(i, &mut cb);
-        let out = self.bufs.bytes_mut(hdr);
-        let sent = plan::encode_chunk_free_call_header(self.vers, xid, self.credits.request(), out).and_then(|h| {
-            // `is_chunk_free_call` checked header + Call against the inline
-            // threshold, which is at most our send buffer's size.
-            out.get_mut(h..h + len)?.copy_from_slice(&cb.bytes[..len]);
-            Some(h + len)
-        });
-        let Some(send_len) = sent else {
-            self.calls.free(i);
-            return Err((SubmitError::TooLarge, cb));
-        };
-        if !self.post_call(i, hdr, send_len) {
-            self.calls.free(i);
-            return Err((SubmitError::NotConnected, cb));
-        }
-        let ok = self.credits.on_send();
-        debug_assert!(ok);
         let vers = self.vers;
+        let (i, xid, hdr, _) = match self.post_one_step(&mut cb, len, None, |xid, credits, _, out| {
+            plan::encode_chunk_free_call_header(vers, xid, credits, out)
+        }) {
+            Ok(v) => v,
+            Err(e) => return Err((e, cb)),
+        };
         let c = self.calls.get_mut(i).expect("allocated");
         // A fresh slot; `write_segs` (read only up to `write_count`, 0 here)
         // is left as it was rather than rewritten.
@@ -711,42 +753,16 @@ impl<'p, F: Fabric> Requester<'p, F> {
         len: usize,
         wlen: u32,
     ) -> Result<CallId, (SubmitError, CallBuf<'p>)> {
-        if wlen > self.data_size {
-            return Err((SubmitError::NoBuffers, cb));
-        }
-        let Some(i) = self.calls.alloc() else {
-            return Err((SubmitError::Busy, cb));
-        };
-        let Some(hdr) = self.slot_hdr_buf(i) else {
-            self.calls.free(i);
-            return Err((SubmitError::NoBuffers, cb));
-        };
-        let Some(wbuf) = self.bufs.get(Class::Data) else {
-            self.calls.free(i);
-            return Err((SubmitError::NoBuffers, cb));
-        };
-        let xid = self.stamp_xid(i, &mut cb);
-        let seg = self.remote(wbuf, 0, wlen);
-        let out = self.bufs.bytes_mut(hdr);
-        let sent = plan::encode_one_write_call_header(self.vers, xid, self.credits.request(), seg, out).and_then(|h| {
-            // `one_write_call` checked header + Call against the inline
-            // threshold, which is at most our send buffer's size.
-            out.get_mut(h..h + len)?.copy_from_slice(&cb.bytes[..len]);
-            Some(h + len)
-        });
-        let Some(send_len) = sent else {
-            self.calls.free(i);
-            self.bufs.put(wbuf);
-            return Err((SubmitError::TooLarge, cb));
-        };
-        if !self.post_call(i, hdr, send_len) {
-            self.calls.free(i);
-            self.bufs.put(wbuf);
-            return Err((SubmitError::NotConnected, cb));
-        }
-        let ok = self.credits.on_send();
-        debug_assert!(ok);
         let vers = self.vers;
+        let (i, xid, hdr, write) = match self.post_one_step(&mut cb, len, Some(wlen), |xid, credits, seg, out| {
+            plan::encode_one_write_call_header(vers, xid, credits, seg, out)
+        }) {
+            Ok(v) => v,
+            Err(e) => return Err((e, cb)),
+        };
+        let Some((wbuf, seg)) = write else {
+            unreachable!("a Write chunk was asked for");
+        };
         let c = self.calls.get_mut(i).expect("allocated");
         let mut write_segs = c.write_segs;
         write_segs[0] = seg;

@@ -1827,7 +1827,7 @@ fn defer_token(i: u32, gen: u32) -> DeferToken {
 /// The local pieces of bytes `start..start + len` of request `r`'s reply
 /// stream, as the gather list of one work request: `None` when the range is
 /// empty or needs more than [`MAX_SGE`] pieces.
-#[inline]
+#[inline(always)]
 fn gather_local(
     bufs: &EngineBufs<'_>,
     send_size: u32,

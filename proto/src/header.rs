@@ -1248,7 +1248,7 @@ fn decode_msg_without_chunks(buf: &[u8]) -> Option<Header<'_>> {
 /// The header the one-step decoders return: an RDMA_MSG / RDMA2_MSG with
 /// `chunks`, the payload after `header_len` bytes, once the payload passes
 /// the walk's checks ([`msg_payload_ok`]).
-#[inline]
+#[inline(always)]
 fn fast_msg<'a>(
     buf: &'a [u8],
     p: Prefix,
