@@ -50,7 +50,7 @@ use dataplane::service::{CallView, DeferToken, ReplyBuilder, Service, ServiceErr
 use proto::error::{DecodeError, DecodeErrorKind, EncodeError};
 use proto::nfs3::{self as p, MOUNT_PROGRAM, MOUNT_V3, NFSPROC3_COUNT, NFS_PROGRAM, NFS_V3};
 use proto::rpc::{self, AcceptedReply, AuthStat, CallHeader, OpaqueAuth, RejectedReply, ReplyHeader};
-use proto::xdr::{Reader, Writer};
+use proto::xdr::Writer;
 use reactor::config::{Config, PoolUsage};
 
 use crate::backend::{Backend, FsError, FsResult, IoChannel};
@@ -370,26 +370,53 @@ fn credential<'a>(h: &CallHeader<'a>) -> Result<Cred<'a>, AuthStat> {
     }
 }
 
+/// The `count` of an NFSv3 READ Call whose header and arguments are all in
+/// `head`; `None` for any other Call and for anything malformed.
+///
+/// Word offsets only, with no header built: the data buffer is sized before
+/// the Call is handled, so the Call would otherwise be decoded twice. A Call
+/// (RFC 5531 section 9) is xid, mtype (CALL), rpcvers (2), prog, vers, proc,
+/// then the credential and the verifier, each `opaque_auth` (flavor, length,
+/// body padded to a word, at most 400 bytes); READ3args (RFC 1813 section
+/// 3.3.6) is an `nfs_fh3` (length, at most 64, and padded body), a 64-bit
+/// offset and the count. Agrees with decoding the header and the arguments
+/// in full (property test below); peer bytes can only make it return `None`.
+fn read_count(head: &[u8]) -> Option<u32> {
+    let word = |i: usize| -> Option<u32> {
+        let b = head.get(i..i.checked_add(4)?)?;
+        Some(u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+    };
+    let pad4 = |n: u32| (n as usize + 3) & !3;
+    if word(4)? != rpc::CALL
+        || word(8)? != rpc::RPC_VERSION
+        || word(12)? != NFS_PROGRAM
+        || word(16)? != NFS_V3
+        || word(20)? != p::NFSPROC3_READ
+    {
+        return None;
+    }
+    let cred_len = word(28)?;
+    if cred_len > rpc::MAX_AUTH_BYTES {
+        return None;
+    }
+    let verf_at = rpc::CALL_CRED_BODY_OFFSET + pad4(cred_len);
+    let verf_len = word(verf_at + 4)?;
+    if verf_len > rpc::MAX_AUTH_BYTES {
+        return None;
+    }
+    let fh_at = verf_at + 8 + pad4(verf_len);
+    let fh_len = word(fh_at)?;
+    if fh_len > p::NFS3_FHSIZE {
+        return None;
+    }
+    // offset (two words), then count.
+    word(fh_at + 4 + pad4(fh_len) + 8)
+}
+
 impl Service for NfsService {
     /// READ: the count asked for, at most the READ limit; nothing otherwise.
     fn reply_data_hint(&mut self, call: &CallView<'_>) -> usize {
-        let head = call.head();
-        // prog, vers and proc are words 3..6 of a Call (RFC 5531 section 9).
-        let word = |i: usize| {
-            head.get(4 * i..4 * i + 4)
-                .map_or(0, |b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
-        };
-        if word(3) != NFS_PROGRAM || word(4) != NFS_V3 || word(5) != p::NFSPROC3_READ {
-            return 0;
-        }
-        let Ok((_, at)) = CallHeader::decode(head) else {
-            return 0;
-        };
-        let mut r = Reader::new(head.get(at..).unwrap_or(&[]));
-        match p::Read3Args::decode(&mut r) {
-            Ok(a) => a.count.min(self.shared.max_io_bytes) as usize,
-            Err(_) => 0,
-        }
+        read_count(call.head()).map_or(0, |n| n.min(self.shared.max_io_bytes) as usize)
     }
 
     fn handle_call(&mut self, call: &CallView<'_>, reply: &mut ReplyBuilder<'_>) -> Result<(), ServiceError> {
@@ -567,5 +594,136 @@ impl Service for NfsService {
 
     fn cancel(&mut self, token: DeferToken) {
         let _ = self.st.deferred.take(token);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use proto::xdr::Reader;
+
+    /// What the hint was before [`read_count`]: the header and READ3args
+    /// decoded in full.
+    fn read_count_by_decoding(head: &[u8]) -> Option<u32> {
+        let (hdr, at) = CallHeader::decode(head).ok()?;
+        if (hdr.prog, hdr.vers, hdr.proc_) != (NFS_PROGRAM, NFS_V3, p::NFSPROC3_READ) {
+            return None;
+        }
+        let mut r = Reader::new(head.get(at..)?);
+        p::Read3Args::decode(&mut r).ok().map(|a| a.count)
+    }
+
+    fn be(w: u32) -> [u8; 4] {
+        w.to_be_bytes()
+    }
+
+    /// A READ Call with the given parts, each length word as given (the body
+    /// is `body_len` bytes, padded), then `tail` extra bytes.
+    #[allow(clippy::too_many_arguments)]
+    fn call(
+        words: [u32; 6],
+        cred: (u32, u32, usize),
+        verf: (u32, u32, usize),
+        fh: (u32, usize),
+        offset: u64,
+        count: u32,
+        tail: usize,
+    ) -> Vec<u8> {
+        let mut b = Vec::new();
+        for w in words {
+            b.extend_from_slice(&be(w));
+        }
+        for (flavor, len, body) in [cred, verf] {
+            b.extend_from_slice(&be(flavor));
+            b.extend_from_slice(&be(len));
+            b.extend(std::iter::repeat_n(7u8, (body + 3) & !3));
+        }
+        b.extend_from_slice(&be(fh.0));
+        b.extend(std::iter::repeat_n(9u8, (fh.1 + 3) & !3));
+        b.extend_from_slice(&offset.to_be_bytes());
+        b.extend_from_slice(&be(count));
+        b.extend(std::iter::repeat_n(0u8, tail));
+        b
+    }
+
+    #[test]
+    fn read_count_of_a_read_call() {
+        let words = [1, rpc::CALL, rpc::RPC_VERSION, NFS_PROGRAM, NFS_V3, p::NFSPROC3_READ];
+        let c = call(words, (1, 20, 20), (0, 0, 0), (36, 36), 4096, 8192, 0);
+        assert_eq!(read_count(&c), Some(8192));
+        // Cut anywhere: no count.
+        for n in 0..c.len() {
+            assert_eq!(read_count(&c[..n]), None, "cut at {n}");
+        }
+        // Another procedure, program, version or message type: none.
+        for (i, v) in [
+            (1, rpc::REPLY),
+            (2, 3),
+            (3, MOUNT_PROGRAM),
+            (4, 4),
+            (5, p::NFSPROC3_WRITE),
+        ] {
+            let mut w = words;
+            w[i] = v;
+            assert_eq!(read_count(&call(w, (1, 20, 20), (0, 0, 0), (36, 36), 0, 1, 0)), None);
+        }
+        // Bounds: a 400-byte credential and a 64-byte handle are fine, one
+        // more is not.
+        assert_eq!(
+            read_count(&call(words, (1, 400, 400), (0, 0, 0), (64, 64), 0, 5, 0)),
+            Some(5)
+        );
+        assert_eq!(
+            read_count(&call(words, (1, 401, 404), (0, 0, 0), (64, 64), 0, 5, 0)),
+            None
+        );
+        assert_eq!(
+            read_count(&call(words, (1, 4, 4), (0, 401, 404), (64, 64), 0, 5, 0)),
+            None
+        );
+        assert_eq!(read_count(&call(words, (1, 4, 4), (0, 0, 0), (65, 68), 0, 5, 0)), None);
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(20_000))]
+
+        /// The word-offset hint and the full decode agree on well-formed and
+        /// malformed Calls alike: lengths near their bounds, bodies shorter
+        /// or longer than their length words say, truncation, and random
+        /// header words.
+        #[test]
+        fn read_count_agrees_with_decoding(
+            xid in any::<u32>(),
+            mtype in prop_oneof![8 => Just(rpc::CALL), 1 => Just(rpc::REPLY), 1 => any::<u32>()],
+            rpcvers in prop_oneof![8 => Just(rpc::RPC_VERSION), 1 => Just(1u32)],
+            prog in prop_oneof![8 => Just(NFS_PROGRAM), 1 => Just(MOUNT_PROGRAM)],
+            vers in prop_oneof![8 => Just(NFS_V3), 1 => Just(2u32)],
+            proc_ in prop_oneof![8 => Just(p::NFSPROC3_READ), 1 => 0u32..22],
+            cred_len in prop_oneof![4 => 0u32..=8, 4 => 396u32..=404, 1 => any::<u32>()],
+            cred_body_delta in prop_oneof![4 => Just(0i64), 1 => -4i64..=4],
+            verf_len in prop_oneof![0u32..=8, 396u32..=404],
+            verf_body_delta in prop_oneof![4 => Just(0i64), 1 => -4i64..=4],
+            fh_len in prop_oneof![4 => 0u32..=8, 4 => 60u32..=68, 1 => any::<u32>()],
+            fh_body_delta in prop_oneof![4 => Just(0i64), 1 => -4i64..=4],
+            offset in any::<u64>(),
+            count in any::<u32>(),
+            tail in 0usize..8,
+            cut in any::<prop::sample::Index>(),
+            do_cut in prop::bool::weighted(0.2),
+        ) {
+            let body = |len: u32, d: i64| (i64::from(len.min(404)) + d).max(0) as usize;
+            let c = call(
+                [xid, mtype, rpcvers, prog, vers, proc_],
+                (rpc::AUTH_SYS, cred_len, body(cred_len, cred_body_delta)),
+                (rpc::AUTH_NONE, verf_len, body(verf_len, verf_body_delta)),
+                (fh_len, body(fh_len, fh_body_delta)),
+                offset,
+                count,
+                tail,
+            );
+            let c = if do_cut { &c[..cut.index(c.len() + 1)] } else { &c[..] };
+            prop_assert_eq!(read_count(c), read_count_by_decoding(c));
+        }
     }
 }
