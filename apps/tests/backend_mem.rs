@@ -214,6 +214,43 @@ fn queue_depth_is_exact() {
     assert_eq!(read_sync(&mut *ch, &f, 0, &mut buf).unwrap().0, 4);
 }
 
+/// `io_now` does the I/O at once when nothing is queued, and declines while a
+/// completion is waiting to be reaped, so completions still come out in
+/// submission order.
+#[test]
+fn io_now_only_with_an_empty_queue() {
+    let b = MemBackend::new("n", 16 * MEM_BLOCK_BYTES).unwrap();
+    let root = b.root();
+    let (f, _) = create_file(&b, &root, b"f");
+    let mut ch = b.open_channel(0).unwrap();
+    let mut data = *b"abcdefgh";
+    let io = |op, buf: *mut u8, tag| IoDesc {
+        fh: f,
+        op,
+        offset: 0,
+        buf,
+        len: 8,
+        tag,
+    };
+    // SAFETY: `data` outlives the call, which is done with it on return.
+    let done = unsafe { ch.io_now(&io(IoOp::Write(Stable::FileSync), data.as_mut_ptr(), 5)) }.expect("empty queue");
+    assert_eq!((done.tag, done.result), (5, Ok(8)));
+    assert_eq!(ch.in_flight(), 0);
+    let mut back = [0u8; 8];
+    // SAFETY: as above.
+    unsafe { ch.submit(io(IoOp::Read, back.as_mut_ptr(), 6)).unwrap() };
+    let mut other = [0u8; 8];
+    // SAFETY: as above.
+    assert!(unsafe { ch.io_now(&io(IoOp::Read, other.as_mut_ptr(), 7)) }.is_none());
+    assert_eq!(ch.in_flight(), 1);
+    let mut out = [IoDone::default(); 2];
+    assert_eq!(ch.poll(&mut out), 1);
+    assert_eq!((out[0].tag, out[0].result), (6, Ok(8)));
+    assert_eq!(&back, b"abcdefgh");
+    assert_eq!(read_sync(&mut *ch, &f, 0, &mut other), Ok((8, true)));
+    assert_eq!(&other, b"abcdefgh");
+}
+
 /// Cookies are positions: one never handed out is `BadCookie`; the cookie of
 /// a removed entry resumes at the entry after it.
 #[test]

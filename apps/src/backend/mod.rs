@@ -470,6 +470,18 @@ pub trait IoChannel: fmt::Debug {
     fn completes_later(&self) -> bool {
         false
     }
+    /// Do `io` now, on the calling thread, and return its completion without
+    /// queueing it, if this channel works that way (it does its work at
+    /// submit) and has nothing queued; `None` otherwise, and the caller
+    /// submits and polls. The synchronous helpers ([`read_sync`],
+    /// [`write_sync`]) try this first. Default: `None`.
+    ///
+    /// # Safety
+    /// `io.buf` must be valid for reads and writes of `io.len` bytes, and must
+    /// not be accessed by anyone else, until this returns.
+    unsafe fn io_now(&mut self, _io: &IoDesc) -> Option<IoDone> {
+        None
+    }
 }
 
 /// Read into `buf` at `offset` and wait (polling) for the completion.
@@ -486,10 +498,17 @@ pub fn read_sync(ch: &mut dyn IoChannel, fh: &FileHandle, offset: u64, buf: &mut
         len,
         tag: 1,
     };
-    // SAFETY: `buf` is exclusively borrowed for this whole function, and the
-    // function returns only after `wait_one` reaped the completion of tag 1.
-    unsafe { ch.submit(io)? };
-    let done = wait_one(ch, 1)?;
+    // SAFETY: `buf` is exclusively borrowed for this whole function, and
+    // `io_now` returns only once it is done with it.
+    let done = match unsafe { ch.io_now(&io) } {
+        Some(done) => done,
+        None => {
+            // SAFETY: as above; the function returns only after `wait_one`
+            // reaped the completion of tag 1.
+            unsafe { ch.submit(io)? };
+            wait_one(ch, 1)?
+        }
+    };
     done.result.map(|n| (n, done.eof))
 }
 
@@ -515,9 +534,16 @@ pub fn write_sync(
         tag: 2,
     };
     // SAFETY: `buf` is borrowed for this whole function and a write only reads
-    // it; the function returns only after the completion of tag 2 is reaped.
-    unsafe { ch.submit(io)? };
-    let done = wait_one(ch, 2)?;
+    // it; `io_now` returns only once it is done with it.
+    let done = match unsafe { ch.io_now(&io) } {
+        Some(done) => done,
+        None => {
+            // SAFETY: as above; the function returns only after the
+            // completion of tag 2 is reaped.
+            unsafe { ch.submit(io)? };
+            wait_one(ch, 2)?
+        }
+    };
     done.result.map(|n| (n, done.committed))
 }
 
