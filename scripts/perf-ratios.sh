@@ -14,7 +14,8 @@
 # run just before it; p50 of 4 KiB READ over the 4 KiB floor run just before
 # it (the same payload's ping-pong) and over the 64 B floor run just after.
 # Writes target/perf-ratios/ (or $OUT): rounds.txt (every round's p50s and
-# ratios), summary.txt (the medians, also printed).
+# ratios), summary.txt (the medians, also printed; then the medians per host
+# phase, fast or slow floor, with the number of rounds in each).
 #
 # Environment: CONFIG, CLIENT_CPU (default 0), ECHO_CPU (default 1), ROUNDS,
 # DURATION, OUT, CARGO_TARGET_DIR, FILE_SIZE (the READ file, default 64M:
@@ -98,4 +99,21 @@ print(f"{'ratio of paired p50s':28} {'median':>8}   range")
 for label, a, b in pairs:
     v = [row[a] / row[b] for row in rows]
     print(f"{label:28} {statistics.median(v):7.2f}x   {min(v):.2f}x .. {max(v):.2f}x")
+
+# The host moves the two vCPUs between placements where a cache line crosses
+# from one to the other fast or about 3-4x slower (the floor's p50 is
+# bimodal). The fabric's share of a round trip, and so every ratio, depends
+# on the placement, so the ratios are also given per phase. A run is "fast"
+# when its p50 is under twice the lowest p50 of the same run over all
+# rounds; a pair counts in a phase when the run and its floor are both in it
+# (pairs that straddle a change of placement are left out).
+low = {n: min(row[n] for row in rows) for n in names}
+def fast(n, row):
+    return row[n] < 2 * low[n]
+def phase_median(a, b, want_fast):
+    v = [row[a] / row[b] for row in rows if fast(a, row) == want_fast and fast(b, row) == want_fast]
+    return f"{statistics.median(v):7.2f}x ({len(v)})" if v else f"{'-':>8} (0)"
+print(f"{'ratio by host phase (rounds)':28} {'fast':>13} {'slow':>13}")
+for label, a, b in pairs:
+    print(f"{label:28} {phase_median(a, b, True):>13} {phase_median(a, b, False):>13}")
 PY
