@@ -434,6 +434,59 @@ fn idle_policy_spin_never_sleeps_or_pauses() {
     assert!(s.idle_ns > s.busy_ns);
 }
 
+/// Busy and idle time add up to the cores' running time although idle
+/// iterations are not timed one by one, under each idle policy, with work
+/// (messages) coming now and then; work shows as busy time.
+#[test]
+fn busy_and_idle_time_add_up() {
+    for policy in [
+        IdlePolicy::Spin,
+        IdlePolicy::SpinThenPause {
+            idle_loops: 10,
+            pause_spins: 16,
+        },
+        IdlePolicy::SpinThenSleep {
+            idle_loops: 100,
+            max_sleep_us: 50,
+        },
+    ] {
+        let mut o = opts();
+        o.idle = policy;
+        let t0 = Instant::now();
+        let r = Reactor::start(o).unwrap();
+        let h = r.handle();
+        let done = Arc::new(AtomicUsize::new(0));
+        for _ in 0..50 {
+            let d = done.clone();
+            h.send(1, move |_| {
+                // Some work: about 20 µs.
+                let t = Instant::now();
+                while t.elapsed() < Duration::from_micros(20) {
+                    std::hint::spin_loop();
+                }
+                d.fetch_add(1, Ordering::SeqCst);
+            })
+            .unwrap();
+            std::thread::sleep(Duration::from_micros(300));
+        }
+        wait_until("the messages", || done.load(Ordering::SeqCst) == 50);
+        let stats = r.shutdown().unwrap();
+        let wall_ns = t0.elapsed().as_nanos() as u64;
+        for s in &stats {
+            let total = s.busy_ns + s.idle_ns;
+            assert!(total <= wall_ns, "{policy:?} core {}: {total} ns accounted in {wall_ns}", s.core);
+            assert!(
+                total >= wall_ns / 2,
+                "{policy:?} core {}: only {total} ns of {wall_ns} accounted",
+                s.core
+            );
+            assert!(s.idle_ns > 0, "{policy:?} core {}", s.core);
+        }
+        assert!(stats[1].busy_ns >= 50 * 20_000, "{policy:?}: busy {} ns", stats[1].busy_ns);
+        assert!(stats[1].idle_ns > stats[1].busy_ns, "{policy:?}");
+    }
+}
+
 #[test]
 fn idle_policy_pause_pauses_without_sleeping() {
     let s = idle_run(IdlePolicy::SpinThenPause {
