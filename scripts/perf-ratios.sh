@@ -11,8 +11,11 @@
 # (RAM backend, random offsets in a 64 MiB file), each next to a floor run:
 # `perf raw` (echo thread on ECHO_CPU) with the target frozen (SIGSTOP), so
 # nothing else runs on either CPU. Ratios: p50 of NULL over the 64 B floor
-# run just before it; p50 of 4 KiB READ over the 4 KiB floor run just before
+# run before it; p50 of 4 KiB READ over the 4 KiB floor run just before
 # it (the same payload's ping-pong) and over the 64 B floor run just after.
+# A reference, not a goal: NULL over `perf raw --touch` at 64 B (each side
+# reads the message it receives, as an RPC layer must; the floor does not),
+# which separates moving the message to the reading CPU from the software.
 # Writes target/perf-ratios/ (or $OUT): rounds.txt (every round's p50s and
 # ratios), summary.txt (the medians, also printed; then the medians per host
 # phase, fast or slow floor, with the number of rounds in each).
@@ -49,15 +52,18 @@ run() { # round, name, perf arguments...
     }
 }
 
-floor() { # round, name, size: the fabric alone, the target frozen
+floor() { # round, name, size, [raw options]: the fabric alone, the target frozen
+    local r=$1 name=$2 size=$3
+    shift 3
     kill -STOP "$TPID"
-    run "$1" "$2" raw --size "$3" --echo-core "$ECHO_CPU"
+    run "$r" "$name" raw --size "$size" --echo-core "$ECHO_CPU" "$@"
     kill -CONT "$TPID"
     sleep 0.1
 }
 for r in $(seq 1 "$ROUNDS"); do
     for v in 1 2; do
         floor "$r" "raw-64B-for-null-v$v" 64
+        floor "$r" "raw-64B-touch-for-null-v$v" 64 --touch
         run "$r" "null-v$v" null "${T[@]}" --vers "$v"
     done
     for v in 1 2; do
@@ -79,6 +85,8 @@ runs = ["null-v1", "null-v2", "read-4KiB-v1", "read-4KiB-v2"]
 pairs = [  # (label, run, floor run just before or after it)
     ("NULL v1 / floor 64 B", "null-v1", "raw-64B-for-null-v1"),
     ("NULL v2 / floor 64 B", "null-v2", "raw-64B-for-null-v2"),
+    ("NULL v1 / floor 64 B touched", "null-v1", "raw-64B-touch-for-null-v1"),
+    ("NULL v2 / floor 64 B touched", "null-v2", "raw-64B-touch-for-null-v2"),
     ("READ 4 KiB v1 / floor 4 KiB", "read-4KiB-v1", "raw-4KiB-for-read-4KiB-v1"),
     ("READ 4 KiB v2 / floor 4 KiB", "read-4KiB-v2", "raw-4KiB-for-read-4KiB-v2"),
     ("READ 4 KiB v1 / floor 64 B", "read-4KiB-v1", "raw-64B-for-read-4KiB-v1"),

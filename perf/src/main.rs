@@ -237,6 +237,11 @@ struct RawArgs {
     /// CPU of the loopback echo thread (default: a CPU not in --cores), or of --serve.
     #[arg(long = "echo-core")]
     echo_core: Option<usize>,
+    /// Each side reads every message it receives before answering or timing
+    /// it, as an RPC layer must (the floor does not: a fabric only moves the
+    /// bytes). With --serve: the echo side's half.
+    #[arg(long)]
+    touch: bool,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -466,7 +471,7 @@ fn raw_cmd(a: &RawArgs) -> Result<i32> {
         }
         eprintln!("perf raw: echo side on {} at {addr} (Ctrl-C to stop)", fabric.name());
         let qd = a.common.qd.max(16);
-        let n = run::serve_raw(fabric, &addr, size, qd, a.echo_core, &stop)?;
+        let n = run::serve_raw(fabric, &addr, size, qd, a.echo_core, &stop, a.touch)?;
         eprintln!("perf raw: {n} messages echoed");
         return Ok(0);
     }
@@ -475,7 +480,12 @@ fn raw_cmd(a: &RawArgs) -> Result<i32> {
         let n = std::thread::available_parallelism().map_or(1, |n| n.get());
         (0..n.max(2)).find(|c| !a.common.cores.0.contains(c))
     });
-    let mut cfg = base_config(&a.common, Mode::Raw { loopback, echo_cpu }, size);
+    let mode = Mode::Raw {
+        loopback,
+        echo_cpu,
+        touch: a.touch,
+    };
+    let mut cfg = base_config(&a.common, mode, size);
     if !loopback && a.common.target.is_none() {
         bail!("raw without --loopback needs --target (the address of `perf raw --serve`)");
     }

@@ -8,6 +8,13 @@
 //! it contains what an RPC round trip contains minus the transport engine and
 //! the RPC layers: two Sends, two receive completions, two receive reposts.
 //!
+//! Neither side reads the messages it receives: a fabric moves the bytes and
+//! the receiving CPU need not look at them. With `touch` each side reads
+//! every message it receives (every byte, as 8-byte words) before answering
+//! or timing it, as an RPC layer must to decode it; that is the floor plus
+//! moving the message's cache lines to the reading CPU, a reference for how
+//! much of an RPC's round trip is that movement rather than its software.
+//!
 //! Both sides post receives before the peer can send, signal one Send in
 //! [`SIGNAL_EVERY`] (so a verbs send queue drains) and never allocate on the
 //! data path. Each side runs on one thread; the echo side serves any number
@@ -77,6 +84,41 @@ impl<F: Fabric> Endpoint<F> {
             len,
         }
     }
+
+    /// [`touch`] on this endpoint's region.
+    fn touch(&self, offset: u64, len: u32) -> u64 {
+        touch(&self.region, offset, len)
+    }
+}
+
+/// Reads the `len` bytes at `offset` of the region (a received message)
+/// one 8-byte word at a time and returns their wrapping sum, so the
+/// reading CPU pulls in every cache line of the message as an RPC layer
+/// decoding it would. Ranges outside the region read nothing.
+fn touch(region: &Region, offset: u64, len: u32) -> u64 {
+    let (Ok(start), Ok(len)) = (usize::try_from(offset), usize::try_from(len)) else {
+        return 0;
+    };
+    let Some(end) = start.checked_add(len).filter(|&e| e <= region.len()) else {
+        return 0;
+    };
+    let base = region.as_ptr();
+    let mut sum = 0u64;
+    let mut at = start;
+    while at < end {
+        let n = (end - at).min(8);
+        let mut word = [0u8; 8];
+        // SAFETY: `at..at + n` lies inside the region (checked above),
+        // which stays mapped while borrowed. The bytes are a
+        // message the peer finished writing before the receive completion
+        // that named it was polled (the completion's Acquire makes them
+        // visible), and the peer does not write the buffer again until it
+        // is reposted, after this read.
+        unsafe { std::ptr::copy_nonoverlapping(base.add(at), word.as_mut_ptr(), n) };
+        sum = sum.wrapping_add(u64::from_le_bytes(word));
+        at += 8;
+    }
+    std::hint::black_box(sum)
 }
 
 /// A client connection's ping-pong state.
@@ -172,6 +214,7 @@ pub fn client<M: FabricMaker>(
     quotas: Option<Vec<u64>>,
     progress: &Progress,
     abort: &AtomicBool,
+    touch: bool,
 ) -> Result<Recorder, PerfError> {
     let mut ps = Vec::with_capacity(conns);
     for _ in 0..conns {
@@ -210,6 +253,10 @@ pub fn client<M: FabricMaker>(
                 if w.opcode != WcOpcode::Recv {
                     continue;
                 }
+                let i = w.wr_id.index();
+                if touch {
+                    p.ep.touch(i * st, w.byte_len.min(size));
+                }
                 let t = clock.now_ns();
                 let Some(t0) = p.inflight.pop_front() else {
                     p.dead = true;
@@ -222,7 +269,6 @@ pub fn client<M: FabricMaker>(
                         *k = k.saturating_sub(1);
                     }
                 }
-                let i = w.wr_id.index();
                 let r = RecvWr {
                     wr_id: w.wr_id,
                     buf: p.ep.buf(i * st, size),
@@ -269,6 +315,7 @@ pub fn echo<M: FabricMaker>(
     size: u32,
     qd: u32,
     stop: &AtomicBool,
+    touch: bool,
     ready: impl FnOnce(),
 ) -> Result<u64, PerfError> {
     let recvs = qd + RECV_SLACK;
@@ -323,6 +370,9 @@ pub fn echo<M: FabricMaker>(
         for w in &wc[..n] {
             if w.opcode != WcOpcode::Recv || !w.status.is_success() {
                 continue;
+            }
+            if touch {
+                ep.touch(w.wr_id.index() * st, w.byte_len.min(size));
             }
             let r = RecvWr {
                 wr_id: w.wr_id,
@@ -380,6 +430,38 @@ fn flush_echoes<F: Fabric>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn touch_reads_every_byte_of_the_range_and_nothing_outside() {
+        let r = region(4096).unwrap();
+        // SAFETY: the region is 4096 bytes, ours alone, and mapped while `r` lives.
+        let bytes = unsafe { std::slice::from_raw_parts_mut(r.as_ptr(), 4096) };
+        for (i, b) in bytes.iter_mut().enumerate() {
+            *b = (i * 7 + 3) as u8;
+        }
+        let expect = |off: usize, len: usize| {
+            bytes[off..off + len].chunks(8).fold(0u64, |s, c| {
+                let mut w = [0u8; 8];
+                w[..c.len()].copy_from_slice(c);
+                s.wrapping_add(u64::from_le_bytes(w))
+            })
+        };
+        for (off, len) in [(0, 64), (64, 100), (3, 13), (4000, 96), (0, 4096), (4095, 1)] {
+            assert_eq!(touch(&r, off as u64, len as u32), expect(off, len), "{off}+{len}");
+        }
+        // A change anywhere in the range changes the sum.
+        let before = touch(&r, 128, 68);
+        bytes[128 + 67] ^= 1;
+        assert_ne!(touch(&r, 128, 68), before);
+        // Out of the region: nothing is read.
+        let end = r.len() as u64;
+        // SAFETY: the last byte of the region, ours alone.
+        unsafe { *r.as_ptr().add(r.len() - 1) = 1 };
+        assert_eq!(touch(&r, end - 96, 96), 1 << 56);
+        assert_eq!(touch(&r, end - 96, 97), 0);
+        assert_eq!(touch(&r, u64::MAX, 8), 0);
+        assert_eq!(touch(&r, 8, 0), 0);
+    }
 
     #[test]
     fn strides_hold_a_message() {

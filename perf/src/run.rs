@@ -63,10 +63,13 @@ impl FabricKind {
 pub enum Mode {
     Rpc(OpKind),
     /// The fabric ping-pong. `loopback`: start the echo side in this process
-    /// on `echo_cpu`.
+    /// on `echo_cpu`. `touch`: each side reads every message it receives
+    /// (see [`crate::raw`]; for a remote echo side, `perf raw --serve
+    /// --touch` sets its half).
     Raw {
         loopback: bool,
         echo_cpu: Option<usize>,
+        touch: bool,
     },
 }
 
@@ -305,7 +308,11 @@ impl Drop for Finished<'_> {
 pub fn run_with<M: FabricMaker>(maker: &M, cfg: &RunConfig) -> Result<RunOutput, PerfError> {
     cfg.validate()?;
     match cfg.mode {
-        Mode::Raw { loopback, echo_cpu } => run_raw(maker, cfg, loopback, echo_cpu),
+        Mode::Raw {
+            loopback,
+            echo_cpu,
+            touch,
+        } => run_raw(maker, cfg, loopback, echo_cpu, touch),
         Mode::Rpc(kind) => run_rpc(maker, cfg, kind),
     }
 }
@@ -663,6 +670,7 @@ fn run_raw<M: FabricMaker>(
     cfg: &RunConfig,
     loopback: bool,
     echo_cpu: Option<usize>,
+    touch: bool,
 ) -> Result<RunOutput, PerfError> {
     let workers = workers_of(cfg);
     let stop = AtomicBool::new(false);
@@ -681,7 +689,7 @@ fn run_raw<M: FabricMaker>(
                 if let Some(c) = echo_cpu {
                     crate::pin_to_cpu(c)?;
                 }
-                raw::echo(maker, addr, cfg.size, cfg.qd, stop, || {
+                raw::echo(maker, addr, cfg.size, cfg.qd, stop, touch, || {
                     let _ = listening_tx.send(());
                 })
             });
@@ -721,6 +729,7 @@ fn run_raw<M: FabricMaker>(
                                 quotas,
                                 &shared.progress[w],
                                 &shared.abort,
+                                touch,
                             )
                         })
                     } else {
@@ -789,14 +798,15 @@ pub fn serve_raw(
     qd: u32,
     cpu: Option<usize>,
     stop: &AtomicBool,
+    touch: bool,
 ) -> Result<u64, PerfError> {
     if let Some(c) = cpu {
         crate::pin_to_cpu(c)?;
     }
     match fabric {
-        FabricKind::Shm => raw::echo(&ShmMaker::default(), addr, size, qd, stop, || {}),
+        FabricKind::Shm => raw::echo(&ShmMaker::default(), addr, size, qd, stop, touch, || {}),
         #[cfg(feature = "verbs")]
-        FabricKind::Verbs => raw::echo(&engine::VerbsMaker::default(), addr, size, qd, stop, || {}),
+        FabricKind::Verbs => raw::echo(&engine::VerbsMaker::default(), addr, size, qd, stop, touch, || {}),
         #[cfg(not(feature = "verbs"))]
         FabricKind::Verbs => Err(PerfError::Option("this build has no verbs provider".into())),
     }
@@ -885,6 +895,7 @@ mod tests {
                 mode: Mode::Raw {
                     loopback: true,
                     echo_cpu: None,
+                    touch: false,
                 },
                 size: 0,
                 ..cfg()
@@ -893,6 +904,7 @@ mod tests {
                 mode: Mode::Raw {
                     loopback: true,
                     echo_cpu: None,
+                    touch: false,
                 },
                 rate: Some(10.0),
                 ..cfg()
@@ -901,6 +913,7 @@ mod tests {
                 mode: Mode::Raw {
                     loopback: true,
                     echo_cpu: None,
+                    touch: false,
                 },
                 conns: raw::ECHO_SLOTS + 1,
                 count: None,

@@ -391,3 +391,25 @@ fn binary_raw_loopback_and_compare() {
     let out = perf().arg("compare").arg(&raw).arg(&bad).output().unwrap();
     assert!(!out.status.success());
 }
+
+/// `raw --touch`: both sides read what they receive; the run completes its
+/// count with no errors at a message size that spans several cache lines.
+#[test]
+fn binary_raw_touch() {
+    let c = cpus();
+    let json = tmp("raw-touch.json");
+    let mut cmd = perf();
+    cmd.args([
+        "raw", "--fabric", "shm", "--touch", "--size", "200", "--count", "3000", "--warmup", "0",
+    ])
+    .args(["--cores", &c[0].to_string(), "--no-progress"])
+    .arg("--json")
+    .arg(&json);
+    if c.len() > 1 {
+        cmd.args(["--echo-core", &c[1].to_string()]);
+    }
+    let out = cmd.output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let r = RunResult::from_json(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!((r.op.as_str(), r.ops, r.errors, r.size_bytes), ("raw", 3000, 0, 200));
+}
