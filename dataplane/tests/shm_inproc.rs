@@ -41,8 +41,19 @@ fn side_with(cfg: ShmConfig, region_id: u16) -> Side {
     Side { f, cq, region, keys }
 }
 
+/// A side with region `region_id`. Even ids prefetch receive buffers (as the
+/// engines configure it) and odd ids do not, so tests pairing 1 and 2 cover
+/// both receive paths.
 fn side(region_id: u16) -> Side {
-    side_with(ShmConfig::default(), region_id)
+    let cfg = ShmConfig {
+        recv_prefetch_bytes: if region_id.is_multiple_of(2) {
+            dataplane::shm::RPC_RECV_PREFETCH_BYTES
+        } else {
+            0
+        },
+        ..ShmConfig::default()
+    };
+    side_with(cfg, region_id)
 }
 
 impl Side {

@@ -245,7 +245,7 @@ impl RunConfig {
 pub fn run(cfg: &RunConfig) -> Result<RunOutput, PerfError> {
     cfg.validate()?;
     match cfg.fabric {
-        FabricKind::Shm => run_with(&ShmMaker::default(), cfg),
+        FabricKind::Shm => run_with(&shm_maker(reads_messages(cfg.mode)), cfg),
         #[cfg(feature = "verbs")]
         FabricKind::Verbs => run_with(&engine::VerbsMaker::default(), cfg),
         #[cfg(not(feature = "verbs"))]
@@ -302,6 +302,26 @@ impl Drop for Finished<'_> {
         // Release pairs with the main thread's Acquire load in the watch loop.
         self.0.fetch_add(1, Ordering::Release);
     }
+}
+
+/// Whether a run's receivers read the messages they receive: the RPC
+/// engines decode every Call and Reply; the raw ping-pong only with `touch`.
+fn reads_messages(mode: Mode) -> bool {
+    match mode {
+        Mode::Rpc(_) => true,
+        Mode::Raw { touch, .. } => touch,
+    }
+}
+
+/// The shm provider as the run's receivers are best served: receive buffers
+/// prefetched when a delivery is seen if they read their messages
+/// ([`dataplane::shm::ShmConfig::recv_prefetch_bytes`]), not otherwise.
+fn shm_maker(reads: bool) -> ShmMaker {
+    let mut c = dataplane::shm::ShmConfig::default();
+    if reads {
+        c.recv_prefetch_bytes = dataplane::shm::RPC_RECV_PREFETCH_BYTES;
+    }
+    ShmMaker(c)
 }
 
 /// Run with the provider `maker` makes.
@@ -804,7 +824,7 @@ pub fn serve_raw(
         crate::pin_to_cpu(c)?;
     }
     match fabric {
-        FabricKind::Shm => raw::echo(&ShmMaker::default(), addr, size, qd, stop, touch, || {}),
+        FabricKind::Shm => raw::echo(&shm_maker(touch), addr, size, qd, stop, touch, || {}),
         #[cfg(feature = "verbs")]
         FabricKind::Verbs => raw::echo(&engine::VerbsMaker::default(), addr, size, qd, stop, touch, || {}),
         #[cfg(not(feature = "verbs"))]

@@ -385,6 +385,8 @@ fn start_engines(setup: &EngineSetup, ctx: &mut CoreCtx) {
                 // credits: a requester granted all of them never waits for a
                 // receive (RNR) on a window smaller than its credits.
                 srq_window: setup.credits.clamp(1, ShmConfig::default().max_ring_depth),
+                // The engine decodes every Call it receives.
+                recv_prefetch_bytes: dataplane::shm::RPC_RECV_PREFETCH_BYTES,
                 ..ShmConfig::default()
             })
             .map_err(|e| e.to_string())

@@ -317,6 +317,16 @@ impl<const W: usize> Consumer<W> {
         Ok(prod)
     }
 
+    /// Whether an item is ready to pop (reads the producer index only when
+    /// the items known to be published are used up). Data path; never blocks.
+    #[inline]
+    pub fn ready(&mut self) -> Result<bool, RingCorrupt> {
+        if self.cons == self.prod_cache {
+            self.snapshot()?;
+        }
+        Ok(self.cons != self.prod_cache)
+    }
+
     /// Pop one item; `Ok(None)` when the ring is empty. Data path; never blocks.
     #[inline]
     pub fn try_pop(&mut self) -> Result<Option<[u64; W]>, RingCorrupt> {
