@@ -474,7 +474,11 @@ fn busy_and_idle_time_add_up() {
         let wall_ns = t0.elapsed().as_nanos() as u64;
         for s in &stats {
             let total = s.busy_ns + s.idle_ns;
-            assert!(total <= wall_ns, "{policy:?} core {}: {total} ns accounted in {wall_ns}", s.core);
+            assert!(
+                total <= wall_ns,
+                "{policy:?} core {}: {total} ns accounted in {wall_ns}",
+                s.core
+            );
             assert!(
                 total >= wall_ns / 2,
                 "{policy:?} core {}: only {total} ns of {wall_ns} accounted",
@@ -482,7 +486,11 @@ fn busy_and_idle_time_add_up() {
             );
             assert!(s.idle_ns > 0, "{policy:?} core {}", s.core);
         }
-        assert!(stats[1].busy_ns >= 50 * 20_000, "{policy:?}: busy {} ns", stats[1].busy_ns);
+        assert!(
+            stats[1].busy_ns >= 50 * 20_000,
+            "{policy:?}: busy {} ns",
+            stats[1].busy_ns
+        );
         assert!(stats[1].idle_ns > stats[1].busy_ns, "{policy:?}");
     }
 }
