@@ -112,12 +112,13 @@ for label, a, b in pairs:
 # from one to the other fast or about 3-4x slower (the floor's p50 is
 # bimodal). The fabric's share of a round trip, and so every ratio, depends
 # on the placement, so the ratios are also given per phase. A run is "fast"
-# when its p50 is under twice the lowest p50 of the same run over all
-# rounds; a pair counts in a phase when the run and its floor are both in it
-# (pairs that straddle a change of placement are left out).
+# when its p50 is under 1.5 times the lowest p50 of the same run over all
+# rounds (the slow placement costs each of these runs 1.8x to 3.5x); a pair
+# counts in a phase when the run and its floor are both in it (pairs that
+# straddle a change of placement are left out).
 low = {n: min(row[n] for row in rows) for n in names}
 def fast(n, row):
-    return row[n] < 2 * low[n]
+    return row[n] < 1.5 * low[n]
 def phase_median(a, b, want_fast):
     v = [row[a] / row[b] for row in rows if fast(a, row) == want_fast and fast(b, row) == want_fast]
     return f"{statistics.median(v):7.2f}x ({len(v)})" if v else f"{'-':>8} (0)"
