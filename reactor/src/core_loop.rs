@@ -122,9 +122,8 @@ impl CoreCtx {
         self.shared.cores.len()
     }
 
-    /// Time taken at the end of the last busy loop iteration, or at most
-    /// 32 idle iterations ago (cheap; use `Instant::now()`
-    /// if you need better accuracy).
+    /// Time taken at the start of the current loop iteration (cheap; use
+    /// `Instant::now()` if you need better than iteration accuracy).
     pub fn now(&self) -> Instant {
         self.now
     }
@@ -347,10 +346,6 @@ impl Core {
         let mut holding_unit = false;
         let mut drain_deadline = Instant::now();
         let mut t_prev = Instant::now();
-        // Idle iterations since the clock was last read, and the length of
-        // one idle iteration as last measured (see step 4).
-        let mut idle_untimed = 0u32;
-        let mut idle_loop_ns = 0u64;
         loop {
             self.ctx.now = t_prev;
             let mut busy = false;
@@ -403,43 +398,15 @@ impl Core {
                 bump(&slot.counters.done, n as u64);
                 self.ctx.stats.messages_handled += n as u64;
             }
-            // The idle policy's decision for after this iteration (taken now:
-            // a wait must be preceded by a clock reading, see below).
-            let action = if self.pollers.is_empty() && !busy && shared.opts.idle.may_sleep() {
-                // A core without pollers has nothing to poll (the target's
-                // admin core): it waits for a message or its next timer
-                // tick, without spinning first or waking in slices, so it
-                // does not take time from whatever else runs on its CPU.
-                IdleAction::Sleep(POLLERLESS_MAX_SLEEP)
+            let t_now = Instant::now();
+            let dt_ns = duration_ns(t_now.saturating_duration_since(t_prev));
+            if busy {
+                self.ctx.stats.busy_ns += dt_ns;
             } else {
-                self.idle.after_iteration(busy)
-            };
-            // The clock is read after a busy iteration, while draining, before
-            // a pause or a sleep, and otherwise once every IDLE_CLOCK_EVERY
-            // idle iterations: an idle iteration is a few tens of
-            // nanoseconds and reading the clock is about as much again, which
-            // would lengthen the time from a completion landing to a poller
-            // seeing it. The idle iterations not timed one by one are counted
-            // as idle at the length of the last timed idle stretch.
-            self.ctx.stats.loops += 1;
-            let clock_due =
-                busy || draining || idle_untimed + 1 >= IDLE_CLOCK_EVERY || !matches!(action, IdleAction::Continue);
-            if clock_due {
-                let t_now = Instant::now();
-                let dt_ns = duration_ns(t_now.saturating_duration_since(t_prev));
-                if busy {
-                    let idle_part_ns = (u64::from(idle_untimed) * idle_loop_ns).min(dt_ns);
-                    self.ctx.stats.idle_ns += idle_part_ns;
-                    self.ctx.stats.busy_ns += dt_ns - idle_part_ns;
-                } else {
-                    self.ctx.stats.idle_ns += dt_ns;
-                    idle_loop_ns = dt_ns / (u64::from(idle_untimed) + 1);
-                }
-                idle_untimed = 0;
-                t_prev = t_now;
-            } else {
-                idle_untimed += 1;
+                self.ctx.stats.idle_ns += dt_ns;
             }
+            self.ctx.stats.loops += 1;
+            t_prev = t_now;
 
             // 5. Shutdown.
             if !draining {
@@ -450,7 +417,7 @@ impl Core {
                     self.ctx.draining = true;
                     holding_unit = true;
                     self.ctx.stats.timers_dropped += self.ctx.wheel.clear() as u64;
-                    drain_deadline = t_prev + shared.opts.drain_timeout;
+                    drain_deadline = t_now + shared.opts.drain_timeout;
                     self.publish_stats();
                     continue;
                 }
@@ -463,8 +430,7 @@ impl Core {
                 }
                 // Only a core that still has work gives up; idle cores wait
                 // for quiescence or for the abort of the core that gives up.
-                // (While draining the clock is read every iteration.)
-                if holding_unit && t_prev >= drain_deadline {
+                if holding_unit && t_now >= drain_deadline {
                     shared.abort();
                     self.publish_stats();
                     return Err(ReactorError::DrainTimeout {
@@ -474,7 +440,15 @@ impl Core {
                 }
             }
 
-            // 6. Idle policy.
+            // 6. Idle policy. A core without pollers has nothing to poll
+            // (the target's admin core): it waits for a message or its next
+            // timer tick, without spinning first or waking in slices, so it
+            // does not take time from whatever else runs on its CPU.
+            let action = if self.pollers.is_empty() && !busy && shared.opts.idle.may_sleep() {
+                IdleAction::Sleep(POLLERLESS_MAX_SLEEP)
+            } else {
+                self.idle.after_iteration(busy)
+            };
             match action {
                 IdleAction::Continue => {}
                 IdleAction::Pause(spins) => {
@@ -560,12 +534,6 @@ impl Core {
         slot.wake.sleeping.store(false, Ordering::Relaxed);
     }
 }
-
-/// Idle iterations between two readings of the clock while a core finds no
-/// work (see step 4 of [`Core::run`]). At a few tens of nanoseconds per idle
-/// iteration, [`CoreCtx::now`] and timer expiry lag by at most a couple of
-/// microseconds, against a timer tick of a millisecond by default.
-const IDLE_CLOCK_EVERY: u32 = 32;
 
 /// The longest a core without pollers sleeps at a time when nothing wakes
 /// it (messages and stop requests unpark it; timers bound the sleep).

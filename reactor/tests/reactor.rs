@@ -495,6 +495,39 @@ fn busy_and_idle_time_add_up() {
     }
 }
 
+/// A sleep that a message cuts short is idle time, not part of the busy
+/// iteration the message starts: a core that sleeps between rare, tiny
+/// messages is almost all idle.
+#[test]
+fn a_sleep_woken_by_a_message_is_idle_time() {
+    let mut o = opts();
+    o.idle = IdlePolicy::SpinThenSleep {
+        idle_loops: 10,
+        max_sleep_us: 1_000_000,
+    };
+    let r = Reactor::start(o).unwrap();
+    let h = r.handle();
+    let done = Arc::new(AtomicUsize::new(0));
+    for _ in 0..20 {
+        wait_until("core 1 to sleep", || h.stats(1).unwrap().sleeps > 0);
+        std::thread::sleep(Duration::from_millis(5));
+        let d = done.clone();
+        h.send(1, move |_| {
+            d.fetch_add(1, Ordering::SeqCst);
+        })
+        .unwrap();
+    }
+    wait_until("the messages", || done.load(Ordering::SeqCst) == 20);
+    let stats = r.shutdown().unwrap();
+    let s = &stats[1];
+    assert!(
+        s.busy_ns * 10 < s.idle_ns,
+        "busy {} ns against idle {} ns: sleeps were counted as busy",
+        s.busy_ns,
+        s.idle_ns
+    );
+}
+
 #[test]
 fn idle_policy_pause_pauses_without_sleeping() {
     let s = idle_run(IdlePolicy::SpinThenPause {
