@@ -423,6 +423,24 @@ mod tests {
         view.header().prod.value.store(100, Ordering::Relaxed);
         assert_eq!(c.try_pop(), Err(RingCorrupt));
         assert_eq!(c.snapshot(), Err(RingCorrupt));
+        assert_eq!(c.ready(), Err(RingCorrupt));
+    }
+
+    #[test]
+    fn ready_says_whether_try_pop_has_an_item() {
+        let f = file(4096);
+        let mut p = Producer::<1>::new(Arc::clone(&f), 0, 4, 0).unwrap();
+        let mut c = Consumer::<1>::new(Arc::clone(&f), 0, 4, 0).unwrap();
+        assert_eq!(c.ready(), Ok(false));
+        assert_eq!(p.try_push([7]), Ok(true));
+        assert_eq!(p.try_push([8]), Ok(true));
+        assert_eq!(c.ready(), Ok(true));
+        assert_eq!(c.ready(), Ok(true), "asking twice consumes nothing");
+        assert_eq!(c.try_pop(), Ok(Some([7])));
+        assert_eq!(c.ready(), Ok(true));
+        assert_eq!(c.try_pop(), Ok(Some([8])));
+        assert_eq!(c.ready(), Ok(false));
+        assert_eq!(c.try_pop(), Ok(None));
     }
 
     #[test]
