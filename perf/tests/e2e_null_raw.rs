@@ -318,6 +318,22 @@ fn binary_null_writes_json_hdr_log_and_plot() {
     srv.stop();
 }
 
+/// `perf raw` over shm with `args` (a count run, no warm-up), on the first
+/// CPU with the echo side on the second when there is one, results to `json`.
+fn raw_count(args: &[&str], json: &std::path::Path) -> std::process::Output {
+    let c = cpus();
+    let mut cmd = perf();
+    cmd.args(["raw", "--fabric", "shm", "--warmup", "0", "--no-progress"])
+        .args(args)
+        .args(["--cores", &c[0].to_string()])
+        .arg("--json")
+        .arg(json);
+    if c.len() > 1 {
+        cmd.args(["--echo-core", &c[1].to_string()]);
+    }
+    cmd.output().unwrap()
+}
+
 #[test]
 fn binary_raw_loopback_and_compare() {
     let c = cpus();
@@ -355,17 +371,7 @@ fn binary_raw_loopback_and_compare() {
 
     // compare: the raw file against itself with a larger message size.
     let big = tmp("raw4k.json");
-    let mut cmd = perf();
-    cmd.args([
-        "raw", "--fabric", "shm", "--size", "4k", "--count", "2000", "--warmup", "0",
-    ])
-    .args(["--cores", &c[0].to_string(), "--no-progress"])
-    .arg("--json")
-    .arg(&big);
-    if c.len() > 1 {
-        cmd.args(["--echo-core", &c[1].to_string()]);
-    }
-    let out = cmd.output().unwrap();
+    let out = raw_count(&["--size", "4k", "--count", "2000"], &big);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let r4 = RunResult::from_json(&std::fs::read_to_string(&big).unwrap()).unwrap();
     assert_eq!((r4.ops, r4.size_bytes), (2000, 4096));
@@ -396,19 +402,8 @@ fn binary_raw_loopback_and_compare() {
 /// count with no errors at a message size that spans several cache lines.
 #[test]
 fn binary_raw_touch() {
-    let c = cpus();
     let json = tmp("raw-touch.json");
-    let mut cmd = perf();
-    cmd.args([
-        "raw", "--fabric", "shm", "--touch", "--size", "200", "--count", "3000", "--warmup", "0",
-    ])
-    .args(["--cores", &c[0].to_string(), "--no-progress"])
-    .arg("--json")
-    .arg(&json);
-    if c.len() > 1 {
-        cmd.args(["--echo-core", &c[1].to_string()]);
-    }
-    let out = cmd.output().unwrap();
+    let out = raw_count(&["--touch", "--size", "200", "--count", "3000"], &json);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let r = RunResult::from_json(&std::fs::read_to_string(&json).unwrap()).unwrap();
     assert_eq!((r.op.as_str(), r.ops, r.errors, r.size_bytes), ("raw", 3000, 0, 200));

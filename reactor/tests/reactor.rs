@@ -495,17 +495,23 @@ fn busy_and_idle_time_add_up() {
     }
 }
 
-/// A sleep that a message cuts short is idle time, not part of the busy
-/// iteration the message starts: a core that sleeps between rare, tiny
-/// messages is almost all idle.
-#[test]
-fn a_sleep_woken_by_a_message_is_idle_time() {
+/// A reactor whose cores sleep after 10 idle iterations, up to a second at a
+/// time (only a message or a timer tick wakes them sooner).
+fn sleepy_reactor() -> Reactor {
     let mut o = opts();
     o.idle = IdlePolicy::SpinThenSleep {
         idle_loops: 10,
         max_sleep_us: 1_000_000,
     };
-    let r = Reactor::start(o).unwrap();
+    Reactor::start(o).unwrap()
+}
+
+/// A sleep that a message cuts short is idle time, not part of the busy
+/// iteration the message starts: a core that sleeps between rare, tiny
+/// messages is almost all idle.
+#[test]
+fn a_sleep_woken_by_a_message_is_idle_time() {
+    let r = sleepy_reactor();
     let h = r.handle();
     let done = Arc::new(AtomicUsize::new(0));
     for _ in 0..20 {
@@ -541,13 +547,8 @@ fn idle_policy_pause_pauses_without_sleeping() {
 
 #[test]
 fn idle_policy_sleep_sleeps_and_messages_wake_the_core() {
-    let mut o = opts();
     // One-second sleeps: a message must wake the core, not wait them out.
-    o.idle = IdlePolicy::SpinThenSleep {
-        idle_loops: 10,
-        max_sleep_us: 1_000_000,
-    };
-    let r = Reactor::start(o).unwrap();
+    let r = sleepy_reactor();
     let h = r.handle();
     wait_until("core 0 to sleep", || h.stats(0).unwrap().sleeps > 0);
     std::thread::sleep(Duration::from_millis(5));
