@@ -76,7 +76,7 @@ pub const MAX_MOUNT_ENTRIES: usize = 256;
 pub const MAX_ASSEMBLED_CALL_BYTES: usize = 16 * 1024;
 /// Bytes of the accepted-SUCCESS reply header the services write (AUTH_NONE
 /// verifier).
-pub const REPLY_HEADER_BYTES: usize = 24;
+pub const REPLY_HEADER_BYTES: usize = rpc::SUCCESS_REPLY_NONE_BYTES;
 /// Procedures of MOUNT v3 (0..=5).
 pub const MOUNTPROC3_COUNT: u32 = 6;
 
@@ -482,7 +482,9 @@ impl Service for NfsService {
         // and uses none, so its credential is not parsed.
         if hdr.proc_ == 0 && hdr.cred.flavor != rpc::RPCSEC_GSS {
             count(st);
-            return reply_header(reply, &ReplyHeader::success(xid, OpaqueAuth::NONE));
+            let n = rpc::encode_success_reply_none(xid, reply.head_mut()).ok_or(ServiceError::Drop)?;
+            reply.set_head_len(n);
+            return Ok(());
         }
         let cred = match credential(&hdr) {
             Ok(c) => c,
@@ -521,18 +523,16 @@ impl Service for NfsService {
             token: call.defer_token(),
         };
         let res = {
-            // Room for the SUCCESS header; the procedures write after it.
-            let mut w = Writer::new(reply.head_mut());
-            match rpc::encode_reply_header(&mut w, &ReplyHeader::success(xid, OpaqueAuth::NONE)) {
-                Ok(()) => {
-                    debug_assert_eq!(w.len(), REPLY_HEADER_BYTES);
+            // The SUCCESS header; the procedures write after it.
+            match rpc::encode_success_reply_none(xid, reply.head_mut()) {
+                Some(REPLY_HEADER_BYTES) => {
                     if hdr.prog == NFS_PROGRAM {
                         nfs3::call(shared, st, &c, reply, REPLY_HEADER_BYTES)
                     } else {
                         mount::call(shared, &c, reply, REPLY_HEADER_BYTES)
                     }
                 }
-                Err(_) => Err(Fail::System),
+                _ => Err(Fail::System),
             }
         };
         match res {
