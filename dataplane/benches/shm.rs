@@ -418,7 +418,7 @@ fn engine(c: &mut Criterion) {
         let cfg = setup.srv.clone();
         std::thread::spawn(move || {
             pin(1);
-            let fab = ShmFabric::new(engine_shm()).expect("shm");
+            let fab = ShmFabric::new(ShmConfig::for_rpc_engine()).expect("shm");
             let mut srv =
                 Responder::new(cfg, fab, TestService::default(), pool, &regions, 1, Some(&addr)).expect("responder");
             ready.store(true, Ordering::Release); // pairs with the Acquire load below
@@ -434,7 +434,7 @@ fn engine(c: &mut Criterion) {
     }
     let mut g = c.benchmark_group("engine");
     for vers in [1u32, 2] {
-        let fab = ShmFabric::new(engine_shm()).expect("shm");
+        let fab = ShmFabric::new(ShmConfig::for_rpc_engine()).expect("shm");
         let mut cli = Requester::new(setup.requester_config(vers), fab, pool, &setup.regions, 0).expect("requester");
         cli.connect(&addr).expect("connect");
         let t0 = Instant::now();
@@ -519,7 +519,7 @@ fn engine_one_thread(c: &mut Criterion) {
     let mut g = c.benchmark_group("engine_one_thread");
     for vers in [1u32, 2] {
         let addr = format!("@rpcrdma-bench-engine1-{vers}-{}", std::process::id());
-        let fab = ShmFabric::new(engine_shm()).expect("shm");
+        let fab = ShmFabric::new(ShmConfig::for_rpc_engine()).expect("shm");
         let mut srv = Responder::new(
             setup.srv.clone(),
             fab,
@@ -530,7 +530,7 @@ fn engine_one_thread(c: &mut Criterion) {
             Some(&addr),
         )
         .expect("responder");
-        let fab = ShmFabric::new(engine_shm()).expect("shm");
+        let fab = ShmFabric::new(ShmConfig::for_rpc_engine()).expect("shm");
         let mut cli = Requester::new(setup.requester_config(vers), fab, pool, &setup.regions, 0).expect("requester");
         cli.connect(&addr).expect("connect");
         let t0 = Instant::now();
@@ -603,7 +603,7 @@ fn paired() {
         );
         std::thread::spawn(move || {
             pin(1);
-            let fab = ShmFabric::new(engine_shm()).expect("shm");
+            let fab = ShmFabric::new(ShmConfig::for_rpc_engine()).expect("shm");
             let mut srv =
                 Responder::new(cfg, fab, TestService::default(), pool, &regions, 1, Some(&addr)).expect("responder");
             ready.store(true, Ordering::Release); // pairs with the Acquire load below
@@ -652,7 +652,7 @@ fn paired() {
     // One requester at a time (each claims core 0's pool caches): v1 against
     // the floor, then v2 against the floor.
     for vers in [1u32, 2] {
-        let fab = ShmFabric::new(engine_shm()).expect("shm");
+        let fab = ShmFabric::new(ShmConfig::for_rpc_engine()).expect("shm");
         let mut cli = Requester::new(setup.requester_config(vers), fab, pool, &setup.regions, 0).expect("requester");
         cli.connect(&addr).expect("connect");
         let t0 = Instant::now();
@@ -710,16 +710,6 @@ fn paired() {
     }
     mode.store(PAIRED_STOP, Ordering::Relaxed);
     server.join().expect("server thread");
-}
-
-/// The shm provider as the engines use it: receive buffers prefetched when a
-/// delivery is seen (the engines read every message; the raw ping-pongs,
-/// which do not, use the default without).
-fn engine_shm() -> ShmConfig {
-    ShmConfig {
-        recv_prefetch_bytes: dataplane::shm::RPC_RECV_PREFETCH_BYTES,
-        ..ShmConfig::default()
-    }
 }
 
 /// A criterion bench group.

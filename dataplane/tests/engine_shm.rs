@@ -77,16 +77,6 @@ fn run_client(cli: &mut Requester<'_, ShmFabric>, rounds: usize, mut pump: impl 
     Ok(())
 }
 
-/// The provider as the engines use it in the target and `perf`: receive
-/// buffers prefetched when a delivery is seen (the two-process test below
-/// runs without).
-fn prefetching() -> ShmConfig {
-    ShmConfig {
-        recv_prefetch_bytes: dataplane::shm::RPC_RECV_PREFETCH_BYTES,
-        ..ShmConfig::default()
-    }
-}
-
 fn versions(v: u32) -> VersionRange {
     if v == 1 {
         VersionRange::only(1).unwrap()
@@ -99,7 +89,7 @@ fn versions(v: u32) -> VersionRange {
 fn one_process_v1_and_v2() {
     let p = pools(1024, CREDITS, MAX_CONNS);
     let addr = format!("@rpcrdma-engine-shm-inproc-{}", std::process::id());
-    let fab = ShmFabric::new(prefetching()).unwrap();
+    let fab = ShmFabric::new(ShmConfig::for_rpc_engine()).unwrap();
     let mut srv = Responder::new(
         responder_cfg(&p, VersionRange::ALL, CREDITS, MAX_CONNS),
         fab,
@@ -111,7 +101,7 @@ fn one_process_v1_and_v2() {
     )
     .unwrap();
     for v in [1, 2] {
-        let fab = ShmFabric::new(prefetching()).unwrap();
+        let fab = ShmFabric::new(ShmConfig::for_rpc_engine()).unwrap();
         let mut cli = Requester::new(requester_cfg(&p, versions(v), CREDITS), fab, p.pool, &p.regions, 1).unwrap();
         cli.connect(&addr).unwrap();
         run_client(&mut cli, 3, || {

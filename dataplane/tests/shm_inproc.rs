@@ -45,13 +45,10 @@ fn side_with(cfg: ShmConfig, region_id: u16) -> Side {
 /// engines configure it) and odd ids do not, so tests pairing 1 and 2 cover
 /// both receive paths.
 fn side(region_id: u16) -> Side {
-    let cfg = ShmConfig {
-        recv_prefetch_bytes: if region_id.is_multiple_of(2) {
-            dataplane::shm::RPC_RECV_PREFETCH_BYTES
-        } else {
-            0
-        },
-        ..ShmConfig::default()
+    let cfg = if region_id.is_multiple_of(2) {
+        ShmConfig::for_rpc_engine()
+    } else {
+        ShmConfig::default()
     };
     side_with(cfg, region_id)
 }

@@ -317,11 +317,11 @@ fn reads_messages(mode: Mode) -> bool {
 /// prefetched when a delivery is seen if they read their messages
 /// ([`dataplane::shm::ShmConfig::recv_prefetch_bytes`]), not otherwise.
 fn shm_maker(reads: bool) -> ShmMaker {
-    let mut c = dataplane::shm::ShmConfig::default();
-    if reads {
-        c.recv_prefetch_bytes = dataplane::shm::RPC_RECV_PREFETCH_BYTES;
-    }
-    ShmMaker(c)
+    ShmMaker(if reads {
+        dataplane::shm::ShmConfig::for_rpc_engine()
+    } else {
+        dataplane::shm::ShmConfig::default()
+    })
 }
 
 /// Run with the provider `maker` makes.

@@ -498,17 +498,8 @@ pub fn read_sync(ch: &mut dyn IoChannel, fh: &FileHandle, offset: u64, buf: &mut
         len,
         tag: 1,
     };
-    // SAFETY: `buf` is exclusively borrowed for this whole function, and
-    // `io_now` returns only once it is done with it.
-    let done = match unsafe { ch.io_now(&io) } {
-        Some(done) => done,
-        None => {
-            // SAFETY: as above; the function returns only after `wait_one`
-            // reaped the completion of tag 1.
-            unsafe { ch.submit(io)? };
-            wait_one(ch, 1)?
-        }
-    };
+    // SAFETY: `buf` is exclusively borrowed for this whole function.
+    let done = unsafe { io_sync(ch, io)? };
     done.result.map(|n| (n, done.eof))
 }
 
@@ -533,17 +524,9 @@ pub fn write_sync(
         len,
         tag: 2,
     };
-    // SAFETY: `buf` is borrowed for this whole function and a write only reads
-    // it; `io_now` returns only once it is done with it.
-    let done = match unsafe { ch.io_now(&io) } {
-        Some(done) => done,
-        None => {
-            // SAFETY: as above; the function returns only after the
-            // completion of tag 2 is reaped.
-            unsafe { ch.submit(io)? };
-            wait_one(ch, 2)?
-        }
-    };
+    // SAFETY: `buf` is borrowed for this whole function and a write only
+    // reads it.
+    let done = unsafe { io_sync(ch, io)? };
     done.result.map(|n| (n, done.committed))
 }
 
@@ -560,6 +543,24 @@ pub fn flush_sync(ch: &mut dyn IoChannel, fh: &FileHandle) -> FsResult<()> {
     // SAFETY: a flush has no buffer.
     unsafe { ch.submit(io)? };
     wait_one(ch, 3)?.result.map(|_| ())
+}
+
+/// Do `io` and wait for it: at once when the channel can ([`IoChannel::io_now`]),
+/// otherwise submitted and polled until its completion is reaped.
+///
+/// # Safety
+/// As [`IoChannel::submit`], until this returns.
+unsafe fn io_sync(ch: &mut dyn IoChannel, io: IoDesc) -> FsResult<IoDone> {
+    // SAFETY: the caller's guarantee covers `io_now`, which returns only once
+    // it is done with the buffer, and `submit` followed by `wait_one`, which
+    // returns only after the completion of `io.tag` is reaped.
+    unsafe {
+        if let Some(done) = ch.io_now(&io) {
+            return Ok(done);
+        }
+        ch.submit(io)?;
+    }
+    wait_one(ch, io.tag)
 }
 
 fn wait_one(ch: &mut dyn IoChannel, tag: u64) -> FsResult<IoDone> {

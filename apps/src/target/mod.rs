@@ -386,8 +386,7 @@ fn start_engines(setup: &EngineSetup, ctx: &mut CoreCtx) {
                 // receive (RNR) on a window smaller than its credits.
                 srq_window: setup.credits.clamp(1, ShmConfig::default().max_ring_depth),
                 // The engine decodes every Call it receives.
-                recv_prefetch_bytes: dataplane::shm::RPC_RECV_PREFETCH_BYTES,
-                ..ShmConfig::default()
+                ..ShmConfig::for_rpc_engine()
             })
             .map_err(|e| e.to_string())
             .and_then(|f| add_engine(setup, ctx, f, addr, *versions)),

@@ -195,6 +195,18 @@ pub struct ShmConfig {
 /// Write chunk and AUTH_SYS credential, a READ Reply's head).
 pub const RPC_RECV_PREFETCH_BYTES: u32 = 256;
 
+impl ShmConfig {
+    /// The defaults, with receive buffers prefetched
+    /// ([`RPC_RECV_PREFETCH_BYTES`]): the provider as a receiver that reads
+    /// every message (an RPC engine) is best served.
+    pub fn for_rpc_engine() -> ShmConfig {
+        ShmConfig {
+            recv_prefetch_bytes: RPC_RECV_PREFETCH_BYTES,
+            ..ShmConfig::default()
+        }
+    }
+}
+
 impl Default for ShmConfig {
     fn default() -> Self {
         ShmConfig {
@@ -1000,13 +1012,10 @@ mod tests {
     /// the engines configure it) and even ids do not, so tests pairing 1 and
     /// 2 cover both receive paths.
     fn end(id: u16) -> End {
-        let cfg = ShmConfig {
-            recv_prefetch_bytes: if id.is_multiple_of(2) {
-                0
-            } else {
-                RPC_RECV_PREFETCH_BYTES
-            },
-            ..ShmConfig::default()
+        let cfg = if id.is_multiple_of(2) {
+            ShmConfig::default()
+        } else {
+            ShmConfig::for_rpc_engine()
         };
         let mut f = ShmFabric::new(cfg).unwrap();
         let region = Arc::new(Region::create(id, 1 << 20, &RegionConfig::default()).unwrap());
