@@ -46,6 +46,11 @@ cargo clippy --workspace --all-targets --quiet -- -D warnings
 echo "== cargo test"
 mkdir -p target
 cargo test --workspace --quiet 2>&1 | tee target/test.log
+# Stage timing (dataplane::stages) is compiled out of every normal build: its
+# own tests, and clippy over the engines built with it, run with the feature.
+echo "== stage timing (feature stage-timing)"
+cargo clippy -p rpcrdma-dataplane --features stage-timing --lib --quiet -- -D warnings
+cargo test -p rpcrdma-dataplane --features stage-timing --lib --test engine_shm --quiet stage 2>&1 | tee -a target/test.log
 # The fuzz targets' checks over every seed input and its truncations, on stable
 # (the coverage-guided runs are scripts/fuzz.sh).
 echo "== fuzz seed checks"

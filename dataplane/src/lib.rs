@@ -12,6 +12,7 @@
 //! | [`service`] | what the responder hands decoded Calls to |
 //! | [`credits`] | credit accounting for both roles |
 //! | [`queue`] | fixed-capacity pending queues and slabs |
+//! | [`stages`] | per-Call stage timing (feature `stage-timing`; profiling only) |
 #![deny(missing_debug_implementations)]
 
 mod bufs;
@@ -23,6 +24,7 @@ pub mod responder;
 pub mod service;
 pub mod shm;
 pub mod sim;
+pub mod stages;
 pub mod testprog;
 #[cfg(feature = "verbs")]
 pub mod verbs;

@@ -35,6 +35,7 @@ use crate::credits::RequesterCredits;
 use crate::fabric::*;
 use crate::queue::Slab;
 use crate::service::EngineError;
+use crate::stages::{StageTimer, Stamp};
 
 const TAG_RECV: u8 = 1;
 const TAG_CALL: u8 = 2;
@@ -114,6 +115,9 @@ pub struct CallId(pub u32);
 pub struct CallBuf<'p> {
     buf: BufRef,
     bytes: &'p mut [u8],
+    /// When the buffer was taken: the origin of the "call posted" lap
+    /// (stage timing only; zero-sized without the feature).
+    t0: Stamp,
 }
 
 impl CallBuf<'_> {
@@ -275,8 +279,24 @@ pub struct Requester<'p, F: Fabric> {
     completions: std::collections::VecDeque<Completed>,
     stats: RequesterStats,
     wcs: [Completion; CQ_BATCH],
+    /// Stage timing ([`crate::stages`]): the laps; the origin of the Call
+    /// being submitted; when each slot's Call was posted; when the current
+    /// batch of completions was polled.
+    stages: StageTimer,
+    submit_t0: Stamp,
+    posted_at: Box<[Stamp]>,
+    polled_at: Stamp,
     cm_tick: u32,
 }
+
+/// Stage-timing laps ([`crate::stages`], feature `stage-timing`): the Call
+/// posted, from the moment its buffer was taken (encoding and submit); its
+/// Reply seen, from the Call's post (fabric and responder); the Reply matched
+/// and completed, from the poll that delivered it.
+pub const LAPS: [&str; 3] = ["call posted", "reply seen", "reply completed"];
+pub const LAP_CALL_POSTED: usize = 0;
+pub const LAP_REPLY_SEEN: usize = 1;
+pub const LAP_REPLY_COMPLETED: usize = 2;
 
 impl<F: Fabric> std::fmt::Debug for Requester<'_, F> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -344,8 +364,18 @@ impl<'p, F: Fabric> Requester<'p, F> {
             connprop_buf: None,
             stats: RequesterStats::default(),
             wcs: [Completion::EMPTY; CQ_BATCH],
+            stages: StageTimer::new("requester", &LAPS),
+            submit_t0: Stamp::default(),
+            posted_at: vec![Stamp::default(); slots].into_boxed_slice(),
+            polled_at: Stamp::default(),
             cm_tick: 0,
         })
+    }
+
+    /// The stage-timing laps ([`LAPS`]; empty without the `stage-timing`
+    /// feature).
+    pub fn stages(&self) -> &StageTimer {
+        &self.stages
     }
 
     pub fn stats(&self) -> RequesterStats {
@@ -434,10 +464,12 @@ impl<'p, F: Fabric> Requester<'p, F> {
 
     /// A registered buffer to encode a Call into (data-class size).
     pub fn call_buf(&mut self) -> Option<CallBuf<'p>> {
+        let t0 = StageTimer::now();
         let b = self.bufs.get(Class::Data)?;
         Some(CallBuf {
             buf: b,
             bytes: self.bufs.bytes_mut(b),
+            t0,
         })
     }
 
@@ -459,6 +491,7 @@ impl<'p, F: Fabric> Requester<'p, F> {
         if self.link != LinkState::Ready {
             return Err((SubmitError::NotConnected, cb));
         }
+        self.submit_t0 = cb.t0;
         if !self.credits.can_send() || self.calls.available() == 0 {
             return Err((SubmitError::Busy, cb));
         }
@@ -622,7 +655,12 @@ impl<'p, F: Fabric> Requester<'p, F> {
         if self.recvs_posted <= self.credits.in_flight() {
             self.refill_recvs();
         }
-        self.fabric.post_send(conn, &wr).is_ok()
+        let ok = self.fabric.post_send(conn, &wr).is_ok();
+        self.stages.lap(LAP_CALL_POSTED, self.submit_t0);
+        if let Some(p) = self.posted_at.get_mut(i as usize) {
+            *p = StageTimer::now();
+        }
+        ok
     }
 
     /// The XID of a new Call in slot `i`, written into its first word. The
@@ -855,6 +893,7 @@ impl<'p, F: Fabric> Requester<'p, F> {
             work += 1;
         }
         let n = self.fabric.poll_cq(self.cq, &mut self.wcs);
+        self.polled_at = StageTimer::now();
         for k in 0..n {
             let wc = self.wcs[k];
             self.handle_completion(wc);
@@ -1071,6 +1110,9 @@ impl<'p, F: Fabric> Requester<'p, F> {
             return;
         };
         self.credits.on_reply(h.credits);
+        if let Some(&p) = self.posted_at.get(i as usize) {
+            self.stages.interval(LAP_REPLY_SEEN, p, self.polled_at);
+        }
         if self.neg.phase() == Phase::Negotiating {
             let kind = match h.body {
                 Body::ErrorV1(header::V1Error::Vers { low, high })
@@ -1134,6 +1176,7 @@ impl<'p, F: Fabric> Requester<'p, F> {
             xid,
             outcome,
         });
+        self.stages.lap(LAP_REPLY_COMPLETED, self.polled_at);
         self.after_negotiation_input();
     }
 

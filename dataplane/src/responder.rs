@@ -55,6 +55,7 @@ use crate::credits::ResponderCredits;
 use crate::fabric::*;
 use crate::queue::{IndexQueue, Slab};
 use crate::service::{CallView, DeferToken, EngineError, ReplyBuilder, ReplyShape, Service, ServiceError};
+use crate::stages::{StageTimer, Stamp};
 
 /// Completions polled per `poll_cq` call.
 pub const CQ_BATCH: usize = 32;
@@ -70,6 +71,24 @@ const TAG_RECV: u8 = 1;
 /// RDMA Writes of a padded item into a Reply chunk.
 const HEAD_PAD_BYTES: usize = 4;
 const TAG_REQ: u8 = 2;
+
+/// Stage-timing laps of a Call ([`crate::stages`], feature `stage-timing`),
+/// each measured from the poll that delivered the Call: its header decoded
+/// and checked, the service about to be called (reply buffers taken), the
+/// service returned, the reply's first work request about to be posted, the
+/// reply's Send posted. A deferred Call's later laps include its wait.
+pub const LAPS: [&str; 5] = [
+    "decoded",
+    "service start",
+    "service done",
+    "reply first post",
+    "reply posted",
+];
+pub const LAP_DECODED: usize = 0;
+pub const LAP_SERVICE_START: usize = 1;
+pub const LAP_SERVICE_DONE: usize = 2;
+pub const LAP_FIRST_POST: usize = 3;
+pub const LAP_REPLY_POSTED: usize = 4;
 
 /// Responder configuration (one core).
 #[derive(Clone, Debug)]
@@ -225,6 +244,9 @@ struct Request<'p> {
     /// and the rest of the reply (`plan::one_write_short_reply`; `reply`
     /// stays `None`). Set by `step_execute` for a Call of the READ shape.
     write_seg: Option<Segment>,
+    /// When the poll that delivered the Call returned (stage timing only;
+    /// zero-sized without the `stage-timing` feature).
+    t0: Stamp,
 }
 
 impl<'p> Request<'p> {
@@ -366,6 +388,10 @@ pub struct Responder<'p, F: Fabric, S: Service> {
     data_size: u32,
     stats: ResponderStats,
     wcs: [Completion; CQ_BATCH],
+    /// Stage timing ([`crate::stages`]): the laps, and when the current
+    /// batch of completions was polled.
+    stages: StageTimer,
+    polled_at: Stamp,
     cm_tick: u32,
     /// Set by [`Responder::begin_drain`]: new connections are refused.
     draining: bool,
@@ -462,6 +488,8 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
             data_size,
             stats: ResponderStats::default(),
             wcs: [Completion::EMPTY; CQ_BATCH],
+            stages: StageTimer::new("responder", &LAPS),
+            polled_at: Stamp::default(),
             cm_tick: 0,
             accepting: 0,
             draining: false,
@@ -469,6 +497,12 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         me.srq_deficit = me.cfg.srq_depth();
         me.refill_srq();
         Ok(me)
+    }
+
+    /// The stage-timing laps ([`LAPS`]; empty without the `stage-timing`
+    /// feature).
+    pub fn stages(&self) -> &StageTimer {
+        &self.stages
     }
 
     pub fn stats(&self) -> ResponderStats {
@@ -524,6 +558,7 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
             work += 1;
         }
         let n = self.fabric.poll_cq(self.cq, &mut self.wcs);
+        self.polled_at = StageTimer::now();
         for i in 0..n {
             let wc = self.wcs[i];
             self.handle_completion(wc);
@@ -765,7 +800,9 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
             return;
         };
         let recv_len = wc.byte_len.min(self.recv_size);
-        self.reqs.get_mut(i).expect("allocated").start(slot, b, recv_len);
+        let r = self.reqs.get_mut(i).expect("allocated");
+        r.start(slot, b, recv_len);
+        r.t0 = self.polled_at;
         if let Some(c) = self.conn_mut(slot) {
             c.requests += 1;
         }
@@ -1005,6 +1042,7 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         } else {
             ReqState::Execute
         };
+        self.stages.lap(LAP_DECODED, rr.t0);
         Step::Continue
     }
 
@@ -1132,6 +1170,7 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
             deferred,
             stats,
             send_size,
+            stages,
             ..
         } = self;
         let send_size = *send_size;
@@ -1162,11 +1201,13 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         let head_room = head.len() - HEAD_PAD_BYTES;
         let data = r.data_buf.map(|b| bufs.bytes_mut(b));
         let mut rb = ReplyBuilder::new(&mut head[..head_room], data);
+        stages.lap(LAP_SERVICE_START, r.t0);
         let res = if resuming {
             service.resume(token, &view, &mut rb)
         } else {
             service.handle_call(&view, &mut rb)
         };
+        stages.lap(LAP_SERVICE_DONE, r.t0);
         // A deferral stands even beside an error: the service may have I/O
         // in flight into this Call's buffers, which must stay held until it
         // reports the Call (it can drop it then, from `resume`).
@@ -1252,6 +1293,7 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
             fabric,
             cfg,
             send_size,
+            stages,
             ..
         } = self;
         let send_size = *send_size;
@@ -1314,6 +1356,7 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         let wr_id = req_wr_id(i, r.gen);
         let mut posted = 0u32;
         let mut err = false;
+        stages.lap(LAP_FIRST_POST, r.t0);
         for op in plan.write_ops(chunks) {
             let Some((pieces, n)) = gather_local(bufs, send_size, r, op.src.start, op.src.len) else {
                 err = true;
@@ -1392,7 +1435,13 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
     /// `short_reply_header_equals_the_planned_one`, and the engine scenarios,
     /// which check every reply byte for byte).
     fn send_short_reply(&mut self, i: u32, conn_id: ConnId, grant: u32) -> Step {
-        let Self { reqs, bufs, fabric, .. } = self;
+        let Self {
+            reqs,
+            bufs,
+            fabric,
+            stages,
+            ..
+        } = self;
         let r = reqs.get(i).expect("live");
         let (Some(send_b), Some(head_b)) = (r.send_buf, r.head_buf) else {
             return Step::Wait;
@@ -1436,6 +1485,7 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
             RemoteBuf::default(),
         );
         let conn = r.conn;
+        stages.lap(LAP_FIRST_POST, r.t0);
         if fabric.post_send(conn_id, &wr).is_err() {
             self.kill_conn(conn, true);
             return Step::Wait;
@@ -1462,6 +1512,7 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
             bufs,
             fabric,
             send_size,
+            stages,
             ..
         } = self;
         let send_size = *send_size;
@@ -1515,6 +1566,7 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         };
         let send = SendWr::new(wr_id, op, bufs.local(send_b, send_len as u32), RemoteBuf::default());
         let mut posted = 0;
+        stages.lap(LAP_FIRST_POST, r.t0);
         let ok = fabric.post_send(conn_id, &write).is_ok() && {
             posted += 1;
             fabric.post_send(conn_id, &send).is_ok()
@@ -1540,6 +1592,9 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         if let Some(rr) = self.reqs.get_mut(i) {
             rr.wr_out += posted;
             rr.state = ReqState::Sending;
+            if grant.is_some() {
+                self.stages.lap(LAP_REPLY_POSTED, rr.t0);
+            }
         }
         if let Some(c) = self.conns.get_mut(conn).and_then(Option::as_mut) {
             c.sq_used += posted;

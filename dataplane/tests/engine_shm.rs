@@ -125,6 +125,54 @@ fn one_process_v1_and_v2() {
     }
 }
 
+/// With the `stage-timing` feature the engines time every Call's stages:
+/// each lap counts every Call that reached it, and a Call's laps come in
+/// their order (scripts/test.sh runs this with the feature; without it the
+/// timers are empty and the test checks that).
+#[test]
+fn stage_timing_laps_every_call_in_order() {
+    use dataplane::{requester, responder};
+    let p = pools(1024, CREDITS, MAX_CONNS);
+    let addr = format!("@rpcrdma-engine-shm-stages-{}", std::process::id());
+    let fab = ShmFabric::new(ShmConfig::for_rpc_engine()).unwrap();
+    let cfg = responder_cfg(&p, VersionRange::ALL, CREDITS, MAX_CONNS);
+    let mut srv = Responder::new(cfg, fab, TestService::default(), p.pool, &p.regions, 0, Some(&addr)).unwrap();
+    let fab = ShmFabric::new(ShmConfig::for_rpc_engine()).unwrap();
+    let mut cli = Requester::new(requester_cfg(&p, versions(1), CREDITS), fab, p.pool, &p.regions, 1).unwrap();
+    cli.connect(&addr).unwrap();
+    run_client(&mut cli, 2, || {
+        srv.poll();
+    })
+    .unwrap();
+    let calls = 2 * workload().len() as u64;
+    let lap = |t: &dataplane::stages::StageTimer, k| t.summary(k).map(|s| (s.samples, s.p50_ns));
+    if !dataplane::stages::ENABLED {
+        assert_eq!(lap(srv.stages(), responder::LAP_REPLY_POSTED), None);
+        assert_eq!(lap(cli.stages(), requester::LAP_CALL_POSTED), None);
+        return;
+    }
+    let sv: Vec<_> = (0..responder::LAPS.len())
+        .map(|k| lap(srv.stages(), k).unwrap())
+        .collect();
+    for (k, (n, _)) in sv.iter().enumerate() {
+        assert_eq!(*n, calls, "responder lap {}", responder::LAPS[k]);
+    }
+    // Medians of laps from one origin cannot go backwards.
+    for w in sv.windows(2) {
+        assert!(w[0].1 <= w[1].1, "{sv:?}");
+    }
+    for k in 0..requester::LAPS.len() {
+        // Every Call of the workload is timed on the requester's side too.
+        assert_eq!(
+            lap(cli.stages(), k).map(|l| l.0),
+            Some(calls),
+            "requester lap {}",
+            requester::LAPS[k]
+        );
+    }
+    assert_eq!(cli.shutdown(100_000), 0);
+}
+
 /// The requester process (run by `two_processes_v1_and_v2`).
 #[test]
 #[ignore = "run as the child of two_processes_v1_and_v2"]
