@@ -3,7 +3,8 @@
 #
 # Usage: scripts/test.sh [--no-install]
 #   Runs: cargo fmt check, cargo clippy (warnings are errors), every unit,
-#   integration and doc test in the workspace, the fuzz seed checks, an
+#   integration and doc test in the workspace, the stage-timing tests with
+#   their feature, the fuzz seed checks, an
 #   independent NFSv3 client (libnfs-utils) against the target over TCP
 #   (tests/libnfs/run.sh), and compiles the benches.
 #   Longer suites have their own scripts (scripts/fuzz.sh, ...); .ci/run calls them.
