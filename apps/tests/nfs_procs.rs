@@ -123,6 +123,40 @@ fn read_goes_into_the_data_buffer_as_a_ddp_item() {
     });
 }
 
+/// A READ reply's attributes are the file's as the read left them: equal to
+/// a GETATTR right after, once a WRITE, a size change and a mode change came
+/// before the READ. The `mem` backend keeps no access time, so its READ
+/// reuses the attributes it checked before reading (no second lookup); the
+/// `uring` backend's file system may keep one, so its READ asks again.
+#[test]
+fn read_attributes_are_those_after_the_read() {
+    each(|k| {
+        let (s, mut c, root) = setup(k);
+        assert_eq!(s.backend.reads_keep_attributes(), k == Kind::Mem, "{k:?}");
+        let (fh, _) = c.mkfile(&root, "f", 0o644).unwrap();
+        c.write(&fh, 0, &pattern(3, 5000), FILE_SYNC).unwrap();
+        let (st, _) = c.setattr(&fh, &mode_attr(0o600), None);
+        assert_eq!(st, NFS3_OK);
+        c.write(&fh, 9000, b"tail", FILE_SYNC).unwrap();
+        for (off, n) in [(0, 100), (4000, 8192), (20_000, 10)] {
+            let (_, _, fa) = c.read(&fh, off, n).unwrap();
+            let after = c.getattr(&fh).unwrap();
+            if k == Kind::Mem {
+                assert_eq!(fa, after, "{k:?} read at {off}");
+            } else {
+                // The host file system may move the access time on read;
+                // everything else agrees.
+                assert_eq!(
+                    (fa.size, fa.mode, fa.mtime),
+                    (after.size, after.mode, after.mtime),
+                    "{k:?}"
+                );
+            }
+            assert_eq!((fa.size, fa.mode), (9004, 0o600), "{k:?}");
+        }
+    });
+}
+
 #[test]
 fn write_stability_and_commit_verifier() {
     each(|k| {

@@ -877,6 +877,11 @@ impl Backend for MemBackend {
         self.shared.handle(&fs, ROOT)
     }
 
+    /// Reads keep no access time (module docs).
+    fn reads_keep_attributes(&self) -> bool {
+        true
+    }
+
     fn getattr(&self, fh: &FileHandle) -> FsResult<Attr> {
         let fs = self.shared.read_fs()?;
         let slot = self.shared.resolve(&fs, fh)?;

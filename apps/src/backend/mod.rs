@@ -358,6 +358,14 @@ pub trait Backend: Send + Sync + fmt::Debug {
     /// Handle of the root directory (what MOUNT returns for the export).
     fn root(&self) -> FileHandle;
     fn getattr(&self, fh: &FileHandle) -> FsResult<Attr>;
+    /// Whether reading a file changes none of its attributes (no access
+    /// time is kept): then the attributes a READ checked just before
+    /// reading are also the ones after it, unless a writer came in between,
+    /// and the NFS READ reply carries them without asking again. Default:
+    /// no.
+    fn reads_keep_attributes(&self) -> bool {
+        false
+    }
     /// Apply `set` (size changes truncate or extend) and return the new attributes.
     fn setattr(&self, fh: &FileHandle, set: &SetAttr) -> FsResult<Attr>;
     /// Look `name` up in `dir` (`.` and `..` included).

@@ -476,7 +476,14 @@ fn read(
             return Ok(w.len());
         }
     };
-    let post = b.getattr(&o.fh).unwrap_or(pre);
+    // The attributes after the read: those checked before it where reading
+    // changes none (RFC 1813 s3.3.6 asks for the file's attributes on
+    // completion of the read).
+    let post = if b.reads_keep_attributes() {
+        pre
+    } else {
+        b.getattr(&o.fh).unwrap_or(pre)
+    };
     {
         let mut w = out(reply, base);
         w.put_u32(NFS3_OK)?;
