@@ -125,6 +125,66 @@ fn one_process_v1_and_v2() {
     }
 }
 
+/// Over shm an RDMA Read completes when it is posted, so a Call with a
+/// Read chunk is answered in the same turn of the responder's loop that
+/// received it: `poll` polls the CQ once more after posting Reads, instead of
+/// leaving their completions for the next turn.
+#[test]
+fn a_read_chunk_call_is_answered_in_the_turn_that_received_it() {
+    let p = pools(1024, CREDITS, MAX_CONNS);
+    let addr = format!("@rpcrdma-engine-shm-oneturn-{}", std::process::id());
+    let fab = ShmFabric::new(ShmConfig::for_rpc_engine()).unwrap();
+    let cfg = responder_cfg(&p, VersionRange::ALL, CREDITS, MAX_CONNS);
+    let mut srv = Responder::new(cfg, fab, TestService::default(), p.pool, &p.regions, 0, Some(&addr)).unwrap();
+    let fab = ShmFabric::new(ShmConfig::for_rpc_engine()).unwrap();
+    let mut cli = Requester::new(requester_cfg(&p, versions(1), CREDITS), fab, p.pool, &p.regions, 1).unwrap();
+    cli.connect(&addr).unwrap();
+    // Connected, and one chunk-free Call answered (the connection's version
+    // is fixed by its first Call).
+    run_client(&mut cli, 1, || {
+        srv.poll();
+    })
+    .unwrap();
+    for (k, e) in [
+        Expect {
+            proc_: P_ECHO,
+            arg: pattern(5, 30_001),
+            big_n: 0,
+            b: 0,
+        },
+        Expect {
+            proc_: P_SUM,
+            arg: pattern(6, 9000),
+            big_n: 0,
+            b: 0,
+        },
+    ]
+    .iter()
+    .enumerate()
+    {
+        let before = srv.stats();
+        let id = submit(&mut cli, e).unwrap();
+        // The Call is in the responder's receive queue (shm copies at post).
+        srv.poll();
+        let after = srv.stats();
+        assert_eq!(after.calls - before.calls, 1, "call {k}");
+        assert!(after.rdma_reads > before.rdma_reads, "call {k}: has a Read chunk");
+        assert_eq!(after.replies - before.replies, 1, "call {k}: answered in one turn");
+        let t0 = Instant::now();
+        let done = loop {
+            cli.poll();
+            if let Some(c) = cli.poll_completion() {
+                break c;
+            }
+            assert!(t0.elapsed() < Duration::from_secs(10), "call {k}: no reply");
+        };
+        assert_eq!((done.id, done.outcome), (id, CallOutcome::Reply));
+        check_reply(&cli, id, e).unwrap();
+        cli.release(id);
+    }
+    assert_eq!(cli.shutdown(100_000), 0);
+}
+
 /// With the `stage-timing` feature the engines time every Call's stages:
 /// each lap counts every Call that reached it, and a Call's laps come in
 /// their order (scripts/test.sh runs this with the feature; without it the
