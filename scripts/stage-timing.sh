@@ -2,9 +2,9 @@
 # Where one Call's nanoseconds go, stage by stage, on this machine: builds the
 # target and perf with the `stage-timing` feature (dataplane::stages) into
 # their own target directory, starts the target, and runs ROUNDS rounds
-# (default 4) of NULL and of 4 KiB READ (a FILE_SIZE file, default 64k, so
-# the data stays in the caches) at queue depth 1 for DURATION seconds each
-# (default 1). After each run it prints perf's p50 and the last line of every
+# (default 4) of NULL, 4 KiB READ and 4 KiB WRITE (OPS, default all three;
+# on a FILE_SIZE file, default 64k, so the data stays in the caches) at queue
+# depth 1 for DURATION seconds each (default 1). After each run it prints perf's p50 and the last line of every
 # lap from both engines: the responder's laps count from the poll that
 # delivered the Call, the requester's as their names say (docs/BENCHMARKS.md,
 # "Where the time goes").
@@ -14,7 +14,7 @@
 # 10 ns: laps are quantised to that.
 #
 # The build is separate (default target/stage-timing), so normal binaries
-# never carry the timing code. Environment: CONFIG, CLIENT_CPU, ROUNDS,
+# never carry the timing code. Environment: CONFIG, CLIENT_CPU, ROUNDS, OPS,
 # DURATION, FILE_SIZE, OUT (default target/stage-timing-out),
 # CARGO_TARGET_DIR.
 set -euo pipefail
@@ -23,6 +23,7 @@ export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-target/stage-timing}
 . scripts/perf-lib.sh
 
 ROUNDS=${ROUNDS:-4}
+OPS=${OPS:-null read write}
 DURATION=${DURATION:-1}
 FILE_SIZE=${FILE_SIZE:-64k}
 OUT=${OUT:-target/stage-timing-out}
@@ -43,9 +44,9 @@ last_laps() {
 }
 
 for r in $(seq 1 "$ROUNDS"); do
-    for op in null read; do
+    for op in $OPS; do
         args=()
-        [ "$op" = read ] && args=("${NFS[@]}" --size 4k)
+        [ "$op" != null ] && args=("${NFS[@]}" --size 4k)
         from=$(wc -c <"$OUT/target.log")
         "$PERF" "$op" "${args[@]}" "${COMMON[@]}" >"$OUT/$op-$r.out" 2>"$OUT/$op-$r.err" || {
             cat "$OUT/$op-$r.err" >&2
