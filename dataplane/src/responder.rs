@@ -561,13 +561,7 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
             work += 1;
         }
         self.reads_posted_this_turn = 0;
-        let n = self.fabric.poll_cq(self.cq, &mut self.wcs);
-        self.polled_at = StageTimer::now();
-        for i in 0..n {
-            let wc = self.wcs[i];
-            self.handle_completion(wc);
-        }
-        work += n;
+        work += self.poll_completions();
         if self.deferred > 0 {
             work += self.poll_deferred();
         }
@@ -582,15 +576,21 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         // that posted Reads.
         if self.reads_posted_this_turn > 0 {
             self.reads_posted_this_turn = 0;
-            let n = self.fabric.poll_cq(self.cq, &mut self.wcs);
-            self.polled_at = StageTimer::now();
-            for i in 0..n {
-                let wc = self.wcs[i];
-                self.handle_completion(wc);
-            }
-            work += n;
+            work += self.poll_completions();
         }
         work
+    }
+
+    /// Poll one batch of completions (at most [`CQ_BATCH`]) and handle each;
+    /// returns how many.
+    fn poll_completions(&mut self) -> usize {
+        let n = self.fabric.poll_cq(self.cq, &mut self.wcs);
+        self.polled_at = StageTimer::now();
+        for i in 0..n {
+            let wc = self.wcs[i];
+            self.handle_completion(wc);
+        }
+        n
     }
 
     /// Resume the deferred Calls the service reports ready. Tokens of

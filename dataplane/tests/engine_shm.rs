@@ -125,6 +125,19 @@ fn one_process_v1_and_v2() {
     }
 }
 
+/// A responder listening at an address named by `tag`, and a v1 requester
+/// connecting to it (not yet connected: `run_client` finishes that).
+fn v1_pair<'p>(p: &'p Pools, tag: &str) -> (Responder<'p, ShmFabric, TestService>, Requester<'p, ShmFabric>) {
+    let addr = format!("@rpcrdma-engine-shm-{tag}-{}", std::process::id());
+    let fab = ShmFabric::new(ShmConfig::for_rpc_engine()).unwrap();
+    let cfg = responder_cfg(p, VersionRange::ALL, CREDITS, MAX_CONNS);
+    let srv = Responder::new(cfg, fab, TestService::default(), p.pool, &p.regions, 0, Some(&addr)).unwrap();
+    let fab = ShmFabric::new(ShmConfig::for_rpc_engine()).unwrap();
+    let mut cli = Requester::new(requester_cfg(p, versions(1), CREDITS), fab, p.pool, &p.regions, 1).unwrap();
+    cli.connect(&addr).unwrap();
+    (srv, cli)
+}
+
 /// Over shm an RDMA Read completes when it is posted, so a Call with a
 /// Read chunk is answered in the same turn of the responder's loop that
 /// received it: `poll` polls the CQ once more after posting Reads, instead of
@@ -132,15 +145,9 @@ fn one_process_v1_and_v2() {
 #[test]
 fn a_read_chunk_call_is_answered_in_the_turn_that_received_it() {
     let p = pools(1024, CREDITS, MAX_CONNS);
-    let addr = format!("@rpcrdma-engine-shm-oneturn-{}", std::process::id());
-    let fab = ShmFabric::new(ShmConfig::for_rpc_engine()).unwrap();
-    let cfg = responder_cfg(&p, VersionRange::ALL, CREDITS, MAX_CONNS);
-    let mut srv = Responder::new(cfg, fab, TestService::default(), p.pool, &p.regions, 0, Some(&addr)).unwrap();
-    let fab = ShmFabric::new(ShmConfig::for_rpc_engine()).unwrap();
-    let mut cli = Requester::new(requester_cfg(&p, versions(1), CREDITS), fab, p.pool, &p.regions, 1).unwrap();
-    cli.connect(&addr).unwrap();
-    // Connected, and one chunk-free Call answered (the connection's version
-    // is fixed by its first Call).
+    let (mut srv, mut cli) = v1_pair(&p, "oneturn");
+    // Connected, with the workload run once (the connection's version is
+    // fixed and its receives are posted).
     run_client(&mut cli, 1, || {
         srv.poll();
     })
@@ -193,13 +200,7 @@ fn a_read_chunk_call_is_answered_in_the_turn_that_received_it() {
 fn stage_timing_laps_every_call_in_order() {
     use dataplane::{requester, responder};
     let p = pools(1024, CREDITS, MAX_CONNS);
-    let addr = format!("@rpcrdma-engine-shm-stages-{}", std::process::id());
-    let fab = ShmFabric::new(ShmConfig::for_rpc_engine()).unwrap();
-    let cfg = responder_cfg(&p, VersionRange::ALL, CREDITS, MAX_CONNS);
-    let mut srv = Responder::new(cfg, fab, TestService::default(), p.pool, &p.regions, 0, Some(&addr)).unwrap();
-    let fab = ShmFabric::new(ShmConfig::for_rpc_engine()).unwrap();
-    let mut cli = Requester::new(requester_cfg(&p, versions(1), CREDITS), fab, p.pool, &p.regions, 1).unwrap();
-    cli.connect(&addr).unwrap();
+    let (mut srv, mut cli) = v1_pair(&p, "stages");
     run_client(&mut cli, 2, || {
         srv.poll();
     })
