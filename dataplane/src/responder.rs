@@ -12,7 +12,9 @@
 //!   Read slots on the connection, reply buffers, send-queue slots. Queues are
 //!   drained in order on every [`Responder::poll`].
 //! - `wr_id`s carry a tag and an index (+ a generation for requests): never a
-//!   pointer. Completions are polled in fixed batches of [`CQ_BATCH`].
+//!   pointer. Completions are polled in fixed batches of [`CQ_BATCH`]; a turn
+//!   that posted RDMA Reads polls once more at its end, so Reads that a
+//!   provider completes at post (shm) do not wait a turn of the core's loop.
 //! - All memory comes from the [`mempool::Mempool`] registered once with the
 //!   fabric; the hot path never registers memory, and nothing is allocated per
 //!   request (request slots, queues and maps are sized at construction).
