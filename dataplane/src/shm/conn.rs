@@ -814,9 +814,6 @@ impl Conn {
     }
 }
 
-/// Cache-line size the prefetch steps by.
-const CACHE_LINE_BYTES: usize = 64;
-
 /// Prefetches the first `bytes` of local buffer `buf` (rounded up to cache
 /// lines, at most the buffer) into this CPU's caches. A hint only: nothing
 /// is read, and a buffer outside the registered regions is ignored.
@@ -834,7 +831,7 @@ fn prefetch(regions: &RegionTable, buf: &LocalBuf, bytes: u32) {
         }
         #[cfg(not(target_arch = "x86_64"))]
         let _ = p;
-        at += CACHE_LINE_BYTES;
+        at += mempool::pool::CACHE_LINE;
     }
 }
 
