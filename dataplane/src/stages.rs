@@ -167,16 +167,7 @@ impl StageTimer {
     /// `Stamp::default()` (never stamped) records nothing.
     #[inline(always)]
     pub fn lap(&mut self, k: usize, origin: Stamp) {
-        #[cfg(feature = "stage-timing")]
-        {
-            if origin.0 != 0 {
-                self.record(k, imp::ticks().wrapping_sub(origin.0));
-            }
-        }
-        #[cfg(not(feature = "stage-timing"))]
-        {
-            let _ = (k, origin);
-        }
+        self.interval(k, origin, Self::now());
     }
 
     /// Record lap `k` as the time from `from` to `to` (two stamps taken
