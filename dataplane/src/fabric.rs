@@ -447,6 +447,24 @@ pub trait Fabric {
     /// Poll one connection-manager event, if any. Never blocks.
     fn poll_cm(&mut self) -> Option<CmEvent>;
 
+    /// Direct data placement: where this process may store, with plain
+    /// stores, the `len` bytes an RDMA Write to `seg` (rkey `seg.handle`,
+    /// address `seg.offset`) would write on the peer, after the key and bounds
+    /// checks that Write would make. For providers that map the peer's
+    /// registered memory into this process (shm); `None` (the default: verbs,
+    /// sim) when the provider cannot, when `conn` is not established, or when
+    /// the checks fail: the caller then copies into a local buffer and posts
+    /// the RDMA Write, which reports any error the usual way.
+    ///
+    /// The memory stays mapped at least until this core's next call into the
+    /// fabric (only those tear a connection down). What is stored there is
+    /// published to the peer by the connection's next Send, as the bytes of an
+    /// RDMA Write posted before that Send are (RFC 8166 s3.4.6 places a Write
+    /// chunk's data before the Reply that reports it). Owning core.
+    fn remote_window(&mut self, _conn: ConnId, _seg: &RemoteBuf, _len: u32) -> Option<std::ptr::NonNull<u8>> {
+        None
+    }
+
     /// The peer's IP address of an accepted or connected connection, for
     /// access control (NFS export client lists). `None` when the provider
     /// cannot tell; the loopback providers report the loopback address.

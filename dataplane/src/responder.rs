@@ -150,6 +150,10 @@ pub struct ResponderStats {
     pub ignored: u64,
     pub wc_errors: u64,
     pub recv_refill_stalls: u64,
+    /// Write chunks the service filled in place, in the requester's memory
+    /// ([`Fabric::remote_window`]), instead of an RDMA Write (not counted in
+    /// `rdma_writes`).
+    pub writes_placed: u64,
     /// Calls whose service deferred the reply ([`ReplyBuilder::defer`]).
     pub deferred: u64,
 }
@@ -246,6 +250,9 @@ struct Request<'p> {
     /// and the rest of the reply (`plan::one_write_short_reply`; `reply`
     /// stays `None`). Set by `step_execute` for a Call of the READ shape.
     write_seg: Option<Segment>,
+    /// With `write_seg`: the service wrote the data item straight into that
+    /// segment's memory (shm), so the reply posts no RDMA Write.
+    data_placed: bool,
     /// When the poll that delivered the Call returned (stage timing only;
     /// zero-sized without the `stage-timing` feature).
     t0: Stamp,
@@ -283,6 +290,7 @@ impl<'p> Request<'p> {
         self.chunk_free = false;
         self.short_reply = false;
         self.write_seg = None;
+        self.data_placed = false;
     }
 
     /// Reserve the reply buffers (a send buffer for the transport header and
@@ -1189,6 +1197,7 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
             conns,
             bufs,
             service,
+            fabric,
             deferred,
             stats,
             send_size,
@@ -1222,6 +1231,22 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         let head = bufs.bytes_mut(r.head_buf.expect("head"));
         let head_room = head.len() - HEAD_PAD_BYTES;
         let data = r.data_buf.map(|b| bufs.bytes_mut(b));
+        // The data item straight into the requester's Write chunk, where the
+        // provider maps it and the service fills it before returning.
+        let window = match &data {
+            Some(d) if !resuming && service.fills_data_in_call() => data_window(fabric, conns, r, d.len()),
+            _ => None,
+        };
+        let data = match window {
+            // SAFETY: `data_window` checked `len` bytes at `p` to be inside a
+            // region of the peer's mapped here, which stays mapped until this
+            // core next calls into the fabric (`Fabric::remote_window`); the
+            // slice lives in this step only, before any such call. The peer
+            // gave that memory to this Call's reply (its Write chunk), as it
+            // does for an RDMA Write, and does not touch it until the Reply.
+            Some((p, len)) => Some(unsafe { std::slice::from_raw_parts_mut(p.as_ptr(), len) }),
+            None => data,
+        };
         let mut rb = ReplyBuilder::new(&mut head[..head_room], data);
         stages.lap(LAP_SERVICE_START, r.t0);
         let res = if resuming {
@@ -1233,6 +1258,14 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         // A deferral stands even beside an error: the service may have I/O
         // in flight into this Call's buffers, which must stay held until it
         // reports the Call (it can drop it then, from `resume`).
+        if rb.is_deferred() && window.is_some() {
+            // The service promised not to (`fills_data_in_call`): the window
+            // cannot outlive this step.
+            debug_assert!(false, "a service that fills data in the call deferred one");
+            self.stats.dropped += 1;
+            self.drop_call(i, true);
+            return Step::Wait;
+        }
         if rb.is_deferred() {
             stats.deferred += 1;
             *deferred += 1;
@@ -1276,14 +1309,26 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
             let inline_max = send_max.min(send_size);
             let fits = plan::one_write_short_reply(shape.stream_len() as usize, shape.items(), seg, vers, inline_max);
             if fits.is_some() && shape.items().first().is_some_and(|it| it.len > 0) {
+                // In place when the chunk's one item is the data item, which
+                // the service wrote at the window's start.
+                let in_place =
+                    window.is_some() && shape.items().len() == 1 && shape.items()[0].offset == shape.head_len;
+                if window.is_some() && !in_place {
+                    copy_back(bufs, r, window, shape.data_len);
+                }
                 let rr = reqs.get_mut(i).expect("live");
                 rr.shape = shape;
                 rr.reply = None;
                 rr.write_seg = Some(seg);
-                rr.sq_need = 2;
+                rr.data_placed = in_place;
+                rr.sq_need = if in_place { 1 } else { 2 };
                 rr.state = ReqState::NeedSendSlots;
                 return Step::Continue;
             }
+        }
+        // Any other plan reads the data item from the data buffer.
+        if window.is_some() {
+            copy_back(bufs, r, window, shape.data_len);
         }
         match plan::plan_reply(shape.stream_len() as usize, shape.items(), chunks, vers, send_max) {
             Ok(p) => {
@@ -1589,14 +1634,20 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         let send = SendWr::new(wr_id, op, bufs.local(send_b, send_len as u32), RemoteBuf::default());
         let mut posted = 0;
         stages.lap(LAP_FIRST_POST, r.t0);
-        let ok = fabric.post_send(conn_id, &write).is_ok() && {
-            posted += 1;
-            fabric.post_send(conn_id, &send).is_ok()
+        // Placed data is in the requester's memory already; the Send
+        // publishes it as it would an RDMA Write's (`Fabric::remote_window`).
+        let placed = r.data_placed;
+        let written = placed || {
+            let w = fabric.post_send(conn_id, &write).is_ok();
+            posted += u32::from(w);
+            w
         };
+        let ok = written && fabric.post_send(conn_id, &send).is_ok();
         posted += u32::from(ok);
         self.reply_posted(i, conn, posted, ok.then_some(grant));
         let stats = &mut self.stats;
-        stats.rdma_writes += u64::from(posted.min(1));
+        stats.rdma_writes += u64::from(!placed && posted > 0);
+        stats.writes_placed += u64::from(placed && ok);
         if !ok {
             self.kill_conn(conn, true);
             return Step::Wait;
@@ -1876,6 +1927,41 @@ fn req_wr_id(i: u32, gen: u32) -> WrId {
 /// The Call of request `r` as the service sees it (`None` before its header
 /// was decoded or once its connection is forgotten).
 #[inline]
+/// The requester's memory behind the Call's single Write chunk, as the data
+/// buffer's stand-in (`len` = the data hint, at most the data buffer's
+/// `cap`), when the provider maps it here ([`Fabric::remote_window`]) and the
+/// chunk has room for all of it.
+fn data_window<F: Fabric>(
+    fabric: &mut F,
+    conns: &Slab<Option<Conn>>,
+    r: &Request,
+    cap: usize,
+) -> Option<(std::ptr::NonNull<u8>, usize)> {
+    let seg = r.hdr.as_ref()?.chunks()?.one_write_segment()?;
+    let len = (r.data_hint as usize).min(cap);
+    if len == 0 || (seg.length as usize) < len {
+        return None;
+    }
+    let c = conns.get(r.conn)?.as_ref()?;
+    fabric.remote_window(c.id, &seg, len as u32).map(|p| (p, len))
+}
+
+/// The data item the service wrote into a window, copied into the Call's
+/// data buffer for a reply that does not go out in that Write chunk alone.
+fn copy_back(bufs: &mut EngineBufs<'_>, r: &Request, window: Option<(std::ptr::NonNull<u8>, usize)>, data_len: u32) {
+    let (Some((p, len)), Some(b)) = (window, r.data_buf) else {
+        return;
+    };
+    let n = (data_len as usize).min(len);
+    // SAFETY: as where the window was made (`step_execute`): still the same
+    // step, no fabric call since, `n <= len` bytes at `p` in the peer's
+    // mapped memory.
+    let src = unsafe { std::slice::from_raw_parts(p.as_ptr(), n) };
+    if let Some(dst) = bufs.bytes_mut(b).get_mut(..n) {
+        dst.copy_from_slice(src);
+    }
+}
+
 fn call_view<'v>(r: &'v Request<'_>, conns: &'v Slab<Option<Conn>>, chunk_area: &'v [u8]) -> Option<CallView<'v>> {
     let h = r.hdr.as_ref()?;
     let inline = match h.body {

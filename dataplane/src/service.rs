@@ -287,6 +287,18 @@ pub trait Service {
         0
     }
 
+    /// Whether this service writes a Call's data item within `handle_call`
+    /// and never defers a Call that has a data buffer. Then the engine may
+    /// give it, as the data buffer, the requester's own memory behind the
+    /// Call's single Write chunk, where the provider maps that memory here
+    /// ([`crate::Fabric::remote_window`]: shm), and the data item reaches the
+    /// requester with the service's one copy instead of two (into the data
+    /// buffer, then the RDMA Write). The buffer holds nothing the service did
+    /// not write, like a fresh data buffer. Default: no.
+    fn fills_data_in_call(&self) -> bool {
+        false
+    }
+
     /// Deferred Calls whose replies can now be built: write their tokens to
     /// `ready` (at most its length) and return how many. The engine polls
     /// this every turn while it holds deferred Calls. Default: none.

@@ -132,6 +132,11 @@ fn drop_on<T, E>(r: Result<T, E>) -> Result<T, ServiceError> {
 }
 
 impl Service for TestService {
+    /// Never defers: READ and ECHO write their data item in `handle_call`.
+    fn fills_data_in_call(&self) -> bool {
+        true
+    }
+
     fn reply_data_hint(&mut self, call: &CallView<'_>) -> usize {
         // The procedure is word 5 of the Call (xid, mtype, rpcvers, prog, vers,
         // proc: RFC 5531 s9); only ECHO and READ want a data buffer, and only

@@ -192,6 +192,60 @@ fn a_read_chunk_call_is_answered_in_the_turn_that_received_it() {
     assert_eq!(cli.shutdown(100_000), 0);
 }
 
+/// Over shm the service writes a Write chunk's data item straight into the
+/// requester's memory (`Fabric::remote_window`) when the Call's only chunk is
+/// that one Write chunk (the READ shape): those ECHO replies arrive
+/// byte-exact with no RDMA Write posted. An ECHO whose Call also carries a
+/// Read chunk takes the general plan and its RDMA Write.
+#[test]
+fn write_chunk_data_is_placed_in_the_requesters_memory() {
+    let p = pools(1024, CREDITS, MAX_CONNS);
+    let (mut srv, mut cli) = v1_pair(&p, "placed");
+    run_client(&mut cli, 1, || {
+        srv.poll();
+    })
+    .unwrap();
+    // (ECHO length, placed): up to 700 bytes the Call is inline.
+    for (k, (len, placed)) in [(1usize, true), (100, true), (700, true), (30_001, false)]
+        .into_iter()
+        .enumerate()
+    {
+        let before = srv.stats();
+        let e = Expect {
+            proc_: P_ECHO,
+            arg: pattern(7 + k as u32, len),
+            big_n: 0,
+            b: 0,
+        };
+        let id = submit(&mut cli, &e).unwrap();
+        let t0 = Instant::now();
+        let done = loop {
+            srv.poll();
+            cli.poll();
+            if let Some(c) = cli.poll_completion() {
+                break c;
+            }
+            assert!(t0.elapsed() < Duration::from_secs(10), "echo {len}: no reply");
+        };
+        assert_eq!((done.id, done.outcome), (id, CallOutcome::Reply), "echo {len}");
+        check_reply(&cli, id, &e).unwrap_or_else(|err| panic!("echo {len}: {err}"));
+        let v = cli.reply(id).unwrap();
+        assert_eq!(
+            v.write_chunk(0).map(|d| d.len()),
+            Some(len),
+            "echo {len}: in the Write chunk"
+        );
+        cli.release(id);
+        let after = srv.stats();
+        let (wrote, put) = (
+            after.rdma_writes - before.rdma_writes,
+            after.writes_placed - before.writes_placed,
+        );
+        assert_eq!((wrote, put), if placed { (0, 1) } else { (1, 0) }, "echo {len}");
+    }
+    assert_eq!(cli.shutdown(100_000), 0);
+}
+
 /// With the `stage-timing` feature the engines time every Call's stages:
 /// each lap counts every Call that reached it, and a Call's laps come in
 /// their order (scripts/test.sh runs this with the feature; without it the

@@ -307,6 +307,9 @@ pub struct NfsService {
     st: CoreState,
     /// Reassembly space for Calls that come in several pieces (not WRITE).
     scratch: Vec<u8>,
+    /// No backend of this core completes I/O later, so no READ is deferred
+    /// ([`Service::fills_data_in_call`]).
+    reads_in_call: bool,
 }
 
 impl NfsService {
@@ -317,6 +320,7 @@ impl NfsService {
         for (_, b) in &shared.backends {
             channels.push(b.open_channel(core)?);
         }
+        let reads_in_call = channels.iter().all(|c| !c.completes_later());
         Ok(NfsService {
             shared,
             st: CoreState {
@@ -327,6 +331,7 @@ impl NfsService {
                 deferred: defer::Deferred::new(),
             },
             scratch: Vec::new(),
+            reads_in_call,
         })
     }
 
@@ -414,13 +419,21 @@ fn read_count(head: &[u8]) -> Option<u32> {
 }
 
 impl Service for NfsService {
+    /// READ is the only procedure with a data buffer; it is answered within
+    /// `handle_call` when no backend of this core completes I/O later.
+    fn fills_data_in_call(&self) -> bool {
+        self.reads_in_call
+    }
+
     /// READ: the count asked for, at most the READ limit; nothing otherwise.
     fn reply_data_hint(&mut self, call: &CallView<'_>) -> usize {
         read_count(call.head()).map_or(0, |n| n.min(self.shared.max_io_bytes) as usize)
     }
 
     fn handle_call(&mut self, call: &CallView<'_>, reply: &mut ReplyBuilder<'_>) -> Result<(), ServiceError> {
-        let NfsService { shared, st, scratch } = self;
+        let NfsService {
+            shared, st, scratch, ..
+        } = self;
         let head = call.head();
         let Ok((xid, mtype)) = rpc::peek_msg(head) else {
             st.stats.dropped += 1;

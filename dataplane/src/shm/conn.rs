@@ -9,6 +9,7 @@
 
 use std::collections::VecDeque;
 use std::os::fd::{AsFd, OwnedFd};
+use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
@@ -20,7 +21,8 @@ use super::ring::{ring_bytes, Consumer, Producer, INDEX_BLOCK};
 use super::sock::{self, UnixAddr};
 use super::ShmConfig;
 use crate::fabric::{
-    CmEvent, Completion, ConnId, LocalBuf, PrivateData, QpConfig, RecvWr, SendOp, SendWr, WcOpcode, WcStatus, MAX_SGE,
+    CmEvent, Completion, ConnId, LocalBuf, PrivateData, QpConfig, RecvWr, RemoteBuf, SendOp, SendWr, WcOpcode,
+    WcStatus, MAX_SGE,
 };
 
 /// Words of a receive descriptor: `rkey | len << 32`, `offset`, `seq`, spare.
@@ -586,6 +588,17 @@ impl Conn {
         if !status.is_success() && self.state != State::Error {
             self.fail(CmEvent::Disconnected { conn: id }, events, true);
         }
+    }
+
+    /// Where the `len` bytes of an RDMA Write to `seg` would land in the
+    /// peer's memory ([`crate::Fabric::remote_window`]): on an established
+    /// connection with nothing queued ahead (a Write posted now would execute
+    /// now), after the checks [`execute`] makes for that Write.
+    pub fn window(&self, seg: &RemoteBuf, len: u32) -> Option<NonNull<u8>> {
+        if self.state != State::Established || !self.sq.is_empty() || self.peer_closed() {
+            return None;
+        }
+        NonNull::new(self.peer.as_ref()?.resolve(seg.handle, seg.offset, u64::from(len))?)
     }
 
     pub fn sq_len(&self) -> usize {

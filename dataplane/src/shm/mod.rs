@@ -136,7 +136,7 @@ use wire::{Hello, Msg, RegionInfo, MAX_MSG_LEN};
 
 use crate::fabric::{
     Caps, CmEvent, Completion, ConnId, ConnReqId, CqId, Fabric, FabricError, ListenerId, MrKeys, PrivateData, QpConfig,
-    RecvWr, SendWr, SrqId, MAX_SGE,
+    RecvWr, RemoteBuf, SendWr, SrqId, MAX_SGE,
 };
 use crate::queue::GenSlab as Slab;
 
@@ -845,6 +845,13 @@ impl Fabric for ShmFabric {
             c.fail(CmEvent::Disconnected { conn }, &mut self.events, true);
         }
         Ok(())
+    }
+
+    /// The peer's registered regions are mapped here, so a Write chunk can be
+    /// filled with plain stores ([`conn::Conn::window`]).
+    fn remote_window(&mut self, conn: ConnId, seg: &RemoteBuf, len: u32) -> Option<std::ptr::NonNull<u8>> {
+        let ci = self.conns.index(conn.0)?;
+        self.conns.get(ci)?.window(seg, len)
     }
 
     /// Both ends are on this host: the loopback address.
