@@ -31,6 +31,12 @@
 //!   QP execute and complete in posting order, so a Send is ordered after the
 //!   Writes posted before it, and the delivery ring's Release store publishes
 //!   the Writes' bytes together with the Send.
+//! - **Direct placement**: since the peer's registered regions are mapped here,
+//!   [`Fabric::remote_window`] hands out the memory an RDMA Write to a segment
+//!   would write (same key and bounds checks; only on an established
+//!   connection with nothing queued), so the responder's service can fill a
+//!   Write chunk with plain stores; the next Send publishes them, as it does
+//!   an RDMA Write's bytes.
 //!
 //! # Addresses and keys
 //!
