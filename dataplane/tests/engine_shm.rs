@@ -125,6 +125,31 @@ fn one_process_v1_and_v2() {
     }
 }
 
+/// Poll `cli` (and `pump`, the other side) until Call `id` completes, and
+/// check that it got the Reply `e` asks for (the caller releases it).
+fn wait_reply(
+    cli: &mut Requester<'_, ShmFabric>,
+    id: CallId,
+    e: &Expect,
+    mut pump: impl FnMut(),
+) -> Result<(), String> {
+    let t0 = Instant::now();
+    let done = loop {
+        pump();
+        cli.poll();
+        if let Some(c) = cli.poll_completion() {
+            break c;
+        }
+        if t0.elapsed() > Duration::from_secs(10) {
+            return Err("no reply".into());
+        }
+    };
+    if (done.id, done.outcome) != (id, CallOutcome::Reply) {
+        return Err(format!("completion {:?}: {:?}", done.id, done.outcome));
+    }
+    check_reply(cli, id, e)
+}
+
 /// A responder listening at an address named by `tag`, and a v1 requester
 /// connecting to it (not yet connected: `run_client` finishes that).
 fn v1_pair<'p>(p: &'p Pools, tag: &str) -> (Responder<'p, ShmFabric, TestService>, Requester<'p, ShmFabric>) {
@@ -177,16 +202,7 @@ fn a_read_chunk_call_is_answered_in_the_turn_that_received_it() {
         assert_eq!(after.calls - before.calls, 1, "call {k}");
         assert!(after.rdma_reads > before.rdma_reads, "call {k}: has a Read chunk");
         assert_eq!(after.replies - before.replies, 1, "call {k}: answered in one turn");
-        let t0 = Instant::now();
-        let done = loop {
-            cli.poll();
-            if let Some(c) = cli.poll_completion() {
-                break c;
-            }
-            assert!(t0.elapsed() < Duration::from_secs(10), "call {k}: no reply");
-        };
-        assert_eq!((done.id, done.outcome), (id, CallOutcome::Reply));
-        check_reply(&cli, id, e).unwrap();
+        wait_reply(&mut cli, id, e, || {}).unwrap_or_else(|err| panic!("call {k}: {err}"));
         cli.release(id);
     }
     assert_eq!(cli.shutdown(100_000), 0);
@@ -218,17 +234,10 @@ fn write_chunk_data_is_placed_in_the_requesters_memory() {
             b: 0,
         };
         let id = submit(&mut cli, &e).unwrap();
-        let t0 = Instant::now();
-        let done = loop {
+        wait_reply(&mut cli, id, &e, || {
             srv.poll();
-            cli.poll();
-            if let Some(c) = cli.poll_completion() {
-                break c;
-            }
-            assert!(t0.elapsed() < Duration::from_secs(10), "echo {len}: no reply");
-        };
-        assert_eq!((done.id, done.outcome), (id, CallOutcome::Reply), "echo {len}");
-        check_reply(&cli, id, &e).unwrap_or_else(|err| panic!("echo {len}: {err}"));
+        })
+        .unwrap_or_else(|err| panic!("echo {len}: {err}"));
         let v = cli.reply(id).unwrap();
         assert_eq!(
             v.write_chunk(0).map(|d| d.len()),
