@@ -125,6 +125,21 @@ fn one_process_v1_and_v2() {
     }
 }
 
+/// [`v1_pair`], connected, with the workload run `rounds` times (the
+/// connection's version is fixed and its receives are posted).
+fn ready_v1_pair<'p>(
+    p: &'p Pools,
+    tag: &str,
+    rounds: usize,
+) -> (Responder<'p, ShmFabric, TestService>, Requester<'p, ShmFabric>) {
+    let (mut srv, mut cli) = v1_pair(p, tag);
+    run_client(&mut cli, rounds, || {
+        srv.poll();
+    })
+    .unwrap();
+    (srv, cli)
+}
+
 /// Poll `cli` (and `pump`, the other side) until Call `id` completes, and
 /// check that it got the Reply `e` asks for (the caller releases it).
 fn wait_reply(
@@ -216,11 +231,7 @@ fn a_read_chunk_call_is_answered_in_the_turn_that_received_it() {
 #[test]
 fn write_chunk_data_is_placed_in_the_requesters_memory() {
     let p = pools(1024, CREDITS, MAX_CONNS);
-    let (mut srv, mut cli) = v1_pair(&p, "placed");
-    run_client(&mut cli, 1, || {
-        srv.poll();
-    })
-    .unwrap();
+    let (mut srv, mut cli) = ready_v1_pair(&p, "placed", 1);
     // (ECHO length, placed): up to 700 bytes the Call is inline.
     for (k, (len, placed)) in [(1usize, true), (100, true), (700, true), (30_001, false)]
         .into_iter()
@@ -263,11 +274,7 @@ fn write_chunk_data_is_placed_in_the_requesters_memory() {
 fn stage_timing_laps_every_call_in_order() {
     use dataplane::{requester, responder};
     let p = pools(1024, CREDITS, MAX_CONNS);
-    let (mut srv, mut cli) = v1_pair(&p, "stages");
-    run_client(&mut cli, 2, || {
-        srv.poll();
-    })
-    .unwrap();
+    let (mut srv, mut cli) = ready_v1_pair(&p, "stages", 2);
     let calls = 2 * workload().len() as u64;
     let lap = |t: &dataplane::stages::StageTimer, k| t.summary(k).map(|s| (s.samples, s.p50_ns));
     if !dataplane::stages::ENABLED {
