@@ -274,7 +274,7 @@ fn write_chunk_data_is_placed_in_the_requesters_memory() {
 fn stage_timing_laps_every_call_in_order() {
     use dataplane::{requester, responder};
     let p = pools(1024, CREDITS, MAX_CONNS);
-    let (mut srv, mut cli) = ready_v1_pair(&p, "stages", 2);
+    let (srv, mut cli) = ready_v1_pair(&p, "stages", 2);
     let calls = 2 * workload().len() as u64;
     let lap = |t: &dataplane::stages::StageTimer, k| t.summary(k).map(|s| (s.samples, s.p50_ns));
     if !dataplane::stages::ENABLED {
