@@ -1924,9 +1924,6 @@ fn req_wr_id(i: u32, gen: u32) -> WrId {
     WrId::new(TAG_REQ, (((gen & 0xff_ffff) as u64) << 32) | i as u64)
 }
 
-/// The Call of request `r` as the service sees it (`None` before its header
-/// was decoded or once its connection is forgotten).
-#[inline]
 /// The requester's memory behind the Call's single Write chunk, as the data
 /// buffer's stand-in (`len` = the data hint, at most the data buffer's
 /// `cap`), when the provider maps it here ([`Fabric::remote_window`]) and the
@@ -1962,6 +1959,9 @@ fn copy_back(bufs: &mut EngineBufs<'_>, r: &Request, window: Option<(std::ptr::N
     }
 }
 
+/// The Call of request `r` as the service sees it (`None` before its header
+/// was decoded or once its connection is forgotten).
+#[inline]
 fn call_view<'v>(r: &'v Request<'_>, conns: &'v Slab<Option<Conn>>, chunk_area: &'v [u8]) -> Option<CallView<'v>> {
     let h = r.hdr.as_ref()?;
     let inline = match h.body {
