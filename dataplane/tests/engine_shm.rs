@@ -140,14 +140,25 @@ fn ready_v1_pair<'p>(
     (srv, cli)
 }
 
+/// An ECHO of `len` bytes of pattern `salt`.
+fn echo(salt: u32, len: usize) -> Expect {
+    Expect {
+        proc_: P_ECHO,
+        arg: pattern(salt, len),
+        big_n: 0,
+        b: 0,
+    }
+}
+
 /// Poll `cli` (and `pump`, the other side) until Call `id` completes, and
 /// check that it got the Reply `e` asks for (the caller releases it).
-fn wait_reply(
-    cli: &mut Requester<'_, ShmFabric>,
-    id: CallId,
-    e: &Expect,
-    mut pump: impl FnMut(),
-) -> Result<(), String> {
+fn wait_reply(cli: &mut Requester<'_, ShmFabric>, id: CallId, e: &Expect, pump: impl FnMut()) -> Result<(), String> {
+    wait_done(cli, id, pump)?;
+    check_reply(cli, id, e)
+}
+
+/// Poll `cli` (and `pump`) until Call `id` completes with a Reply.
+fn wait_done(cli: &mut Requester<'_, ShmFabric>, id: CallId, mut pump: impl FnMut()) -> Result<(), String> {
     let t0 = Instant::now();
     let done = loop {
         pump();
@@ -162,7 +173,7 @@ fn wait_reply(
     if (done.id, done.outcome) != (id, CallOutcome::Reply) {
         return Err(format!("completion {:?}: {:?}", done.id, done.outcome));
     }
-    check_reply(cli, id, e)
+    Ok(())
 }
 
 /// A responder listening at an address named by `tag`, and a v1 requester
@@ -238,12 +249,7 @@ fn write_chunk_data_is_placed_in_the_requesters_memory() {
         .enumerate()
     {
         let before = srv.stats();
-        let e = Expect {
-            proc_: P_ECHO,
-            arg: pattern(7 + k as u32, len),
-            big_n: 0,
-            b: 0,
-        };
+        let e = echo(7 + k as u32, len);
         let id = submit(&mut cli, &e).unwrap();
         wait_reply(&mut cli, id, &e, || {
             srv.poll();
@@ -262,6 +268,112 @@ fn write_chunk_data_is_placed_in_the_requesters_memory() {
             after.writes_placed - before.writes_placed,
         );
         assert_eq!((wrote, put), if placed { (0, 1) } else { (1, 0) }, "echo {len}");
+    }
+    assert_eq!(cli.shutdown(100_000), 0);
+}
+
+/// ECHO answered with the data twice: first as a DDP item in the head, then
+/// as the data item (an NFS-like reply whose Write chunk takes something
+/// other than the data item). The engine hands it the requester's Write
+/// chunk as its data buffer, so the data item must be copied back into the
+/// Call's own data buffer before the reply is built.
+#[derive(Default)]
+struct HeadItemThenData(TestService);
+
+impl dataplane::service::Service for HeadItemThenData {
+    fn fills_data_in_call(&self) -> bool {
+        true
+    }
+    fn reply_data_hint(&mut self, call: &dataplane::service::CallView<'_>) -> usize {
+        self.0.reply_data_hint(call)
+    }
+    fn handle_call(
+        &mut self,
+        call: &dataplane::service::CallView<'_>,
+        reply: &mut dataplane::service::ReplyBuilder<'_>,
+    ) -> Result<(), dataplane::service::ServiceError> {
+        use dataplane::service::ServiceError::Drop;
+        use proto::rpc::{self, CallHeader, OpaqueAuth, ReplyHeader};
+        use proto::xdr::{Reader, Writer};
+        let head = call.head();
+        let (h, at) = CallHeader::decode(head).map_err(|_| Drop)?;
+        if h.proc_ != P_ECHO {
+            return self.0.handle_call(call, reply);
+        }
+        let d = Reader::new(&head[at..])
+            .opaque_var(MAX_DATA, "data")
+            .map_err(|_| Drop)?
+            .to_vec();
+        let mut w = Writer::new(reply.head_mut());
+        rpc::encode_reply_header(&mut w, &ReplyHeader::success(h.xid, OpaqueAuth::NONE)).map_err(|_| Drop)?;
+        w.put_u32(d.len() as u32).map_err(|_| Drop)?;
+        let x_at = w.len();
+        w.put_opaque_fixed(&d).map_err(|_| Drop)?;
+        w.put_u32(d.len() as u32).map_err(|_| Drop)?;
+        let n = w.len();
+        reply.set_head_len(n);
+        if !reply.add_head_item(x_at, d.len()) {
+            return Err(Drop);
+        }
+        reply
+            .data_mut()
+            .and_then(|b| b.get_mut(..d.len()))
+            .ok_or(Drop)?
+            .copy_from_slice(&d);
+        reply.set_data(d.len(), true);
+        Ok(())
+    }
+}
+
+#[test]
+fn a_data_item_outside_the_write_chunk_is_copied_back_from_the_window() {
+    let p = pools(1024, CREDITS, MAX_CONNS);
+    let addr = format!("@rpcrdma-engine-shm-copyback-{}", std::process::id());
+    let fab = ShmFabric::new(ShmConfig::for_rpc_engine()).unwrap();
+    let cfg = responder_cfg(&p, VersionRange::ALL, CREDITS, MAX_CONNS);
+    let mut srv = Responder::new(
+        cfg,
+        fab,
+        HeadItemThenData::default(),
+        p.pool,
+        &p.regions,
+        0,
+        Some(&addr),
+    )
+    .unwrap();
+    let fab = ShmFabric::new(ShmConfig::for_rpc_engine()).unwrap();
+    let mut cli = Requester::new(requester_cfg(&p, versions(1), CREDITS), fab, p.pool, &p.regions, 1).unwrap();
+    cli.connect(&addr).unwrap();
+    let t0 = Instant::now();
+    while cli.link() != LinkState::Ready {
+        cli.poll();
+        srv.poll();
+        assert!(t0.elapsed() < Duration::from_secs(10), "connect: {:?}", cli.link());
+    }
+    for (k, len) in [100usize, 300].into_iter().enumerate() {
+        let before = srv.stats();
+        let e = echo(40 + k as u32, len);
+        let id = submit(&mut cli, &e).unwrap();
+        wait_done(&mut cli, id, || {
+            srv.poll();
+        })
+        .unwrap_or_else(|err| panic!("echo {len}: {err}"));
+        let v = cli.reply(id).unwrap();
+        assert_eq!(
+            v.write_chunk(0),
+            Some(&e.arg[..]),
+            "echo {len}: the head item in the Write chunk"
+        );
+        let mut out = vec![0u8; 4096];
+        let n = v.reassemble(&[RPC_REPLY_HDR as u32 + 4], &mut out).expect("reassembly");
+        let mut r = proto::xdr::Reader::new(&out[RPC_REPLY_HDR..n]);
+        let x = r.opaque_var(MAX_DATA, "x").unwrap();
+        let y = r.opaque_var(MAX_DATA, "y").unwrap();
+        assert_eq!((x, y), (&e.arg[..], &e.arg[..]), "echo {len}: both copies");
+        cli.release(id);
+        let after = srv.stats();
+        assert_eq!(after.writes_placed, before.writes_placed, "echo {len}: nothing placed");
+        assert_eq!(after.replies - before.replies, 1);
     }
     assert_eq!(cli.shutdown(100_000), 0);
 }
