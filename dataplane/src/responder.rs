@@ -1587,11 +1587,31 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         let (Some(send_b), Some(head_b), Some(&item)) = (r.send_buf, r.head_buf, r.shape.items().first()) else {
             return Step::Wait;
         };
-        // The item: pieces of the head and data buffers (checked non-empty
-        // and inside the reply by `step_execute`).
         let conn = r.conn;
-        let Some((pieces, n)) = gather_local(bufs, send_size, r, item.offset, item.len) else {
-            return self.control(i, Control::ErrorV1(header::V1Error::Chunk));
+        let wr_id = req_wr_id(i, r.gen);
+        // The RDMA Write of the item, from pieces of the head and data buffers
+        // (checked non-empty and inside the reply by `step_execute`); none
+        // when the service placed the item in the segment already
+        // (`Fabric::remote_window`): the Send publishes it as it would the
+        // Write's bytes.
+        let write = if r.data_placed {
+            None
+        } else {
+            let Some((pieces, n)) = gather_local(bufs, send_size, r, item.offset, item.len) else {
+                return self.control(i, Control::ErrorV1(header::V1Error::Chunk));
+            };
+            let mut w = SendWr::new(
+                wr_id,
+                SendOp::RdmaWrite,
+                pieces[0],
+                Segment {
+                    length: item.len,
+                    ..seg
+                },
+            );
+            w.sge = pieces;
+            w.num_sge = n;
+            Some(w)
         };
         // The header, then the reply before and after the item and its padding.
         let out = bufs.bytes_mut(send_b);
@@ -1607,19 +1627,6 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         let Some(send_len) = copied else {
             return self.control(i, Control::ErrorV1(header::V1Error::Chunk));
         };
-        let wr_id = req_wr_id(i, r.gen);
-        let mut write = SendWr::new(
-            wr_id,
-            SendOp::RdmaWrite,
-            pieces[0],
-            Segment {
-                length: item.len,
-                ..seg
-            },
-        );
-        write.sge = pieces;
-        write.num_sge = n;
-        write.remote.length = item.len;
         // Invalidation as `step_send` decides it: v2 by the Call's
         // rdma_inv_handle; v1 with the RFC 8797 R flag the first handle the
         // Call advertised, which is this segment's.
@@ -1634,20 +1641,17 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         let send = SendWr::new(wr_id, op, bufs.local(send_b, send_len as u32), RemoteBuf::default());
         let mut posted = 0;
         stages.lap(LAP_FIRST_POST, r.t0);
-        // Placed data is in the requester's memory already; the Send
-        // publishes it as it would an RDMA Write's (`Fabric::remote_window`).
-        let placed = r.data_placed;
-        let written = placed || {
-            let w = fabric.post_send(conn_id, &write).is_ok();
-            posted += u32::from(w);
-            w
-        };
+        let written = write.as_ref().is_none_or(|w| {
+            let ok = fabric.post_send(conn_id, w).is_ok();
+            posted += u32::from(ok);
+            ok
+        });
         let ok = written && fabric.post_send(conn_id, &send).is_ok();
         posted += u32::from(ok);
         self.reply_posted(i, conn, posted, ok.then_some(grant));
         let stats = &mut self.stats;
-        stats.rdma_writes += u64::from(!placed && posted > 0);
-        stats.writes_placed += u64::from(placed && ok);
+        stats.rdma_writes += u64::from(write.is_some() && posted > 0);
+        stats.writes_placed += u64::from(write.is_none() && ok);
         if !ok {
             self.kill_conn(conn, true);
             return Step::Wait;
