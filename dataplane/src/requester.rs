@@ -1052,6 +1052,9 @@ impl<'p, F: Fabric> Requester<'p, F> {
         self.recv_deficit += 1;
         let len = (wc.byte_len as usize).min(self.recv_size as usize);
         let msg = &self.bufs.bytes(b)[..len];
+        if self.short_reply(b, msg) {
+            return;
+        }
         let Some(prefix) = header::peek_prefix(msg) else {
             self.bufs.put(b);
             return;
@@ -1178,6 +1181,57 @@ impl<'p, F: Fabric> Requester<'p, F> {
         });
         self.stages.lap(LAP_REPLY_COMPLETED, self.polled_at);
         self.after_negotiation_input();
+    }
+
+    /// A chunk-free Reply (RDMA_MSG / RDMA2_MSG with three empty lists) to
+    /// a Call in flight that provisioned no Write chunk, in receive buffer
+    /// `b` (`msg`: its bytes), on a link in its steady state: the same
+    /// outcome as the rest of [`Self::handle_recv`] (the credit grant taken,
+    /// the Call done with [`plan::ReplyLayout::short_inline`]), with the
+    /// checks a chunk-free Reply needs made once. `false`, having changed
+    /// nothing, for any other message or state, which `handle_recv` then
+    /// handles.
+    #[inline]
+    fn short_reply(&mut self, b: BufRef, msg: &[u8]) -> bool {
+        if self.link != LinkState::Ready || self.connprop_xid.is_some() || self.neg.phase() != Phase::Established {
+            return false;
+        }
+        // RFC 8166 s4.2 / draft s5.3.1, validated as `header::decode` would.
+        let Some(h) = header::decode_chunk_free_msg(msg) else {
+            return false;
+        };
+        let i = h.xid & ((1 << self.slot_bits) - 1);
+        let Some(c) = self
+            .calls
+            .get_mut(i)
+            .filter(|c| c.xid == h.xid && c.state == CallState::InFlight && c.write_count == 0)
+        else {
+            return false;
+        };
+        // No Write chunk to check the Reply's (empty) Write list against,
+        // and an unused Reply chunk, if one was provisioned, is allowed
+        // (RFC 8166 s3.4.6, s3.5.3).
+        let payload_len = h.payload().map_or(0, <[u8]>::len) as u32;
+        c.layout = Some(plan::ReplyLayout::short_inline(payload_len));
+        c.recv = Some(b);
+        c.recv_len = msg.len() as u32;
+        c.payload_at = h.header_len as u32;
+        c.replied = true;
+        c.outcome = Some(CallOutcome::Reply);
+        // A reply implies the Send was delivered (as in `handle_recv`).
+        c.state = CallState::Done;
+        self.credits.on_reply(h.credits);
+        if let Some(&p) = self.posted_at.get(i as usize) {
+            self.stages.interval(LAP_REPLY_SEEN, p, self.polled_at);
+        }
+        self.stats.replies += 1;
+        self.completions.push_back(Completed {
+            id: CallId(i),
+            xid: h.xid,
+            outcome: CallOutcome::Reply,
+        });
+        self.stages.lap(LAP_REPLY_COMPLETED, self.polled_at);
+        true
     }
 
     fn after_negotiation_input(&mut self) {

@@ -835,7 +835,114 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         if let Some(c) = self.conn_mut(slot) {
             c.requests += 1;
         }
-        self.advance(i);
+        if self.short_call(i) {
+            self.advance(i);
+        }
+    }
+
+    /// A chunk-free Call (RDMA_MSG / RDMA2_MSG with three empty lists, which
+    /// is how most Calls travel: NULL, GETATTR, LOOKUP, ACCESS and the like)
+    /// taken from `New` to `Sending` in one pass, for request `i` just
+    /// started by [`Self::handle_recv`]. The same steps and outcomes as
+    /// `step_new`, `step_execute`, `step_send` and `send_short_reply` for
+    /// that shape, with each lookup and check made once. Returns whether
+    /// the state machine ([`Self::advance`]) must go on with the request:
+    /// from `New`, untouched, when the message is not of that shape or the
+    /// connection is not in its steady state (version not fixed yet, no
+    /// send-queue slot, the slot's reply buffers not yet taken); from
+    /// `NeedReplyBufs` when the service asks for a data buffer; from where
+    /// [`Self::after_service`] leaves it when the reply does not fit inline.
+    ///
+    /// Called on the request's core only.
+    #[inline]
+    fn short_call(&mut self, i: u32) -> bool {
+        let Self {
+            reqs,
+            conns,
+            bufs,
+            service,
+            cfg,
+            stats,
+            stages,
+            send_size,
+            ..
+        } = self;
+        let Some(r) = reqs.get_mut(i) else { return true };
+        let (Some(recv), true, Some(head_b)) = (r.recv, r.send_buf.is_some(), r.head_buf) else {
+            return true;
+        };
+        let msg = &bufs.bytes(recv)[..r.recv_len as usize];
+        // RFC 8166 s4.2 / draft s5.3.1, validated as `header::decode` would.
+        let Some(h) = header::decode_chunk_free_msg(msg) else {
+            return true;
+        };
+        let Some(c) = conns.get_mut(r.conn).and_then(Option::as_mut) else {
+            return true;
+        };
+        // Steady state only: the connection's version fixed to this Call's
+        // (draft s7.3; so `neg.handle_call` would accept it and change
+        // nothing), not a v2 RESPONSE (draft s3.2), a send-queue slot free.
+        if c.state != ConnState::Up
+            || c.neg.version() != Some(h.vers)
+            || (h.vers == RPCRDMA_VERSION_2 && h.is_response())
+            || cfg.send_depth.saturating_sub(c.sq_used) == 0
+        {
+            return true;
+        }
+        r.xid = h.xid;
+        r.vers = h.vers;
+        if c.credits.on_call(h.credits).is_err() {
+            // As `step_new`: RFC 8166 s3.3.1, close the connection.
+            stats.credit_overruns += 1;
+            let conn = r.conn;
+            self.drop_call(i, false);
+            self.kill_conn(conn, true);
+            return false;
+        }
+        stats.calls += 1;
+        let (conn_id, send_max, grant) = (c.id, c.send_max, c.credits.grant());
+        r.counted = true;
+        let payload_len = h.payload().map_or(0, <[u8]>::len) as u32;
+        plan::plan_inline_call_into(payload_len, &mut r.read_plan);
+        r.hdr = Some(h);
+        r.chunk_free = true;
+        // Execute: the slot already holds its send and head buffers.
+        r.state = ReqState::NeedReplyBufs;
+        stages.lap(LAP_DECODED, r.t0);
+        let Some(mut view) = call_view(r, conns, &[]) else {
+            return true;
+        };
+        let hint = service.reply_data_hint(&view);
+        if hint > 0 {
+            // `step_execute` takes the data buffer and runs the service.
+            r.data_hint = hint.min(u32::MAX as usize) as u32;
+            return true;
+        }
+        view.token = Some(defer_token(i, r.gen));
+        let head = bufs.bytes_mut(head_b);
+        let head_room = head.len() - HEAD_PAD_BYTES;
+        let mut rb = ReplyBuilder::new(&mut head[..head_room], None);
+        stages.lap(LAP_SERVICE_START, r.t0);
+        let res = service.handle_call(&view, &mut rb);
+        stages.lap(LAP_SERVICE_DONE, r.t0);
+        let deferred = rb.is_deferred();
+        let shape = rb.finish();
+        // The Short reply of a chunk-free Call (as in `step_execute`).
+        let inline_max = u64::from(send_max.min(*send_size));
+        let fits = plan::chunk_free_header_len(r.vers).is_some_and(|hdr_len| {
+            let len = shape.stream_len();
+            hdr_len as u64 + len <= inline_max && plan::items_valid(shape.items(), len)
+        });
+        if deferred || res.is_err() || !fits {
+            return matches!(self.after_service(i, res, deferred, shape, None), Step::Continue);
+        }
+        r.shape = shape;
+        r.reply = None;
+        r.short_reply = true;
+        r.sq_need = 1;
+        r.state = ReqState::NeedSendSlots;
+        let _ = self.send_short_reply(i, conn_id, grant);
+        false
     }
 
     fn handle_req_completion(&mut self, wc: Completion) {
@@ -1198,13 +1305,9 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
             bufs,
             service,
             fabric,
-            deferred,
-            stats,
-            send_size,
             stages,
             ..
         } = self;
-        let send_size = *send_size;
         let r = reqs.get_mut(i).expect("live");
         let resuming = r.state == ReqState::Resume;
         if r.state == ReqState::Execute {
@@ -1255,10 +1358,39 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
             service.handle_call(&view, &mut rb)
         };
         stages.lap(LAP_SERVICE_DONE, r.t0);
+        let deferred = rb.is_deferred();
+        let shape = rb.finish();
+        self.after_service(i, res, deferred, shape, window)
+    }
+
+    /// What follows the service's `handle_call` or `resume` of request `i`
+    /// (`res`; `deferred`: it deferred the reply; `shape`: the reply it
+    /// built; `window`: the data item went into the requester's Write chunk,
+    /// [`data_window`]): hold a deferred Call, drop a dropped one, or plan
+    /// the reply.
+    fn after_service(
+        &mut self,
+        i: u32,
+        res: Result<(), ServiceError>,
+        deferred: bool,
+        shape: ReplyShape,
+        window: Option<(std::ptr::NonNull<u8>, usize)>,
+    ) -> Step {
+        let Self {
+            reqs,
+            conns,
+            bufs,
+            deferred: deferred_calls,
+            stats,
+            send_size,
+            ..
+        } = self;
+        let send_size = *send_size;
+        let r = reqs.get(i).expect("live");
         // A deferral stands even beside an error: the service may have I/O
         // in flight into this Call's buffers, which must stay held until it
         // reports the Call (it can drop it then, from `resume`).
-        if rb.is_deferred() && window.is_some() {
+        if deferred && window.is_some() {
             // The service promised not to (`fills_data_in_call`): the window
             // cannot outlive this step.
             debug_assert!(false, "a service that fills data in the call deferred one");
@@ -1266,9 +1398,9 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
             self.drop_call(i, true);
             return Step::Wait;
         }
-        if rb.is_deferred() {
+        if deferred {
             stats.deferred += 1;
-            *deferred += 1;
+            *deferred_calls += 1;
             reqs.get_mut(i).expect("live").state = ReqState::Deferred;
             return Step::Wait;
         }
@@ -1277,7 +1409,6 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
             self.drop_call(i, true);
             return Step::Wait;
         }
-        let shape = rb.finish();
         let send_max = conns.get(r.conn).and_then(Option::as_ref).map_or(1024, |c| c.send_max);
         let vers = r.vers;
         // A chunk-free Call whose whole reply fits inline: nothing to plan

@@ -19,7 +19,7 @@ use proto::negotiate::VersionRange;
 const CREDITS: u32 = 4;
 
 fn pools_for(test: usize) -> &'static Pools {
-    static P: [OnceLock<Pools>; 5] = [const { OnceLock::new() }; 5];
+    static P: [OnceLock<Pools>; 6] = [const { OnceLock::new() }; 6];
     // Two connection slots: the SRQ holds receives for both, so one greedy peer
     // can take the other's share — the case the overrun check exists for.
     P[test].get_or_init(|| pools(1024, CREDITS, 2))
@@ -341,6 +341,41 @@ fn credit_overrun_closes_the_connection_and_returns_buffers() {
     );
     let held = srv.shutdown(1000);
     assert_eq!(held, Default::default());
+}
+
+/// The overrun made by a chunk-free Call, once the first Call has fixed the
+/// connection's version, while Calls with Read chunks hold every credit
+/// (their RDMA Reads in flight): the responder's one-pass path for
+/// chunk-free Calls counts credits as the state machine does.
+#[test]
+fn chunk_free_credit_overrun_closes_the_connection_and_returns_buffers() {
+    let (net, mut srv, mut raw) = setup(5, 11, VersionRange::ALL);
+    pump(&net, &mut srv, &mut raw, 5);
+    // Chunk-free Calls, each answered as it is received (so never an
+    // overrun), which also leave their request slots holding reply buffers.
+    let warm = CREDITS * 2;
+    for k in 0..warm {
+        raw.send(&v1_null(XID + k, CREDITS));
+    }
+    pump(&net, &mut srv, &mut raw, 5);
+    assert_eq!(raw.received.len(), warm as usize, "every chunk-free Call is answered");
+    assert_eq!(srv.stats().credit_overruns, 0);
+    for k in 0..CREDITS {
+        raw.send_long_call(XID + warm + k, 1500);
+    }
+    for k in 0..CREDITS {
+        raw.send(&v1_null(XID + warm + CREDITS + k, CREDITS));
+    }
+    let _ = net.run_until_idle(100_000);
+    pump(&net, &mut srv, &mut raw, 10);
+    let s = srv.stats();
+    assert!(s.credit_overruns >= 1, "{s:?}");
+    assert!(raw.disconnected, "the peer sees the connection go");
+    assert!(
+        s.replies <= (warm + CREDITS) as u64,
+        "never more calls served than granted: {s:?}"
+    );
+    assert_eq!(srv.shutdown(1000), Default::default());
 }
 
 #[test]

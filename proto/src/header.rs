@@ -1219,6 +1219,20 @@ fn decode_msg_one_write_segment<'a>(buf: &'a [u8], limits: &Limits) -> Option<He
     )
 }
 
+/// [`decode`] of the chunk-free shape alone: `Some` exactly when the
+/// message is an RDMA_MSG / RDMA2_MSG with three empty chunk lists that
+/// [`decode`] accepts, with the header [`decode`] returns for it; `None`
+/// for anything else, which the caller hands to [`decode`] (malformed
+/// messages included, so their errors are the walk's). No limit can apply
+/// to empty lists, so none is taken. For an engine's path for chunk-free
+/// Calls and Replies, which skips the planning a chunked message needs.
+///
+/// May be called from any core.
+#[inline]
+pub fn decode_chunk_free_msg(buf: &[u8]) -> Option<Header<'_>> {
+    decode_msg_without_chunks(buf)
+}
+
 /// The common case of [`decode`] in one step: an RDMA_MSG (RFC 8166 s4.2) or
 /// RDMA2_MSG (draft s5.3.1) with three empty chunk lists, which is how most
 /// Calls and Replies travel:

@@ -1107,6 +1107,22 @@ fn reassemble<P: Provisioned>(
 }
 
 impl ReplyLayout {
+    /// The layout of a Reply that arrived as an RDMA_MSG / RDMA2_MSG with
+    /// three empty chunk lists to a Call that provisioned no Write chunk:
+    /// Short, the `payload_len` inline bytes being the whole reply (what
+    /// [`reassemble_reply_provisioned`] returns for it, whether or not the
+    /// Call provisioned a Reply chunk, which such a Reply leaves unused).
+    ///
+    /// May be called from any core.
+    #[inline]
+    pub fn short_inline(payload_len: u32) -> ReplyLayout {
+        ReplyLayout {
+            kind: ReplyKind::Short,
+            reduced_len: payload_len,
+            write_lens: FixedVec::new(),
+        }
+    }
+
     /// The reply's pieces in stream order, given where each reduced result
     /// belongs: `positions[k]` is the offset in the *reduced* reply at which
     /// Write chunk `k`'s data is reinserted (just after the item's XDR length
@@ -1281,6 +1297,31 @@ pub fn plan_reads(h: &Header<'_>, limits: &ReadLimits) -> Result<ReadPlan, PlanE
     Ok(plan)
 }
 
+/// The plan of a Call without Read chunks whose `inline_len` bytes of RPC
+/// message arrived inline (an RDMA_MSG with an empty Read list): a Short
+/// Call, the stream being the inline payload alone, nothing to pull. What
+/// [`plan_reads_into`] writes for such a header, for a caller that has
+/// already seen the Read list empty (the one-step decoders).
+///
+/// May be called from any core.
+#[inline]
+pub fn plan_inline_call_into(inline_len: u32, plan: &mut ReadPlan) {
+    plan.kind = CallKind::Short;
+    plan.pieces.clear();
+    plan.chunk_offsets.clear();
+    plan.read_bytes = 0;
+    plan.data_area_len = 0;
+    plan.inline_len = inline_len;
+    plan.stream_len = inline_len;
+    if inline_len > 0 {
+        // Capacity: a cleared vector takes one piece.
+        let _ = plan.pieces.push(Piece::Inline {
+            start: 0,
+            len: inline_len,
+        });
+    }
+}
+
 /// [`plan_reads`] into a plan the caller keeps (e.g. in a request slot),
 /// without building and moving a new one. `plan` is overwritten; after an
 /// error its contents are unspecified.
@@ -1298,21 +1339,7 @@ pub fn plan_reads_into(h: &Header<'_>, limits: &ReadLimits, plan: &mut ReadPlan)
     let reads = &chunks.reads;
     if reads.is_empty() && !nomsg {
         // No Read chunk (most Calls): the Call is the inline payload alone.
-        let inline_len = to_u32(payload.len() as u64)?;
-        plan.kind = CallKind::Short;
-        plan.pieces.clear();
-        plan.chunk_offsets.clear();
-        plan.read_bytes = 0;
-        plan.data_area_len = 0;
-        plan.inline_len = inline_len;
-        plan.stream_len = inline_len;
-        if inline_len > 0 {
-            // Capacity: a cleared vector takes one piece.
-            let _ = plan.pieces.push(Piece::Inline {
-                start: 0,
-                len: inline_len,
-            });
-        }
+        plan_inline_call_into(to_u32(payload.len() as u64)?, plan);
         return Ok(());
     }
     let max_chunks = limits.max_chunks.min(PLAN_READ_CHUNKS as u32);
