@@ -101,7 +101,20 @@ fn same_header(a: &Header<'_>, b: &Header<'_>) -> bool {
 /// views, re-encode it and check the bytes and the re-decoded header; if it does
 /// not, check the error and the error reply a responder would send.
 pub fn check_header(buf: &[u8], limits: &Limits) {
-    let h = match header::decode(buf, limits) {
+    // The chunk-free one-step decoder the engines try first agrees with the
+    // full decoder: the same header when it accepts, and it accepts every
+    // chunk-free MSG the full decoder does.
+    let full = header::decode(buf, limits);
+    match header::decode_chunk_free_msg(buf) {
+        Some(fast) => assert_eq!(Ok(fast), full, "chunk-free decode disagrees"),
+        None => assert!(
+            !full
+                .as_ref()
+                .is_ok_and(|h| matches!(h.body, Body::Msg { chunks, .. } if chunks.is_empty())),
+            "chunk-free decode refused a chunk-free MSG"
+        ),
+    }
+    let h = match full {
         Ok(h) => h,
         Err(e) => {
             assert!(
