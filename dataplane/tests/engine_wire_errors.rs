@@ -327,20 +327,27 @@ fn credit_overrun_closes_the_connection_and_returns_buffers() {
     for k in 0..(CREDITS * 2) {
         raw.send_long_call(XID + k, 1500);
     }
-    // Deliver everything before the responder runs.
-    let _ = net.run_until_idle(100_000);
-    pump(&net, &mut srv, &mut raw, 10);
     // The SRQ (2 x 4 receives) let 8 calls in; the 5th outstanding one on this
     // connection is an overrun (RFC 8166 s3.3.1): the connection is closed.
+    expect_overrun(&net, &mut srv, &mut raw, CREDITS as u64);
+}
+
+/// Deliver everything sent before the responder runs, then run it: an
+/// overrun closes the connection (RFC 8166 s3.3.1) after at most
+/// `max_replies` replies, and every buffer comes back.
+fn expect_overrun(
+    net: &SimNetwork,
+    srv: &mut Responder<'static, SimFabric, TestService>,
+    raw: &mut Raw<'static>,
+    max_replies: u64,
+) {
+    let _ = net.run_until_idle(100_000);
+    pump(net, srv, raw, 10);
     let s = srv.stats();
     assert!(s.credit_overruns >= 1, "{s:?}");
     assert!(raw.disconnected, "the peer sees the connection go");
-    assert!(
-        s.replies <= CREDITS as u64,
-        "never more calls served than granted: {s:?}"
-    );
-    let held = srv.shutdown(1000);
-    assert_eq!(held, Default::default());
+    assert!(s.replies <= max_replies, "never more calls served than granted: {s:?}");
+    assert_eq!(srv.shutdown(1000), Default::default());
 }
 
 /// The overrun made by a chunk-free Call, once the first Call has fixed the
@@ -366,16 +373,7 @@ fn chunk_free_credit_overrun_closes_the_connection_and_returns_buffers() {
     for k in 0..CREDITS {
         raw.send(&v1_null(XID + warm + CREDITS + k, CREDITS));
     }
-    let _ = net.run_until_idle(100_000);
-    pump(&net, &mut srv, &mut raw, 10);
-    let s = srv.stats();
-    assert!(s.credit_overruns >= 1, "{s:?}");
-    assert!(raw.disconnected, "the peer sees the connection go");
-    assert!(
-        s.replies <= (warm + CREDITS) as u64,
-        "never more calls served than granted: {s:?}"
-    );
-    assert_eq!(srv.shutdown(1000), Default::default());
+    expect_overrun(&net, &mut srv, &mut raw, (warm + CREDITS) as u64);
 }
 
 #[test]
