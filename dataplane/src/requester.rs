@@ -1191,6 +1191,8 @@ impl<'p, F: Fabric> Requester<'p, F> {
     /// checks a chunk-free Reply needs made once. `false`, having changed
     /// nothing, for any other message or state, which `handle_recv` then
     /// handles.
+    ///
+    /// Called on the requester's core only.
     #[inline]
     fn short_reply(&mut self, b: BufRef, msg: &[u8]) -> bool {
         if self.link != LinkState::Ready || self.connprop_xid.is_some() || self.neg.phase() != Phase::Established {

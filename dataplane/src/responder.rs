@@ -1367,7 +1367,9 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
     /// (`res`; `deferred`: it deferred the reply; `shape`: the reply it
     /// built; `window`: the data item went into the requester's Write chunk,
     /// [`data_window`]): hold a deferred Call, drop a dropped one, or plan
-    /// the reply.
+    /// the reply. Shared by `step_execute` and `short_call`.
+    ///
+    /// Called on the request's core only.
     fn after_service(
         &mut self,
         i: u32,
