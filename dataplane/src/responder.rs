@@ -2098,7 +2098,7 @@ fn copy_back(bufs: &mut EngineBufs<'_>, r: &Request, window: Option<(std::ptr::N
 
 /// The Call of request `r` as the service sees it (`None` before its header
 /// was decoded or once its connection is forgotten).
-#[inline]
+#[inline(always)]
 fn call_view<'v>(r: &'v Request<'_>, conns: &'v Slab<Option<Conn>>, chunk_area: &'v [u8]) -> Option<CallView<'v>> {
     let h = r.hdr.as_ref()?;
     let inline = match h.body {
