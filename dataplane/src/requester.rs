@@ -1161,26 +1161,35 @@ impl<'p, F: Fabric> Requester<'p, F> {
                 CallOutcome::BadReply
             }
         };
-        let cm = self.calls.get_mut(i).expect("found");
-        cm.recv = Some(b);
-        cm.recv_len = len as u32;
-        cm.payload_at = match h.body {
+        let payload_at = match h.body {
             Body::Msg { payload_offset, .. } => payload_offset as u32,
             _ => 0,
         };
-        cm.replied = true;
-        cm.outcome = Some(outcome);
-        // A reply implies the Send was delivered; its completion may still be
-        // pending in the CQ, but the buffers are no longer used by the device.
-        cm.state = CallState::Done;
-        let xid = cm.xid;
+        self.complete_call(i, b, len as u32, payload_at, outcome);
+        self.after_negotiation_input();
+    }
+
+    /// Call slot `i` is answered: its Reply (`len` bytes, the RPC message at
+    /// `payload_at`) stays in receive buffer `b`, and the Call is reported
+    /// with `outcome`. A reply implies the Send was delivered; its completion
+    /// may still be pending in the CQ, but the buffers are no longer used by
+    /// the device.
+    #[inline]
+    fn complete_call(&mut self, i: u32, b: BufRef, len: u32, payload_at: u32, outcome: CallOutcome) {
+        let Some(c) = self.calls.get_mut(i) else { return };
+        c.recv = Some(b);
+        c.recv_len = len;
+        c.payload_at = payload_at;
+        c.replied = true;
+        c.outcome = Some(outcome);
+        c.state = CallState::Done;
+        let xid = c.xid;
         self.completions.push_back(Completed {
             id: CallId(i),
             xid,
             outcome,
         });
         self.stages.lap(LAP_REPLY_COMPLETED, self.polled_at);
-        self.after_negotiation_input();
     }
 
     /// A chunk-free Reply (RDMA_MSG / RDMA2_MSG with three empty lists) to
@@ -1215,24 +1224,12 @@ impl<'p, F: Fabric> Requester<'p, F> {
         // (RFC 8166 s3.4.6, s3.5.3).
         let payload_len = h.payload().map_or(0, <[u8]>::len) as u32;
         c.layout = Some(plan::ReplyLayout::short_inline(payload_len));
-        c.recv = Some(b);
-        c.recv_len = msg.len() as u32;
-        c.payload_at = h.header_len as u32;
-        c.replied = true;
-        c.outcome = Some(CallOutcome::Reply);
-        // A reply implies the Send was delivered (as in `handle_recv`).
-        c.state = CallState::Done;
         self.credits.on_reply(h.credits);
         if let Some(&p) = self.posted_at.get(i as usize) {
             self.stages.interval(LAP_REPLY_SEEN, p, self.polled_at);
         }
         self.stats.replies += 1;
-        self.completions.push_back(Completed {
-            id: CallId(i),
-            xid: h.xid,
-            outcome: CallOutcome::Reply,
-        });
-        self.stages.lap(LAP_REPLY_COMPLETED, self.polled_at);
+        self.complete_call(i, b, msg.len() as u32, h.header_len as u32, CallOutcome::Reply);
         true
     }
 

@@ -293,6 +293,17 @@ impl<'p> Request<'p> {
         self.data_placed = false;
     }
 
+    /// Plan the reply `shape` as one Send built in place (`short_reply`;
+    /// [`short_reply_fits`] checked it), waiting for its send-queue slot.
+    #[inline]
+    fn plan_short_reply(&mut self, shape: ReplyShape) {
+        self.shape = shape;
+        self.reply = None;
+        self.short_reply = true;
+        self.sq_need = 1;
+        self.state = ReqState::NeedSendSlots;
+    }
+
     /// Reserve the reply buffers (a send buffer for the transport header and
     /// inline reply, a head buffer, and a data buffer when the service asked
     /// for one). Keeps what it got; `false` while one is missing.
@@ -927,20 +938,11 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         stages.lap(LAP_SERVICE_DONE, r.t0);
         let deferred = rb.is_deferred();
         let shape = rb.finish();
-        // The Short reply of a chunk-free Call (as in `step_execute`).
-        let inline_max = u64::from(send_max.min(*send_size));
-        let fits = plan::chunk_free_header_len(r.vers).is_some_and(|hdr_len| {
-            let len = shape.stream_len();
-            hdr_len as u64 + len <= inline_max && plan::items_valid(shape.items(), len)
-        });
-        if deferred || res.is_err() || !fits {
+        // The Short reply of a chunk-free Call (as in `after_service`).
+        if deferred || res.is_err() || !short_reply_fits(r.vers, &shape, send_max.min(*send_size)) {
             return matches!(self.after_service(i, res, deferred, shape, None), Step::Continue);
         }
-        r.shape = shape;
-        r.reply = None;
-        r.short_reply = true;
-        r.sq_need = 1;
-        r.state = ReqState::NeedSendSlots;
+        r.plan_short_reply(shape);
         let _ = self.send_short_reply(i, conn_id, grant);
         false
     }
@@ -1418,17 +1420,9 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         // one-step Short header and the reply after it. This is the Short
         // plan `plan_reply` would make (RFC 8166 s3.5.2; draft s4.3.2):
         // header, then the reply with its DDP items left inline.
-        if let (true, Some(hdr_len)) = (r.chunk_free, plan::chunk_free_header_len(vers)) {
-            let len = shape.stream_len();
-            if hdr_len as u64 + len <= u64::from(send_max.min(send_size)) && plan::items_valid(shape.items(), len) {
-                let rr = reqs.get_mut(i).expect("live");
-                rr.shape = shape;
-                rr.reply = None;
-                rr.short_reply = true;
-                rr.sq_need = 1;
-                rr.state = ReqState::NeedSendSlots;
-                return Step::Continue;
-            }
+        if r.chunk_free && short_reply_fits(vers, &shape, send_max.min(send_size)) {
+            reqs.get_mut(i).expect("live").plan_short_reply(shape);
+            return Step::Continue;
         }
         // Plan the reply against the Call's Write list and Reply chunk.
         let Some(chunks) = r.hdr.as_ref().and_then(|h| h.chunks()) else {
@@ -2116,6 +2110,18 @@ fn call_view<'v>(r: &'v Request<'_>, conns: &'v Slab<Option<Conn>>, chunk_area: 
         chunk_area,
         chunk_offsets: &r.chunk_offs[..r.read_plan.chunk_count()],
         token: None,
+    })
+}
+
+/// Whether the reply `shape` to a chunk-free Call of version `vers` goes as
+/// the one-step Short reply: header and whole reply within `inline_max`
+/// bytes, its DDP items left inline. That is the Short plan `plan_reply`
+/// would make against empty chunk lists (RFC 8166 s3.5.2; draft s4.3.2).
+#[inline]
+fn short_reply_fits(vers: u32, shape: &ReplyShape, inline_max: u32) -> bool {
+    plan::chunk_free_header_len(vers).is_some_and(|hdr_len| {
+        let len = shape.stream_len();
+        hdr_len as u64 + len <= u64::from(inline_max) && plan::items_valid(shape.items(), len)
     })
 }
 
