@@ -1346,7 +1346,8 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
             // SAFETY: `data_window` checked `len` bytes at `p` to be inside a
             // region of the peer's mapped here, which stays mapped until this
             // core next calls into the fabric (`Fabric::remote_window`); the
-            // slice lives in this step only, before any such call. The peer
+            // slice and the window live in this step only (here and in
+            // `after_service`), before any such call. The peer
             // gave that memory to this Call's reply (its Write chunk), as it
             // does for an RDMA Write, and does not touch it until the Reply.
             Some((p, len)) => Some(unsafe { std::slice::from_raw_parts_mut(p.as_ptr(), len) }),
@@ -1440,7 +1441,7 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
                 // the service wrote at the window's start.
                 let in_place =
                     window.is_some() && shape.items().len() == 1 && shape.items()[0].offset == shape.head_len;
-                if window.is_some() && !in_place {
+                if !in_place {
                     copy_back(bufs, r, window, shape.data_len);
                 }
                 let rr = reqs.get_mut(i).expect("live");
@@ -1454,9 +1455,7 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
             }
         }
         // Any other plan reads the data item from the data buffer.
-        if window.is_some() {
-            copy_back(bufs, r, window, shape.data_len);
-        }
+        copy_back(bufs, r, window, shape.data_len);
         match plan::plan_reply(shape.stream_len() as usize, shape.items(), chunks, vers, send_max) {
             Ok(p) => {
                 let n_writes = p.write_ops(chunks).count() as u32;
@@ -2075,15 +2074,16 @@ fn data_window<F: Fabric>(
 }
 
 /// The data item the service wrote into a window, copied into the Call's
-/// data buffer for a reply that does not go out in that Write chunk alone.
+/// data buffer for a reply that does not go out in that Write chunk alone
+/// (nothing without a window).
 fn copy_back(bufs: &mut EngineBufs<'_>, r: &Request, window: Option<(std::ptr::NonNull<u8>, usize)>, data_len: u32) {
     let (Some((p, len)), Some(b)) = (window, r.data_buf) else {
         return;
     };
     let n = (data_len as usize).min(len);
-    // SAFETY: as where the window was made (`step_execute`): still the same
-    // step, no fabric call since, `n <= len` bytes at `p` in the peer's
-    // mapped memory.
+    // SAFETY: as where the window was made (`step_execute`, which hands it
+    // to `after_service`, the only caller): still the same step, no fabric
+    // call since, `n <= len` bytes at `p` in the peer's mapped memory.
     let src = unsafe { std::slice::from_raw_parts(p.as_ptr(), n) };
     if let Some(dst) = bufs.bytes_mut(b).get_mut(..n) {
         dst.copy_from_slice(src);
