@@ -982,13 +982,21 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
             return;
         }
         match (r.state, wc.opcode) {
-            (ReqState::Reading, WcOpcode::RdmaRead) => {
+            // A Read completes while its request is `Reading` (all posted)
+            // or still `NeedReadSlots` (posted in turns: a chunk with more
+            // segments than the connection's free Read slots). Either way it
+            // counts; a request that still waits for slots sits in that
+            // queue, which `drain_pending` retries, so only the last
+            // completion of a fully posted request moves it on.
+            (ReqState::Reading | ReqState::NeedReadSlots, WcOpcode::RdmaRead) => {
                 r.reads_done += 1;
+                debug_assert!(
+                    r.reads_done <= r.reads_posted,
+                    "request {i}: more Reads done than posted"
+                );
                 if r.reads_done == r.reads_total {
+                    debug_assert_eq!(r.state, ReqState::Reading);
                     r.state = ReqState::Execute;
-                    self.advance(i);
-                } else if r.reads_posted < r.reads_total {
-                    // More reads to post once slots free up.
                     self.advance(i);
                 }
             }

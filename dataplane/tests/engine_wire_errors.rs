@@ -19,7 +19,7 @@ use proto::negotiate::VersionRange;
 const CREDITS: u32 = 4;
 
 fn pools_for(test: usize) -> &'static Pools {
-    static P: [OnceLock<Pools>; 6] = [const { OnceLock::new() }; 6];
+    static P: [OnceLock<Pools>; 8] = [const { OnceLock::new() }; 8];
     // Two connection slots: the SRQ holds receives for both, so one greedy peer
     // can take the other's share — the case the overrun check exists for.
     P[test].get_or_init(|| pools(1024, CREDITS, 2))
@@ -81,6 +81,13 @@ impl<'p> Raw<'p> {
     /// exposed from a data buffer: it stays outstanding at the responder while
     /// the RDMA Read runs.
     fn send_long_call(&mut self, xid: u32, n: usize) {
+        self.send_long_call_in(xid, n, 1);
+    }
+
+    /// [`Raw::send_long_call`] with its Position-Zero Read chunk cut into
+    /// `segments` segments of (nearly) equal length, one Read list entry
+    /// each (RFC 8166 s3.4.5: segments of one chunk share a position).
+    fn send_long_call_in(&mut self, xid: u32, n: usize, segments: u32) {
         let b = self.data_cache.get().expect("data buffer").into_raw();
         let off = self.p.pool.offset(b).unwrap() as u64;
         // SAFETY: this test is the only holder of `b`; it is never returned.
@@ -89,21 +96,18 @@ impl<'p> Raw<'p> {
         bytes[..4].copy_from_slice(&xid.to_be_bytes());
         let addr = self.fab.remote_addr(b.region, off).unwrap();
         let rkey = self.rkeys[b.region as usize];
-        let hdr = words(&[
-            xid,
-            1,
-            1,
-            1,
-            1,
-            0,
-            rkey,
-            len as u32,
-            (addr >> 32) as u32,
-            addr as u32,
-            0,
-            0,
-            0,
-        ]);
+        // RDMA_NOMSG, then the Read list: one entry per segment, all at
+        // position zero; empty Write list and Reply chunk.
+        let mut hdr = words(&[xid, 1, 1, 1]);
+        let step = (len as u32).div_ceil(segments);
+        let mut at = 0u32;
+        while at < len as u32 {
+            let seg = step.min(len as u32 - at);
+            let a = addr + u64::from(at);
+            hdr.extend(words(&[1, 0, rkey, seg, (a >> 32) as u32, a as u32]));
+            at += seg;
+        }
+        hdr.extend(words(&[0, 0, 0]));
         self.send(&hdr);
     }
 
@@ -429,5 +433,39 @@ fn calls_answered_with_plan_errors_return_their_credit() {
     let s = srv.stats();
     assert_eq!((s.credit_overruns, s.error_replies), (0, rounds as u64), "{s:?}");
     assert!(!raw.disconnected);
+    assert_eq!(srv.shutdown(1000), Default::default());
+}
+
+/// A Call whose Read chunk has more segments than the connection has RDMA
+/// Read slots posts its Reads in turns; the Reads of the first turn that
+/// complete while the rest wait for slots count toward the Call, so it is
+/// answered (before the fix they were not counted and the Call waited
+/// forever, unanswered, holding its credit and its data buffer).
+#[test]
+fn every_call_answered_when_its_read_chunk_outnumbers_the_read_slots() {
+    let (net, mut srv, mut raw) = setup(6, 12, VersionRange::ALL);
+    pump(&net, &mut srv, &mut raw, 5);
+    // `responder_cfg` allows 4 RDMA Reads at once; these chunks have 6 and 9.
+    raw.send_long_call_in(XID, 1500, 6);
+    raw.send_long_call_in(XID + 1, 3000, 9);
+    pump(&net, &mut srv, &mut raw, 20);
+    assert_eq!(raw.received.len(), 2, "both Calls answered: {:?}", srv.stats());
+    for (k, m) in raw.received.iter().enumerate() {
+        let h = header::decode(m, &Limits::DEFAULT).unwrap();
+        assert_eq!((h.xid, h.header_type()), (XID + k as u32, header::HeaderType::RdmaMsg));
+        // SUM's reply: the RPC header, then the length and checksum summed.
+        let reply = h.payload().unwrap();
+        let n = [1500usize, 3000][k];
+        let sum = pattern(XID + k as u32, n);
+        let tail = &reply[reply.len() - 8..];
+        assert_eq!(tail[..4], (n as u32).to_be_bytes(), "call {k}: length");
+        assert_eq!(
+            tail[4..],
+            checksum(&sum).to_be_bytes(),
+            "call {k}: checksum of the pulled data"
+        );
+    }
+    let s = srv.stats();
+    assert_eq!((s.calls, s.replies, s.rdma_reads), (2, 2, 15), "{s:?}");
     assert_eq!(srv.shutdown(1000), Default::default());
 }
