@@ -146,7 +146,31 @@ pub struct ResponderStats {
     pub conns_rejected: u64,
     pub conns_closed: u64,
     pub credit_overruns: u64,
+    /// Messages dropped before they counted as Calls (too short to answer,
+    /// RDMA_DONE and the like): no credit, no reply owed.
     pub dropped: u64,
+    /// Calls answered with a transport error (RDMA_ERROR / RDMA2_ERROR)
+    /// instead of an RPC Reply: chunks that cannot be planned, a Call the
+    /// service rejected. Every Call ends in exactly one of `replies`,
+    /// `call_errors`, `unanswered_service_drop`, `unanswered_conn_lost` and
+    /// `unanswered_other`, or is still live ([`Responder::in_flight`]):
+    /// [`ResponderStats::unaccounted`] is zero.
+    pub call_errors: u64,
+    /// Calls the service rejected ([`ServiceError::Reject`]); each is
+    /// answered with a transport error (counted in `call_errors` too), so
+    /// its requester gets its credit back at once instead of at a time-out.
+    pub service_rejected: u64,
+    /// Calls the service dropped on purpose ([`ServiceError::Drop`]: a
+    /// retransmission whose first instance answers).
+    pub unanswered_service_drop: u64,
+    /// Calls released without any answer because their connection was gone
+    /// (closed by the peer, a work-request error, shutdown) before the reply
+    /// was posted.
+    pub unanswered_conn_lost: u64,
+    /// Calls released without any answer for any other reason (a header
+    /// that cannot be encoded, a broken service promise). Zero unless the
+    /// engine has a defect: the tests and the kernel suite assert it.
+    pub unanswered_other: u64,
     pub ignored: u64,
     pub wc_errors: u64,
     pub recv_refill_stalls: u64,
@@ -156,6 +180,26 @@ pub struct ResponderStats {
     pub writes_placed: u64,
     /// Calls whose service deferred the reply ([`ReplyBuilder::defer`]).
     pub deferred: u64,
+}
+
+impl ResponderStats {
+    /// Calls that ended in none of the accounted ways, given `live` Calls
+    /// still held (0 at shutdown): `calls` minus every outcome. Zero unless
+    /// the engine lost track of a Call; negative when it counted one twice.
+    pub fn unaccounted(&self, live: u64) -> i128 {
+        i128::from(self.calls)
+            - i128::from(self.replies)
+            - i128::from(self.call_errors)
+            - i128::from(self.unanswered_service_drop)
+            - i128::from(self.unanswered_conn_lost)
+            - i128::from(self.unanswered_other)
+            - i128::from(live)
+    }
+
+    /// Calls that ended without any answer, for any reason.
+    pub fn unanswered(&self) -> u64 {
+        self.unanswered_service_drop + self.unanswered_conn_lost + self.unanswered_other
+    }
 }
 
 /// State of one request (SPDK-style explicit state machine).
@@ -219,6 +263,10 @@ struct Request<'p> {
     chunk_offs: [u32; plan::PLAN_READ_CHUNKS],
     /// Accounted as a Call in the connection's credits.
     counted: bool,
+    /// How the Call ended is counted: its reply or error reply was posted,
+    /// or the service dropped it on purpose. A counted Call released
+    /// without it is counted as unanswered ([`Responder::release`]).
+    replied: bool,
     chunk_buf: Option<BufRef>,
     reads_posted: u32,
     reads_done: u32,
@@ -276,6 +324,7 @@ impl<'p> Request<'p> {
         self.recv = Some(recv);
         self.recv_len = recv_len;
         self.counted = false;
+        self.replied = false;
         self.chunk_buf = None;
         self.reads_posted = 0;
         self.reads_done = 0;
@@ -1417,10 +1466,25 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
             reqs.get_mut(i).expect("live").state = ReqState::Deferred;
             return Step::Wait;
         }
-        if let Err(ServiceError::Drop) = res {
-            self.stats.dropped += 1;
-            self.drop_call(i, true);
-            return Step::Wait;
+        match res {
+            Ok(()) => {}
+            Err(ServiceError::Drop) => {
+                stats.unanswered_service_drop += 1;
+                reqs.get_mut(i).expect("live").replied = true;
+                self.drop_call(i, true);
+                return Step::Wait;
+            }
+            // Answered with the transport's error (RFC 8166 s4.5; draft
+            // s5.3.3), which returns the credit: never silence.
+            Err(ServiceError::Reject) => {
+                stats.service_rejected += 1;
+                let ctl = if r.vers == RPCRDMA_VERSION_2 {
+                    Control::ErrorV2(header::V2Error::System)
+                } else {
+                    Control::ErrorV1(header::V1Error::Chunk)
+                };
+                return self.control(i, ctl);
+            }
         }
         let send_max = conns.get(r.conn).and_then(Option::as_ref).map_or(1024, |c| c.send_max);
         let vers = r.vers;
@@ -1804,6 +1868,7 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
             rr.wr_out += posted;
             rr.state = ReqState::Sending;
             if grant.is_some() {
+                rr.replied = true;
                 self.stages.lap(LAP_REPLY_POSTED, rr.t0);
             }
         }
@@ -1909,7 +1974,9 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         if !matches!(r.control, Control::ConnProp) {
             self.stats.error_replies += 1;
         }
+        self.stats.call_errors += u64::from(r.counted);
         let rr = self.reqs.get_mut(i).expect("live");
+        rr.replied = true;
         rr.wr_out += 1;
         rr.state = ReqState::Sending;
         if let Some(c) = self.conn_mut(conn) {
@@ -1932,10 +1999,23 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         self.release(i);
     }
 
-    /// Return every buffer a request holds and free its slot.
+    /// Return every buffer a request holds and free its slot. A Call that
+    /// counted and was never answered is counted here, by why.
     fn release(&mut self, i: u32) {
         let Some(r) = self.reqs.get_mut(i) else { return };
         debug_assert_eq!(r.wr_out, 0, "releasing request {i} with work outstanding");
+        if r.counted && !r.replied {
+            let conn_lost = self
+                .conns
+                .get(r.conn)
+                .and_then(Option::as_ref)
+                .is_none_or(|c| c.state == ConnState::Dead);
+            if conn_lost {
+                self.stats.unanswered_conn_lost += 1;
+            } else {
+                self.stats.unanswered_other += 1;
+            }
+        }
         // The send and head buffers stay with the slot.
         let held = [r.recv.take(), r.chunk_buf.take(), r.data_buf.take()];
         let conn = r.conn;
@@ -2012,6 +2092,21 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
     /// Calls received and not yet answered (their requests are live).
     pub fn in_flight(&self) -> usize {
         self.reqs.in_use()
+    }
+
+    /// The live requests by state, the states with none left out: where
+    /// Calls wait, for a log line when a drain does not finish. Owning
+    /// core; control path (it allocates).
+    pub fn live_by_state(&self) -> Vec<(ReqState, u32)> {
+        let mut out: Vec<(ReqState, u32)> = Vec::new();
+        for i in self.reqs.used_indices() {
+            let Some(r) = self.reqs.get(i) else { continue };
+            match out.iter_mut().find(|(s, _)| *s == r.state) {
+                Some((_, n)) => *n += 1,
+                None => out.push((r.state, 1)),
+            }
+        }
+        out
     }
 
     /// Disconnect everything, poll until all work has flushed, and return every

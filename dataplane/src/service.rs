@@ -271,9 +271,19 @@ impl ReplyShape {
 /// What a service reports for a Call it cannot answer with an RPC reply.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ServiceError {
-    /// Drop the Call without a reply: the engine releases the Call's resources
-    /// and its credit; the requester's RPC layer retransmits or times out.
+    /// Drop the Call without a reply, on purpose: another instance of it
+    /// answers (a retransmission of a Call still in progress). The engine
+    /// releases the Call's resources and its credit and counts it
+    /// (`ResponderStats::unanswered_service_drop`); the requester's RPC
+    /// layer waits for the first instance's reply or retransmits.
     Drop,
+    /// The message cannot be answered at the RPC level: it is not an RPC
+    /// Call, its header does not decode far enough to name a reply, or no
+    /// reply fits. The engine answers with the transport's error for the
+    /// Call's XID (RFC 8166 s4.5 ERR_CHUNK in version 1, draft -09 s5.3.3
+    /// RDMA2_ERR_SYSTEM in version 2), so the requester gets its credit
+    /// back and ends the RPC at once instead of at a time-out.
+    Reject,
 }
 
 /// An RPC service the responder engine dispatches decoded Calls to.
@@ -309,14 +319,14 @@ pub trait Service {
     /// Build the reply of a deferred Call that [`Service::poll_deferred`]
     /// reported: the same Call view and reply buffers as its `handle_call`
     /// had (the head empty again, the data buffer as the service left it).
-    /// May defer again. Default: drop the Call.
+    /// May defer again. Default: reject the Call.
     fn resume(
         &mut self,
         _token: DeferToken,
         _call: &CallView<'_>,
         _reply: &mut ReplyBuilder<'_>,
     ) -> Result<(), ServiceError> {
-        Err(ServiceError::Drop)
+        Err(ServiceError::Reject)
     }
 
     /// The engine will not resume `token` (its connection went away while the

@@ -128,7 +128,7 @@ pub struct TestService {
 }
 
 fn drop_on<T, E>(r: Result<T, E>) -> Result<T, ServiceError> {
-    r.map_err(|_| ServiceError::Drop)
+    r.map_err(|_| ServiceError::Reject)
 }
 
 impl Service for TestService {
@@ -182,7 +182,7 @@ impl Service for TestService {
                 reply.set_head_len(n);
                 if h.proc_ == P_READ {
                     if (count as usize) > reply.data_capacity() {
-                        return Err(ServiceError::Drop);
+                        return Err(ServiceError::Reject);
                     }
                     reply.set_data(count as usize, true);
                 }
@@ -240,18 +240,18 @@ impl Service for TestService {
                     marks.push((y_at, y.len()));
                 }
             }
-            _ => return Err(ServiceError::Drop),
+            _ => return Err(ServiceError::Reject),
         }
         let n = w.len();
         reply.set_head_len(n);
         for (at, len) in marks {
             if !reply.add_head_item(at, len) {
-                return Err(ServiceError::Drop);
+                return Err(ServiceError::Reject);
             }
         }
         if let Some(d) = data_out {
-            let buf = reply.data_mut().ok_or(ServiceError::Drop)?;
-            buf.get_mut(..d.len()).ok_or(ServiceError::Drop)?.copy_from_slice(&d);
+            let buf = reply.data_mut().ok_or(ServiceError::Reject)?;
+            buf.get_mut(..d.len()).ok_or(ServiceError::Reject)?.copy_from_slice(&d);
             reply.set_data(d.len(), true);
         }
         Ok(())

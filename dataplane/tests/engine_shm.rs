@@ -292,33 +292,33 @@ impl dataplane::service::Service for HeadItemThenData {
         call: &dataplane::service::CallView<'_>,
         reply: &mut dataplane::service::ReplyBuilder<'_>,
     ) -> Result<(), dataplane::service::ServiceError> {
-        use dataplane::service::ServiceError::Drop;
+        use dataplane::service::ServiceError::Reject;
         use proto::rpc::{self, CallHeader, OpaqueAuth, ReplyHeader};
         use proto::xdr::{Reader, Writer};
         let head = call.head();
-        let (h, at) = CallHeader::decode(head).map_err(|_| Drop)?;
+        let (h, at) = CallHeader::decode(head).map_err(|_| Reject)?;
         if h.proc_ != P_ECHO {
             return self.0.handle_call(call, reply);
         }
         let d = Reader::new(&head[at..])
             .opaque_var(MAX_DATA, "data")
-            .map_err(|_| Drop)?
+            .map_err(|_| Reject)?
             .to_vec();
         let mut w = Writer::new(reply.head_mut());
-        rpc::encode_reply_header(&mut w, &ReplyHeader::success(h.xid, OpaqueAuth::NONE)).map_err(|_| Drop)?;
-        w.put_u32(d.len() as u32).map_err(|_| Drop)?;
+        rpc::encode_reply_header(&mut w, &ReplyHeader::success(h.xid, OpaqueAuth::NONE)).map_err(|_| Reject)?;
+        w.put_u32(d.len() as u32).map_err(|_| Reject)?;
         let x_at = w.len();
-        w.put_opaque_fixed(&d).map_err(|_| Drop)?;
-        w.put_u32(d.len() as u32).map_err(|_| Drop)?;
+        w.put_opaque_fixed(&d).map_err(|_| Reject)?;
+        w.put_u32(d.len() as u32).map_err(|_| Reject)?;
         let n = w.len();
         reply.set_head_len(n);
         if !reply.add_head_item(x_at, d.len()) {
-            return Err(Drop);
+            return Err(Reject);
         }
         reply
             .data_mut()
             .and_then(|b| b.get_mut(..d.len()))
-            .ok_or(Drop)?
+            .ok_or(Reject)?
             .copy_from_slice(&d);
         reply.set_data(d.len(), true);
         Ok(())

@@ -469,3 +469,59 @@ fn every_call_answered_when_its_read_chunk_outnumbers_the_read_slots() {
     assert_eq!((s.calls, s.replies, s.rdma_reads), (2, 2, 15), "{s:?}");
     assert_eq!(srv.shutdown(1000), Default::default());
 }
+
+/// A Call whose RPC message the service cannot parse (here: a truncated RPC
+/// header) is answered with the transport's error for its XID, ERR_CHUNK in
+/// version 1 and RDMA2_ERR_SYSTEM in version 2, and its credit comes back:
+/// more such Calls than credits, one at a time, never overrun the
+/// connection, which goes on serving. Before, the engine sent nothing and
+/// the requester lost the credit until its RPC timed out.
+#[test]
+fn hostile_peer_call_the_service_cannot_parse_is_answered_and_returns_its_credit() {
+    for (test, v) in [(7usize, 1u32), (7, 2)] {
+        let (net, mut srv, mut raw) = setup(test, 13 + u64::from(v), VersionRange::ALL);
+        pump(&net, &mut srv, &mut raw, 5);
+        let rounds = CREDITS * 2 + 1;
+        for k in 0..rounds {
+            let xid = XID + k;
+            // RDMA_MSG (RDMA2_MSG: the inv_handle word and no RESPONSE),
+            // three empty lists, then only the XID and CALL of an RPC header.
+            let mut m = if v == 1 {
+                words(&[xid, 1, CREDITS, 0, 0, 0, 0])
+            } else {
+                words(&[xid, 2, CREDITS, 0, 0, 0, 0, 0, 0])
+            };
+            m.extend(words(&[xid, 0, 2]));
+            raw.send(&m);
+            pump(&net, &mut srv, &mut raw, 3);
+            assert_eq!(raw.received.len(), k as usize + 1, "v{v} call {k} answered: {:?}", srv.stats());
+            let h = header::decode(raw.received.last().unwrap(), &Limits::DEFAULT).unwrap();
+            let want = if v == 1 {
+                Body::ErrorV1(V1Error::Chunk)
+            } else {
+                Body::ErrorV2(V2Error::System)
+            };
+            assert_eq!((h.xid, h.body), (xid, want), "v{v} call {k}");
+        }
+        let mut m = v1_null(XID + rounds, CREDITS);
+        if v == 2 {
+            m = words(&[XID + rounds, 2, CREDITS, 0, 0, 0, 0, 0, 0]);
+            m.extend(words(&[XID + rounds, 0, 2, PROG, VERS, P_NULL, 0, 0, 0, 0]));
+        }
+        raw.send(&m);
+        pump(&net, &mut srv, &mut raw, 3);
+        let h = header::decode(raw.received.last().unwrap(), &Limits::DEFAULT).unwrap();
+        assert_eq!(h.xid, XID + rounds);
+        assert!(
+            matches!(h.body, Body::Msg { .. }),
+            "v{v}: the connection still serves: {:?}",
+            h.body
+        );
+        let s = srv.stats();
+        assert_eq!(s.credit_overruns, 0, "{s:?}");
+        assert_eq!((s.service_rejected, s.call_errors), (rounds as u64, rounds as u64), "{s:?}");
+        assert_eq!((s.unaccounted(0), s.unanswered()), (0, 0), "{s:?}");
+        assert!(!raw.disconnected);
+        assert_eq!(srv.shutdown(1000), Default::default());
+    }
+}

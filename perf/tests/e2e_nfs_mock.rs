@@ -54,7 +54,7 @@ fn fattr(w: &mut Writer<'_>, ftype: u32, size: u64) -> Result<(), proto::EncodeE
 }
 
 fn drop_on<T, E>(r: Result<T, E>) -> Result<T, ServiceError> {
-    r.map_err(|_| ServiceError::Drop)
+    r.map_err(|_| ServiceError::Reject)
 }
 
 impl MockNfs {
@@ -78,7 +78,7 @@ impl Service for MockNfs {
         call.copy_to(&mut msg);
         let (h, at) = drop_on(CallHeader::decode(&msg))?;
         if h.prog != nfs3::NFS_PROGRAM || h.proc_ != 0 && h.cred.flavor != AUTH_SYS {
-            return Err(ServiceError::Drop);
+            return Err(ServiceError::Reject);
         }
         let mut r = Reader::new(&msg[at..]);
         let mut data: Option<Vec<u8>> = None;
@@ -94,7 +94,7 @@ impl Service for MockNfs {
                     let dir = drop_on(nfs3::nfs_fh3(&mut r, "dir"))?.to_vec();
                     let name = drop_on(nfs3::filename3(&mut r, "name"))?.to_vec();
                     if dir != ROOT {
-                        return Err(ServiceError::Drop);
+                        return Err(ServiceError::Reject);
                     }
                     if h.proc_ == nfs3::NFSPROC3_CREATE {
                         self.files.entry(name.clone()).or_default();
@@ -126,7 +126,7 @@ impl Service for MockNfs {
                     let a = drop_on(Write3Args::decode(&mut r, MAX_IO))?;
                     let off = a.offset as usize;
                     let d = a.data.data.to_vec();
-                    let f = self.file().ok_or(ServiceError::Drop)?;
+                    let f = self.file().ok_or(ServiceError::Reject)?;
                     if f.len() < off + d.len() {
                         f.resize(off + d.len(), 0);
                     }
@@ -139,7 +139,7 @@ impl Service for MockNfs {
                 nfs3::NFSPROC3_READ => {
                     let a = drop_on(Read3Args::decode(&mut r))?;
                     let corrupt = self.corrupt.load(Ordering::Relaxed);
-                    let f = self.file().ok_or(ServiceError::Drop)?;
+                    let f = self.file().ok_or(ServiceError::Reject)?;
                     let start = (a.offset as usize).min(f.len());
                     let end = (start + a.count.min(MAX_IO) as usize).min(f.len());
                     let mut d = f[start..end].to_vec();
@@ -152,14 +152,14 @@ impl Service for MockNfs {
                     data = Some(d);
                     self.reads.fetch_add(1, Ordering::Relaxed);
                 }
-                _ => return Err(ServiceError::Drop),
+                _ => return Err(ServiceError::Reject),
             }
             w.len()
         };
         reply.set_head_len(head_len);
         if let Some(d) = data {
-            let buf = reply.data_mut().ok_or(ServiceError::Drop)?;
-            buf.get_mut(..d.len()).ok_or(ServiceError::Drop)?.copy_from_slice(&d);
+            let buf = reply.data_mut().ok_or(ServiceError::Reject)?;
+            buf.get_mut(..d.len()).ok_or(ServiceError::Reject)?.copy_from_slice(&d);
             reply.set_data(d.len(), true);
         }
         Ok(())

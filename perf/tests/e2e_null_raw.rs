@@ -32,7 +32,7 @@ struct NullNfs {
 
 impl Service for NullNfs {
     fn handle_call(&mut self, call: &CallView<'_>, reply: &mut ReplyBuilder<'_>) -> Result<(), ServiceError> {
-        let (h, _) = CallHeader::decode(call.head()).map_err(|_| ServiceError::Drop)?;
+        let (h, _) = CallHeader::decode(call.head()).map_err(|_| ServiceError::Reject)?;
         self.calls += 1;
         let data = if h.prog != NFS_PROGRAM {
             AcceptedReply::ProgUnavail
@@ -45,7 +45,7 @@ impl Service for NullNfs {
         };
         let mut w = Writer::new(reply.head_mut());
         encode_reply_header(&mut w, &ReplyHeader::accepted(h.xid, OpaqueAuth::NONE, data))
-            .map_err(|_| ServiceError::Drop)?;
+            .map_err(|_| ServiceError::Reject)?;
         let n = w.len();
         reply.set_head_len(n);
         Ok(())

@@ -15,8 +15,14 @@
 #      rpcrdma-target, each mounted by the kernel client (vers=3, proto=rdma,
 #      port 20049, MOUNT over TCP), each put through the functional workload
 #      (tests/kernel/guest/functional.sh), the fio matrix and the perf tool;
-#   4. prints the side-by-side table and every failed check, and as its last
-#      line "kernel-interop: PASS" only when every check held.
+#   4. prints the side-by-side tables (fio and perf figures; the functional
+#      workload's step times) and every failed check, and as its last line
+#      "kernel-interop: PASS" only when every check held. Besides each
+#      command's result, the checks hold that every Call got its reply: the
+#      target's engine totals at shutdown (calls = replies, nothing
+#      unanswered or held), the client's dmesg (no "not responding", no
+#      task "blocked for more than"), and no functional step of ours taking
+#      over 3x the kernel server's time for it (compare_steps.py).
 # Exit status: 0 pass, 1 a check failed, 3 the VM could not be had (VM tool
 # missing, image build or qemu set-up failed, the guest never came up), which
 # CI reports as skipped.
@@ -156,7 +162,10 @@ for s in $SERVERS; do
     need+=("$s: final umount" "$s: umount after fio")
     [ $with_ours = 0 ] || need+=("$s: perf read-4k-qd16")
 done
-[ $with_ours = 0 ] || need+=("ours: rpcrdma-target exits 0 after SIGTERM")
+[ $with_ours = 0 ] || need+=("ours: rpcrdma-target exits 0 after SIGTERM"
+    "ours: every Call got an RPC reply (calls = replies on every core)"
+    "ours: the client's dmesg has no 'not responding' or 'blocked for more than'")
+[[ " $SERVERS " == *" kernel "* && $with_ours = 1 ]] && need+=("steps: ours takes at most 3x the kernel's time for 'concurrent-writers'")
 [ "$PAIR" = 1 ] && need+=("pair: umount" "pair: malformed frames")
 need+=("floor: ib_read_lat 4096 B")
 for n in "${need[@]}"; do
@@ -167,6 +176,7 @@ done
 echo
 stamp "results (logs and JSON under $STAGE/out)"
 [ -f "$STAGE/out/table.txt" ] && cat "$STAGE/out/table.txt"
+[ -f "$STAGE/out/steps-table.txt" ] && cat "$STAGE/out/steps-table.txt"
 echo "timings (s): $(cat "$STAGE/timings-host.txt" "$STAGE/out/timings.txt" 2>/dev/null | tr '\n' ' ')"
 echo "checks: $n_ok ok, $n_bad not ok"
 grep '^not ok' "$STAGE/all-checks.txt" || true

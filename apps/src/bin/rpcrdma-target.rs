@@ -86,11 +86,19 @@ fn run(cfg: Config) -> anyhow::Result<()> {
     tracing::info!("signal received: draining");
     let stats = target.shutdown().context("shutting down")?;
     for (core, s) in &stats.engines {
+        // Every Call ends in one of these (`ResponderStats::unaccounted`);
+        // tests/kernel/run.sh reads this line.
         tracing::info!(
             core,
             calls = s.calls,
             replies = s.replies,
-            errors = s.error_replies,
+            call_errors = s.call_errors,
+            unanswered_conn_lost = s.unanswered_conn_lost,
+            unanswered_service_drop = s.unanswered_service_drop,
+            unanswered_other = s.unanswered_other,
+            unaccounted = s.unaccounted(0),
+            error_replies = s.error_replies,
+            service_rejected = s.service_rejected,
             "engine totals"
         );
     }

@@ -22,7 +22,7 @@
 //! | AUTH_NONE on an export without `allow_auth_none` | AUTH_ERROR AUTH_TOOWEAK |
 //! | arguments that do not decode | GARBAGE_ARGS |
 //! | reply does not fit the head buffer | SYSTEM_ERR |
-//! | not a Call (`mtype` REPLY), or a header too short to hold `proc` | no reply ([`ServiceError::Drop`]) |
+//! | not a Call (`mtype` REPLY), a header too short to hold `proc`, or no room for a reply | refused ([`ServiceError::Reject`]): over RDMA the engine answers with the transport error (ERR_CHUNK, RDMA2_ERR_SYSTEM), over TCP nothing is sent |
 //!
 //! A client outside an export's networks gets MNT3ERR_ACCES from MOUNT and
 //! NFS3ERR_ACCES for every procedure on that export's handles: a refused
@@ -357,7 +357,7 @@ impl NfsService {
 /// Write a whole reply header (no results) into the head.
 fn reply_header(reply: &mut ReplyBuilder<'_>, hdr: &ReplyHeader<'_>) -> Result<(), ServiceError> {
     let mut w = Writer::new(reply.head_mut());
-    rpc::encode_reply_header(&mut w, hdr).map_err(|_| ServiceError::Drop)?;
+    rpc::encode_reply_header(&mut w, hdr).map_err(|_| ServiceError::Reject)?;
     let n = w.len();
     reply.set_head_len(n);
     Ok(())
@@ -437,11 +437,11 @@ impl Service for NfsService {
         let head = call.head();
         let Ok((xid, mtype)) = rpc::peek_msg(head) else {
             st.stats.dropped += 1;
-            return Err(ServiceError::Drop);
+            return Err(ServiceError::Reject);
         };
         if mtype != rpc::CALL {
             st.stats.dropped += 1;
-            return Err(ServiceError::Drop);
+            return Err(ServiceError::Reject);
         }
         let (hdr, at) = match CallHeader::decode(head) {
             Ok(v) => v,
@@ -456,7 +456,7 @@ impl Service for NfsService {
                     }
                     _ => {
                         st.stats.dropped += 1;
-                        return Err(ServiceError::Drop);
+                        return Err(ServiceError::Reject);
                     }
                 };
                 st.stats.rpc_errors += 1;
@@ -495,7 +495,7 @@ impl Service for NfsService {
         // and uses none, so its credential is not parsed.
         if hdr.proc_ == 0 && hdr.cred.flavor != rpc::RPCSEC_GSS {
             count(st);
-            let n = rpc::encode_success_reply_none(xid, reply.head_mut()).ok_or(ServiceError::Drop)?;
+            let n = rpc::encode_success_reply_none(xid, reply.head_mut()).ok_or(ServiceError::Reject)?;
             reply.set_head_len(n);
             return Ok(());
         }
@@ -560,7 +560,7 @@ impl Service for NfsService {
                 count(st);
                 let n = {
                     let mut w = Writer::new(&mut reply.head_mut()[REPLY_HEADER_BYTES..]);
-                    nfs3::empty_failure(&mut w, hdr.proc_, status).map_err(|_| ServiceError::Drop)?;
+                    nfs3::empty_failure(&mut w, hdr.proc_, status).map_err(|_| ServiceError::Reject)?;
                     w.len()
                 };
                 reply.set_head_len(REPLY_HEADER_BYTES + n);
@@ -598,7 +598,7 @@ impl Service for NfsService {
         call: &CallView<'_>,
         reply: &mut ReplyBuilder<'_>,
     ) -> Result<(), ServiceError> {
-        let r = self.st.deferred.take(token).ok_or(ServiceError::Drop)?;
+        let r = self.st.deferred.take(token).ok_or(ServiceError::Reject)?;
         self.st.deferred.resumed = Some(r);
         let res = self.handle_call(call, reply);
         self.st.deferred.resumed = None;

@@ -478,7 +478,12 @@ impl<F: Fabric> Poller for EnginePoller<F> {
         if !self.draining {
             self.draining = true;
             self.responder.begin_drain();
-            tracing::info!(core = self.core, in_flight = self.responder.in_flight(), "draining");
+            tracing::info!(
+                core = self.core,
+                in_flight = self.responder.in_flight(),
+                states = ?self.responder.live_by_state(),
+                "draining"
+            );
         }
         self.responder.poll();
         if self.responder.in_flight() > 0 {
@@ -491,6 +496,8 @@ impl<F: Fabric> Poller for EnginePoller<F> {
             core = self.core,
             calls = stats.calls,
             replies = stats.replies,
+            call_errors = stats.call_errors,
+            unanswered = stats.unanswered(),
             held_requests = held.requests,
             "engine stopped"
         );

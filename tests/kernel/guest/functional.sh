@@ -26,6 +26,8 @@ mkdir -p "$SCRATCH" "$OUT/$TAG"
 t_all=$(now)
 
 note "$TAG: functional workload on $SRC"
+rm -f "$OUT/$TAG/steps.txt"
+step mount
 if ! nfs_mount "$SRC" "$MP"; then
     flunk "$TAG: mount -t nfs -o vers=3,proto=rdma,port=20049,mountproto=tcp $SRC"
     dmesg | tail -20
@@ -42,6 +44,7 @@ check "$TAG: mkdir of the work directory" mkdir "$W"
 cd "$W" || exit 1
 
 # ---- create, read, list
+step small-files
 printf 'hello\n' > f1
 check_eq "$TAG: create + write + read back a small file" "$(cat f1)" hello
 check_eq "$TAG: size of the small file" "$(stat -c %s f1)" 6
@@ -53,6 +56,7 @@ check_eq "$TAG: the missing file's error is ENOENT" \
 try: os.stat(sys.argv[1])
 except FileNotFoundError: print("ENOENT")' "$W/no-such-file")" ENOENT
 
+step creates-and-listing
 t=$(now)
 NLIST=${NLIST:-100} # at least 43
 mkdir many
@@ -75,6 +79,7 @@ check_eq "$TAG: content of a listed file" "$(cat many/entry-00042-*)" 42
 note "$TAG: $NLIST creates + listings: $(elapsed "$t") s"
 
 # ---- directories
+step directories
 check "$TAG: mkdir -p of nested directories" mkdir -p d1/d2/d3
 check "$TAG: nested directory exists" test -d d1/d2/d3
 check_fails "$TAG: mkdir of an existing directory fails" mkdir d1
@@ -85,6 +90,7 @@ check_eq "$TAG: link count of a directory with one subdirectory" "$(stat -c %h d
 check_fails "$TAG: rmdir of a non-empty directory fails" rmdir d1/d2
 
 # ---- rename
+step rename
 mv f1 f1.renamed
 check "$TAG: rename: the old name is gone" test ! -e f1
 check_eq "$TAG: rename: the new name has the content" "$(cat f1.renamed)" hello
@@ -99,6 +105,7 @@ mv -f ra rb
 check_eq "$TAG: rename over an existing file replaces it" "$(cat rb)/$(test -e ra && echo ra-left || echo ra-gone)" first/ra-gone
 
 # ---- exclusive create
+step exclusive-create
 check_fails "$TAG: exclusive create of an existing name fails" \
     python3 -c 'import os,sys; os.open(sys.argv[1], os.O_CREAT | os.O_EXCL | os.O_WRONLY)' "$W/rb"
 check "$TAG: exclusive create of a new name succeeds" \
@@ -106,6 +113,7 @@ check "$TAG: exclusive create of a new name succeeds" \
 check_eq "$TAG: mode of the exclusively created file" "$(stat -c %a excl)" 600
 
 # ---- symbolic links
+step symlinks
 printf 'target data\n' > tgt
 ln -s tgt sl
 check_eq "$TAG: readlink of a new symlink" "$(readlink sl)" tgt
@@ -116,6 +124,7 @@ check "$TAG: a dangling symlink is a link that does not resolve" test -L danglin
 check_eq "$TAG: readlink of a long dangling target" "$(readlink dangling | wc -c)" 116
 
 # ---- hard links
+step hard-links
 printf 'linked\n' > hf
 ln hf hl
 check_eq "$TAG: link count after ln" "$(stat -c %h hf)" 2
@@ -128,6 +137,7 @@ check_eq "$TAG: link count after removing the first name" "$(stat -c %h hl)" 1
 check_fails "$TAG: hard link to a directory is refused" ln d1r d1r-link
 
 # ---- setattr
+step setattr
 printf 'hello\n' > sa
 chmod 640 sa
 check_eq "$TAG: chmod 640" "$(stat -c %a sa)" 640
@@ -144,6 +154,7 @@ touch -a -d '2002-03-04 05:06:07 UTC' sa
 check_eq "$TAG: set atime" "$(stat -c %X sa)" 1015218367
 
 # ---- remove
+step remove
 rm rb
 check "$TAG: rm removes a file" test ! -e rb
 rm -r many
@@ -152,10 +163,14 @@ rmdir d1r/d2/d3
 check "$TAG: rmdir of an empty directory" test ! -e d1r/d2/d3
 
 # ---- large write with checksums
+step_end # making the random data is no server's time
 t=$(now)
 head -c "${BIG_MIB}M" /dev/urandom > "$SCRATCH/big"
 sum_src=$(sha256sum < "$SCRATCH/big" | cut -d' ' -f1)
 note "$TAG: ${BIG_MIB} MiB of random data in guest RAM: $(elapsed "$t") s, sha256 $sum_src"
+for i in $(seq 1 4); do head -c 16M /dev/urandom > "$SCRATCH/cw$i"; done
+head -c 16M /dev/urandom > "$SCRATCH/shared"
+step big-write
 t=$(now)
 rc=0
 dd if="$SCRATCH/big" of="$W/big" bs=1M conv=fsync status=none || rc=$?
@@ -163,10 +178,10 @@ write_s=$(elapsed "$t")
 check_eq "$TAG: write ${BIG_MIB} MiB (dd bs=1M conv=fsync, ${write_s} s)" "$rc" 0
 
 # ---- concurrent writers: 4 files and 4 disjoint regions of one file
+# (the source files were made before the big write, off the clock)
+step concurrent-writers
 t=$(now)
 NW=4
-for i in $(seq 1 $NW); do head -c 16M /dev/urandom > "$SCRATCH/cw$i"; done
-head -c $((NW * 4))M /dev/urandom > "$SCRATCH/shared"
 pids=()
 for i in $(seq 1 $NW); do
     dd if="$SCRATCH/cw$i" of="$W/cw$i" bs=64k conv=fsync status=none & pids+=($!)
@@ -178,6 +193,7 @@ for p in "${pids[@]}"; do wait "$p" || bad=$((bad + 1)); done
 check_eq "$TAG: $((NW * 2)) concurrent writers exit 0 ($(elapsed "$t") s)" "$bad" 0
 
 cd /
+step umount-remount
 check "$TAG: umount (flushes and releases)" nfs_umount "$MP"
 if ! nfs_mount "$SRC" "$MP"; then
     flunk "$TAG: remount of $SRC"
@@ -187,6 +203,7 @@ pass "$TAG: remount of $SRC"
 check_eq "$TAG: transport after the remount" "$(mount_xprt "$MP")" rdma
 
 # ---- after the remount: everything comes from the server
+step read-back
 check_eq "$TAG: size of the ${BIG_MIB} MiB file after remount" "$(stat -c %s "$W/big")" $((BIG_MIB << 20))
 t=$(now)
 sum_back=$(sha256sum < "$W/big" | cut -d' ' -f1)
@@ -211,10 +228,12 @@ check_eq "$TAG: renamed tree after remount" "$(cat "$W/d1r/d2/f1.renamed")" hell
 check_eq "$TAG: directory listing after remount" "$(cd "$W" && ls | tr '\n' ' ')" \
     "big cw1 cw2 cw3 cw4 d1r dangling excl hl sa shared sl tgt "
 
+step cleanup
 rm -rf "$W"
 check "$TAG: rm -r of the work directory" test ! -e "$W"
 # the client's per-operation counts and times for this mount, for the logs
 awk -v mp="$MP" '$1 == "device" { cur = ($5 == mp) } cur' /proc/self/mountstats >"$OUT/$TAG/mountstats.txt"
 check "$TAG: final umount" nfs_umount "$MP"
+step_end
 rm -rf "$SCRATCH"
 note "$TAG: functional workload done in $(elapsed "$t_all") s"

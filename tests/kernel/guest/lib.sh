@@ -63,3 +63,21 @@ nfs_umount() {
 # seconds since boot with centiseconds, for timing sections
 now() { cut -d' ' -f1 /proc/uptime; }
 elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
+
+# step NAME: the functional workload's steps are timed one after the other,
+# each from its own `step` call to the next (or to `step_end`), into
+# $OUT/$TAG/steps.txt as "NAME SECONDS"; compare_steps.py holds the two
+# servers' times side by side. NAME has no spaces.
+STEP_NAME=
+STEP_T=
+step() {
+    step_end
+    STEP_NAME=$1
+    STEP_T=$(now)
+}
+step_end() {
+    if [ -n "$STEP_NAME" ]; then
+        echo "$STEP_NAME $(elapsed "$STEP_T")" >>"$OUT/$TAG/steps.txt"
+    fi
+    STEP_NAME=
+}

@@ -91,5 +91,20 @@ ours_stop() {
         wait "$TARGET_PID" 2>/dev/null
     fi
     check_eq "ours: panics in the target log" "$(grep -c 'panicked' "$log")" 0
+    # Every Call answered: the engines' totals at shutdown (one line per I/O
+    # core: calls, replies, call_errors, unanswered_*, unaccounted).
+    local totals
+    totals=$(grep 'engine totals' "$log" | sed 's/.*engine totals *//')
+    if [ -z "$totals" ]; then
+        flunk "ours: the target logged its engine totals at shutdown"
+    else
+        echo "$totals" | while read -r line; do note "ours: engine totals $line"; done
+        check_eq "ours: every Call got an RPC reply (calls = replies on every core)" \
+            "$(echo "$totals" | awk '{ for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] } if (v["calls"] != v["replies"]) bad++ } END { print bad + 0 }')" 0
+        check_eq "ours: no Call unanswered, unaccounted or held at shutdown" \
+            "$(echo "$totals" | awk '{ for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] } if (v["unanswered_conn_lost"] + v["unanswered_service_drop"] + v["unanswered_other"] + v["unaccounted"] != 0) bad++ } END { print bad + 0 }')" 0
+    fi
+    check_eq "ours: requests held when the engines stopped" \
+        "$(grep 'engine stopped' "$log" | grep -cv 'held_requests=0')" 0
     TARGET_PID=
 }

@@ -73,7 +73,22 @@ for s in $SERVERS; do
     kill "$sampler" 2>/dev/null
     wait "$sampler" 2>/dev/null
     dmesg >"$OUT/$s/dmesg.txt"
+    # A Call the server never answered shows in the client's log even when
+    # every command finally succeeded (the client retransmits after a
+    # reconnect): RPC time-outs and tasks blocked in writeback.
+    stalls=$(grep -cE 'not responding|blocked for more than' "$OUT/$s/dmesg.txt")
+    if [ "$s" = ours ]; then
+        check_eq "$s: the client's dmesg has no 'not responding' or 'blocked for more than'" "$stalls" 0
+    else
+        note "$s: the client's dmesg lines with 'not responding' or 'blocked for more than': $stalls"
+    fi
+    grep -E 'not responding|blocked for more than|still trying|server .* OK' "$OUT/$s/dmesg.txt" | head -5
 done
+
+# both servers' functional step times side by side, one check per step
+if [[ " $SERVERS " == *" kernel "* && " $SERVERS " == *" ours "* ]]; then
+    python3 "$G/compare_steps.py" "$OUT"
+fi
 
 python3 "$G/report.py" "$OUT" | tee "$OUT/table.txt"
 n_ok=$(grep -c '^ok' "$CHECKS")
