@@ -180,6 +180,9 @@ pub struct ResponderStats {
     pub writes_placed: u64,
     /// Calls whose service deferred the reply ([`ReplyBuilder::defer`]).
     pub deferred: u64,
+    /// Times a Call waited for a data buffer for its Read chunks (the data
+    /// pool was empty): pressure on the pool, not an error.
+    pub chunk_buf_waits: u64,
 }
 
 impl ResponderStats {
@@ -1262,7 +1265,10 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
                 }
                 Step::Continue
             }
-            None => self.wait(i, Queue::ChunkBuf),
+            None => {
+                self.stats.chunk_buf_waits += 1;
+                self.wait(i, Queue::ChunkBuf)
+            }
         }
     }
 

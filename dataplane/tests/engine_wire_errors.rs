@@ -494,7 +494,12 @@ fn hostile_peer_call_the_service_cannot_parse_is_answered_and_returns_its_credit
             m.extend(words(&[xid, 0, 2]));
             raw.send(&m);
             pump(&net, &mut srv, &mut raw, 3);
-            assert_eq!(raw.received.len(), k as usize + 1, "v{v} call {k} answered: {:?}", srv.stats());
+            assert_eq!(
+                raw.received.len(),
+                k as usize + 1,
+                "v{v} call {k} answered: {:?}",
+                srv.stats()
+            );
             let h = header::decode(raw.received.last().unwrap(), &Limits::DEFAULT).unwrap();
             let want = if v == 1 {
                 Body::ErrorV1(V1Error::Chunk)
@@ -519,7 +524,11 @@ fn hostile_peer_call_the_service_cannot_parse_is_answered_and_returns_its_credit
         );
         let s = srv.stats();
         assert_eq!(s.credit_overruns, 0, "{s:?}");
-        assert_eq!((s.service_rejected, s.call_errors), (rounds as u64, rounds as u64), "{s:?}");
+        assert_eq!(
+            (s.service_rejected, s.call_errors),
+            (rounds as u64, rounds as u64),
+            "{s:?}"
+        );
         assert_eq!((s.unaccounted(0), s.unanswered()), (0, 0), "{s:?}");
         assert!(!raw.disconnected);
         assert_eq!(srv.shutdown(1000), Default::default());
