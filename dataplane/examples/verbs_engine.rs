@@ -10,10 +10,12 @@
 //! through a Position-Zero Read chunk, Read list + Reply chunk, two Write
 //! chunks, Write list + Reply chunk — checking every reply byte for byte and
 //! that each chunk pattern was really used. Then both sides shut down and
-//! every pool buffer must be back.
+//! every pool buffer must be back. After each version, several connections
+//! write at once (Read chunks on every connection, all credits in use) and
+//! every Call must be answered ([`run_writers`]).
 //!
 //! Usage: `verbs_engine [IP:PORT]` (default `$VMLAB_IP:7480`; version 2 uses
-//! PORT + 1). Prints `verbs_engine: PASS` and exits 0 only when all held.
+//! PORT + 1, the writers PORT + 2 and PORT + 3). Prints `verbs_engine: PASS` and exits 0 only when all held.
 
 #[path = "../tests/engine_common/mod.rs"]
 mod engine_common;
@@ -214,6 +216,140 @@ fn run_version(p: &Pools, addr: &str, want_vers: u32) -> Result<(), String> {
     Ok(())
 }
 
+/// Several connections writing at once: `MAX_CONNS` requesters, each with
+/// all its credits in use, send ECHO Calls whose argument goes in a Read
+/// chunk (and comes back in a Write chunk) and SUM Calls through a
+/// Position-Zero Read chunk, more of them than the responder has data
+/// buffers for at once. Every Call must be answered, byte for byte, and the
+/// responder's totals must account for each (calls = replies, nothing
+/// unanswered).
+fn run_writers(p: &Pools, addr: &str, want_vers: u32) -> Result<(), String> {
+    const PER_CONN: usize = 48;
+    let t0 = Instant::now();
+    let client_versions = if want_vers == 1 {
+        VersionRange::only(1)
+    } else {
+        Ok(VersionRange::ALL)
+    }
+    .map_err(|e| e.to_string())?;
+    let mut srv = Responder::new(
+        responder_cfg(p, VersionRange::ALL, CREDITS, MAX_CONNS),
+        fabric()?,
+        TestService::default(),
+        p.pool,
+        &p.regions,
+        0,
+        Some(addr),
+    )
+    .map_err(|e| format!("responder: {e}"))?;
+    let mut clis = Vec::new();
+    for k in 0..MAX_CONNS as usize {
+        let mut cli = Requester::new(
+            requester_cfg(p, client_versions, CREDITS),
+            fabric()?,
+            p.pool,
+            &p.regions,
+            1 + k,
+        )
+        .map_err(|e| format!("requester {k}: {e}"))?;
+        cli.connect(addr).map_err(|e| format!("connect {k}: {e}"))?;
+        clis.push(cli);
+    }
+    let work: Vec<Expect> = (0..PER_CONN)
+        .map(|i| {
+            let (proc_, n) = if i % 3 == 2 {
+                (P_SUM, 9_000 + 13 * i)
+            } else {
+                (P_ECHO, 30_000 + 701 * i)
+            };
+            Expect {
+                proc_,
+                arg: pattern(want_vers * 1000 + i as u32, n),
+                big_n: 0,
+                b: 0,
+            }
+        })
+        .collect();
+    let mut next = vec![0usize; clis.len()];
+    let mut done = vec![0usize; clis.len()];
+    let mut inflight: Vec<Vec<(CallId, usize)>> = vec![Vec::new(); clis.len()];
+    while done.iter().any(|&d| d < work.len()) {
+        if t0.elapsed() > DEADLINE {
+            return Err(format!(
+                "v{want_vers} writers stuck: done {done:?} of {} each; responder {:?}, live {:?}",
+                work.len(),
+                srv.stats(),
+                srv.live_by_state()
+            ));
+        }
+        let mut busy = srv.poll();
+        for (k, cli) in clis.iter_mut().enumerate() {
+            busy += cli.poll();
+            while next[k] < work.len() && cli.can_submit() {
+                let id = submit(cli, &work[next[k]])?;
+                inflight[k].push((id, next[k]));
+                next[k] += 1;
+            }
+            while let Some(c) = cli.poll_completion() {
+                let pos = inflight[k]
+                    .iter()
+                    .position(|(id, _)| *id == c.id)
+                    .ok_or("unknown completion")?;
+                let (id, i) = inflight[k].swap_remove(pos);
+                outcome_ok(c.outcome).map_err(|err| format!("writer {k} call {i}: {err}"))?;
+                check_reply(cli, id, &work[i]).map_err(|err| format!("writer {k} call {i}: {err}"))?;
+                cli.release(id);
+                done[k] += 1;
+            }
+            if cli.link() == LinkState::Failed {
+                return Err(format!("writer {k}: link failed after {} calls", done[k]));
+            }
+        }
+        if busy == 0 {
+            std::thread::sleep(Duration::from_micros(50));
+        }
+    }
+    let s = srv.stats();
+    println!("  v{want_vers} writers: responder {s:?}");
+    let n = (work.len() * clis.len()) as u64;
+    if s.calls != n || s.replies != n || s.unanswered() != 0 || s.unaccounted(srv.in_flight() as u64) != 0 {
+        return Err(format!("v{want_vers} writers: not every Call answered: {s:?}"));
+    }
+    if s.wc_errors != 0 {
+        return Err(format!("v{want_vers} writers: completion errors: {s:?}"));
+    }
+    let t = Instant::now();
+    let mut left = 0;
+    for cli in clis.iter_mut() {
+        while t.elapsed() < Duration::from_secs(30) {
+            left = cli.shutdown(1000);
+            srv.poll();
+            if left == 0 && cli.recvs_posted() == 0 {
+                break;
+            }
+        }
+    }
+    let mut held = srv.shutdown(1000);
+    while t.elapsed() < Duration::from_secs(60) && held != Default::default() {
+        held = srv.shutdown(1000);
+        for cli in clis.iter_mut() {
+            cli.poll();
+        }
+    }
+    if left != 0 || held != Default::default() {
+        return Err(format!(
+            "v{want_vers} writers: buffers held after teardown: {left}, {held:?}"
+        ));
+    }
+    println!(
+        "v{want_vers}: {} connections, {n} Calls with Read chunks at once, every one answered ({} ms, data-buffer waits {})",
+        clis.len(),
+        t0.elapsed().as_millis(),
+        s.chunk_buf_waits
+    );
+    Ok(())
+}
+
 fn main() -> ExitCode {
     let addr = std::env::args().nth(1).unwrap_or_else(|| {
         let ip = std::env::var("VMLAB_IP").unwrap_or_else(|_| "10.0.2.15".into());
@@ -228,6 +364,11 @@ fn main() -> ExitCode {
     for v in [1u32, 2] {
         let a = SocketAddr::new(base.ip(), base.port().wrapping_add(v as u16 - 1)).to_string();
         if let Err(e) = run_version(&p, &a, v) {
+            println!("verbs_engine: FAIL: {e}");
+            return ExitCode::FAILURE;
+        }
+        let a = SocketAddr::new(base.ip(), base.port().wrapping_add(v as u16 + 1)).to_string();
+        if let Err(e) = run_writers(&p, &a, v) {
             println!("verbs_engine: FAIL: {e}");
             return ExitCode::FAILURE;
         }

@@ -27,10 +27,11 @@ pub struct Pools {
     pub data: ClassId,
 }
 
-/// A pool for one responder and one requester (cores 0 and 1) with `inline`
+/// A pool for one responder (core 0) and up to `max_conns` requesters
+/// (cores 1 to `max_conns`, each with its own per-core cache) with `inline`
 /// byte receive buffers.
 pub fn pools(inline: usize, credits: u32, max_conns: u32) -> Pools {
-    let mut plan = PoolPlan::new(2);
+    let mut plan = PoolPlan::new(1 + max_conns.max(1) as usize);
     let recv = plan.add_class("recv", inline, 8).unwrap();
     let send = plan.add_class("send", 8192, 8).unwrap();
     let data = plan.add_class("data", 64 * 1024, 4).unwrap();
