@@ -9,13 +9,20 @@ mod nfs_common;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dataplane::requester::Requester;
 use dataplane::shm::{ShmConfig, ShmFabric};
 use nfs_common::*;
+use proto::nfs3::{FILE_SYNC, UNSTABLE};
 use proto::ulb::Nfs3Binding;
 use reactor::config::Config;
+use rpcrdma_apps::backend::{
+    Attr, Backend, CreateHow, DirEntry, FileHandle, FsError, FsResult, FsStat, IoChannel, IoDesc, IoDone, IoOp,
+    NodeKind, Owner, SetAttr, Stable,
+};
 use rpcrdma_apps::nfs::drc::DRC_ENTRIES;
 use rpcrdma_apps::target::Target;
 
@@ -346,4 +353,188 @@ fn nfs_safety_tcp_retransmit_on_a_new_connection_gets_the_first_reply() {
         assert_eq!(again, first, "{what}");
     }
     t.shutdown().expect("clean shutdown");
+}
+
+// ---------------------------------------------------------------------------
+// The write verifier after a write-back error
+// ---------------------------------------------------------------------------
+
+/// A backend whose flushes (and stable writes) fail with EIO while `fail` is
+/// set, as a disk's write-back error shows through fsync. Test-only: the
+/// switch is in the test's hands, no client can reach it.
+#[derive(Debug)]
+struct FailingSync {
+    inner: Arc<dyn Backend>,
+    fail: Arc<AtomicBool>,
+}
+
+#[derive(Debug)]
+struct FailingChannel {
+    inner: Box<dyn IoChannel>,
+    fail: Arc<AtomicBool>,
+}
+
+impl FailingChannel {
+    fn fails(&self, io: &IoDesc) -> bool {
+        let syncs = matches!(io.op, IoOp::Flush | IoOp::Write(Stable::DataSync | Stable::FileSync));
+        syncs && self.fail.load(Ordering::Relaxed)
+    }
+}
+
+impl IoChannel for FailingChannel {
+    unsafe fn submit(&mut self, io: IoDesc) -> FsResult<()> {
+        if self.fails(&io) {
+            return Err(FsError::Io);
+        }
+        // SAFETY: the caller's guarantee, passed on unchanged.
+        unsafe { self.inner.submit(io) }
+    }
+    fn poll(&mut self, out: &mut [IoDone]) -> usize {
+        self.inner.poll(out)
+    }
+    fn in_flight(&self) -> usize {
+        self.inner.in_flight()
+    }
+    fn completes_later(&self) -> bool {
+        self.inner.completes_later()
+    }
+    unsafe fn io_now(&mut self, io: &IoDesc) -> Option<IoDone> {
+        if self.fails(io) {
+            return Some(IoDone {
+                tag: io.tag,
+                result: Err(FsError::Io),
+                ..IoDone::default()
+            });
+        }
+        // SAFETY: the caller's guarantee, passed on unchanged.
+        unsafe { self.inner.io_now(io) }
+    }
+}
+
+impl Backend for FailingSync {
+    fn kind(&self) -> &'static str {
+        self.inner.kind()
+    }
+    fn root(&self) -> FileHandle {
+        self.inner.root()
+    }
+    fn getattr(&self, fh: &FileHandle) -> FsResult<Attr> {
+        self.inner.getattr(fh)
+    }
+    fn setattr(&self, fh: &FileHandle, set: &SetAttr) -> FsResult<Attr> {
+        self.inner.setattr(fh, set)
+    }
+    fn lookup(&self, dir: &FileHandle, name: &[u8]) -> FsResult<(FileHandle, Attr)> {
+        self.inner.lookup(dir, name)
+    }
+    fn readlink(&self, fh: &FileHandle, out: &mut [u8]) -> FsResult<usize> {
+        self.inner.readlink(fh, out)
+    }
+    fn create(&self, dir: &FileHandle, name: &[u8], how: CreateHow, owner: Owner) -> FsResult<(FileHandle, Attr)> {
+        self.inner.create(dir, name, how, owner)
+    }
+    fn mkdir(&self, dir: &FileHandle, name: &[u8], set: &SetAttr, owner: Owner) -> FsResult<(FileHandle, Attr)> {
+        self.inner.mkdir(dir, name, set, owner)
+    }
+    fn symlink(
+        &self,
+        dir: &FileHandle,
+        name: &[u8],
+        target: &[u8],
+        set: &SetAttr,
+        owner: Owner,
+    ) -> FsResult<(FileHandle, Attr)> {
+        self.inner.symlink(dir, name, target, set, owner)
+    }
+    fn mknod(
+        &self,
+        dir: &FileHandle,
+        name: &[u8],
+        kind: NodeKind,
+        set: &SetAttr,
+        owner: Owner,
+    ) -> FsResult<(FileHandle, Attr)> {
+        self.inner.mknod(dir, name, kind, set, owner)
+    }
+    fn remove(&self, dir: &FileHandle, name: &[u8]) -> FsResult<()> {
+        self.inner.remove(dir, name)
+    }
+    fn rmdir(&self, dir: &FileHandle, name: &[u8]) -> FsResult<()> {
+        self.inner.rmdir(dir, name)
+    }
+    fn rename(&self, from_dir: &FileHandle, from: &[u8], to_dir: &FileHandle, to: &[u8]) -> FsResult<()> {
+        self.inner.rename(from_dir, from, to_dir, to)
+    }
+    fn link(&self, fh: &FileHandle, dir: &FileHandle, name: &[u8]) -> FsResult<()> {
+        self.inner.link(fh, dir, name)
+    }
+    fn readdir(&self, dir: &FileHandle, cookie: u64, sink: &mut dyn FnMut(DirEntry<'_>) -> bool) -> FsResult<bool> {
+        self.inner.readdir(dir, cookie, sink)
+    }
+    fn cookie_verifier(&self, dir: &FileHandle) -> FsResult<u64> {
+        self.inner.cookie_verifier(dir)
+    }
+    fn fsstat(&self) -> FsResult<FsStat> {
+        self.inner.fsstat()
+    }
+    fn commit(&self, fh: &FileHandle) -> FsResult<()> {
+        if self.fail.load(Ordering::Relaxed) {
+            return Err(FsError::Io);
+        }
+        self.inner.commit(fh)
+    }
+    fn sync_all(&self) -> FsResult<()> {
+        self.inner.sync_all()
+    }
+    fn open_channel(&self, core: usize) -> FsResult<Box<dyn IoChannel>> {
+        Ok(Box::new(FailingChannel {
+            inner: self.inner.open_channel(core)?,
+            fail: self.fail.clone(),
+        }))
+    }
+}
+
+#[test]
+fn nfs_safety_write_verifier_changes_after_writeback_error() {
+    for k in KINDS {
+        let inner = store(k, "b0");
+        let fail = Arc::new(AtomicBool::new(false));
+        let s = Store {
+            kind: k,
+            backend: Arc::new(FailingSync {
+                inner: inner.backend.clone(),
+                fail: fail.clone(),
+            }),
+            dir: None,
+        };
+        let sh = export_shared(&s);
+        let mut c = root_direct(&sh);
+        let (root, _) = c.mnt("/export").expect("MNT");
+        let (fh, _) = c.mkfile(&root, "data", 0o644).expect("CREATE");
+        let v1 = c.write(&fh, 0, &pattern(1, 8192), UNSTABLE).expect("WRITE").verf;
+        assert_eq!(c.commit(&fh).expect("COMMIT"), v1, "{k:?}");
+
+        // An UNSTABLE WRITE, then a COMMIT whose flush fails: the data may
+        // be lost, so the verifier must change and the client resend it.
+        assert_eq!(c.write(&fh, 8192, &pattern(2, 8192), UNSTABLE).expect("WRITE").verf, v1);
+        fail.store(true, Ordering::Relaxed);
+        assert_eq!(c.commit(&fh).unwrap_err(), 5, "{k:?}: NFS3ERR_IO");
+        fail.store(false, Ordering::Relaxed);
+        let v2 = c.commit(&fh).expect("COMMIT after the error");
+        assert_ne!(v2, v1, "{k:?}: COMMIT after a failed write-back carries a new verifier");
+        assert_eq!(c.write(&fh, 0, &pattern(3, 100), UNSTABLE).expect("WRITE").verf, v2);
+        assert_eq!(sh.write_verifier(), v2);
+
+        // A FILE_SYNC WRITE whose flush fails does the same.
+        fail.store(true, Ordering::Relaxed);
+        assert_eq!(c.write(&fh, 0, &pattern(4, 100), FILE_SYNC).unwrap_err(), 5, "{k:?}");
+        fail.store(false, Ordering::Relaxed);
+        let v3 = c.commit(&fh).expect("COMMIT");
+        assert!(
+            v3 != v2 && v3 != v1,
+            "{k:?}: a failed FILE_SYNC WRITE changes the verifier"
+        );
+        assert_eq!(sh.writeback_errors(), 2);
+        drop(inner);
+    }
 }

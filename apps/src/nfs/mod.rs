@@ -52,7 +52,10 @@
 //! storage before the reply; COMMIT flushes the file. The write verifier is
 //! new in every process (and every [`NfsShared`]), so a client resends
 //! UNSTABLE data after a restart; [`NfsShared::sync_all`] at a clean shutdown
-//! makes every UNSTABLE write durable.
+//! makes every UNSTABLE write durable. A failed flush (COMMIT, or a
+//! FILE_SYNC or DATA_SYNC WRITE) replaces the verifier
+//! ([`NfsShared::writeback_failed`]), so clients resend UNSTABLE data the
+//! failed write-back may have lost.
 
 use std::collections::VecDeque;
 use std::net::IpAddr;
@@ -106,12 +109,17 @@ pub struct MountEntry {
 }
 
 /// What every core's NFS service shares. Immutable after [`NfsShared::new`]
-/// except the MOUNT list (behind a mutex, control path only).
+/// except the MOUNT list (behind a mutex, control path only) and the write
+/// verifier (an atomic, replaced after a write-back error).
 #[derive(Debug)]
 pub struct NfsShared {
     exports: Vec<Export>,
     backends: Vec<(String, Arc<dyn Backend>)>,
-    write_verf: [u8; 8],
+    /// The write verifier, replaced when write-back fails
+    /// ([`NfsShared::writeback_failed`]).
+    write_verf: AtomicU64,
+    /// Write-back errors seen (each replaced the verifier).
+    writeback_errors: AtomicU64,
     max_io_bytes: u32,
     mounts: Mutex<VecDeque<MountEntry>>,
 }
@@ -119,7 +127,7 @@ pub struct NfsShared {
 /// A write verifier no other [`NfsShared`] of this or an earlier process had:
 /// the wall clock in nanoseconds, the process id and a per-process sequence
 /// number, mixed (splitmix64 finalizer).
-fn new_write_verifier() -> [u8; 8] {
+fn new_write_verifier() -> u64 {
     static SEQ: AtomicU64 = AtomicU64::new(0);
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -129,8 +137,7 @@ fn new_write_verifier() -> [u8; 8] {
     let mut z = nanos ^ (u64::from(std::process::id()) << 40) ^ seq.wrapping_mul(0x9e37_79b9_7f4a_7c15);
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^= z >> 31;
-    z.to_be_bytes()
+    z ^ (z >> 31)
 }
 
 impl NfsShared {
@@ -175,7 +182,8 @@ impl NfsShared {
         Ok(Arc::new(NfsShared {
             exports,
             backends,
-            write_verf: new_write_verifier(),
+            write_verf: AtomicU64::new(new_write_verifier()),
+            writeback_errors: AtomicU64::new(0),
             max_io_bytes: max_io,
             mounts: Mutex::new(VecDeque::new()),
         }))
@@ -186,9 +194,36 @@ impl NfsShared {
         &self.exports
     }
 
-    /// The write verifier (`writeverf3`) of this instance.
+    /// The write verifier (`writeverf3`) WRITE and COMMIT replies carry
+    /// now. Any core.
     pub fn write_verifier(&self) -> [u8; 8] {
-        self.write_verf
+        // Acquire: pairs with the AcqRel update in `writeback_failed`.
+        self.write_verf.load(Ordering::Acquire).to_be_bytes()
+    }
+
+    /// Write-back errors seen since start-up.
+    pub fn writeback_errors(&self) -> u64 {
+        self.writeback_errors.load(Ordering::Relaxed)
+    }
+
+    /// A flush (COMMIT, or a FILE_SYNC or DATA_SYNC WRITE) of some backend
+    /// failed: data written UNSTABLE and acknowledged under the current
+    /// verifier may be lost (the kernel may drop dirty pages whose write-back
+    /// failed, and reports it once). Replace the verifier, so the clients'
+    /// next COMMIT or WRITE reply differs from what their UNSTABLE WRITEs
+    /// got and they send that data again (RFC 1813 sections 3.3.7 and
+    /// 3.3.21: the verifier changes whenever uncommitted data may be lost).
+    /// Any core; does not block.
+    pub fn writeback_failed(&self) {
+        self.writeback_errors.fetch_add(1, Ordering::Relaxed);
+        // The sequence number in `new_write_verifier` makes each value new;
+        // equal to the old one only by a collision, which the xor avoids.
+        let _ = self
+            .write_verf
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |old| {
+                let v = new_write_verifier();
+                Some(if v == old { v ^ 1 } else { v })
+            });
     }
 
     /// FSINFO `rtmax` and `wtmax`.
@@ -223,6 +258,7 @@ impl NfsShared {
         let mut first = Ok(());
         for (_, b) in &self.backends {
             if let Err(e) = b.sync_all() {
+                self.writeback_failed();
                 if first.is_ok() {
                     first = Err(e);
                 }
