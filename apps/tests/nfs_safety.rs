@@ -538,3 +538,37 @@ fn nfs_safety_write_verifier_changes_after_writeback_error() {
         drop(inner);
     }
 }
+
+// ---------------------------------------------------------------------------
+// Set-group-ID directories
+// ---------------------------------------------------------------------------
+
+#[test]
+fn nfs_safety_mkdir_in_setgid_dir_inherits() {
+    for k in KINDS {
+        let s = store(k, "b0");
+        let sh = export_shared(&s);
+        let mut c = root_direct(&sh);
+        let (root, _) = c.mnt("/export").expect("MNT");
+        let (sg, _) = c.mkdir(&root, "shared", 0o755).expect("MKDIR");
+        let set = SetAttr {
+            mode: Some(0o2775),
+            gid: Some(4242),
+            ..SetAttr::default()
+        };
+        assert_eq!(c.setattr(&sg, &set, None).0, 0, "{k:?}");
+        assert_eq!(c.getattr(&sg).unwrap().mode & 0o7777, 0o2775, "{k:?}");
+        // Root (group 0) makes a directory and a file inside: both take the
+        // directory's group, and the directory keeps the set-group-ID bit, as
+        // on a local file system.
+        let (_, a) = c.mkdir(&sg, "sub", 0o750).expect("MKDIR inside");
+        assert_eq!(a.gid, 4242, "{k:?}: the new directory takes the group");
+        assert_eq!(a.mode & 0o7777, 0o2750, "{k:?}: the new directory is set-group-ID");
+        let (_, f) = c.mkfile(&sg, "file", 0o640).expect("CREATE inside");
+        assert_eq!(f.gid, 4242, "{k:?}: a new file takes the group");
+        assert_eq!(f.mode & 0o7777, 0o640, "{k:?}");
+        // Outside such a directory nothing changes.
+        let (_, a) = c.mkdir(&root, "plain", 0o750).expect("MKDIR");
+        assert_eq!((a.gid, a.mode & 0o7777), (0, 0o750), "{k:?}");
+    }
+}
