@@ -468,6 +468,8 @@ pub struct WorkerOut {
     /// `--verify` with writes: bitmap of the blocks this worker wrote.
     pub written: Vec<u64>,
     pub stats: Vec<dataplane::requester::RequesterStats>,
+    /// A connection of this worker failed (the target went away).
+    pub lost: bool,
 }
 
 /// Idle poll turns in a row before a worker with `idle_sleep_us` sleeps.
@@ -492,7 +494,9 @@ pub struct WorkerPlan {
 
 /// Run the load of one worker on already connected requesters `reqs` (one
 /// per `plan.conns`). Returns when the window is over and the Calls in flight
-/// are drained (or the drain time passed), or when `abort` is set. Worker
+/// are drained (or the drain time passed), or when `abort` is set. A
+/// connection that fails sets `abort`: the target is gone or broken, so
+/// every worker stops at once instead of running out the clock. Worker
 /// thread.
 #[allow(clippy::too_many_arguments)]
 pub fn run_worker<'p, F: Fabric>(
@@ -571,6 +575,7 @@ pub fn run_worker<'p, F: Fabric>(
             progress.errors.store(rec.errors, Ordering::Relaxed);
             if c.req.link() == LinkState::Failed {
                 c.dead = true;
+                abort.store(true, Ordering::Relaxed);
                 continue;
             }
             if !stopping {
@@ -606,10 +611,16 @@ pub fn run_worker<'p, F: Fabric>(
     }
     // A lost connection is an error of the run even when it happened outside
     // the measured window (its Calls in flight there were not counted).
-    if conns.iter().any(|c| c.dead) {
+    let lost = conns.iter().any(|c| c.dead);
+    if lost {
         rec.errors += 1;
     }
-    Ok(WorkerOut { rec, written, stats })
+    Ok(WorkerOut {
+        rec,
+        written,
+        stats,
+        lost,
+    })
 }
 
 /// Submit Calls on `c` while it has room (closed loop) or while Calls are due

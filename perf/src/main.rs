@@ -163,6 +163,10 @@ struct NfsArgs {
     /// Writes carry a pattern of offset and salt; reads check it; written blocks are read back at the end.
     #[arg(long)]
     verify: bool,
+    /// read only: check the file against the --verify pattern without writing it first (after a crash or
+    /// restart), reading every block back at the end; any difference is an error.
+    #[arg(long = "verify-only", conflicts_with = "verify")]
+    verify_only: bool,
     /// MOUNT server host[:port] [default: the target's host, 127.0.0.1 for shm; port 20048,
     /// else portmap].
     #[arg(long = "mount-addr")]
@@ -293,6 +297,7 @@ fn base_config(c: &Common, mode: Mode, size: u32) -> RunConfig {
         rate: c.rate,
         ddp: true,
         verify: false,
+        verify_only: false,
         auth: Auth::None,
         seed: c.seed,
         nfs: None,
@@ -357,6 +362,7 @@ fn nfs_config(n: &NfsArgs, kind: OpKind) -> Result<RunConfig> {
     let mut cfg = base_config(&n.common, Mode::Rpc(kind), size);
     cfg.ddp = !n.no_ddp;
     cfg.verify = n.verify;
+    cfg.verify_only = n.verify_only;
     cfg.auth = auth_of(n.auth, n.uid, n.gid);
     cfg.nfs = Some(NfsOptions {
         mount: mount_target(n, cfg.fabric, &cfg.target)?,
@@ -393,7 +399,15 @@ fn report(c: &Common, cfg: &RunConfig, out: &RunOutput) -> Result<()> {
         );
     }
     if let Some(n) = out.verified_blocks {
-        println!("  verify: {n} written blocks read back and checked");
+        let what = if cfg.verify_only {
+            "blocks of the file"
+        } else {
+            "written blocks"
+        };
+        println!("  verify: {n} {what} read back and checked");
+    }
+    if out.target_lost {
+        println!("  target lost: the run stopped when a connection failed");
     }
     if let Some(p) = &c.json {
         write_file(p, &out.result.to_json())?;

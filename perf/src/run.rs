@@ -115,6 +115,10 @@ pub struct RunConfig {
     pub rate: Option<f64>,
     pub ddp: bool,
     pub verify: bool,
+    /// `--verify-only` (reads): check the file's content against the pattern
+    /// without writing it first, then read every block back and check it.
+    /// Implies [`RunConfig::verify`].
+    pub verify_only: bool,
     pub auth: Auth,
     pub seed: u64,
     pub nfs: Option<NfsOptions>,
@@ -136,8 +140,12 @@ pub struct RunOutput {
     pub intervals: Vec<Interval>,
     /// Wall-clock time of the start of the measured time.
     pub base_time: SystemTime,
-    /// `--verify` with writes: blocks read back and checked after the run.
+    /// `--verify` with writes, or `--verify-only`: blocks read back and
+    /// checked after the run.
     pub verified_blocks: Option<u64>,
+    /// A connection to the target was lost: the run stopped at once and no
+    /// read-back check was made.
+    pub target_lost: bool,
     /// The requesters' counters, summed over the connections (RPC runs).
     pub transport: dataplane::requester::RequesterStats,
 }
@@ -205,7 +213,10 @@ impl RunConfig {
                 if n.file_size < self.size as u64 {
                     return bad(format!("--file-size {} is below the I/O size", n.file_size));
                 }
-                if self.verify && n.file_size / (self.size as u64) > 1 << 28 {
+                if self.verify_only && k != OpKind::Read {
+                    return bad("--verify-only checks without writing: use it with read".into());
+                }
+                if (self.verify || self.verify_only) && n.file_size / (self.size as u64) > 1 << 28 {
                     return bad("--verify tracks every block: --file-size / --size must stay below 2^28".into());
                 }
                 if let OpKind::Mixed { read_pct } = k {
@@ -356,7 +367,7 @@ fn run_rpc<M: FabricMaker>(maker: &M, cfg: &RunConfig, kind: OpKind) -> Result<R
         io_size,
         file: None,
         seq: cfg.nfs.as_ref().is_some_and(|n| n.seq),
-        verify: cfg.verify,
+        verify: cfg.verify || cfg.verify_only,
         salt: cfg.nfs.as_ref().map_or(0, |n| n.salt),
         stable: cfg.nfs.as_ref().map_or(0, |n| n.stable),
         binding: Nfs3Binding::new(io_size.max(1)),
@@ -472,6 +483,7 @@ fn run_rpc<M: FabricMaker>(maker: &M, cfg: &RunConfig, kind: OpKind) -> Result<R
     let mut rec = Recorder::new(start_ns, u64::MAX);
     let mut written: Vec<u64> = Vec::new();
     let mut transport = dataplane::requester::RequesterStats::default();
+    let lost = outs.iter().flatten().any(|o| o.lost);
     for o in outs.iter().flatten() {
         rec.merge(&o.rec);
         for st in &o.stats {
@@ -485,7 +497,19 @@ fn run_rpc<M: FabricMaker>(maker: &M, cfg: &RunConfig, kind: OpKind) -> Result<R
         }
     }
     let mut verified = None;
-    if cfg.verify && kind.writes() {
+    if cfg.verify_only {
+        // Every block of the file, not just those the timed READs hit.
+        let blocks = wl.file.as_ref().map_or(0, |f| f.size / u64::from(io_size.max(1)));
+        written = vec![0u64; blocks.div_ceil(64) as usize];
+        for b in 0..blocks {
+            written[(b / 64) as usize] |= 1 << (b % 64);
+        }
+    }
+    if lost {
+        if cfg.verify || cfg.verify_only {
+            eprintln!("perf: the target went away during the run: no read-back check");
+        }
+    } else if cfg.verify_only || (cfg.verify && kind.writes()) {
         let mut s = session(maker, &pools, session_slot, cfg)?;
         let r = engine::verify_blocks(&mut s, &wl, &written);
         s.close();
@@ -498,7 +522,7 @@ fn run_rpc<M: FabricMaker>(maker: &M, cfg: &RunConfig, kind: OpKind) -> Result<R
             }
         }
     }
-    if let Some(n) = cfg.nfs.as_ref().filter(|n| n.unmount && is_nfs) {
+    if let Some(n) = cfg.nfs.as_ref().filter(|n| n.unmount && is_nfs && !lost) {
         // Informational on the server; a failure does not change the result.
         let _ = tcp::unmount(&n.mount, &n.export, &wl.cred);
     }
@@ -514,6 +538,7 @@ fn run_rpc<M: FabricMaker>(maker: &M, cfg: &RunConfig, kind: OpKind) -> Result<R
         verified,
     );
     out.transport = transport;
+    out.target_lost = lost;
     Ok(out)
 }
 
@@ -598,6 +623,7 @@ fn finish(
         intervals,
         base_time,
         verified_blocks,
+        target_lost: false,
         transport: Default::default(),
     }
 }
@@ -679,7 +705,15 @@ fn prepare_file<F: dataplane::Fabric>(
         return Err(PerfError::Other(format!("{} is not a regular file", n.file)));
     }
     let size = n.file_size - n.file_size % cfg.size as u64;
-    if wl.kind.reads() && (attr.size < size || cfg.verify) {
+    if cfg.verify_only {
+        // Check what is there; writing the pattern first would hide any loss.
+        if attr.size < size {
+            return Err(PerfError::Other(format!(
+                "--verify-only: {} holds {} bytes, --file-size asks for {size}",
+                n.file, attr.size
+            )));
+        }
+    } else if wl.kind.reads() && (attr.size < size || cfg.verify) {
         engine::fill_file(s, wl, &fh, size, engine::FILL_CHUNK_BYTES.max(cfg.size))?;
     }
     Ok(NfsFile { fh, size })
@@ -863,6 +897,7 @@ mod tests {
             rate: None,
             ddp: true,
             verify: false,
+            verify_only: false,
             auth: Auth::None,
             seed: 1,
             nfs: None,

@@ -316,6 +316,7 @@ fn cfg(m: &Mock, kind: OpKind, version: u32, size: u32) -> RunConfig {
         rate: None,
         ddp: true,
         verify: true,
+        verify_only: false,
         auth: Auth::Sys { uid: 0, gid: 0 },
         seed: 3,
         nfs: Some(NfsOptions {

@@ -169,6 +169,7 @@ fn null_cfg(addr: &str, version: u32, conns: u32, qd: u32) -> RunConfig {
         rate: None,
         ddp: true,
         verify: false,
+        verify_only: false,
         auth: Auth::None,
         seed: 1,
         nfs: None,

@@ -85,6 +85,7 @@ fn run_cfg(sock: &Path, mount_port: u16, mode: Mode, version: u32, size: u32) ->
         rate: None,
         ddp: true,
         verify: true,
+        verify_only: false,
         auth: Auth::Sys { uid: 0, gid: 0 },
         seed: 5,
         nfs: Some(NfsOptions {

@@ -54,6 +54,8 @@ const HANDLE_TAG: u8 = 0x4d;
 const HANDLE_LEN: usize = 17;
 /// Slot index of the root directory (inode number 1).
 const ROOT: u32 = 0;
+/// The set-group-ID bit of a mode.
+const S_ISGID: u32 = 0o2000;
 /// Directory positions 1 and 2 are the cookies after `.` and `..`.
 const FIRST_POS: u64 = 3;
 const NO_ATTR: SetAttr = SetAttr {
@@ -400,8 +402,21 @@ impl Fs {
     }
 
     /// Create a node named `name` in `dir` (which must not have the name).
-    fn add_node(&mut self, dir: u32, name: &[u8], node: Node) -> FsResult<u32> {
+    /// Link the new `node` into `dir` as `name`. In a set-group-ID
+    /// directory the node takes the directory's group, and a new directory
+    /// keeps the set-group-ID bit, as the Linux kernel does for every file
+    /// system (POSIX leaves the group of a new file to the implementation;
+    /// BSD semantics). Attributes the client set explicitly are applied
+    /// after this by the caller.
+    fn add_node(&mut self, dir: u32, name: &[u8], mut node: Node) -> FsResult<u32> {
         let is_dir = matches!(node.body, Body::Dir(_));
+        let p = self.node(dir)?;
+        if p.mode & S_ISGID != 0 {
+            node.gid = p.gid;
+            if is_dir {
+                node.mode |= S_ISGID;
+            }
+        }
         let slot = self.alloc_slot(node)?;
         let parent = self.node_mut(dir)?;
         if is_dir {

@@ -601,12 +601,22 @@ impl Shared {
             let fd = openat(dir.as_raw_fd(), name, libc::O_PATH | libc::O_NOFOLLOW, 0)?;
             let st = fstat(fd.as_raw_fd())?;
             let ftype = ftype_of(st.st_mode);
-            let set = SetAttr { size: None, ..*set };
+            let mut set = SetAttr { size: None, ..*set };
+            // In a set-group-ID directory the kernel gave the new node the
+            // directory's group (and a new directory the set-group-ID bit):
+            // keep both rather than overwrite them with the caller's group
+            // and mode, unless the client set a group explicitly.
+            let parent = fstat(dir.as_raw_fd())?;
+            let sgid = parent.st_mode & libc::S_ISGID != 0;
+            let gid = if sgid { parent.st_gid } else { owner.gid };
+            if sgid && is_dir {
+                set.mode = set.mode.map(|m| m | libc::S_ISGID);
+            }
             apply_meta(
                 fd.as_raw_fd(),
                 ftype,
                 Some(set.uid.unwrap_or(owner.uid)),
-                Some(set.gid.unwrap_or(owner.gid)),
+                Some(set.gid.unwrap_or(gid)),
                 &set,
             )?;
             let fh = self.handle_empty(fd.as_raw_fd())?;

@@ -24,6 +24,19 @@
 //! | reply does not fit the head buffer | SYSTEM_ERR |
 //! | not a Call (`mtype` REPLY), a header too short to hold `proc`, or no room for a reply | refused ([`ServiceError::Reject`]): over RDMA the engine answers with the transport error (ERR_CHUNK, RDMA2_ERR_SYSTEM), over TCP nothing is sent |
 //!
+//! # Retransmits (RFC 1813 section 4.5)
+//!
+//! A client that lost a reply (its connection dropped) resends the Call
+//! with the same XID. The replies of SETATTR, CREATE, MKDIR, SYMLINK, MKNOD,
+//! REMOVE, RMDIR, RENAME and LINK are kept in a bounded duplicate request
+//! cache ([`drc`]) keyed by XID, client address, program, version,
+//! procedure, length and a checksum of the arguments, so such a retransmit
+//! gets the first reply instead of running again; one that arrives while the
+//! first is still being served is dropped. Each core's service has its own
+//! cache (every connection to a fabric listener reaches the same core); the
+//! TCP server's connection threads share one per listener
+//! ([`ReplyCacheRef::Shared`]).
+//!
 //! A client outside an export's networks gets MNT3ERR_ACCES from MOUNT and
 //! NFS3ERR_ACCES for every procedure on that export's handles: a refused
 //! client always gets the protocol's error.
@@ -39,7 +52,10 @@
 //! storage before the reply; COMMIT flushes the file. The write verifier is
 //! new in every process (and every [`NfsShared`]), so a client resends
 //! UNSTABLE data after a restart; [`NfsShared::sync_all`] at a clean shutdown
-//! makes every UNSTABLE write durable.
+//! makes every UNSTABLE write durable. A failed flush (COMMIT, or a
+//! FILE_SYNC or DATA_SYNC WRITE) replaces the verifier
+//! ([`NfsShared::writeback_failed`]), so clients resend UNSTABLE data the
+//! failed write-back may have lost.
 
 use std::collections::VecDeque;
 use std::net::IpAddr;
@@ -57,12 +73,14 @@ use crate::backend::{Backend, FsError, FsResult, IoChannel};
 
 pub mod auth;
 mod defer;
+pub mod drc;
 pub mod export;
 mod mount;
 mod nfs3;
 pub mod xdr;
 
 use auth::Cred;
+use drc::{Lookup, ReplyCache};
 use export::Export;
 
 /// Largest READ or WRITE (FSINFO `rtmax` / `wtmax`) when the data buffers
@@ -91,12 +109,17 @@ pub struct MountEntry {
 }
 
 /// What every core's NFS service shares. Immutable after [`NfsShared::new`]
-/// except the MOUNT list (behind a mutex, control path only).
+/// except the MOUNT list (behind a mutex, control path only) and the write
+/// verifier (an atomic, replaced after a write-back error).
 #[derive(Debug)]
 pub struct NfsShared {
     exports: Vec<Export>,
     backends: Vec<(String, Arc<dyn Backend>)>,
-    write_verf: [u8; 8],
+    /// The write verifier, replaced when write-back fails
+    /// ([`NfsShared::writeback_failed`]).
+    write_verf: AtomicU64,
+    /// Write-back errors seen (each replaced the verifier).
+    writeback_errors: AtomicU64,
     max_io_bytes: u32,
     mounts: Mutex<VecDeque<MountEntry>>,
 }
@@ -104,7 +127,7 @@ pub struct NfsShared {
 /// A write verifier no other [`NfsShared`] of this or an earlier process had:
 /// the wall clock in nanoseconds, the process id and a per-process sequence
 /// number, mixed (splitmix64 finalizer).
-fn new_write_verifier() -> [u8; 8] {
+fn new_write_verifier() -> u64 {
     static SEQ: AtomicU64 = AtomicU64::new(0);
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -114,8 +137,7 @@ fn new_write_verifier() -> [u8; 8] {
     let mut z = nanos ^ (u64::from(std::process::id()) << 40) ^ seq.wrapping_mul(0x9e37_79b9_7f4a_7c15);
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^= z >> 31;
-    z.to_be_bytes()
+    z ^ (z >> 31)
 }
 
 impl NfsShared {
@@ -160,7 +182,8 @@ impl NfsShared {
         Ok(Arc::new(NfsShared {
             exports,
             backends,
-            write_verf: new_write_verifier(),
+            write_verf: AtomicU64::new(new_write_verifier()),
+            writeback_errors: AtomicU64::new(0),
             max_io_bytes: max_io,
             mounts: Mutex::new(VecDeque::new()),
         }))
@@ -171,9 +194,36 @@ impl NfsShared {
         &self.exports
     }
 
-    /// The write verifier (`writeverf3`) of this instance.
+    /// The write verifier (`writeverf3`) WRITE and COMMIT replies carry
+    /// now. Any core.
     pub fn write_verifier(&self) -> [u8; 8] {
-        self.write_verf
+        // Acquire: pairs with the AcqRel update in `writeback_failed`.
+        self.write_verf.load(Ordering::Acquire).to_be_bytes()
+    }
+
+    /// Write-back errors seen since start-up.
+    pub fn writeback_errors(&self) -> u64 {
+        self.writeback_errors.load(Ordering::Relaxed)
+    }
+
+    /// A flush (COMMIT, or a FILE_SYNC or DATA_SYNC WRITE) of some backend
+    /// failed: data written UNSTABLE and acknowledged under the current
+    /// verifier may be lost (the kernel may drop dirty pages whose write-back
+    /// failed, and reports it once). Replace the verifier, so the clients'
+    /// next COMMIT or WRITE reply differs from what their UNSTABLE WRITEs
+    /// got and they send that data again (RFC 1813 sections 3.3.7 and
+    /// 3.3.21: the verifier changes whenever uncommitted data may be lost).
+    /// Any core; does not block.
+    pub fn writeback_failed(&self) {
+        self.writeback_errors.fetch_add(1, Ordering::Relaxed);
+        // The sequence number in `new_write_verifier` makes each value new;
+        // equal to the old one only by a collision, which the xor avoids.
+        let _ = self
+            .write_verf
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |old| {
+                let v = new_write_verifier();
+                Some(if v == old { v ^ 1 } else { v })
+            });
     }
 
     /// FSINFO `rtmax` and `wtmax`.
@@ -208,6 +258,7 @@ impl NfsShared {
         let mut first = Ok(());
         for (_, b) in &self.backends {
             if let Err(e) = b.sync_all() {
+                self.writeback_failed();
                 if first.is_ok() {
                     first = Err(e);
                 }
@@ -310,12 +361,45 @@ pub struct NfsService {
     /// No backend of this core completes I/O later, so no READ is deferred
     /// ([`Service::fills_data_in_call`]).
     reads_in_call: bool,
+    /// Replies of non-idempotent Calls, for their retransmits.
+    drc: ReplyCacheRef,
+}
+
+/// The duplicate request cache a service uses ([`drc`]).
+#[derive(Debug)]
+pub enum ReplyCacheRef {
+    /// Its own: one per core (the RDMA engine's connections to a listener
+    /// all reach the same core, so a reconnecting client finds it).
+    Core(Box<ReplyCache>),
+    /// One shared by several services (the TCP server: one service per
+    /// connection thread, so a reconnect reaches another service).
+    Shared(Arc<Mutex<ReplyCache>>),
+}
+
+impl ReplyCacheRef {
+    fn with<R>(&mut self, f: impl FnOnce(&mut ReplyCache) -> R) -> R {
+        match self {
+            ReplyCacheRef::Core(c) => f(c),
+            // A panic while holding the lock leaves at most one entry in
+            // progress (later retransmits of it are dropped until the clock
+            // would evict it, which it never does): the cache stays usable.
+            ReplyCacheRef::Shared(m) => f(&mut m.lock().unwrap_or_else(|e| e.into_inner())),
+        }
+    }
 }
 
 impl NfsService {
-    /// The service for `core`: opens one [`IoChannel`] per backend. Call on
+    /// The service for `core`: opens one [`IoChannel`] per backend and makes
+    /// the core's own reply cache of [`drc::DRC_ENTRIES`] entries. Call on
     /// the core that will run it.
     pub fn new(shared: Arc<NfsShared>, core: usize) -> FsResult<NfsService> {
+        let drc = ReplyCacheRef::Core(Box::new(ReplyCache::new(drc::DRC_ENTRIES)));
+        NfsService::with_reply_cache(shared, core, drc)
+    }
+
+    /// [`NfsService::new`] with the given reply cache (shared by the TCP
+    /// server's connection threads, or sized for a test).
+    pub fn with_reply_cache(shared: Arc<NfsShared>, core: usize, drc: ReplyCacheRef) -> FsResult<NfsService> {
         let mut channels = Vec::with_capacity(shared.backends.len());
         for (_, b) in &shared.backends {
             channels.push(b.open_channel(core)?);
@@ -332,6 +416,7 @@ impl NfsService {
             },
             scratch: Vec::new(),
             reads_in_call,
+            drc,
         })
     }
 
@@ -351,6 +436,15 @@ impl NfsService {
     /// The core this service was opened for.
     pub fn core(&self) -> usize {
         self.st.core
+    }
+
+    /// Counters of the reply cache, its entries in use and its capacity.
+    pub fn reply_cache_stats(&self) -> (drc::DrcStats, usize, usize) {
+        let f = |c: &ReplyCache| (c.stats(), c.len(), c.capacity());
+        match &self.drc {
+            ReplyCacheRef::Core(c) => f(c),
+            ReplyCacheRef::Shared(m) => f(&m.lock().unwrap_or_else(|e| e.into_inner())),
+        }
     }
 }
 
@@ -432,7 +526,11 @@ impl Service for NfsService {
 
     fn handle_call(&mut self, call: &CallView<'_>, reply: &mut ReplyBuilder<'_>) -> Result<(), ServiceError> {
         let NfsService {
-            shared, st, scratch, ..
+            shared,
+            st,
+            scratch,
+            drc,
+            ..
         } = self;
         let head = call.head();
         let Ok((xid, mtype)) = rpc::peek_msg(head) else {
@@ -535,6 +633,35 @@ impl Service for NfsService {
             tail,
             token: call.defer_token(),
         };
+        // A retransmit of a non-idempotent Call gets the reply the first one
+        // got, and one still being served is dropped (RFC 1813 section 4.5;
+        // see [`drc`]).
+        let mut slot = None;
+        if hdr.prog == NFS_PROGRAM && drc::nfs3_cached(hdr.proc_) {
+            let key = drc::Key::new(xid, call.peer, hdr.prog, hdr.vers, hdr.proc_, args, call.len());
+            let head = reply.head_mut();
+            let found = drc.with(|c| match c.begin(&key) {
+                Lookup::Hit(r) => head.get_mut(..r.len()).map(|h| {
+                    h.copy_from_slice(r);
+                    Ok(r.len())
+                }),
+                Lookup::InProgress => None,
+                Lookup::Miss(s) => Some(Err(Some(s))),
+                Lookup::NoRoom => Some(Err(None)),
+            });
+            match found {
+                Some(Ok(n)) => {
+                    count(st);
+                    reply.set_head_len(n);
+                    return Ok(());
+                }
+                Some(Err(s)) => slot = s,
+                None => {
+                    st.stats.dropped += 1;
+                    return Err(ServiceError::Drop);
+                }
+            }
+        }
         let res = {
             // The SUCCESS header; the procedures write after it.
             match rpc::encode_success_reply_none(xid, reply.head_mut()) {
@@ -548,7 +675,10 @@ impl Service for NfsService {
                 _ => Err(Fail::System),
             }
         };
-        match res {
+        // Replies with an NFS result (success or an nfsstat3) are kept;
+        // RPC-level errors such as SYSTEM_ERR may not recur and are not.
+        let keep = matches!(res, Ok(_) | Err(Fail::Nfs(_)));
+        let out = match res {
             // Counted when it is resumed and answered.
             Ok(_) if reply.is_deferred() => Ok(()),
             Ok(n) => {
@@ -560,11 +690,15 @@ impl Service for NfsService {
                 count(st);
                 let n = {
                     let mut w = Writer::new(&mut reply.head_mut()[REPLY_HEADER_BYTES..]);
-                    nfs3::empty_failure(&mut w, hdr.proc_, status).map_err(|_| ServiceError::Reject)?;
-                    w.len()
+                    nfs3::empty_failure(&mut w, hdr.proc_, status).map(|_| w.len())
                 };
-                reply.set_head_len(REPLY_HEADER_BYTES + n);
-                Ok(())
+                match n {
+                    Ok(n) => {
+                        reply.set_head_len(REPLY_HEADER_BYTES + n);
+                        Ok(())
+                    }
+                    Err(_) => Err(ServiceError::Reject),
+                }
             }
             Err(f) => {
                 st.stats.rpc_errors += 1;
@@ -581,7 +715,13 @@ impl Service for NfsService {
                 };
                 reply_header(reply, &h)
             }
+        };
+        if let Some(s) = slot {
+            let n = reply.head_len();
+            let kept = (keep && out.is_ok() && !reply.is_deferred()).then(|| &reply.head_mut()[..n]);
+            drc.with(|c| c.complete(s, kept));
         }
+        out
     }
 
     /// Deferred READs and WRITEs whose backend I/O finished.

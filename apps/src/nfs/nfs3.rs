@@ -617,6 +617,11 @@ fn write(
             Ok((k, got))
         }
     });
+    // A stable WRITE that failed may have failed in its flush, which can
+    // lose earlier UNSTABLE data of the file: a new verifier.
+    if res.is_err() && want != Stable::Unstable {
+        sh.writeback_failed();
+    }
     let mut w = out(reply, base);
     match res {
         Ok((k, committed)) => {
@@ -625,7 +630,7 @@ fn write(
             put_wcc(&mut w, Some(&pre), post.as_ref(), id)?;
             w.put_u32(k)?;
             w.put_u32(stable_u32(committed))?;
-            w.put_bytes(&sh.write_verf)?;
+            w.put_bytes(&sh.write_verifier())?;
         }
         Err(e) => {
             w.put_u32(e.nfsstat3())?;
@@ -654,7 +659,10 @@ fn commit(
             let bi = sh.exports[o.ex].backend;
             let ch = &mut *st.channels[bi];
             st.deferred.quiesce(bi, ch);
-            flush_sync(ch, &o.fh).map_err(|e| e.nfsstat3())
+            flush_sync(ch, &o.fh).map_err(|e| {
+                sh.writeback_failed();
+                e.nfsstat3()
+            })
         }
         FileType::Directory => Err(NFS3ERR_ISDIR),
         _ => Err(NFS3ERR_INVAL),
@@ -664,7 +672,7 @@ fn commit(
         Ok(()) => {
             w.put_u32(NFS3_OK)?;
             put_wcc(&mut w, Some(&pre), post.as_ref(), id)?;
-            w.put_bytes(&sh.write_verf)?;
+            w.put_bytes(&sh.write_verifier())?;
         }
         Err(s) => {
             w.put_u32(s)?;

@@ -6,12 +6,15 @@
 //! one thread per connection with blocking I/O, each connection with its own
 //! [`NfsService`] (own backend channels) and its own buffers, bounded in
 //! number ([`TcpOptions::max_conns`]) and in record size
-//! ([`TcpOptions::max_record_bytes`]).
+//! ([`TcpOptions::max_record_bytes`]). The connections of one listener share
+//! one duplicate request cache behind a mutex (held only to look a Call up
+//! and to store its reply), so a Call a client resends on a new connection
+//! after a reconnect is answered from it ([`crate::nfs::drc`]).
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -20,7 +23,8 @@ use dataplane::service::{CallView, ReplyBuilder, Service};
 use proto::plan::Piece;
 use proto::rpc::{RecordMark, RM_BYTES};
 
-use crate::nfs::{NfsService, NfsShared};
+use crate::nfs::drc::{ReplyCache, DRC_ENTRIES};
+use crate::nfs::{NfsService, NfsShared, ReplyCacheRef};
 
 /// Limits of one TCP listener.
 #[derive(Clone, Copy, Debug)]
@@ -109,6 +113,7 @@ fn accept_loop(
     stats: Arc<TcpStats>,
 ) {
     let live = Arc::new(AtomicUsize::new(0));
+    let drc = Arc::new(Mutex::new(ReplyCache::new(DRC_ENTRIES)));
     let mut conns: Vec<JoinHandle<()>> = Vec::new();
     let mut next_id = 0u32;
     // Acquire: pairs with the Release store in `TcpServer::stop`.
@@ -126,11 +131,12 @@ fn accept_loop(
                 live.fetch_add(1, Ordering::Relaxed);
                 next_id = next_id.wrapping_add(1);
                 let (shared, stop, stats, live) = (shared.clone(), stop.clone(), stats.clone(), live.clone());
+                let drc = ReplyCacheRef::Shared(drc.clone());
                 let id = next_id;
                 let spawned = std::thread::Builder::new()
                     .name(format!("tcp-conn-{id}"))
                     .spawn(move || {
-                        if let Err(e) = serve_conn(sock, peer, id, &shared, opts, &stop, &stats) {
+                        if let Err(e) = serve_conn(sock, peer, id, &shared, drc, opts, &stop, &stats) {
                             tracing::debug!(%peer, error = %e, "TCP connection closed");
                         }
                         live.fetch_sub(1, Ordering::Relaxed);
@@ -175,11 +181,13 @@ fn read_full(sock: &mut TcpStream, buf: &mut [u8], stop: &AtomicBool, idle: bool
     Ok(true)
 }
 
+#[allow(clippy::too_many_arguments)]
 fn serve_conn(
     mut sock: TcpStream,
     peer: SocketAddr,
     id: u32,
     shared: &Arc<NfsShared>,
+    drc: ReplyCacheRef,
     opts: TcpOptions,
     stop: &AtomicBool,
     stats: &TcpStats,
@@ -187,7 +195,7 @@ fn serve_conn(
     sock.set_nonblocking(false)?;
     sock.set_read_timeout(Some(STOP_POLL))?;
     sock.set_nodelay(true)?;
-    let mut service = NfsService::new(shared.clone(), opts.service_core)
+    let mut service = NfsService::with_reply_cache(shared.clone(), opts.service_core, drc)
         .map_err(|e| io::Error::other(format!("backend channel: {e}")))?;
     let mut record = vec![0u8; opts.max_record_bytes];
     // Head room: RPC reply header plus the largest results without the data item.
