@@ -1377,7 +1377,25 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         let resuming = r.state == ReqState::Resume;
         if r.state == ReqState::Execute {
             let chunk_area = r.chunk_buf.map_or(&[][..], |b| bufs.bytes(b));
-            let hint = match call_view(r, conns, chunk_area) {
+            let view = call_view(r, conns, chunk_area);
+            // The RPC message's XID must be the transport header's
+            // (RFC 8166 s4.1: rdma_xid is the XID of the RPC message it
+            // conveys). An inline one was checked at decode; a Long Call's
+            // message arrives by RDMA Read, so it is checked here, before
+            // the service sees it: a mismatch is a header that cannot be
+            // parsed (ERR_CHUNK, s4.5; RDMA2_ERR_BAD_XDR, draft s5.3.3).
+            let xid_ok = view
+                .as_ref()
+                .is_some_and(|v| v.head().get(..4) == Some(&r.xid.to_be_bytes()[..]));
+            if !xid_ok {
+                let ctl = if r.vers == RPCRDMA_VERSION_2 {
+                    Control::ErrorV2(header::V2Error::BadXdr)
+                } else {
+                    Control::ErrorV1(header::V1Error::Chunk)
+                };
+                return self.control(i, ctl);
+            }
+            let hint = match view {
                 Some(v) => service.reply_data_hint(&v),
                 None => 0,
             };

@@ -19,7 +19,7 @@ use proto::negotiate::VersionRange;
 const CREDITS: u32 = 4;
 
 fn pools_for(test: usize) -> &'static Pools {
-    static P: [OnceLock<Pools>; 8] = [const { OnceLock::new() }; 8];
+    static P: [OnceLock<Pools>; 9] = [const { OnceLock::new() }; 9];
     // Two connection slots: the SRQ holds receives for both, so one greedy peer
     // can take the other's share — the case the overrun check exists for.
     P[test].get_or_init(|| pools(1024, CREDITS, 2))
@@ -88,12 +88,19 @@ impl<'p> Raw<'p> {
     /// `segments` segments of (nearly) equal length, one Read list entry
     /// each (RFC 8166 s3.4.5: segments of one chunk share a position).
     fn send_long_call_in(&mut self, xid: u32, n: usize, segments: u32) {
+        self.send_long_call_as(xid, xid, n, segments);
+    }
+
+    /// [`Raw::send_long_call_in`] whose RPC message (pulled by RDMA Read)
+    /// carries `rpc_xid`, which a well-behaved peer makes equal to the
+    /// transport header's `xid` (RFC 8166 s4.1).
+    fn send_long_call_as(&mut self, xid: u32, rpc_xid: u32, n: usize, segments: u32) {
         let b = self.data_cache.get().expect("data buffer").into_raw();
         let off = self.p.pool.offset(b).unwrap() as u64;
         // SAFETY: this test is the only holder of `b`; it is never returned.
         let bytes = unsafe { self.p.pool.bytes_mut(b) }.unwrap();
         let len = encode_call(bytes, P_SUM, &pattern(xid, n), 0, 0).unwrap();
-        bytes[..4].copy_from_slice(&xid.to_be_bytes());
+        bytes[..4].copy_from_slice(&rpc_xid.to_be_bytes());
         let addr = self.fab.remote_addr(b.region, off).unwrap();
         let rkey = self.rkeys[b.region as usize];
         // RDMA_NOMSG, then the Read list: one entry per segment, all at
@@ -533,4 +540,37 @@ fn hostile_peer_call_the_service_cannot_parse_is_answered_and_returns_its_credit
         assert!(!raw.disconnected);
         assert_eq!(srv.shutdown(1000), Default::default());
     }
+}
+
+/// A Long Call (RDMA_NOMSG, the RPC message in a Position-Zero Read chunk)
+/// whose RPC message carries another XID than its transport header is
+/// refused with ERR_CHUNK under the header's XID before the service sees it
+/// (RFC 8166 s4.1: rdma_xid is the XID of the RPC message; s4.5), its credit
+/// comes back and the connection goes on serving. Before, the service ran
+/// the Call and the Reply went out under a XID the requester never sent.
+#[test]
+fn hostile_peer_long_call_whose_rpc_xid_differs_is_refused() {
+    let (net, mut srv, mut raw) = setup(8, 15, VersionRange::ALL);
+    pump(&net, &mut srv, &mut raw, 5);
+    for k in 0..CREDITS * 2 {
+        raw.send_long_call_as(XID + k, XID + 1000 + k, 1500, 1);
+        pump(&net, &mut srv, &mut raw, 5);
+        assert_eq!(raw.received.len(), k as usize + 1, "call {k} answered");
+        let h = header::decode(raw.received.last().unwrap(), &Limits::DEFAULT).unwrap();
+        assert_eq!((h.xid, h.body), (XID + k, Body::ErrorV1(V1Error::Chunk)), "call {k}");
+    }
+    // The same Call with matching XIDs is served.
+    raw.send_long_call_as(XID + 99, XID + 99, 1500, 1);
+    pump(&net, &mut srv, &mut raw, 5);
+    let h = header::decode(raw.received.last().unwrap(), &Limits::DEFAULT).unwrap();
+    assert_eq!((h.xid, h.header_type()), (XID + 99, header::HeaderType::RdmaMsg));
+    let s = srv.stats();
+    assert_eq!(
+        (s.call_errors, s.replies, s.credit_overruns),
+        (u64::from(CREDITS) * 2, 1, 0),
+        "{s:?}"
+    );
+    assert_eq!((s.unaccounted(0), s.unanswered()), (0, 0), "{s:?}");
+    assert!(!raw.disconnected);
+    assert_eq!(srv.shutdown(1000), Default::default());
 }
