@@ -327,7 +327,7 @@ fn scenario<F: Fabric>(
     let s = srv.stats();
     assert_eq!(s.calls, s.replies, "{tag}: {s:?}");
     assert_eq!(
-        (s.unanswered(), s.unaccounted(srv.in_flight() as u64)),
+        (s.unanswered(), s.unaccounted(srv.calls_awaiting_answer())),
         (0, 0),
         "{tag}: {s:?}"
     );

@@ -187,8 +187,9 @@ pub struct ResponderStats {
 
 impl ResponderStats {
     /// Calls that ended in none of the accounted ways, given `live` Calls
-    /// still held (0 at shutdown): `calls` minus every outcome. Zero unless
-    /// the engine lost track of a Call; negative when it counted one twice.
+    /// received and not yet answered ([`Responder::calls_awaiting_answer`];
+    /// 0 at shutdown): `calls` minus every outcome. Zero unless the engine
+    /// lost track of a Call; negative when it counted one twice.
     pub fn unaccounted(&self, live: u64) -> i128 {
         i128::from(self.calls)
             - i128::from(self.replies)
@@ -2116,6 +2117,16 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
     /// Calls received and not yet answered (their requests are live).
     pub fn in_flight(&self) -> usize {
         self.reqs.in_use()
+    }
+
+    /// Calls received, counted, and not yet answered (no reply or error
+    /// reply posted): what [`ResponderStats::unaccounted`] takes as `live`.
+    /// Owning core.
+    pub fn calls_awaiting_answer(&self) -> u64 {
+        self.reqs
+            .used_indices()
+            .filter(|&i| self.reqs.get(i).is_some_and(|r| r.counted && !r.replied))
+            .count() as u64
     }
 
     /// The live requests by state, the states with none left out: where
