@@ -602,6 +602,14 @@ fn check_read_plan(h: &Header<'_>, rp: &plan::ReadPlan, limits: &ReadLimits) {
         reads.segments().map(|s| u64::from(s.target.length)).sum::<u64>()
     );
     assert!(rp.read_bytes <= limits.max_total_bytes);
+    // The placed area, XDR padding included (RFC 8166 s3.4.5.2), fits the
+    // limit, which the responder sets to at most its data buffer's size.
+    assert!(
+        u64::from(rp.data_area_len) <= limits.max_total_bytes,
+        "data area {} over the limit {}",
+        rp.data_area_len,
+        limits.max_total_bytes
+    );
     assert_eq!(rp.chunk_count(), reads.chunk_count());
     let nomsg = matches!(h.body, Body::NoMsg { .. });
     assert_eq!(rp.kind == plan::CallKind::Long, nomsg);

@@ -268,8 +268,12 @@ pub enum PlanError {
     TooManyReadChunks { max: u32 },
     /// More Read segments than this responder processes (RDMA2_ERR_SEGMENTS).
     TooManyReadSegments { max: u32 },
-    /// The Read chunks add up to more bytes than configured (s3.4.4: the ULP's
-    /// wsize bounds what a Responder reads).
+    /// The Read chunks need more room than configured (s3.4.4: the ULP's
+    /// wsize bounds what a Responder reads). `total` is the segment lengths'
+    /// sum when that alone is too much, else the placed area: every chunk at a
+    /// 4-byte aligned offset after the previous one and its XDR padding
+    /// (s3.4.5.2), which is what the data buffer must hold. ERR_CHUNK in v1
+    /// (s4.5), RDMA2_ERR_BAD_XDR (the same code) in v2.
     ReadTooLarge { total: u64, max: u64 },
     /// A reassembled message would be longer than `u32::MAX` bytes.
     MessageTooLong,
@@ -346,7 +350,7 @@ impl fmt::Display for PlanError {
             Self::ChunkOverlap { position } => write!(f, "read chunk at {position} overlaps the previous chunk"),
             Self::TooManyReadChunks { max } => write!(f, "more than {max} read chunks"),
             Self::TooManyReadSegments { max } => write!(f, "more than {max} read segments"),
-            Self::ReadTooLarge { total, max } => write!(f, "read chunks total {total} bytes, limit {max}"),
+            Self::ReadTooLarge { total, max } => write!(f, "read chunks need {total} bytes, limit {max}"),
             Self::MessageTooLong => write!(f, "reassembled message longer than 4 GiB"),
             Self::WriteResource {
                 chunk_index,
@@ -1176,7 +1180,10 @@ impl ReplyLayout {
 pub struct ReadLimits {
     /// Most bytes of Read chunks (all together) it pulls for one Call: the ULP's
     /// largest argument (wsize) plus the largest Call for a Position-Zero chunk
-    /// (RFC 8166 s3.4.4, s8).
+    /// (RFC 8166 s3.4.4, s8). It bounds the whole chunk data area
+    /// ([`ReadPlan::data_area_len`]), the room for each chunk's XDR padding
+    /// included (s3.4.5.2), so a caller that pulls the chunks into one buffer
+    /// passes at most that buffer's size.
     pub max_total_bytes: u64,
     /// Most Read chunks it processes (capped at [`PLAN_READ_CHUNKS`]); more is
     /// RDMA2_ERR_READ_CHUNKS (draft s5.3.3).
@@ -1284,8 +1291,10 @@ impl ReadPlan {
 ///   Call (s3.5.3); a NOMSG Call without it has no message.
 /// - RDMA_MSGP is refused (s4.6).
 /// - At most `limits.max_chunks` chunks and `limits.max_segments` segments, and
-///   the segment lengths, summed in u64, at most `limits.max_total_bytes`
-///   (s3.4.4: the ULP's wsize bounds what a responder reads).
+///   the chunk data area, every chunk placed after the previous one and its
+///   XDR padding (s3.4.5.2), at most `limits.max_total_bytes` (s3.4.4: the
+///   ULP's wsize bounds what a responder reads). So `data_area_len` never
+///   exceeds the limit, and every RDMA Read lands inside a buffer of that size.
 /// - A chunk whose length is not a multiple of 4 did not include its roundup;
 ///   the piece says how much padding to insert (s3.4.5.2: the requester may or
 ///   may not include it).
@@ -1385,6 +1394,7 @@ pub fn plan_reads_into(h: &Header<'_>, limits: &ReadLimits, plan: &mut ReadPlan)
         {
             return Err(overflow);
         }
+        check_area(len + pad, limits)?;
         plan.data_area_len = to_u32(len + pad)?;
         plan.stream_len = plan.data_area_len;
         return Ok(());
@@ -1437,6 +1447,7 @@ pub fn plan_reads_into(h: &Header<'_>, limits: &ReadLimits, plan: &mut ReadPlan)
     {
         return Err(overflow);
     }
+    check_area(area, limits)?;
     plan.kind = if reads.is_empty() {
         CallKind::Short
     } else {
@@ -1444,6 +1455,20 @@ pub fn plan_reads_into(h: &Header<'_>, limits: &ReadLimits, plan: &mut ReadPlan)
     };
     plan.data_area_len = to_u32(area)?;
     plan.stream_len = to_u32(inline + spliced)?;
+    Ok(())
+}
+
+/// The placed chunk data area, padding included, within the limit: the
+/// segment lengths alone may fit while chunk k, placed after the earlier
+/// chunks and their XDR padding (RFC 8166 s3.4.5.2), ends past it (chunks of
+/// 1 and D-1 bytes need D+3).
+fn check_area(area: u64, limits: &ReadLimits) -> Result<(), PlanError> {
+    if area > limits.max_total_bytes {
+        return Err(PlanError::ReadTooLarge {
+            total: area,
+            max: limits.max_total_bytes,
+        });
+    }
     Ok(())
 }
 

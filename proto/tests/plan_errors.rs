@@ -317,6 +317,99 @@ fn read_totals_and_counts() {
     }
 }
 
+/// Issue 20: chunks of 1 and D-1 bytes sum to D, but chunk 1 is placed after
+/// chunk 0 and its 3 bytes of XDR padding (RFC 8166 s3.4.5.2), so the area
+/// needs D+4 bytes and its last Read would end 3 bytes past a D-byte buffer.
+/// The plan is refused with ERR_CHUNK (v1) / RDMA2_ERR_BAD_XDR (v2).
+#[test]
+fn hostile_peer_read_chunks_of_1_and_d_minus_1_bytes_do_not_overrun_the_buffer() {
+    const D: u32 = 8192;
+    for vers in [1, 2] {
+        let payload = rpc(64, 0);
+        // chunk 0 at 16 (1 byte + 3 pad), chunk 1 right after it in the stream
+        let b = build(vers, msg(&[rs(16, 1), rs(20, D - 1)], &[], None), &payload);
+        let e = plan_reads_of(&b, u64::from(D)).unwrap_err();
+        assert_eq!(
+            e,
+            PlanError::ReadTooLarge {
+                total: u64::from(D) + 4,
+                max: u64::from(D)
+            }
+        );
+        assert_eq!(e.v1(), V1Error::Chunk);
+        assert_eq!(e.v2(), V2Error::BadXdr);
+        // With room for the padding it is accepted, and every Read lands
+        // inside the area.
+        let p = plan_reads_of(&b, u64::from(D) + 4).unwrap();
+        assert_eq!(p.data_area_len, D + 4);
+        let h = decode(&b, &Limits::DEFAULT).unwrap();
+        let reads = h.chunks().unwrap().reads;
+        let end = p.read_ops(&reads).map(|o| o.dest_offset + o.segment.length).max();
+        assert_eq!(end, Some(D + 3));
+        // A Position-Zero chunk is padded too: 5 bytes take 8.
+        let b = build(vers, nomsg(msg(&[rs(0, 5)], &[], Some(&[seg(9, 64, 0)]))), &[]);
+        assert_eq!(plan_reads_of(&b, 5), Err(PlanError::ReadTooLarge { total: 8, max: 5 }));
+        assert_eq!(plan_reads_of(&b, 8).unwrap().data_area_len, 8);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+    /// Issue 20: whatever `plan_reads` accepts fits its limit, padding
+    /// included (`data_area_len <= max_total_bytes`), and a Call whose placed
+    /// chunks fit is not refused for size. Chunks of odd lengths at the
+    /// positions a requester would give them, limits near their sum.
+    #[test]
+    fn hostile_peer_read_plan_area_fits_the_limit(
+        vers in prop_oneof![Just(1u32), Just(2u32)],
+        pz in 0u8..4,
+        lens in prop::collection::vec(prop_oneof![4 => 0u32..16, 2 => 0u32..9000, 1 => Just(u32::MAX - 2)], 1..6),
+        gaps in prop::collection::vec(0u32..3, 6),
+        slack in prop_oneof![Just(0u64), 0u64..8, 0u64..20_000],
+        below in any::<bool>(),
+    ) {
+        let padded: u64 = lens.iter().map(|&l| u64::from(l).next_multiple_of(4)).sum();
+        let sum: u64 = lens.iter().map(|&l| u64::from(l)).sum();
+        // a limit around the segment sum, below or above the padded area
+        let max = if below { sum.saturating_add(slack).min(padded.saturating_sub(1)).max(sum) } else { padded + slack };
+        let (b, area) = if pz == 0 {
+            // one Position-Zero chunk carrying the whole Call
+            let l = lens[0];
+            (build(vers, nomsg(msg(&[rs(0, l)], &[], Some(&[seg(9, 64, 0)]))), &[]), u64::from(l).next_multiple_of(4))
+        } else {
+            let mut reads = Vec::new();
+            let mut pos = 16u32;
+            for (k, &l) in lens.iter().enumerate() {
+                pos = pos.saturating_add(4 * gaps[k]);
+                reads.push(rs(pos, l));
+                pos = pos.saturating_add(l.saturating_add(3) & !3);
+            }
+            (build(vers, msg(&reads, &[], None), &rpc(64, 0)), padded)
+        };
+        let Ok(h) = decode(&b, &Limits::DEFAULT) else { return Ok(()); };
+        match plan_reads(&h, &ReadLimits::new(max)) {
+            Ok(p) => {
+                prop_assert!(u64::from(p.data_area_len) <= max, "area {} over limit {}", p.data_area_len, max);
+                prop_assert_eq!(u64::from(p.data_area_len), area);
+                let reads = h.chunks().unwrap().reads;
+                for op in p.read_ops(&reads) {
+                    prop_assert!(u64::from(op.dest_offset) + u64::from(op.segment.length) <= max);
+                }
+            }
+            Err(PlanError::ReadTooLarge { total, max: m }) => {
+                prop_assert_eq!(m, max);
+                prop_assert!(total > max);
+                prop_assert!(area > max, "refused although the area {} fits {}", area, max);
+            }
+            Err(e) => {
+                // only a reassembled Call past 4 GiB or positions past the payload
+                prop_assert!(matches!(e, PlanError::MessageTooLong | PlanError::PositionBeyondPayload { .. }), "{:?}", e);
+            }
+        }
+    }
+}
+
 #[test]
 fn header_types_without_a_call() {
     let b = build(

@@ -394,10 +394,11 @@ fn arb_exchange() -> impl Strategy<Value = Exchange> {
                     max_read_bytes: u64::MAX,
                 };
                 if tight_reads {
-                    // exactly what this call needs, whichever way it travels
+                    // exactly what this call needs, whichever way it travels:
+                    // each chunk with room for its XDR padding (s3.4.5.2)
                     let cp = plan_call(x.call.len(), &x.call_items, &x.needs, &x.params);
                     if let Ok(cp) = cp {
-                        x.max_read_bytes = cp.reads.iter().map(|r| r.range.len as u64).sum();
+                        x.max_read_bytes = cp.reads.iter().map(|r| (r.range.len as u64).next_multiple_of(4)).sum();
                     }
                 }
                 x
