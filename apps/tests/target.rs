@@ -414,3 +414,55 @@ fn hostile_peer_tcp_stalled_client_does_not_hold_shutdown() {
     assert!(eof && got == payload, "data written UNSTABLE survived the shutdown");
     t.shutdown().expect("clean shutdown");
 }
+
+/// Issue 20: a client that sends Calls and stops reading their replies held
+/// its connection thread (and shutdown) in `write_all` for ever. Pipelined
+/// 1 MiB READs fill the socket buffers; the reply write gives up after the
+/// write timeout and the connection is closed.
+#[test]
+fn hostile_peer_tcp_client_that_stops_reading_is_closed() {
+    use std::time::{Duration, Instant};
+    const WRITE_MS: u64 = 1000;
+    let dir = TempDir::new("target-tcp-noread");
+    let (cfg, nfs, mnt) = target_config_with(&dir.0, mem_backend(), |v| {
+        v["listeners"]["tcp"] = serde_json::json!({ "write_timeout_ms": WRITE_MS });
+    });
+    let t = Target::start(cfg).expect("target starts");
+    let (root, _) = root_client(Tcp::connect(mnt)).mnt("/export").expect("MNT");
+    let mut c = root_client(Tcp::connect(nfs));
+    let (fh, _) = c.mkfile(&root, "big", 0o644).expect("CREATE");
+    let mib = 1 << 20;
+    c.write(&fh, 0, &pattern(5, mib), UNSTABLE).expect("WRITE");
+    drop(c);
+
+    let mut s = TcpStream::connect(("127.0.0.1", nfs)).unwrap();
+    s.set_write_timeout(Some(Duration::from_secs(2))).unwrap();
+    let auth = Auth::root();
+    let t0 = Instant::now();
+    // Far more reply bytes than loopback socket buffers hold; stop writing
+    // once the server has stopped reading (its thread blocked in the reply).
+    for xid in 1..=64u32 {
+        let mut e = call_header(xid, NFS, 3, 6, &auth);
+        e.opaque(&fh).u64(0).u32(mib as u32);
+        let mark = (0x8000_0000u32 | e.b.len() as u32).to_be_bytes();
+        if s.write_all(&mark).and_then(|_| s.write_all(&e.b)).is_err() {
+            break;
+        }
+    }
+    let deadline = Instant::now() + Duration::from_millis(WRITE_MS + 10_000);
+    while t.tcp_counts().write_timeouts == 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let counts = t.tcp_counts();
+    eprintln!("non-reading client closed after {:?}: {counts:?}", t0.elapsed());
+    assert_eq!(counts.write_timeouts, 1, "{counts:?}");
+    let t1 = Instant::now();
+    let stats = t.shutdown().expect("clean shutdown");
+    assert_eq!(stats.tcp.closed_at_shutdown, 0, "{:?}", stats.tcp);
+    assert!(
+        t1.elapsed() < Duration::from_secs(5),
+        "shutdown took {:?}",
+        t1.elapsed()
+    );
+    drop(s);
+}

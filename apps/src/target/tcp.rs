@@ -307,7 +307,7 @@ impl RateLog {
             return;
         }
         let now = Self::counts(s);
-        let d: Vec<u64> = now.iter().zip(self.seen).map(|(n, o)| n - o).collect();
+        let d: [u64; 5] = std::array::from_fn(|i| now[i] - self.seen[i]);
         if d.iter().any(|&x| x > 0) {
             tracing::warn!(
                 %addr,
