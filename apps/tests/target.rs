@@ -30,8 +30,17 @@ fn free_port() -> u16 {
 /// A two-core target configuration on the shm fabric in `dir`, exporting
 /// `/export` from `backend`.
 fn target_config(dir: &Path, backend: serde_json::Value) -> (Config, u16, u16) {
+    target_config_with(dir, backend, |_| {})
+}
+
+/// [`target_config`] with `edit` applied to the JSON first.
+fn target_config_with(
+    dir: &Path,
+    backend: serde_json::Value,
+    edit: impl FnOnce(&mut serde_json::Value),
+) -> (Config, u16, u16) {
     let (nfs, mnt) = (free_port(), free_port());
-    let v = serde_json::json!({
+    let mut v = serde_json::json!({
         "cores": [{ "cpu": 0, "role": "admin" }, { "cpu": 1, "role": "io" }],
         "reactor": { "idle": { "policy": "spin_then_sleep", "idle_loops": 1000, "max_sleep_us": 100 } },
         "listeners": { "fabric": [{ "address": "127.0.0.1", "port": 20049, "versions": [1, 2] }],
@@ -50,6 +59,7 @@ fn target_config(dir: &Path, backend: serde_json::Value) -> (Config, u16, u16) {
         "exports": [{ "path": "/export", "backend": "b0", "clients": ["127.0.0.0/8"],
                       "read_only": false, "root_squash": false }],
     });
+    edit(&mut v);
     (Config::from_json_value(&v).expect("target configuration"), nfs, mnt)
 }
 
@@ -221,4 +231,238 @@ fn sim_fabric_and_missing_io_core_are_refused() {
         let e = Target::start(c).expect_err("no io core");
         assert!(e.to_string().contains("io"), "{e}");
     }
+}
+
+/// The server closed `s`: a read sees the end of the stream or an error
+/// (the hostile sockets below are never sent anything).
+fn closed_by_server(s: &TcpStream) -> bool {
+    let mut b = [0u8; 64];
+    s.set_nonblocking(true).unwrap();
+    let r = (&*s).read(&mut b);
+    s.set_nonblocking(false).unwrap();
+    match r {
+        Ok(0) => true,
+        Ok(_) => false,
+        Err(e) => e.kind() != std::io::ErrorKind::WouldBlock,
+    }
+}
+
+/// Issue 20: 64 idle connections used to lock every new NFS-TCP and MOUNT
+/// client out (accepted and reset, no RPC error), and a sender trickling one
+/// byte every 100 ms held its slot for ever. Each port here gets 128
+/// hostile connections, idle and slow alternately; a new client must still
+/// get MNT, GETATTR and READ answered within a few seconds, before any timeout
+/// could have freed a slot (room is made by closing the idlest connection),
+/// and then every hostile connection is closed by the idle or the record
+/// timeout.
+#[test]
+fn hostile_peer_tcp_idle_and_slow_connections_do_not_lock_out_a_new_client() {
+    use std::time::{Duration, Instant};
+    const HOSTILE_PER_PORT: usize = 128;
+    const IDLE_MS: u64 = 10_000;
+    const RECORD_MS: u64 = 8_000;
+    let dir = TempDir::new("target-tcp-hostile");
+    let (cfg, nfs, mnt) = target_config_with(&dir.0, mem_backend(), |v| {
+        v["listeners"]["tcp"] = serde_json::json!({
+            "max_conns": 64, "idle_timeout_ms": IDLE_MS, "record_timeout_ms": RECORD_MS,
+            "write_timeout_ms": 5000, "shutdown_grace_ms": 1000
+        });
+    });
+    let t = Target::start(cfg).expect("target starts");
+    let payload = pattern(11, 4096);
+    let fh = {
+        let (root, _) = root_client(Tcp::connect(mnt)).mnt("/export").expect("MNT");
+        let mut c = root_client(Tcp::connect(nfs));
+        let (fh, _) = c.mkfile(&root, "f", 0o644).expect("CREATE");
+        c.write(&fh, 0, &payload, UNSTABLE).expect("WRITE");
+        fh
+    };
+
+    // Idle and slow connections, alternately, on both ports.
+    let mut idle = Vec::new();
+    let mut slow = Vec::new();
+    for port in [mnt, nfs] {
+        for i in 0..HOSTILE_PER_PORT {
+            let s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+            if i % 2 == 0 {
+                idle.push(s);
+            } else {
+                slow.push(s);
+            }
+        }
+    }
+    // One byte every 100 ms on each slow connection: the mark of a 256-byte
+    // record, then its body (26 s in all, far longer than the record timeout).
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let feeder = {
+        let socks: Vec<TcpStream> = slow.iter().map(|s| s.try_clone().unwrap()).collect();
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let record = [&0x8000_0100u32.to_be_bytes()[..], &[0u8; 256][..]].concat();
+            for b in record.iter().cycle() {
+                if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    break;
+                }
+                for mut s in &socks {
+                    let _ = s.write(std::slice::from_ref(b));
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        })
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    let before = t.tcp_counts();
+    assert_eq!(
+        before.idle_timeouts + before.record_timeouts,
+        0,
+        "no timeout yet: {before:?}"
+    );
+
+    let t0 = Instant::now();
+    let (root, _) = root_client(Tcp::connect(mnt))
+        .mnt("/export")
+        .expect("MNT with 128 hostile connections held");
+    let mut c = root_client(Tcp::connect(nfs));
+    assert_eq!(c.getattr(&fh).expect("GETATTR").size, payload.len() as u64);
+    let (got, _, _) = c.read(&fh, 0, payload.len() as u32).expect("READ");
+    assert_eq!(got, payload);
+    let served = t0.elapsed();
+    drop(c);
+    let _ = root;
+    eprintln!(
+        "new client served (MNT, GETATTR, READ) in {served:?} with {} hostile connections per port",
+        HOSTILE_PER_PORT
+    );
+    assert!(
+        served < Duration::from_millis(RECORD_MS / 2),
+        "the new client waited {served:?}: room was not made by evicting"
+    );
+    let during = t.tcp_counts();
+    assert!(
+        during.conns_evicted >= 2 * (HOSTILE_PER_PORT as u64 + 1 - 64),
+        "idlest connections evicted: {during:?}"
+    );
+    assert_eq!(during.conns_refused, 0, "{during:?}");
+
+    // The hostile connections still open go on the idle or record timeout.
+    let deadline = Instant::now() + Duration::from_millis(IDLE_MS + 10_000);
+    let open = |v: &[TcpStream]| v.iter().filter(|s| !closed_by_server(s)).count();
+    while (open(&idle) > 0 || open(&slow) > 0) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let left = (open(&idle), open(&slow));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    feeder.join().unwrap();
+    assert_eq!(left, (0, 0), "(idle, slow) hostile connections still open");
+    let stats = t.shutdown().expect("clean shutdown");
+    eprintln!("TCP counters: {:?}", stats.tcp);
+    assert!(stats.tcp.idle_timeouts >= 1, "{:?}", stats.tcp);
+    assert!(stats.tcp.record_timeouts >= 1, "{:?}", stats.tcp);
+}
+
+/// Issue 20: shutdown used to wait for every TCP connection thread, so a
+/// client that stopped in the middle of a record held it for ever, with the
+/// backends not yet synced. Now the backends are synced first and stalled
+/// connections are closed after the grace: shutdown ends within the grace
+/// plus a margin, and the data written UNSTABLE before is still there after
+/// a restart.
+#[test]
+fn hostile_peer_tcp_stalled_client_does_not_hold_shutdown() {
+    use std::time::{Duration, Instant};
+    const GRACE_MS: u64 = 1500;
+    let dir = TempDir::new("target-tcp-stalled");
+    let data_dir = dir.0.join("data");
+    let backend = serde_json::json!({ "type": "uring", "name": "b0", "path": data_dir.to_str().unwrap() });
+    let (cfg, nfs, mnt) = target_config_with(&dir.0, backend, |v| {
+        v["listeners"]["tcp"] = serde_json::json!({ "shutdown_grace_ms": GRACE_MS });
+    });
+    let payload = pattern(13, 200_000);
+    let t = Target::start(cfg.clone()).expect("first start");
+    let (root, _) = root_client(Tcp::connect(mnt)).mnt("/export").expect("MNT");
+    let mut c = root_client(Tcp::connect(nfs));
+    let (fh, _) = c.mkfile(&root, "stalled", 0o644).expect("CREATE");
+    let w = c.write(&fh, 0, &payload, UNSTABLE).expect("UNSTABLE WRITE");
+    assert_eq!(w.count as usize, payload.len());
+
+    // Half a record: a mark for 1000 bytes, then 500 of them, then nothing.
+    let mut stalled = TcpStream::connect(("127.0.0.1", nfs)).unwrap();
+    stalled.write_all(&(0x8000_0000u32 | 1000).to_be_bytes()).unwrap();
+    stalled.write_all(&[0u8; 500]).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+
+    let t0 = Instant::now();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(t.shutdown());
+    });
+    let limit = Duration::from_millis(GRACE_MS + 10_000);
+    let stats = rx
+        .recv_timeout(limit)
+        .unwrap_or_else(|_| panic!("shutdown still waiting for the stalled client after {limit:?}"))
+        .expect("clean shutdown");
+    let took = t0.elapsed();
+    eprintln!("shutdown with a client stalled mid-record took {took:?} (grace {GRACE_MS} ms)");
+    assert!(took < Duration::from_millis(GRACE_MS + 3_000), "shutdown took {took:?}");
+    assert_eq!(stats.tcp.closed_at_shutdown, 1, "{:?}", stats.tcp);
+    drop((c, stalled));
+
+    let t = Target::start(cfg).expect("second start");
+    let (root2, _) = root_client(Tcp::connect(mnt)).mnt("/export").expect("MNT again");
+    let mut c = root_client(Tcp::connect(nfs));
+    let (fh2, _) = c.lookup(&root2, b"stalled").expect("LOOKUP after restart");
+    let (got, eof, _) = c.read(&fh2, 0, payload.len() as u32).expect("READ after restart");
+    assert!(eof && got == payload, "data written UNSTABLE survived the shutdown");
+    t.shutdown().expect("clean shutdown");
+}
+
+/// Issue 20: a client that sends Calls and stops reading their replies held
+/// its connection thread (and shutdown) in `write_all` for ever. Pipelined
+/// 1 MiB READs fill the socket buffers; the reply write gives up after the
+/// write timeout and the connection is closed.
+#[test]
+fn hostile_peer_tcp_client_that_stops_reading_is_closed() {
+    use std::time::{Duration, Instant};
+    const WRITE_MS: u64 = 1000;
+    let dir = TempDir::new("target-tcp-noread");
+    let (cfg, nfs, mnt) = target_config_with(&dir.0, mem_backend(), |v| {
+        v["listeners"]["tcp"] = serde_json::json!({ "write_timeout_ms": WRITE_MS });
+    });
+    let t = Target::start(cfg).expect("target starts");
+    let (root, _) = root_client(Tcp::connect(mnt)).mnt("/export").expect("MNT");
+    let mut c = root_client(Tcp::connect(nfs));
+    let (fh, _) = c.mkfile(&root, "big", 0o644).expect("CREATE");
+    let mib = 1 << 20;
+    c.write(&fh, 0, &pattern(5, mib), UNSTABLE).expect("WRITE");
+    drop(c);
+
+    let mut s = TcpStream::connect(("127.0.0.1", nfs)).unwrap();
+    s.set_write_timeout(Some(Duration::from_secs(2))).unwrap();
+    let auth = Auth::root();
+    let t0 = Instant::now();
+    // Far more reply bytes than loopback socket buffers hold; stop writing
+    // once the server has stopped reading (its thread blocked in the reply).
+    for xid in 1..=64u32 {
+        let mut e = call_header(xid, NFS, 3, 6, &auth);
+        e.opaque(&fh).u64(0).u32(mib as u32);
+        let mark = (0x8000_0000u32 | e.b.len() as u32).to_be_bytes();
+        if s.write_all(&mark).and_then(|_| s.write_all(&e.b)).is_err() {
+            break;
+        }
+    }
+    let deadline = Instant::now() + Duration::from_millis(WRITE_MS + 10_000);
+    while t.tcp_counts().write_timeouts == 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let counts = t.tcp_counts();
+    eprintln!("non-reading client closed after {:?}: {counts:?}", t0.elapsed());
+    assert_eq!(counts.write_timeouts, 1, "{counts:?}");
+    let t1 = Instant::now();
+    let stats = t.shutdown().expect("clean shutdown");
+    assert_eq!(stats.tcp.closed_at_shutdown, 0, "{:?}", stats.tcp);
+    assert!(
+        t1.elapsed() < Duration::from_secs(5),
+        "shutdown took {:?}",
+        t1.elapsed()
+    );
+    drop(s);
 }

@@ -52,6 +52,11 @@ pub const MAX_QUEUE_DEPTH: u32 = 4096;
 pub const MAX_BUFFER_BYTES: u32 = 1 << 30;
 /// Longest Unix socket path (`sun_path` is 108 bytes including the NUL).
 pub const MAX_SOCKET_PATH_BYTES: usize = 107;
+/// Most connections per TCP listener (each is served by its own thread).
+pub const MAX_TCP_CONNS: u64 = 4096;
+/// Longest shutdown grace for TCP connections (a supervisor's stop timeout is
+/// usually well under two minutes).
+pub const MAX_TCP_SHUTDOWN_GRACE_MS: u64 = 60_000;
 
 // ---------------------------------------------------------------------------
 // Model
@@ -148,6 +153,46 @@ pub struct Listeners {
     pub nfs_tcp_port: u16,
     /// TCP port of the MOUNT service (e.g. 20048).
     pub mount_tcp_port: u16,
+    /// Limits and timeouts of both TCP services (optional; defaults apply).
+    #[serde(default)]
+    pub tcp: TcpConfig,
+}
+
+/// Limits and timeouts of the TCP services (NFS and MOUNT, each listener on
+/// its own); every field is optional. A TCP peer is hostile: these bound how
+/// long one connection can hold a slot, a thread and shutdown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TcpConfig {
+    /// Connections served at once per listener (default 64). A new
+    /// connection beyond it closes the idlest one (the one whose last
+    /// complete record is oldest) instead of being refused.
+    pub max_conns: u32,
+    /// A connection with no complete record for this long is closed
+    /// (milliseconds, default 300000).
+    pub idle_timeout_ms: u32,
+    /// A record must arrive whole within this long of its first byte, or the
+    /// connection is closed (milliseconds, default 30000).
+    pub record_timeout_ms: u32,
+    /// A reply must be written whole within this long, or the connection is
+    /// closed (milliseconds, default 30000).
+    pub write_timeout_ms: u32,
+    /// At shutdown, after the backends are synced, how long connections get
+    /// to finish the Call they are serving before they are closed
+    /// (milliseconds, default 2000).
+    pub shutdown_grace_ms: u32,
+}
+
+impl Default for TcpConfig {
+    fn default() -> Self {
+        TcpConfig {
+            max_conns: 64,
+            idle_timeout_ms: 300_000,
+            record_timeout_ms: 30_000,
+            write_timeout_ms: 30_000,
+            shutdown_grace_ms: 2_000,
+        }
+    }
 }
 
 /// One RPC-over-RDMA listener.
@@ -913,14 +958,43 @@ impl Walker {
     }
 
     fn listeners(&mut self, p: &str, v: &Value) -> Option<Listeners> {
-        let m = self.strict_object(p, v, &["fabric", "nfs_tcp_port", "mount_tcp_port"])?;
+        let m = self.strict_object(p, v, &["fabric", "nfs_tcp_port", "mount_tcp_port", "tcp"])?;
         let fabric = self.req(p, m, "fabric", |w, p, v| w.list(p, v, Walker::fabric_listener));
         let nfs = self.req(p, m, "nfs_tcp_port", Walker::u16);
         let mount = self.req(p, m, "mount_tcp_port", Walker::u16);
+        let tcp = self.opt(p, m, "tcp", TcpConfig::default(), Walker::tcp);
         Some(Listeners {
             fabric: fabric?,
             nfs_tcp_port: nfs?,
             mount_tcp_port: mount?,
+            tcp: tcp?,
+        })
+    }
+
+    fn tcp(&mut self, p: &str, v: &Value) -> Option<TcpConfig> {
+        let m = self.strict_object(
+            p,
+            v,
+            &[
+                "max_conns",
+                "idle_timeout_ms",
+                "record_timeout_ms",
+                "write_timeout_ms",
+                "shutdown_grace_ms",
+            ],
+        )?;
+        let d = TcpConfig::default();
+        let max_conns = self.opt(p, m, "max_conns", d.max_conns, Walker::u32);
+        let idle = self.opt(p, m, "idle_timeout_ms", d.idle_timeout_ms, Walker::u32);
+        let record = self.opt(p, m, "record_timeout_ms", d.record_timeout_ms, Walker::u32);
+        let write = self.opt(p, m, "write_timeout_ms", d.write_timeout_ms, Walker::u32);
+        let grace = self.opt(p, m, "shutdown_grace_ms", d.shutdown_grace_ms, Walker::u32);
+        Some(TcpConfig {
+            max_conns: max_conns?,
+            idle_timeout_ms: idle?,
+            record_timeout_ms: record?,
+            write_timeout_ms: write?,
+            shutdown_grace_ms: grace?,
         })
     }
 
@@ -1368,6 +1442,26 @@ impl Config {
         if l.nfs_tcp_port == 0 {
             c.push("$.listeners.nfs_tcp_port".into(), "a port in 1..=65535", 0);
         }
+        let t = &l.tcp;
+        c.range(
+            "$.listeners.tcp.max_conns".into(),
+            u64::from(t.max_conns),
+            1,
+            MAX_TCP_CONNS,
+        );
+        for (key, ms) in [
+            ("idle_timeout_ms", t.idle_timeout_ms),
+            ("record_timeout_ms", t.record_timeout_ms),
+            ("write_timeout_ms", t.write_timeout_ms),
+        ] {
+            c.range(format!("$.listeners.tcp.{key}"), u64::from(ms), 1, u64::from(u32::MAX));
+        }
+        c.range(
+            "$.listeners.tcp.shutdown_grace_ms".into(),
+            u64::from(t.shutdown_grace_ms),
+            0,
+            MAX_TCP_SHUTDOWN_GRACE_MS,
+        );
         if l.mount_tcp_port == 0 {
             c.push("$.listeners.mount_tcp_port".into(), "a port in 1..=65535", 0);
         } else if l.mount_tcp_port == l.nfs_tcp_port {

@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 
 use reactor::config::{
-    BackendConfig, Config, ConfigError, ConfigProblems, CoreRole, FabricConfig, PageSize, PoolUsage,
+    BackendConfig, Config, ConfigError, ConfigProblems, CoreRole, FabricConfig, PageSize, PoolUsage, TcpConfig,
 };
 use reactor::{Reactor, ReactorError};
 use serde_json::{json, Value};
@@ -279,6 +279,32 @@ fn listener_cross_checks() {
         "different from $.listeners.nfs_tcp_port",
         "2049",
     );
+}
+
+/// `listeners.tcp` is optional (older files load unchanged), partial objects
+/// take the defaults for the rest, and out-of-range values are reported.
+#[test]
+fn tcp_limits_are_optional_and_checked() {
+    let c = Config::from_json_value(&example_value("cores.json")).unwrap();
+    assert_eq!(c.listeners.tcp, TcpConfig::default());
+    assert_eq!(c.listeners.tcp.max_conns, 64);
+    let mut v = example_value("cores.json");
+    v["listeners"]["tcp"] = json!({"idle_timeout_ms": 1500, "shutdown_grace_ms": 0});
+    let c = Config::from_json_value(&v).unwrap();
+    c.validate().unwrap();
+    assert_eq!(c.listeners.tcp.idle_timeout_ms, 1500);
+    assert_eq!(c.listeners.tcp.shutdown_grace_ms, 0);
+    assert_eq!(c.listeners.tcp.record_timeout_ms, 30_000);
+    let via_serde: Config = serde_json::from_value(v).unwrap();
+    assert_eq!(via_serde, c, "serde derive and loader disagree");
+    let p = problems_after(|v| {
+        v["listeners"]["tcp"] = json!({"max_conns": 0, "record_timeout_ms": 0, "shutdown_grace_ms": 60001});
+    });
+    assert_problem(&p, "$.listeners.tcp.max_conns", "1..=4096", "0");
+    assert_problem(&p, "$.listeners.tcp.record_timeout_ms", "1..=", "0");
+    assert_problem(&p, "$.listeners.tcp.shutdown_grace_ms", "0..=60000", "60001");
+    let p = problems_after(|v| v["listeners"]["tcp"] = json!({"idle_timeout": 5}));
+    assert!(p.0.iter().any(|q| q.path == "$.listeners.tcp.idle_timeout"), "{p}");
 }
 
 #[test]

@@ -18,8 +18,11 @@
 //!
 //! [`Target::shutdown`] drains: engines refuse new connections and keep
 //! serving until every received Call is answered (bounded by
-//! `reactor.drain_timeout_ms`), TCP listeners stop, then every backend is
-//! synced so no UNSTABLE write is lost, and the process may exit.
+//! `reactor.drain_timeout_ms`), TCP listeners stop accepting, every backend
+//! is synced so no UNSTABLE write is lost, TCP connections get
+//! `listeners.tcp.shutdown_grace_ms` to finish the Call they serve before the
+//! rest are closed (a stalled client cannot hold shutdown), the backends are
+//! synced again if TCP Calls were served meanwhile, and the process may exit.
 
 pub mod tcp;
 
@@ -70,6 +73,9 @@ pub struct TargetStats {
     /// Per engine (core index, its counters).
     pub engines: Vec<(usize, ResponderStats)>,
     pub tcp_calls: u64,
+    /// The TCP listeners' counters, summed (evictions, timeouts, connections
+    /// closed after the shutdown grace, ...).
+    pub tcp: tcp::TcpCounts,
     /// Per reactor core: loop iterations, busy and idle time (empty when the
     /// reactor failed to stop cleanly).
     pub cores: Vec<reactor::CoreStats>,
@@ -278,12 +284,12 @@ impl Target {
         let mut addrs: Vec<IpAddr> = cfg.listeners.fabric.iter().map(|l| l.address).collect();
         addrs.sort();
         addrs.dedup();
-        let opts = tcp::TcpOptions {
-            max_conns: 64,
-            max_record_bytes: classes.data_size + 64 * 1024,
-            max_data_bytes: classes.data_size,
-            service_core: cfg.cores.len(),
-        };
+        let opts = tcp::TcpOptions::new(
+            &cfg.listeners.tcp,
+            classes.data_size + 64 * 1024,
+            classes.data_size,
+            cfg.cores.len(),
+        );
         let mut tcp = Vec::new();
         for ip in addrs {
             for (port, what) in [
@@ -320,6 +326,15 @@ impl Target {
         self.tcp.iter().map(|t| t.local_addr()).collect()
     }
 
+    /// The TCP listeners' counters now, summed.
+    pub fn tcp_counts(&self) -> tcp::TcpCounts {
+        let mut c = tcp::TcpCounts::default();
+        for t in &self.tcp {
+            c.add(&t.stats().snapshot());
+        }
+        c
+    }
+
     /// The services' shared state.
     pub fn shared(&self) -> &Arc<NfsShared> {
         &self.shared
@@ -334,27 +349,43 @@ impl Target {
     fn stop(&mut self) -> Result<TargetStats, TargetError> {
         let mut first_err = None;
         let mut cores = Vec::new();
+        // No new TCP connection from here; idle ones close at once.
+        for t in &self.tcp {
+            t.stop_accepting();
+        }
         if let Some(r) = self.reactor.take() {
             match r.shutdown() {
                 Ok(c) => cores = c,
                 Err(e) => first_err = Some(TargetError::Reactor(e)),
             }
         }
-        let mut tcp_calls = 0;
+        // Sync before waiting for TCP connections: a client stalled in the
+        // middle of a record (or not reading) may hold its thread until the
+        // grace runs out, and a supervisor may kill the process meanwhile.
+        let synced_at = self.tcp_counts().calls;
+        let sync = |shared: &NfsShared, first_err: &mut Option<TargetError>| {
+            if let Err(e) = shared.sync_all() {
+                tracing::error!(error = %e, "syncing backends at shutdown failed");
+                first_err.get_or_insert(TargetError::Backend {
+                    name: "*".into(),
+                    source: e,
+                });
+            }
+        };
+        sync(&self.shared, &mut first_err);
+        let mut tcp = tcp::TcpCounts::default();
         for mut t in self.tcp.drain(..) {
             t.stop();
-            tcp_calls += t.stats().calls.load(std::sync::atomic::Ordering::Relaxed);
+            tcp.add(&t.stats().snapshot());
         }
-        if let Err(e) = self.shared.sync_all() {
-            tracing::error!(error = %e, "syncing backends at shutdown failed");
-            first_err.get_or_insert(TargetError::Backend {
-                name: "*".into(),
-                source: e,
-            });
+        if tcp.calls != synced_at {
+            // Calls served during the grace may have written: sync again.
+            sync(&self.shared, &mut first_err);
         }
         let stats = TargetStats {
             engines: std::mem::take(&mut *self.engine_stats.lock().unwrap_or_else(|e| e.into_inner())),
-            tcp_calls,
+            tcp_calls: tcp.calls,
+            tcp,
             cores,
         };
         match first_err {

@@ -10,13 +10,29 @@
 //! one duplicate request cache behind a mutex (held only to look a Call up
 //! and to store its reply), so a Call a client resends on a new connection
 //! after a reconnect is answered from it ([`crate::nfs::drc`]).
+//!
+//! A TCP peer is hostile, so no connection holds its slot, its thread or
+//! shutdown for long:
+//! - a connection with no complete record for [`TcpOptions::idle_timeout`] is
+//!   closed, and so is one whose record (every fragment, s11) has not arrived
+//!   whole [`TcpOptions::record_timeout`] after its first byte (a sender
+//!   trickling one byte at a time), or whose reply cannot be written whole
+//!   within [`TcpOptions::write_timeout`] (a client that stops reading);
+//! - when `max_conns` connections are open, a new one closes the idlest
+//!   (the one whose last complete record is oldest) instead of being
+//!   refused; it is refused only while every connection is serving a Call;
+//! - [`TcpServer::finish`] gives connections a bounded grace to finish the
+//!   Call they serve, then closes them.
+//!
+//! Evictions, refusals and timeouts are counted ([`TcpStats`]) and logged at
+//! most once a second per listener, with the counts since the last line.
 
 use std::io::{self, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use dataplane::fabric::ConnId;
 use dataplane::service::{CallView, ReplyBuilder, Service};
@@ -29,7 +45,7 @@ use crate::nfs::{NfsService, NfsShared, ReplyCacheRef};
 /// Limits of one TCP listener.
 #[derive(Clone, Copy, Debug)]
 pub struct TcpOptions {
-    /// Connections served at once; more are accepted and closed at once.
+    /// Connections served at once; a new one beyond it closes the idlest.
     pub max_conns: usize,
     /// Largest Call record (all fragments); a larger one closes the connection.
     pub max_record_bytes: usize,
@@ -37,15 +53,103 @@ pub struct TcpOptions {
     pub max_data_bytes: usize,
     /// Core index the connection threads' backend channels are opened for.
     pub service_core: usize,
+    /// No complete record for this long closes the connection.
+    pub idle_timeout: Duration,
+    /// A record must arrive whole within this long of its first byte.
+    pub record_timeout: Duration,
+    /// A reply must be written whole within this long.
+    pub write_timeout: Duration,
+    /// How long [`TcpServer::stop`] lets connections finish before closing them.
+    pub shutdown_grace: Duration,
+}
+
+impl TcpOptions {
+    /// The limits for one listener from the configuration's `listeners.tcp`.
+    pub fn new(
+        cfg: &reactor::config::TcpConfig,
+        max_record_bytes: usize,
+        max_data_bytes: usize,
+        service_core: usize,
+    ) -> TcpOptions {
+        let ms = |v: u32| Duration::from_millis(u64::from(v));
+        TcpOptions {
+            max_conns: cfg.max_conns as usize,
+            max_record_bytes,
+            max_data_bytes,
+            service_core,
+            idle_timeout: ms(cfg.idle_timeout_ms),
+            record_timeout: ms(cfg.record_timeout_ms),
+            write_timeout: ms(cfg.write_timeout_ms),
+            shutdown_grace: ms(cfg.shutdown_grace_ms),
+        }
+    }
 }
 
 /// Counters of one listener.
 #[derive(Debug, Default)]
 pub struct TcpStats {
     pub conns_accepted: AtomicU64,
+    /// New connections closed at once: every open one was serving a Call.
     pub conns_refused: AtomicU64,
+    /// Open connections closed to make room for a new one.
+    pub conns_evicted: AtomicU64,
+    /// Connections closed with no complete record for the idle timeout.
+    pub idle_timeouts: AtomicU64,
+    /// Connections closed with a record not whole by its deadline.
+    pub record_timeouts: AtomicU64,
+    /// Connections closed with a reply not written by its deadline.
+    pub write_timeouts: AtomicU64,
+    /// Connections still open after the shutdown grace, closed by force.
+    pub closed_at_shutdown: AtomicU64,
     pub calls: AtomicU64,
     pub bad_records: AtomicU64,
+}
+
+/// A snapshot of [`TcpStats`], summable over listeners.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TcpCounts {
+    pub conns_accepted: u64,
+    pub conns_refused: u64,
+    pub conns_evicted: u64,
+    pub idle_timeouts: u64,
+    pub record_timeouts: u64,
+    pub write_timeouts: u64,
+    pub closed_at_shutdown: u64,
+    pub calls: u64,
+    pub bad_records: u64,
+}
+
+impl TcpCounts {
+    /// Add `o` field by field.
+    pub fn add(&mut self, o: &TcpCounts) {
+        self.conns_accepted += o.conns_accepted;
+        self.conns_refused += o.conns_refused;
+        self.conns_evicted += o.conns_evicted;
+        self.idle_timeouts += o.idle_timeouts;
+        self.record_timeouts += o.record_timeouts;
+        self.write_timeouts += o.write_timeouts;
+        self.closed_at_shutdown += o.closed_at_shutdown;
+        self.calls += o.calls;
+        self.bad_records += o.bad_records;
+    }
+}
+
+impl TcpStats {
+    /// The counters now.
+    pub fn snapshot(&self) -> TcpCounts {
+        let r = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        TcpCounts {
+            conns_accepted: r(&self.conns_accepted),
+            conns_refused: r(&self.conns_refused),
+            conns_evicted: r(&self.conns_evicted),
+            idle_timeouts: r(&self.idle_timeouts),
+            record_timeouts: r(&self.record_timeouts),
+            write_timeouts: r(&self.write_timeouts),
+            closed_at_shutdown: r(&self.closed_at_shutdown),
+            calls: r(&self.calls),
+            bad_records: r(&self.bad_records),
+        }
+    }
 }
 
 /// One listening port and its connection threads.
@@ -54,11 +158,15 @@ pub struct TcpServer {
     addr: SocketAddr,
     stop: Arc<AtomicBool>,
     stats: Arc<TcpStats>,
-    thread: Option<JoinHandle<()>>,
+    grace: Duration,
+    thread: Option<JoinHandle<Vec<Conn>>>,
 }
 
-/// How often blocked threads look at the stop flag.
+/// How often blocked threads look at the stop flag and their deadlines.
 const STOP_POLL: Duration = Duration::from_millis(50);
+
+/// At most one log line per listener per this long (with counts).
+const LOG_EVERY: Duration = Duration::from_secs(1);
 
 impl TcpServer {
     /// Bind `addr` and start serving. Call from the admin thread.
@@ -76,6 +184,7 @@ impl TcpServer {
             addr,
             stop,
             stats,
+            grace: opts.shutdown_grace,
             thread: Some(thread),
         })
     }
@@ -89,13 +198,52 @@ impl TcpServer {
         &self.stats
     }
 
-    /// Stop accepting; connection threads finish the call they are serving
-    /// (its reply is sent), then close. Waits for all of them.
-    pub fn stop(&mut self) {
+    /// Stop accepting: connections close between records (a Call being
+    /// served is answered first); returns at once. [`TcpServer::finish`]
+    /// waits for them.
+    pub fn stop_accepting(&self) {
+        // Release: pairs with the Acquire loads in the accept loop and the
+        // connection threads.
         self.stop.store(true, Ordering::Release);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
+    }
+
+    /// Stop accepting, give the connections `grace` to finish the Call they
+    /// serve and close, then close the ones still open (a client stalled in
+    /// the middle of a record, or not reading its reply) and wait for every
+    /// thread. Returns how many were closed by force.
+    pub fn finish(&mut self, grace: Duration) -> u64 {
+        self.stop_accepting();
+        let Some(t) = self.thread.take() else { return 0 };
+        let conns = t.join().unwrap_or_default();
+        let deadline = Instant::now() + grace;
+        while Instant::now() < deadline && !conns.iter().all(|c| c.thread.is_finished()) {
+            std::thread::sleep(Duration::from_millis(10));
         }
+        let mut forced = 0;
+        for c in &conns {
+            if !c.thread.is_finished() {
+                c.slot.close();
+                forced += 1;
+            }
+        }
+        if forced > 0 {
+            self.stats.closed_at_shutdown.fetch_add(forced, Ordering::Relaxed);
+            tracing::warn!(
+                addr = %self.addr,
+                connections = forced,
+                grace_ms = grace.as_millis() as u64,
+                "TCP connections still busy after the shutdown grace: closed"
+            );
+        }
+        for c in conns {
+            let _ = c.thread.join();
+        }
+        forced
+    }
+
+    /// [`TcpServer::finish`] with the configured grace.
+    pub fn stop(&mut self) {
+        self.finish(self.grace);
     }
 }
 
@@ -105,151 +253,393 @@ impl Drop for TcpServer {
     }
 }
 
+/// What the accept loop and a connection thread share about the connection.
+#[derive(Debug)]
+struct Slot {
+    /// Another handle on the connection's socket, to close it from outside.
+    sock: TcpStream,
+    /// When the last record was complete (or the connection accepted), in
+    /// milliseconds since the listener started.
+    last_record_ms: AtomicU64,
+    /// Between a complete record and its reply written: not to be evicted.
+    busy: AtomicBool,
+    /// Closed from outside (eviction, shutdown).
+    closed: AtomicBool,
+}
+
+impl Slot {
+    /// Close from outside: a thread blocked on the socket wakes at once.
+    fn close(&self) {
+        // Release: pairs with the Acquire load in the connection thread.
+        self.closed.store(true, Ordering::Release);
+        let _ = self.sock.shutdown(Shutdown::Both);
+    }
+
+    fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+}
+
+#[derive(Debug)]
+struct Conn {
+    slot: Arc<Slot>,
+    thread: JoinHandle<()>,
+    /// Closed to make room: no longer counts against `max_conns`.
+    evicted: bool,
+}
+
+/// Logs what the listener refused, evicted and timed out at most once per
+/// [`LOG_EVERY`], with the counts since the previous line.
+struct RateLog {
+    at: Instant,
+    seen: [u64; 5],
+}
+
+impl RateLog {
+    fn counts(s: &TcpStats) -> [u64; 5] {
+        [
+            s.conns_evicted.load(Ordering::Relaxed),
+            s.conns_refused.load(Ordering::Relaxed),
+            s.idle_timeouts.load(Ordering::Relaxed),
+            s.record_timeouts.load(Ordering::Relaxed),
+            s.write_timeouts.load(Ordering::Relaxed),
+        ]
+    }
+
+    fn poll(&mut self, addr: SocketAddr, s: &TcpStats, max_conns: usize) {
+        if self.at.elapsed() < LOG_EVERY {
+            return;
+        }
+        let now = Self::counts(s);
+        let d: [u64; 5] = std::array::from_fn(|i| now[i] - self.seen[i]);
+        if d.iter().any(|&x| x > 0) {
+            tracing::warn!(
+                %addr,
+                max_conns,
+                evicted = d[0],
+                refused = d[1],
+                idle_timeouts = d[2],
+                record_timeouts = d[3],
+                write_timeouts = d[4],
+                "TCP connections closed for the limits (counts since the last line)"
+            );
+            self.at = Instant::now();
+        }
+        self.seen = now;
+    }
+}
+
 fn accept_loop(
     listener: TcpListener,
     shared: Arc<NfsShared>,
     opts: TcpOptions,
     stop: Arc<AtomicBool>,
     stats: Arc<TcpStats>,
-) {
-    let live = Arc::new(AtomicUsize::new(0));
+) -> Vec<Conn> {
+    let epoch = Instant::now();
+    let addr = listener.local_addr().ok();
+    let mut log = RateLog {
+        at: epoch.checked_sub(LOG_EVERY).unwrap_or(epoch),
+        seen: [0; 5],
+    };
+    let mut conns: Vec<Conn> = Vec::new();
     let drc = Arc::new(Mutex::new(ReplyCache::new(DRC_ENTRIES)));
-    let mut conns: Vec<JoinHandle<()>> = Vec::new();
     let mut next_id = 0u32;
-    // Acquire: pairs with the Release store in `TcpServer::stop`.
+    // Acquire: pairs with the Release store in `TcpServer::stop_accepting`.
     while !stop.load(Ordering::Acquire) {
-        match listener.accept() {
-            Ok((sock, peer)) => {
-                conns.retain(|h| !h.is_finished());
-                if live.load(Ordering::Relaxed) >= opts.max_conns {
-                    stats.conns_refused.fetch_add(1, Ordering::Relaxed);
-                    tracing::warn!(%peer, max = opts.max_conns, "TCP connection refused: too many connections");
-                    drop(sock);
-                    continue;
-                }
-                stats.conns_accepted.fetch_add(1, Ordering::Relaxed);
-                live.fetch_add(1, Ordering::Relaxed);
-                next_id = next_id.wrapping_add(1);
-                let (shared, stop, stats, live) = (shared.clone(), stop.clone(), stats.clone(), live.clone());
-                let drc = ReplyCacheRef::Shared(drc.clone());
-                let id = next_id;
-                let spawned = std::thread::Builder::new()
-                    .name(format!("tcp-conn-{id}"))
-                    .spawn(move || {
-                        if let Err(e) = serve_conn(sock, peer, id, &shared, drc, opts, &stop, &stats) {
-                            tracing::debug!(%peer, error = %e, "TCP connection closed");
-                        }
-                        live.fetch_sub(1, Ordering::Relaxed);
-                    });
-                match spawned {
-                    Ok(h) => conns.push(h),
-                    Err(e) => tracing::warn!(%peer, error = %e, "cannot start a connection thread"),
-                }
+        if let Some(a) = addr {
+            log.poll(a, &stats, opts.max_conns);
+        }
+        // Release the handles of connections whose threads have ended.
+        conns.retain(|c| !c.thread.is_finished());
+        let (sock, peer) = match listener.accept() {
+            Ok(x) => x,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                std::thread::sleep(STOP_POLL);
+                continue;
             }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => std::thread::sleep(STOP_POLL),
             Err(e) => {
                 tracing::warn!(error = %e, "accept failed");
                 std::thread::sleep(STOP_POLL);
+                continue;
+            }
+        };
+        let open = conns.iter().filter(|c| !c.evicted).count();
+        if open >= opts.max_conns {
+            // Make room: close the idlest connection not serving a Call.
+            let idlest = conns
+                .iter_mut()
+                .filter(|c| !c.evicted && !c.slot.busy.load(Ordering::Acquire))
+                .min_by_key(|c| c.slot.last_record_ms.load(Ordering::Relaxed));
+            match idlest {
+                Some(c) => {
+                    c.slot.close();
+                    c.evicted = true;
+                    stats.conns_evicted.fetch_add(1, Ordering::Relaxed);
+                }
+                None => {
+                    stats.conns_refused.fetch_add(1, Ordering::Relaxed);
+                    drop(sock);
+                    continue;
+                }
             }
         }
+        let Ok(handle) = sock.try_clone() else {
+            stats.conns_refused.fetch_add(1, Ordering::Relaxed);
+            continue;
+        };
+        let slot = Arc::new(Slot {
+            sock: handle,
+            last_record_ms: AtomicU64::new(epoch.elapsed().as_millis() as u64),
+            busy: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
+        });
+        stats.conns_accepted.fetch_add(1, Ordering::Relaxed);
+        next_id = next_id.wrapping_add(1);
+        let (shared, stop, stats, slot2) = (shared.clone(), stop.clone(), stats.clone(), slot.clone());
+        let drc = drc.clone();
+        let id = next_id;
+        let spawned = std::thread::Builder::new()
+            .name(format!("tcp-conn-{id}"))
+            .spawn(move || {
+                let conn = ConnCtx {
+                    id,
+                    peer,
+                    drc,
+                    opts,
+                    stop: &stop,
+                    stats: &stats,
+                    slot: &slot2,
+                    epoch,
+                };
+                if let Err(e) = serve_conn(sock, &shared, &conn) {
+                    tracing::debug!(%peer, reason = %e, "TCP connection closed");
+                }
+            });
+        match spawned {
+            Ok(thread) => conns.push(Conn {
+                slot,
+                thread,
+                evicted: false,
+            }),
+            Err(e) => tracing::warn!(%peer, error = %e, "cannot start a connection thread"),
+        }
     }
-    for h in conns {
-        let _ = h.join();
+    conns
+}
+
+/// What a connection thread needs besides its socket and service.
+struct ConnCtx<'a> {
+    id: u32,
+    peer: SocketAddr,
+    /// The listener's duplicate request cache.
+    drc: Arc<Mutex<ReplyCache>>,
+    opts: TcpOptions,
+    stop: &'a AtomicBool,
+    stats: &'a TcpStats,
+    slot: &'a Slot,
+    epoch: Instant,
+}
+
+/// Why a connection ended other than by a clean end of stream.
+#[derive(Debug, thiserror::Error)]
+enum ConnEnd {
+    #[error("no complete record within the idle timeout")]
+    Idle,
+    #[error("record not complete within the record timeout")]
+    Record,
+    #[error("reply not written within the write timeout")]
+    Write,
+    #[error("closed by the listener (evicted or shut down)")]
+    Closed,
+    #[error("record over {0} bytes")]
+    TooLarge(usize),
+    #[error("{0}")]
+    Io(#[from] io::Error),
+}
+
+/// The deadlines of the record being read: the idle deadline (from the last
+/// complete record) and, from its first byte, the record's own.
+struct Clock {
+    idle_until: Instant,
+    record_until: Option<Instant>,
+}
+
+impl Clock {
+    /// `Err` once a deadline has passed (checked after every wake-up).
+    fn check(&self, now: Instant) -> Result<(), ConnEnd> {
+        if self.record_until.is_some_and(|t| now >= t) {
+            return Err(ConnEnd::Record);
+        }
+        if now >= self.idle_until {
+            return Err(ConnEnd::Idle);
+        }
+        Ok(())
     }
 }
 
-/// Read exactly `buf.len()` bytes; `Ok(false)` on a clean end of stream
-/// before the first byte. Gives up when `stop` is set while waiting between
-/// records (`idle` true) — never in the middle of one.
-fn read_full(sock: &mut TcpStream, buf: &mut [u8], stop: &AtomicBool, idle: bool) -> io::Result<bool> {
+/// Read exactly `buf.len()` bytes; `Ok(false)` on a clean end of stream, or
+/// on shutdown, before the first byte of a record (`boundary`). The socket's
+/// read timeout ([`STOP_POLL`]) wakes it to look at the deadlines and the
+/// flags; the record's deadline starts with its first byte.
+fn read_full(
+    sock: &mut TcpStream,
+    buf: &mut [u8],
+    conn: &ConnCtx<'_>,
+    clock: &mut Clock,
+    boundary: bool,
+) -> Result<bool, ConnEnd> {
     let mut n = 0;
     while n < buf.len() {
         match sock.read(&mut buf[n..]) {
-            Ok(0) if n == 0 && idle => return Ok(false),
-            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
-            Ok(k) => n += k,
+            Ok(0) if conn.slot.is_closed() => return Err(ConnEnd::Closed),
+            Ok(0) if n == 0 && boundary => return Ok(false),
+            Ok(0) => return Err(io::Error::from(io::ErrorKind::UnexpectedEof).into()),
+            Ok(k) => {
+                if clock.record_until.is_none() {
+                    clock.record_until = Some(Instant::now() + conn.opts.record_timeout);
+                }
+                n += k;
+            }
             Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
-                // Acquire: pairs with the Release store in `TcpServer::stop`.
-                if idle && n == 0 && stop.load(Ordering::Acquire) {
+                // Acquire: pairs with the Release store in `TcpServer::stop_accepting`.
+                if boundary && n == 0 && conn.stop.load(Ordering::Acquire) {
                     return Ok(false);
                 }
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
+            Err(_) if conn.slot.is_closed() => return Err(ConnEnd::Closed),
+            Err(e) => return Err(e.into()),
+        }
+        if conn.slot.is_closed() {
+            return Err(ConnEnd::Closed);
+        }
+        if n < buf.len() {
+            clock.check(Instant::now())?;
         }
     }
     Ok(true)
 }
 
-#[allow(clippy::too_many_arguments)]
-fn serve_conn(
-    mut sock: TcpStream,
-    peer: SocketAddr,
-    id: u32,
-    shared: &Arc<NfsShared>,
-    drc: ReplyCacheRef,
-    opts: TcpOptions,
-    stop: &AtomicBool,
-    stats: &TcpStats,
-) -> io::Result<()> {
+/// Write all of `buf` by `deadline`; the socket's write timeout
+/// ([`STOP_POLL`]) wakes it to look at the deadline and the close flag.
+fn write_full(sock: &mut TcpStream, buf: &[u8], conn: &ConnCtx<'_>, deadline: Instant) -> Result<(), ConnEnd> {
+    let mut n = 0;
+    while n < buf.len() {
+        match sock.write(&buf[n..]) {
+            Ok(0) => return Err(io::Error::from(io::ErrorKind::WriteZero).into()),
+            Ok(k) => n += k,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
+                ) => {}
+            Err(_) if conn.slot.is_closed() => return Err(ConnEnd::Closed),
+            Err(e) => return Err(e.into()),
+        }
+        if conn.slot.is_closed() {
+            return Err(ConnEnd::Closed);
+        }
+        if n < buf.len() && Instant::now() >= deadline {
+            return Err(ConnEnd::Write);
+        }
+    }
+    Ok(())
+}
+
+fn serve_conn(sock: TcpStream, shared: &Arc<NfsShared>, conn: &ConnCtx<'_>) -> Result<(), ConnEnd> {
+    let r = serve_records(sock, shared, conn);
+    // The listener holds another handle on the socket (to close it from
+    // outside): dropping this one alone would leave the connection open.
+    let _ = conn.slot.sock.shutdown(Shutdown::Both);
+    let counter = match &r {
+        Err(ConnEnd::Idle) => Some(&conn.stats.idle_timeouts),
+        Err(ConnEnd::Record) => Some(&conn.stats.record_timeouts),
+        Err(ConnEnd::Write) => Some(&conn.stats.write_timeouts),
+        Err(ConnEnd::TooLarge(_)) => Some(&conn.stats.bad_records),
+        _ => None,
+    };
+    if let Some(c) = counter {
+        c.fetch_add(1, Ordering::Relaxed);
+    }
+    r
+}
+
+fn serve_records(mut sock: TcpStream, shared: &Arc<NfsShared>, conn: &ConnCtx<'_>) -> Result<(), ConnEnd> {
+    let opts = &conn.opts;
     sock.set_nonblocking(false)?;
     sock.set_read_timeout(Some(STOP_POLL))?;
+    sock.set_write_timeout(Some(STOP_POLL))?;
     sock.set_nodelay(true)?;
-    let mut service = NfsService::with_reply_cache(shared.clone(), opts.service_core, drc)
-        .map_err(|e| io::Error::other(format!("backend channel: {e}")))?;
+    let mut service = NfsService::with_reply_cache(
+        shared.clone(),
+        opts.service_core,
+        ReplyCacheRef::Shared(conn.drc.clone()),
+    )
+    .map_err(|e| io::Error::other(format!("backend channel: {e}")))?;
     let mut record = vec![0u8; opts.max_record_bytes];
     // Head room: RPC reply header plus the largest results without the data item.
     let mut head = vec![0u8; 64 * 1024];
     let mut data = vec![0u8; opts.max_data_bytes];
     let mut out = Vec::with_capacity(64 * 1024);
     loop {
+        // Acquire: pairs with the Release store in `TcpServer::stop_accepting`.
+        if conn.stop.load(Ordering::Acquire) {
+            return Ok(());
+        }
         // One record: fragments until the last one (RFC 5531 s11).
+        let mut clock = Clock {
+            idle_until: Instant::now() + opts.idle_timeout,
+            record_until: None,
+        };
         let mut len = 0usize;
         let mut first = true;
         loop {
             let mut mark = [0u8; RM_BYTES];
-            if !read_full(&mut sock, &mut mark, stop, first)? {
+            if !read_full(&mut sock, &mut mark, conn, &mut clock, first)? {
                 return Ok(());
             }
             first = false;
             let m = RecordMark::from_bytes(mark);
             let frag = m.len() as usize;
             if frag > opts.max_record_bytes - len {
-                stats.bad_records.fetch_add(1, Ordering::Relaxed);
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    format!("record over {} bytes", opts.max_record_bytes),
-                ));
+                return Err(ConnEnd::TooLarge(opts.max_record_bytes));
             }
-            read_full(&mut sock, &mut record[len..len + frag], stop, false)?;
+            read_full(&mut sock, &mut record[len..len + frag], conn, &mut clock, false)?;
             len += frag;
             if m.last() {
                 break;
             }
         }
-        stats.calls.fetch_add(1, Ordering::Relaxed);
+        // Release: the accept loop reads `busy` (Acquire) before evicting.
+        conn.slot.busy.store(true, Ordering::Release);
+        conn.stats.calls.fetch_add(1, Ordering::Relaxed);
         let msg = &record[..len];
         let xid = msg.get(..4).map_or(0, |b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]));
         let piece = [Piece::Inline {
             start: 0,
             len: len as u32,
         }];
-        let call = CallView::contiguous(ConnId(id), Some(peer.ip()), 0, xid, msg, &piece);
+        let call = CallView::contiguous(ConnId(conn.id), Some(conn.peer.ip()), 0, xid, msg, &piece);
         let hint = service.reply_data_hint(&call).min(data.len());
         let mut rb = ReplyBuilder::new(&mut head, Some(&mut data[..hint]));
-        if service.handle_call(&call, &mut rb).is_err() {
-            // The service asked to drop the call: no reply (the client retransmits).
-            continue;
+        if service.handle_call(&call, &mut rb).is_ok() {
+            let shape = rb.finish();
+            let (h, d) = (shape.head_len as usize, shape.data_len as usize);
+            let total = h + d + shape.pad() as usize;
+            out.clear();
+            let mark = RecordMark::new(true, total as u32).map_err(|_| io::Error::other("reply too large"))?;
+            out.extend_from_slice(&mark.to_bytes());
+            out.extend_from_slice(&head[..h]);
+            out.extend_from_slice(&data[..d]);
+            out.extend_from_slice(&[0u8; 3][..shape.pad() as usize]);
+            write_full(&mut sock, &out, conn, Instant::now() + opts.write_timeout)?;
         }
-        let shape = rb.finish();
-        let (h, d) = (shape.head_len as usize, shape.data_len as usize);
-        let total = h + d + shape.pad() as usize;
-        out.clear();
-        let mark = RecordMark::new(true, total as u32).map_err(|_| io::Error::other("reply too large"))?;
-        out.extend_from_slice(&mark.to_bytes());
-        out.extend_from_slice(&head[..h]);
-        out.extend_from_slice(&data[..d]);
-        out.extend_from_slice(&[0u8; 3][..shape.pad() as usize]);
-        sock.write_all(&out)?;
+        // else the service asked to drop the call: no reply (the client
+        // retransmits).
+        conn.slot
+            .last_record_ms
+            .store(conn.epoch.elapsed().as_millis() as u64, Ordering::Relaxed);
+        conn.slot.busy.store(false, Ordering::Release);
     }
 }
