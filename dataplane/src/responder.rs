@@ -239,6 +239,56 @@ pub enum ReqState {
     Draining,
 }
 
+/// The form of a request's reply: what `step_send` puts on the wire. Each
+/// is the plan `plan::plan_reply` would make for that shape (each fast
+/// form is proven equal to it by `proto`'s property tests and checked byte
+/// for byte by the engine scenarios), built without the general planning.
+#[derive(Clone, Copy, Debug, Default)]
+enum ReplyForm {
+    #[default]
+    None,
+    /// One Send: the one-step Short header (`plan::encode_short_reply_header`),
+    /// then head, data and padding. A chunk-free Call whose whole reply fits
+    /// the peer's inline threshold ([`short_reply_fits`]; RFC 8166 s3.5.2,
+    /// draft s4.3.2).
+    Short,
+    /// One RDMA Write of the reply's one DDP item into `seg`, the Call's only
+    /// chunk, then one Send of the one-step header
+    /// (`plan::encode_one_write_reply_header`) and the rest of the reply
+    /// (`plan::one_write_short_reply`; RFC 8166 s3.4.6). `placed`: the
+    /// service wrote the item into the segment's memory already
+    /// (`Fabric::remote_window`, shm), so no Write is posted.
+    OneWrite { seg: Segment, placed: bool },
+    /// The general plan (`plan::plan_reply`): Writes into Write chunks,
+    /// a Long reply through the Reply chunk, or a Short reply.
+    Planned(ReplyPlan),
+}
+
+/// How a reply is counted in [`ResponderStats`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ReplyStat {
+    Inline,
+    WriteChunks { placed: bool },
+    Long { with_writes: bool },
+}
+
+/// The statistics kind of a reply of form `form`.
+#[inline(always)]
+fn reply_stat_kind(form: &ReplyForm) -> ReplyStat {
+    match form {
+        ReplyForm::None | ReplyForm::Short => ReplyStat::Inline,
+        ReplyForm::OneWrite { placed, .. } => ReplyStat::WriteChunks { placed: *placed },
+        ReplyForm::Planned(p) => {
+            let reduced = !p.reduced_items().is_empty();
+            match p.kind {
+                ReplyKind::Long => ReplyStat::Long { with_writes: reduced },
+                ReplyKind::Short if reduced => ReplyStat::WriteChunks { placed: false },
+                ReplyKind::Short => ReplyStat::Inline,
+            }
+        }
+    }
+}
+
 /// What the request will send back when it is not an RPC Reply.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 enum Control {
@@ -267,6 +317,10 @@ struct Request<'p> {
     chunk_offs: [u32; plan::PLAN_READ_CHUNKS],
     /// Accounted as a Call in the connection's credits.
     counted: bool,
+    /// The connection's largest Send toward the peer (`Conn::send_max`),
+    /// copied when the Call is admitted: the inline threshold its reply is
+    /// planned against.
+    inline_max: u32,
     /// How the Call ended is counted: its reply or error reply was posted,
     /// or the service dropped it on purpose. A counted Call released
     /// without it is counted as unanswered ([`Responder::release`]).
@@ -283,7 +337,8 @@ struct Request<'p> {
     data_buf: Option<BufRef>,
     data_hint: u32,
     shape: ReplyShape,
-    reply: Option<ReplyPlan>,
+    /// The reply's form, once planned (`after_service`).
+    form: ReplyForm,
     control: Control,
     /// Work requests posted and not yet completed.
     wr_out: u32,
@@ -292,19 +347,6 @@ struct Request<'p> {
     failed: bool,
     /// The Call carried no chunks (an RDMA_MSG with three empty lists).
     chunk_free: bool,
-    /// Its reply goes as one Send built in place: the one-step Short header
-    /// (`plan::encode_short_reply_header`), then head, data and padding
-    /// (`reply` stays `None`). Set by `step_execute` for a chunk-free Call
-    /// whose whole reply fits the peer's inline threshold.
-    short_reply: bool,
-    /// Its reply is one RDMA Write of the reply's one DDP item into this
-    /// segment, the Call's only chunk, then one Send of the one-step header
-    /// and the rest of the reply (`plan::one_write_short_reply`; `reply`
-    /// stays `None`). Set by `step_execute` for a Call of the READ shape.
-    write_seg: Option<Segment>,
-    /// With `write_seg`: the service wrote the data item straight into that
-    /// segment's memory (shm), so the reply posts no RDMA Write.
-    data_placed: bool,
     /// When the poll that delivered the Call returned (stage timing only;
     /// zero-sized without the `stage-timing` feature).
     t0: Stamp,
@@ -316,7 +358,7 @@ impl<'p> Request<'p> {
     /// send and head buffers and the planning state (`read_plan`,
     /// `chunk_offs`, `shape`), which is several hundred bytes and always
     /// written before it is read (`read_plan` and `chunk_offs` by `step_new`,
-    /// `shape` with `reply` by `step_execute`).
+    /// `shape` with `form` by `after_service`).
     #[inline]
     fn start(&mut self, conn: u32, recv: BufRef, recv_len: u32) {
         self.hdr = None;
@@ -335,26 +377,12 @@ impl<'p> Request<'p> {
         self.reads_total = 0;
         self.data_buf = None;
         self.data_hint = 0;
-        self.reply = None;
+        self.form = ReplyForm::None;
         self.control = Control::None;
         self.wr_out = 0;
         self.sq_need = 0;
         self.failed = false;
         self.chunk_free = false;
-        self.short_reply = false;
-        self.write_seg = None;
-        self.data_placed = false;
-    }
-
-    /// Plan the reply `shape` as one Send built in place (`short_reply`;
-    /// [`short_reply_fits`] checked it), waiting for its send-queue slot.
-    #[inline]
-    fn plan_short_reply(&mut self, shape: ReplyShape) {
-        self.shape = shape;
-        self.reply = None;
-        self.short_reply = true;
-        self.sq_need = 1;
-        self.state = ReqState::NeedSendSlots;
     }
 
     /// Reserve the reply buffers (a send buffer for the transport header and
@@ -816,6 +844,7 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
     }
 
     /// Forget a dead connection once no request refers to it.
+    #[inline]
     fn maybe_forget_conn(&mut self, slot: u32) {
         let Some(c) = self.conn(slot) else { return };
         if c.state == ConnState::Dead && c.requests == 0 {
@@ -899,105 +928,7 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         if let Some(c) = self.conn_mut(slot) {
             c.requests += 1;
         }
-        if self.short_call(i) {
-            self.advance(i);
-        }
-    }
-
-    /// A chunk-free Call (RDMA_MSG / RDMA2_MSG with three empty lists, which
-    /// is how most Calls travel: NULL, GETATTR, LOOKUP, ACCESS and the like)
-    /// taken from `New` to `Sending` in one pass, for request `i` just
-    /// started by [`Self::handle_recv`]. The same steps and outcomes as
-    /// `step_new`, `step_execute`, `step_send` and `send_short_reply` for
-    /// that shape, with each lookup and check made once. Returns whether
-    /// the state machine ([`Self::advance`]) must go on with the request:
-    /// from `New`, untouched, when the message is not of that shape or the
-    /// connection is not in its steady state (version not fixed yet, no
-    /// send-queue slot, the slot's reply buffers not yet taken); from
-    /// `NeedReplyBufs` when the service asks for a data buffer; from where
-    /// [`Self::after_service`] leaves it when the reply does not fit inline.
-    ///
-    /// Called on the request's core only.
-    #[inline]
-    fn short_call(&mut self, i: u32) -> bool {
-        let Self {
-            reqs,
-            conns,
-            bufs,
-            service,
-            cfg,
-            stats,
-            stages,
-            send_size,
-            ..
-        } = self;
-        let Some(r) = reqs.get_mut(i) else { return true };
-        let (Some(recv), true, Some(head_b)) = (r.recv, r.send_buf.is_some(), r.head_buf) else {
-            return true;
-        };
-        let msg = &bufs.bytes(recv)[..r.recv_len as usize];
-        // RFC 8166 s4.2 / draft s5.3.1, validated as `header::decode` would.
-        let Some(h) = header::decode_chunk_free_msg(msg) else {
-            return true;
-        };
-        let Some(c) = conns.get_mut(r.conn).and_then(Option::as_mut) else {
-            return true;
-        };
-        // Steady state only: the connection's version fixed to this Call's
-        // (draft s7.3; so `neg.handle_call` would accept it and change
-        // nothing), not a v2 RESPONSE (draft s3.2), a send-queue slot free.
-        if c.state != ConnState::Up
-            || c.neg.version() != Some(h.vers)
-            || (h.vers == RPCRDMA_VERSION_2 && h.is_response())
-            || cfg.send_depth.saturating_sub(c.sq_used) == 0
-        {
-            return true;
-        }
-        r.xid = h.xid;
-        r.vers = h.vers;
-        if c.credits.on_call(h.credits).is_err() {
-            // As `step_new`: RFC 8166 s3.3.1, close the connection.
-            stats.credit_overruns += 1;
-            let conn = r.conn;
-            self.drop_call(i, false);
-            self.kill_conn(conn, true);
-            return false;
-        }
-        stats.calls += 1;
-        let (conn_id, send_max, grant) = (c.id, c.send_max, c.credits.grant());
-        r.counted = true;
-        let payload_len = h.payload().map_or(0, <[u8]>::len) as u32;
-        plan::plan_inline_call_into(payload_len, &mut r.read_plan);
-        r.hdr = Some(h);
-        r.chunk_free = true;
-        // Execute: the slot already holds its send and head buffers.
-        r.state = ReqState::NeedReplyBufs;
-        stages.lap(LAP_DECODED, r.t0);
-        let Some(mut view) = call_view(r, conns, &[]) else {
-            return true;
-        };
-        let hint = service.reply_data_hint(&view);
-        if hint > 0 {
-            // `step_execute` takes the data buffer and runs the service.
-            r.data_hint = hint.min(u32::MAX as usize) as u32;
-            return true;
-        }
-        view.token = Some(defer_token(i, r.gen));
-        let head = bufs.bytes_mut(head_b);
-        let head_room = head.len() - HEAD_PAD_BYTES;
-        let mut rb = ReplyBuilder::new(&mut head[..head_room], None);
-        stages.lap(LAP_SERVICE_START, r.t0);
-        let res = service.handle_call(&view, &mut rb);
-        stages.lap(LAP_SERVICE_DONE, r.t0);
-        let deferred = rb.is_deferred();
-        let shape = rb.finish();
-        // The Short reply of a chunk-free Call (as in `after_service`).
-        if deferred || res.is_err() || !short_reply_fits(r.vers, &shape, send_max.min(*send_size)) {
-            return matches!(self.after_service(i, res, deferred, shape, None), Step::Continue);
-        }
-        r.plan_short_reply(shape);
-        let _ = self.send_short_reply(i, conn_id, grant);
-        false
+        self.advance(i);
     }
 
     fn handle_req_completion(&mut self, wc: Completion) {
@@ -1064,7 +995,10 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
     /// Advance request `i` as far as its resources allow. The single place where
     /// request states change (besides completions recording progress).
     fn advance(&mut self, i: u32) {
-        loop {
+        // A request whose connection went away while it waited drains
+        // instead. Checked once: a step that closes the connection returns
+        // `Step::Wait`, so it cannot go away between two steps of one call.
+        {
             let Some(r) = self.reqs.get(i) else { return };
             let conn_dead = self.conn(r.conn).is_none_or(|c| c.state == ConnState::Dead);
             if conn_dead && r.state != ReqState::Draining {
@@ -1082,6 +1016,20 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
                 }
                 return;
             }
+        }
+        self.run_states(i);
+    }
+
+    /// [`Self::advance`] for a request whose connection is live (or that is
+    /// draining): step it through its states until one must wait.
+    #[inline]
+    fn run_states(&mut self, i: u32) {
+        loop {
+            let Some(r) = self.reqs.get(i) else { return };
+            debug_assert!(
+                r.state == ReqState::Draining || self.conn(r.conn).is_some_and(|c| c.state != ConnState::Dead),
+                "request {i} advanced on a dead connection"
+            );
             let next = match r.state {
                 ReqState::Free | ReqState::Reading | ReqState::Sending | ReqState::Draining | ReqState::Deferred => {
                     return
@@ -1113,7 +1061,16 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         Step::Continue
     }
 
-    /// Decode and validate the received message.
+    /// Decode and validate the received message, and admit it as a Call.
+    ///
+    /// A chunk-free RDMA_MSG / RDMA2_MSG (three empty lists: how NULL,
+    /// GETATTR, LOOKUP and most small Calls travel) on a connection whose
+    /// version is already fixed to its own (draft s7.3) is decoded in one
+    /// step (`header::decode_chunk_free_msg`, which the fuzz targets check
+    /// against `header::decode` on every input) and goes straight to
+    /// `Execute`: version negotiation would accept it and change nothing,
+    /// and it has no Read to plan. Everything else takes the general decode.
+    #[inline]
     fn step_new(&mut self, i: u32) -> Step {
         let (recv, recv_len, conn) = {
             let r = self.reqs.get(i).expect("live");
@@ -1121,6 +1078,50 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         };
         let b = recv.expect("new request holds its receive");
         let msg = &self.bufs.bytes(b)[..recv_len as usize];
+        if let Some(h) = header::decode_chunk_free_msg(msg) {
+            let Self {
+                reqs,
+                conns,
+                stats,
+                stages,
+                ..
+            } = self;
+            let Some(c) = conns.get_mut(conn).and_then(Option::as_mut) else {
+                return Step::Wait;
+            };
+            // A v2 RESPONSE is refused by the general path (draft s3.2).
+            let steady = c.neg.version() == Some(h.vers) && !(h.vers == RPCRDMA_VERSION_2 && h.is_response());
+            if steady {
+                // Admission, as `admit_call` does it, with the connection
+                // at hand.
+                if c.credits.on_call(h.credits).is_err() {
+                    return self.overrun(i, conn);
+                }
+                stats.calls += 1;
+                let inline_max = c.send_max;
+                let r = reqs.get_mut(i).expect("live");
+                r.counted = true;
+                r.inline_max = inline_max;
+                r.xid = h.xid;
+                r.vers = h.vers;
+                let payload_len = h.payload().map_or(0, <[u8]>::len) as u32;
+                plan::plan_inline_call_into(payload_len, &mut r.read_plan);
+                r.hdr = Some(h);
+                r.chunk_free = true;
+                r.reads_total = 0;
+                r.state = ReqState::Execute;
+                stages.lap(LAP_DECODED, r.t0);
+                return Step::Continue;
+            }
+        }
+        self.step_new_general(i, msg, conn)
+    }
+
+    /// `step_new` for every message but a chunk-free Call in the steady
+    /// state: version negotiation, the whole header's decode and checks,
+    /// admission and the Read plan.
+    #[inline(never)]
+    fn step_new_general(&mut self, i: u32, msg: &'p [u8], conn: u32) -> Step {
         let Some(prefix) = header::peek_prefix(msg) else {
             // Too short to answer at all (RFC 8166 s4.5 needs the XID): drop.
             self.stats.dropped += 1;
@@ -1150,14 +1151,7 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         }
         // Decoded straight into the request (the header is a large value:
         // no copies of it on the way).
-        let Self {
-            reqs,
-            conns,
-            cfg,
-            stats,
-            data_size,
-            ..
-        } = self;
+        let Self { reqs, cfg, stats, .. } = self;
         let rr = reqs.get_mut(i).expect("live");
         let h = match header::decode(msg, &cfg.limits) {
             Ok(h) => rr.hdr.insert(h),
@@ -1191,18 +1185,14 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         if h.vers == RPCRDMA_VERSION_2 && h.is_response() {
             return self.control(i, Control::ErrorV2(header::V2Error::BadXdr));
         }
-        let Some(c) = conns.get_mut(conn).and_then(Option::as_mut) else {
-            return Step::Wait;
-        };
-        if c.credits.on_call(h.credits).is_err() {
-            // RFC 8166 s3.3.1: the requester exceeded its credits; with an SRQ the
-            // extra Calls eat other connections' receives. Close the connection.
-            stats.credit_overruns += 1;
-            self.drop_call(i, false);
-            self.kill_conn(conn, true);
+        let requested = h.credits;
+        if !self.admit_call(i, conn, requested) {
             return Step::Wait;
         }
-        stats.calls += 1;
+        let Self {
+            reqs, cfg, data_size, ..
+        } = self;
+        let rr = reqs.get_mut(i).expect("live");
         let limits = ReadLimits {
             max_total_bytes: cfg.max_read_bytes.min(*data_size as u64),
             max_chunks: cfg.limits.max_read_chunks,
@@ -1212,7 +1202,6 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         // included, or its drop gives it back.
         let Request {
             hdr,
-            counted,
             read_plan,
             chunk_offs,
             reads_total,
@@ -1221,7 +1210,6 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
             vers,
             ..
         } = rr;
-        *counted = true;
         let Some(h) = hdr.as_ref() else { return Step::Wait };
         if let Err(e) = plan::plan_reads_into(h, &limits, read_plan) {
             let ctl = if *vers == RPCRDMA_VERSION_2 {
@@ -1245,6 +1233,45 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         Step::Continue
     }
 
+    /// Admit request `i` as a Call on connection `conn` whose header asks
+    /// for `requested` credits: one credit of the connection's, counted in
+    /// the statistics; from here on the Call ends in one counted way
+    /// ([`ResponderStats::unaccounted`]). A Call beyond the receives the
+    /// connection may use is a credit overrun (RFC 8166 s3.3.1: with an SRQ
+    /// the extra Calls eat other connections' receives): the message is
+    /// dropped and the connection closed; `false` then.
+    #[inline]
+    fn admit_call(&mut self, i: u32, conn: u32, requested: u32) -> bool {
+        let Some(c) = self.conns.get_mut(conn).and_then(Option::as_mut) else {
+            self.drop_call(i, false);
+            return false;
+        };
+        if c.credits.on_call(requested).is_err() {
+            let _ = self.overrun(i, conn);
+            return false;
+        }
+        let inline_max = c.send_max;
+        self.stats.calls += 1;
+        if let Some(r) = self.reqs.get_mut(i) {
+            r.counted = true;
+            r.inline_max = inline_max;
+        }
+        true
+    }
+
+    /// Request `i` is one Call more than connection `conn` may have
+    /// outstanding: a credit overrun (RFC 8166 s3.3.1). The message is
+    /// dropped and the connection closed.
+    #[cold]
+    #[inline(never)]
+    fn overrun(&mut self, i: u32, conn: u32) -> Step {
+        self.stats.credit_overruns += 1;
+        self.drop_call(i, false);
+        self.kill_conn(conn, true);
+        Step::Wait
+    }
+
+    #[inline(never)]
     fn step_chunk_buf(&mut self, i: u32) -> Step {
         match self.bufs.get(Class::Data) {
             Some(b) => {
@@ -1274,6 +1301,7 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
     }
 
     /// Post as many of the request's RDMA Reads as the connection allows.
+    #[inline(never)]
     fn step_reads(&mut self, i: u32) -> Step {
         let Self {
             reqs,
@@ -1363,7 +1391,12 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         req_wr_id(i, self.reqs.get(i).map_or(0, |r| r.gen))
     }
 
-    /// Run the service and plan the reply.
+    /// Run the service on the Call and plan its reply (`Execute`), after
+    /// taking the reply buffers it needs (`NeedReplyBufs`), or resume a
+    /// deferred one (`Resume`). When the service asks for no data buffer
+    /// and the slot already holds its send and head buffers (the steady
+    /// state), the Call's view is built once, for the hint and the service.
+    #[inline]
     fn step_execute(&mut self, i: u32) -> Step {
         let Self {
             reqs,
@@ -1376,19 +1409,19 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         } = self;
         let r = reqs.get_mut(i).expect("live");
         let resuming = r.state == ReqState::Resume;
+        let chunk_area = r.chunk_buf.map_or(&[][..], |b| bufs.bytes(b));
         if r.state == ReqState::Execute {
-            let chunk_area = r.chunk_buf.map_or(&[][..], |b| bufs.bytes(b));
-            let view = call_view(r, conns, chunk_area);
+            let Some(view) = call_view(r, conns, chunk_area) else {
+                return self.control(i, Control::ErrorV1(header::V1Error::Chunk));
+            };
             // The RPC message's XID must be the transport header's
             // (RFC 8166 s4.1: rdma_xid is the XID of the RPC message it
             // conveys). An inline one was checked at decode; a Long Call's
             // message arrives by RDMA Read, so it is checked here, before
             // the service sees it: a mismatch is a header that cannot be
             // parsed (ERR_CHUNK, s4.5; RDMA2_ERR_BAD_XDR, draft s5.3.3).
-            let xid_ok = view
-                .as_ref()
-                .is_some_and(|v| v.head().get(..4) == Some(&r.xid.to_be_bytes()[..]));
-            if !xid_ok {
+            let long = r.hdr.as_ref().is_some_and(|h| matches!(h.body, Body::NoMsg { .. }));
+            if long && view.head().get(..4) != Some(&r.xid.to_be_bytes()[..]) {
                 let ctl = if r.vers == RPCRDMA_VERSION_2 {
                     Control::ErrorV2(header::V2Error::BadXdr)
                 } else {
@@ -1396,10 +1429,11 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
                 };
                 return self.control(i, ctl);
             }
-            let hint = match view {
-                Some(v) => service.reply_data_hint(&v),
-                None => 0,
-            };
+            let hint = service.reply_data_hint(&view);
+            if hint == 0 && r.send_buf.is_some() && r.head_buf.is_some() {
+                let ran = run_service(service, fabric, bufs, conns, stages, r, i, view, false);
+                return self.after_service(i, ran);
+            }
             r.data_hint = hint.min(u32::MAX as usize) as u32;
             r.state = ReqState::NeedReplyBufs;
         }
@@ -1409,63 +1443,31 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
             return self.wait(i, Queue::ReplyBufs);
         }
         let r = &*r;
-        let chunk_area = r.chunk_buf.map_or(&[][..], |b| bufs.bytes(b));
-        let Some(mut view) = call_view(r, conns, chunk_area) else {
+        let Some(view) = call_view(r, conns, chunk_area) else {
             return self.control(i, Control::ErrorV1(header::V1Error::Chunk));
         };
-        let token = defer_token(i, r.gen);
-        view.token = Some(token);
-        let head = bufs.bytes_mut(r.head_buf.expect("head"));
-        let head_room = head.len() - HEAD_PAD_BYTES;
-        let data = r.data_buf.map(|b| bufs.bytes_mut(b));
-        // The data item straight into the requester's Write chunk, where the
-        // provider maps it and the service fills it before returning.
-        let window = match &data {
-            Some(d) if !resuming && service.fills_data_in_call() => data_window(fabric, conns, r, d.len()),
-            _ => None,
-        };
-        let data = match window {
-            // SAFETY: `data_window` checked `len` bytes at `p` to be inside a
-            // region of the peer's mapped here, which stays mapped until this
-            // core next calls into the fabric (`Fabric::remote_window`); the
-            // slice and the window live in this step only (here and in
-            // `after_service`), before any such call. The peer
-            // gave that memory to this Call's reply (its Write chunk), as it
-            // does for an RDMA Write, and does not touch it until the Reply.
-            Some((p, len)) => Some(unsafe { std::slice::from_raw_parts_mut(p.as_ptr(), len) }),
-            None => data,
-        };
-        let mut rb = ReplyBuilder::new(&mut head[..head_room], data);
-        stages.lap(LAP_SERVICE_START, r.t0);
-        let res = if resuming {
-            service.resume(token, &view, &mut rb)
-        } else {
-            service.handle_call(&view, &mut rb)
-        };
-        stages.lap(LAP_SERVICE_DONE, r.t0);
-        let deferred = rb.is_deferred();
-        let shape = rb.finish();
-        self.after_service(i, res, deferred, shape, window)
+        let ran = run_service(service, fabric, bufs, conns, stages, r, i, view, resuming);
+        self.after_service(i, ran)
     }
 
     /// What follows the service's `handle_call` or `resume` of request `i`
     /// (`res`; `deferred`: it deferred the reply; `shape`: the reply it
     /// built; `window`: the data item went into the requester's Write chunk,
     /// [`data_window`]): hold a deferred Call, drop a dropped one, or plan
-    /// the reply. Shared by `step_execute` and `short_call`.
+    /// the reply.
     ///
     /// Called on the request's core only.
-    fn after_service(
-        &mut self,
-        i: u32,
-        res: Result<(), ServiceError>,
-        deferred: bool,
-        shape: ReplyShape,
-        window: Option<(std::ptr::NonNull<u8>, usize)>,
-    ) -> Step {
+    #[inline(always)]
+    fn after_service(&mut self, i: u32, ran: Ran) -> Step {
+        let Ran {
+            res,
+            deferred,
+            shape,
+            window,
+        } = ran;
         let Self {
             reqs,
-            conns,
+            conns: _,
             bufs,
             deferred: deferred_calls,
             stats,
@@ -1511,7 +1513,7 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
                 return self.control(i, ctl);
             }
         }
-        let send_max = conns.get(r.conn).and_then(Option::as_ref).map_or(1024, |c| c.send_max);
+        let send_max = r.inline_max;
         let vers = r.vers;
         // A chunk-free Call whose whole reply fits inline: nothing to plan
         // (no Write chunk to fill, no Reply chunk), so `step_send` writes the
@@ -1519,7 +1521,11 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         // plan `plan_reply` would make (RFC 8166 s3.5.2; draft s4.3.2):
         // header, then the reply with its DDP items left inline.
         if r.chunk_free && short_reply_fits(vers, &shape, send_max.min(send_size)) {
-            reqs.get_mut(i).expect("live").plan_short_reply(shape);
+            let rr = reqs.get_mut(i).expect("live");
+            rr.shape = shape;
+            rr.form = ReplyForm::Short;
+            rr.sq_need = 1;
+            rr.state = ReqState::NeedSendSlots;
             return Step::Continue;
         }
         // Plan the reply against the Call's Write list and Reply chunk.
@@ -1543,9 +1549,7 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
                 }
                 let rr = reqs.get_mut(i).expect("live");
                 rr.shape = shape;
-                rr.reply = None;
-                rr.write_seg = Some(seg);
-                rr.data_placed = in_place;
+                rr.form = ReplyForm::OneWrite { seg, placed: in_place };
                 rr.sq_need = if in_place { 1 } else { 2 };
                 rr.state = ReqState::NeedSendSlots;
                 return Step::Continue;
@@ -1558,7 +1562,7 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
                 let n_writes = p.write_ops(chunks).count() as u32;
                 let rr = reqs.get_mut(i).expect("live");
                 rr.shape = shape;
-                rr.reply = Some(p);
+                rr.form = ReplyForm::Planned(p);
                 rr.sq_need = n_writes + 1;
                 rr.state = ReqState::NeedSendSlots;
                 Step::Continue
@@ -1574,7 +1578,14 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         }
     }
 
-    /// Post the reply: RDMA Writes, then the Send.
+    /// Post the reply in its planned form ([`ReplyForm`]): the transport
+    /// header and the inline part into the send buffer, the RDMA Writes
+    /// (Write chunks, then a Long reply's Reply chunk; RFC 8166 s3.4.6,
+    /// s3.5.3), then the Send or Send with Invalidate ([`send_op`]). Every
+    /// form is posted, counted and timed here.
+    ///
+    /// Called on the request's core only.
+    #[inline]
     fn step_send(&mut self, i: u32) -> Step {
         let Self {
             reqs,
@@ -1597,297 +1608,99 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         }
         // Credits: the grant goes in this reply (never zero, at most reserved).
         let grant = c.credits.grant();
-        if r.short_reply {
-            return self.send_short_reply(i, conn_id, grant);
-        }
-        if let Some(seg) = r.write_seg {
-            return self.send_one_write_reply(i, conn_id, remote_inv, grant, seg);
-        }
-        let Some(plan) = r.reply.as_ref() else {
-            return Step::Wait;
-        };
         let Some(h) = r.hdr.as_ref() else { return Step::Wait };
-        let Some(chunks) = h.chunks() else {
-            return Step::Wait;
-        };
-        // Zero the 4 pad bytes at the end of the head buffer.
-        let head_b = r.head_buf.expect("head");
-        {
-            let head = bufs.bytes_mut(head_b);
-            let n = head.len();
-            head[n - 4..].fill(0);
-        }
-        // Transport header + inline reply in the send buffer.
-        let send_b = r.send_buf.expect("send");
-        let flags = if r.vers == RPCRDMA_VERSION_2 {
-            RPCRDMA2_F_RESPONSE
-        } else {
-            0
-        };
-        let out = bufs.bytes_mut(send_b);
-        let Ok(hdr_len) = plan::encode_reply_header(plan, chunks, r.xid, grant, flags, out) else {
+        let chunks = h.chunks();
+        let Some(send_b) = r.send_buf else { return Step::Wait };
+        let Some(send_len) = encode_reply(bufs, r, grant, chunks) else {
             return self.control(i, Control::ErrorV1(header::V1Error::Chunk));
         };
-        let mut send_len = hdr_len;
-        if plan.kind == ReplyKind::Short {
-            // Copy the reduced reply after the header (at most the inline
-            // threshold, which the plan checked).
-            let head = bufs.bytes(head_b);
-            let data = r.data_buf.map_or(&[][..], |b| bufs.bytes(b));
-            for rg in plan.reduced_ranges() {
-                let (s, e) = (rg.start as usize, rg.start as usize + rg.len as usize);
-                match copy_stream_range(&r.shape, head, data, s, e, out, send_len) {
-                    Some(n) => send_len = n,
-                    None => return self.control(i, Control::ErrorV1(header::V1Error::Chunk)),
-                }
-            }
-        }
-        // RDMA Writes: Write chunks, then the Reply chunk for a Long reply.
+        // The RDMA Writes, from pieces of the head and data buffers.
         let wr_id = req_wr_id(i, r.gen);
         let mut posted = 0u32;
         let mut err = false;
         stages.lap(LAP_FIRST_POST, r.t0);
-        for op in plan.write_ops(chunks) {
-            let Some((pieces, n)) = gather_local(bufs, send_size, r, op.src.start, op.src.len) else {
-                err = true;
-                break;
-            };
-            let mut wr = SendWr::new(wr_id, SendOp::RdmaWrite, pieces[0], op.target);
-            wr.sge = pieces;
-            wr.num_sge = n;
-            wr.remote.length = op.src.len;
-            if fabric.post_send(conn_id, &wr).is_err() {
-                err = true;
-                break;
-            }
-            posted += 1;
-        }
-        let mut with_inv = false;
-        if !err {
-            let inv_handle = h.inv_handle();
-            let op = if r.vers == RPCRDMA_VERSION_2 && inv_handle != 0 {
-                SendOp::SendWithInv { rkey: inv_handle }
-            } else if r.vers == RPCRDMA_VERSION_1 && remote_inv && fabric.caps().send_with_invalidate {
-                // v1 with the RFC 8797 R flag on both sides: invalidate the
-                // first handle the Call advertised.
-                match chunks
-                    .writes
-                    .iter()
-                    .flat_map(|w| w.iter())
-                    .chain(chunks.reply.iter().flat_map(|r| r.iter()))
-                    .chain(chunks.reads.segments().map(|s| s.target))
-                    .map(|s| s.handle)
-                    .next()
-                {
-                    Some(h) => SendOp::SendWithInv { rkey: h },
-                    None => SendOp::Send,
+        match r.form {
+            ReplyForm::OneWrite { seg, placed: false } => {
+                if let Some(item) = r.shape.items().first() {
+                    let target = Segment {
+                        length: item.len,
+                        ..seg
+                    };
+                    err = !post_write(
+                        fabric,
+                        bufs,
+                        send_size,
+                        r,
+                        conn_id,
+                        wr_id,
+                        target,
+                        item.offset,
+                        item.len,
+                    );
+                    posted += u32::from(!err);
                 }
-            } else {
-                SendOp::Send
-            };
+            }
+            ReplyForm::Planned(ref plan) => {
+                for op in chunks.iter().flat_map(|c| plan.write_ops(c)) {
+                    if !post_write(
+                        fabric,
+                        bufs,
+                        send_size,
+                        r,
+                        conn_id,
+                        wr_id,
+                        op.target,
+                        op.src.start,
+                        op.src.len,
+                    ) {
+                        err = true;
+                        break;
+                    }
+                    posted += 1;
+                }
+            }
+            _ => {}
+        }
+        let writes = posted;
+        let op = send_op(r.vers, remote_inv && fabric.caps().send_with_invalidate, h);
+        if !err {
             let wr = SendWr::new(wr_id, op, bufs.local(send_b, send_len as u32), RemoteBuf::default());
             if fabric.post_send(conn_id, &wr).is_ok() {
                 posted += 1;
-                with_inv = matches!(op, SendOp::SendWithInv { .. });
             } else {
                 err = true;
             }
         }
         // The reply is on its way: what follows is bookkeeping.
-        let (kind, reduced) = (plan.kind, !plan.reduced_items().is_empty());
-        let writes = posted - u32::from(!err);
+        let kind = reply_stat_kind(&r.form);
         let conn = r.conn;
         self.reply_posted(i, conn, posted, (!err).then_some(grant));
         let stats = &mut self.stats;
-        stats.rdma_writes += writes as u64;
+        stats.rdma_writes += u64::from(writes);
         if err {
             self.kill_conn(conn, true);
             return Step::Wait;
         }
-        stats.sends_with_invalidate += with_inv as u64;
+        stats.sends_with_invalidate += u64::from(matches!(op, SendOp::SendWithInv { .. }));
         stats.replies += 1;
         match kind {
-            ReplyKind::Long if reduced => {
-                stats.replies_long += 1;
-                stats.replies_write_and_long += 1;
+            ReplyStat::Inline => stats.replies_inline += 1,
+            ReplyStat::WriteChunks { placed } => {
+                stats.writes_placed += u64::from(placed);
+                stats.replies_write_chunks += 1;
             }
-            ReplyKind::Long => stats.replies_long += 1,
-            ReplyKind::Short if reduced => stats.replies_write_chunks += 1,
-            ReplyKind::Short => stats.replies_inline += 1,
+            ReplyStat::Long { with_writes } => {
+                stats.replies_long += 1;
+                stats.replies_write_and_long += u64::from(with_writes);
+            }
         }
-        Step::Wait
-    }
-
-    /// Post the reply of a chunk-free Call as one Send (`Request::short_reply`):
-    /// the one-step Short header, then head, data and padding copied after
-    /// it. `grant` is the credit grant `step_send` computed. Identical on the
-    /// wire to the planned Short reply (tests: `proto`'s
-    /// `short_reply_header_equals_the_planned_one`, and the engine scenarios,
-    /// which check every reply byte for byte).
-    fn send_short_reply(&mut self, i: u32, conn_id: ConnId, grant: u32) -> Step {
-        let Self {
-            reqs,
-            bufs,
-            fabric,
-            stages,
-            ..
-        } = self;
-        let r = reqs.get(i).expect("live");
-        let (Some(send_b), Some(head_b)) = (r.send_buf, r.head_buf) else {
-            return Step::Wait;
-        };
-        let (head_len, data_len, pad) = (
-            r.shape.head_len as usize,
-            r.shape.data_len as usize,
-            r.shape.pad() as usize,
-        );
-        let out = bufs.bytes_mut(send_b);
-        let head = bufs.bytes(head_b);
-        // No flags beyond RESPONSE, which the encoder sets in v2.
-        let Some(hdr_len) = plan::encode_short_reply_header(r.vers, r.xid, grant, 0, out) else {
-            return self.control(i, Control::ErrorV1(header::V1Error::Chunk));
-        };
-        let end = hdr_len + head_len;
-        let data = r.data_buf.map(|b| bufs.bytes(b));
-        // Sizes were checked against the send buffer in `step_execute`.
-        out[hdr_len..end].copy_from_slice(&head[..head_len]);
-        let mut send_len = end;
-        if data_len > 0 {
-            let Some(d) = data.and_then(|d| d.get(..data_len)) else {
-                return self.control(i, Control::ErrorV1(header::V1Error::Chunk));
-            };
-            out[send_len..send_len + data_len].copy_from_slice(d);
-            send_len += data_len;
-        }
-        out[send_len..send_len + pad].fill(0);
-        send_len += pad;
-        let inv_handle = r.hdr.as_ref().map_or(0, |h| h.inv_handle());
-        // A chunk-free v1 Call advertised no handle to invalidate.
-        let op = if r.vers == RPCRDMA_VERSION_2 && inv_handle != 0 {
-            SendOp::SendWithInv { rkey: inv_handle }
-        } else {
-            SendOp::Send
-        };
-        let wr = SendWr::new(
-            req_wr_id(i, r.gen),
-            op,
-            bufs.local(send_b, send_len as u32),
-            RemoteBuf::default(),
-        );
-        let conn = r.conn;
-        stages.lap(LAP_FIRST_POST, r.t0);
-        if fabric.post_send(conn_id, &wr).is_err() {
-            self.kill_conn(conn, true);
-            return Step::Wait;
-        }
-        self.reply_posted(i, conn, 1, Some(grant));
-        let stats = &mut self.stats;
-        stats.sends_with_invalidate += matches!(op, SendOp::SendWithInv { .. }) as u64;
-        stats.replies += 1;
-        stats.replies_inline += 1;
-        Step::Wait
-    }
-
-    /// Post the reply of a READ-shaped Call (`Request::write_seg`): one RDMA
-    /// Write of the reply's one DDP item into `seg`, then one Send of the
-    /// one-step header (`plan::encode_one_write_reply_header`, the segment's
-    /// length set to the item's) and the reply without the item and its XDR
-    /// padding. `grant` is the credit grant `step_send` computed. Identical
-    /// on the wire to the planned reply (tests: `proto`'s
-    /// `one_write_reply_agrees_with_plan_reply`, and the engine scenarios,
-    /// which check every reply and every byte written).
-    fn send_one_write_reply(&mut self, i: u32, conn_id: ConnId, remote_inv: bool, grant: u32, seg: Segment) -> Step {
-        let Self {
-            reqs,
-            bufs,
-            fabric,
-            send_size,
-            stages,
-            ..
-        } = self;
-        let send_size = *send_size;
-        let r = reqs.get(i).expect("live");
-        let (Some(send_b), Some(head_b), Some(&item)) = (r.send_buf, r.head_buf, r.shape.items().first()) else {
-            return Step::Wait;
-        };
-        let conn = r.conn;
-        let wr_id = req_wr_id(i, r.gen);
-        // The RDMA Write of the item, from pieces of the head and data buffers
-        // (checked non-empty and inside the reply by `step_execute`); none
-        // when the service placed the item in the segment already
-        // (`Fabric::remote_window`): the Send publishes it as it would the
-        // Write's bytes.
-        let write = if r.data_placed {
-            None
-        } else {
-            let Some((pieces, n)) = gather_local(bufs, send_size, r, item.offset, item.len) else {
-                return self.control(i, Control::ErrorV1(header::V1Error::Chunk));
-            };
-            let mut w = SendWr::new(
-                wr_id,
-                SendOp::RdmaWrite,
-                pieces[0],
-                Segment {
-                    length: item.len,
-                    ..seg
-                },
-            );
-            w.sge = pieces;
-            w.num_sge = n;
-            Some(w)
-        };
-        // The header, then the reply before and after the item and its padding.
-        let out = bufs.bytes_mut(send_b);
-        let Some(hdr_len) = plan::encode_one_write_reply_header(r.vers, r.xid, grant, 0, seg, item.len, out) else {
-            return self.control(i, Control::ErrorV1(header::V1Error::Chunk));
-        };
-        let head = bufs.bytes(head_b);
-        let data = r.data_buf.map_or(&[][..], |b| bufs.bytes(b));
-        let item_end = item.offset as usize + item.len as usize + (item.len.wrapping_neg() & 3) as usize;
-        let stream_end = r.shape.stream_len() as usize;
-        let copied = copy_stream_range(&r.shape, head, data, 0, item.offset as usize, out, hdr_len)
-            .and_then(|at| copy_stream_range(&r.shape, head, data, item_end, stream_end, out, at));
-        let Some(send_len) = copied else {
-            return self.control(i, Control::ErrorV1(header::V1Error::Chunk));
-        };
-        // Invalidation as `step_send` decides it: v2 by the Call's
-        // rdma_inv_handle; v1 with the RFC 8797 R flag the first handle the
-        // Call advertised, which is this segment's.
-        let inv_handle = r.hdr.as_ref().map_or(0, |h| h.inv_handle());
-        let op = if r.vers == RPCRDMA_VERSION_2 && inv_handle != 0 {
-            SendOp::SendWithInv { rkey: inv_handle }
-        } else if r.vers == RPCRDMA_VERSION_1 && remote_inv && fabric.caps().send_with_invalidate {
-            SendOp::SendWithInv { rkey: seg.handle }
-        } else {
-            SendOp::Send
-        };
-        let send = SendWr::new(wr_id, op, bufs.local(send_b, send_len as u32), RemoteBuf::default());
-        let mut posted = 0;
-        stages.lap(LAP_FIRST_POST, r.t0);
-        let written = write.as_ref().is_none_or(|w| {
-            let ok = fabric.post_send(conn_id, w).is_ok();
-            posted += u32::from(ok);
-            ok
-        });
-        let ok = written && fabric.post_send(conn_id, &send).is_ok();
-        posted += u32::from(ok);
-        self.reply_posted(i, conn, posted, ok.then_some(grant));
-        let stats = &mut self.stats;
-        stats.rdma_writes += u64::from(write.is_some() && posted > 0);
-        stats.writes_placed += u64::from(write.is_none() && ok);
-        if !ok {
-            self.kill_conn(conn, true);
-            return Step::Wait;
-        }
-        stats.sends_with_invalidate += matches!(op, SendOp::SendWithInv { .. }) as u64;
-        stats.replies += 1;
-        stats.replies_write_chunks += 1;
         Step::Wait
     }
 
     /// Account a reply's `posted` work requests on request `i` (now
     /// Sending) and on its connection `conn`; `grant` is the credit grant
     /// the reply carries, `None` when its Send was not posted.
+    #[inline(always)]
     fn reply_posted(&mut self, i: u32, conn: u32, posted: u32, grant: Option<u32>) {
         if let Some(rr) = self.reqs.get_mut(i) {
             rr.wr_out += posted;
@@ -1906,6 +1719,7 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
     }
 
     /// Send an error reply or a CONNPROP answer.
+    #[inline(never)]
     fn step_control(&mut self, i: u32) -> Step {
         let r = {
             let r = self.reqs.get(i).expect("live");
@@ -2048,7 +1862,7 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         // one); `start` resets the rest when the slot is reused.
         r.state = ReqState::Free;
         r.hdr = None;
-        r.reply = None;
+        r.form = ReplyForm::None;
         self.reqs.free(i);
         self.bufs.put_all(held);
         if let Some(c) = self.conn_mut(conn) {
@@ -2192,6 +2006,74 @@ fn req_wr_id(i: u32, gen: u32) -> WrId {
     WrId::new(TAG_REQ, (((gen & 0xff_ffff) as u64) << 32) | i as u64)
 }
 
+/// What the service made of a Call ([`run_service`]): its result, whether
+/// it deferred the reply, the reply it built, and the window its data item
+/// went into ([`data_window`]), if any.
+struct Ran {
+    res: Result<(), ServiceError>,
+    deferred: bool,
+    shape: ReplyShape,
+    window: Option<(std::ptr::NonNull<u8>, usize)>,
+}
+
+/// Run the service on request `r` (slot `i`, holding its send and head
+/// buffers, and its data buffer when it asked for one): `handle_call`, or
+/// `resume` when `resuming`, with `view`, into a reply built in the head
+/// buffer and the data buffer, or straight into the requester's Write
+/// chunk when the provider maps it and the service fills data within the
+/// call ([`data_window`]).
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn run_service<F: Fabric, S: Service>(
+    service: &mut S,
+    fabric: &mut F,
+    bufs: &mut EngineBufs<'_>,
+    conns: &Slab<Option<Conn>>,
+    stages: &mut StageTimer,
+    r: &Request<'_>,
+    i: u32,
+    mut view: CallView<'_>,
+    resuming: bool,
+) -> Ran {
+    let token = defer_token(i, r.gen);
+    view.token = Some(token);
+    let head = bufs.bytes_mut(r.head_buf.expect("head"));
+    let head_room = head.len() - HEAD_PAD_BYTES;
+    let data = r.data_buf.map(|b| bufs.bytes_mut(b));
+    // The data item straight into the requester's Write chunk, where the
+    // provider maps it and the service fills it before returning.
+    let window = match &data {
+        Some(d) if !resuming && service.fills_data_in_call() => data_window(fabric, conns, r, d.len()),
+        _ => None,
+    };
+    let data = match window {
+        // SAFETY: `data_window` checked `len` bytes at `p` to be inside a
+        // region of the peer's mapped here, which stays mapped until this
+        // core next calls into the fabric (`Fabric::remote_window`); the
+        // slice and the window live in this step only (here and in
+        // `after_service`), before any such call. The peer gave that memory
+        // to this Call's reply (its Write chunk), as it does for an RDMA
+        // Write, and does not touch it until the Reply.
+        Some((p, len)) => Some(unsafe { std::slice::from_raw_parts_mut(p.as_ptr(), len) }),
+        None => data,
+    };
+    let mut rb = ReplyBuilder::new(&mut head[..head_room], data);
+    stages.lap(LAP_SERVICE_START, r.t0);
+    let res = if resuming {
+        service.resume(token, &view, &mut rb)
+    } else {
+        service.handle_call(&view, &mut rb)
+    };
+    stages.lap(LAP_SERVICE_DONE, r.t0);
+    let deferred = rb.is_deferred();
+    Ran {
+        res,
+        deferred,
+        shape: rb.finish(),
+        window,
+    }
+}
+
 /// The requester's memory behind the Call's single Write chunk, as the data
 /// buffer's stand-in (`len` = the data hint, at most the data buffer's
 /// `cap`), when the provider maps it here ([`Fabric::remote_window`]) and the
@@ -2219,9 +2101,10 @@ fn copy_back(bufs: &mut EngineBufs<'_>, r: &Request, window: Option<(std::ptr::N
         return;
     };
     let n = (data_len as usize).min(len);
-    // SAFETY: as where the window was made (`step_execute`, which hands it
-    // to `after_service`, the only caller): still the same step, no fabric
-    // call since, `n <= len` bytes at `p` in the peer's mapped memory.
+    // SAFETY: as where the window was made (`run_service`, whose result
+    // `step_execute` hands to `after_service`, the only caller): still the
+    // same step, no fabric call since, `n <= len` bytes at `p` in the peer's
+    // mapped memory.
     let src = unsafe { std::slice::from_raw_parts(p.as_ptr(), n) };
     if let Some(dst) = bufs.bytes_mut(b).get_mut(..n) {
         dst.copy_from_slice(src);
@@ -2249,6 +2132,132 @@ fn call_view<'v>(r: &'v Request<'_>, conns: &'v Slab<Option<Conn>>, chunk_area: 
         chunk_offsets: &r.chunk_offs[..r.read_plan.chunk_count()],
         token: None,
     })
+}
+
+/// Write request `r`'s transport header (granting `grant` credits) and the
+/// inline part of its reply into its send buffer, as its [`ReplyForm`]
+/// says; returns the Send's length, `None` when the reply does not fit
+/// (the caller answers ERR_CHUNK). `chunks`: the Call's chunk lists.
+///
+/// - `Short`: the one-step Short header, then head, data and padding.
+/// - `OneWrite`: the one-step header with the segment's length set to the
+///   item's, then the reply without the item and its XDR padding.
+/// - `Planned`: `plan::encode_reply_header`, then a Short plan's reduced
+///   reply (a Long reply's goes by RDMA Write into the Reply chunk).
+#[inline(always)]
+fn encode_reply(
+    bufs: &mut EngineBufs<'_>,
+    r: &Request<'_>,
+    grant: u32,
+    chunks: Option<&header::ChunkLists<'_>>,
+) -> Option<usize> {
+    let (send_b, head_b) = (r.send_buf?, r.head_buf?);
+    let out = bufs.bytes_mut(send_b);
+    let head = bufs.bytes(head_b);
+    let data = r.data_buf.map_or(&[][..], |b| bufs.bytes(b));
+    let shape = &r.shape;
+    match r.form {
+        ReplyForm::None => None,
+        ReplyForm::Short => {
+            // No flags beyond RESPONSE, which the encoder sets in v2.
+            let hdr_len = plan::encode_short_reply_header(r.vers, r.xid, grant, 0, out)?;
+            // Sizes were checked against the send buffer (`short_reply_fits`):
+            // head, data, then the data's XDR padding.
+            let (head_len, data_len, pad) = (shape.head_len as usize, shape.data_len as usize, shape.pad() as usize);
+            let mut at = hdr_len + head_len;
+            out.get_mut(hdr_len..at)?.copy_from_slice(head.get(..head_len)?);
+            if data_len > 0 {
+                out.get_mut(at..at + data_len)?.copy_from_slice(data.get(..data_len)?);
+                at += data_len;
+            }
+            out.get_mut(at..at + pad)?.fill(0);
+            Some(at + pad)
+        }
+        ReplyForm::OneWrite { seg, .. } => {
+            let item = *shape.items().first()?;
+            let hdr_len = plan::encode_one_write_reply_header(r.vers, r.xid, grant, 0, seg, item.len, out)?;
+            let item_end = item.offset as usize + item.len as usize + (item.len.wrapping_neg() & 3) as usize;
+            let at = copy_stream_range(shape, head, data, 0, item.offset as usize, out, hdr_len)?;
+            copy_stream_range(shape, head, data, item_end, shape.stream_len() as usize, out, at)
+        }
+        ReplyForm::Planned(ref plan) => {
+            // The zero padding RDMA Writes into a Reply chunk take from the
+            // end of the head buffer (`for_each_local`).
+            let hb = bufs.bytes_mut(head_b);
+            let n = hb.len();
+            hb[n - HEAD_PAD_BYTES..].fill(0);
+            let out = bufs.bytes_mut(send_b);
+            let flags = if r.vers == RPCRDMA_VERSION_2 {
+                RPCRDMA2_F_RESPONSE
+            } else {
+                0
+            };
+            let mut send_len = plan::encode_reply_header(plan, chunks?, r.xid, grant, flags, out).ok()?;
+            if plan.kind == ReplyKind::Short {
+                // The reduced reply after the header (at most the inline
+                // threshold, which the plan checked).
+                for rg in plan.reduced_ranges() {
+                    let (s, e) = (rg.start as usize, rg.start as usize + rg.len as usize);
+                    send_len = copy_stream_range(shape, head, data, s, e, out, send_len)?;
+                }
+            }
+            Some(send_len)
+        }
+    }
+}
+
+/// Post one RDMA Write of bytes `start..start + len` of request `r`'s reply
+/// stream (from pieces of its head and data buffers, [`gather_local`]) into
+/// `target` on connection `conn_id`; `false` when it cannot be posted.
+#[allow(clippy::too_many_arguments)]
+#[inline]
+fn post_write<F: Fabric>(
+    fabric: &mut F,
+    bufs: &EngineBufs<'_>,
+    send_size: u32,
+    r: &Request<'_>,
+    conn_id: ConnId,
+    wr_id: WrId,
+    target: Segment,
+    start: u32,
+    len: u32,
+) -> bool {
+    let Some((pieces, n)) = gather_local(bufs, send_size, r, start, len) else {
+        return false;
+    };
+    let mut wr = SendWr::new(wr_id, SendOp::RdmaWrite, pieces[0], target);
+    wr.sge = pieces;
+    wr.num_sge = n;
+    wr.remote.length = len;
+    fabric.post_send(conn_id, &wr).is_ok()
+}
+
+/// Send or Send with Invalidate for a reply to the Call `h` of version
+/// `vers`: in v2 the Call's `rdma_inv_handle` when non-zero (draft s3.3);
+/// in v1, when both peers set the RFC 8797 R flag (s4.1) and the provider
+/// can (`remote_inv`), the first handle the Call advertised (Write chunks,
+/// then the Reply chunk, then Read chunks); a plain Send otherwise.
+#[inline(always)]
+fn send_op(vers: u32, remote_inv: bool, h: &Header<'_>) -> SendOp {
+    if vers == RPCRDMA_VERSION_2 {
+        return match h.inv_handle() {
+            0 => SendOp::Send,
+            rkey => SendOp::SendWithInv { rkey },
+        };
+    }
+    if vers != RPCRDMA_VERSION_1 || !remote_inv {
+        return SendOp::Send;
+    }
+    let Some(chunks) = h.chunks() else { return SendOp::Send };
+    chunks
+        .writes
+        .iter()
+        .flat_map(|w| w.iter())
+        .chain(chunks.reply.iter().flat_map(|r| r.iter()))
+        .chain(chunks.reads.segments().map(|s| s.target))
+        .map(|s| s.handle)
+        .next()
+        .map_or(SendOp::Send, |rkey| SendOp::SendWithInv { rkey })
 }
 
 /// Whether the reply `shape` to a chunk-free Call of version `vers` goes as
