@@ -218,6 +218,15 @@ struct Call {
     outcome: Option<CallOutcome>,
 }
 
+impl Call {
+    /// Whether a Reply with `xid` answers this Call: it is in flight under
+    /// that XID.
+    #[inline(always)]
+    fn answers(&self, xid: u32) -> bool {
+        self.xid == xid && self.state == CallState::InFlight
+    }
+}
+
 /// Counters.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RequesterStats {
@@ -628,15 +637,22 @@ impl<'p, F: Fabric> Requester<'p, F> {
             reply_buf: rbuf,
             ..Call::default()
         };
+        Ok(self.finish_submit(i, plan.kind))
+    }
+
+    /// What every submit ends with, once its Send is posted, its credit
+    /// taken and call slot `i` holds the Call: it is counted by its `kind`,
+    /// and the receives are reposted while the responder works.
+    #[inline(always)]
+    fn finish_submit(&mut self, i: u32, kind: CallKind) -> CallId {
         self.stats.calls += 1;
-        match plan.kind {
+        match kind {
             CallKind::Short => self.stats.short_calls += 1,
             CallKind::Chunked => self.stats.chunked_calls += 1,
             CallKind::Long => self.stats.long_calls += 1,
         }
-        // The Call is on its way: repost receives while the responder works.
         self.refill_recvs();
-        Ok(CallId(i))
+        CallId(i)
     }
 
     /// Send call slot `i`'s header buffer `hdr` (`send_len` bytes: transport
@@ -773,11 +789,7 @@ impl<'p, F: Fabric> Requester<'p, F> {
             write_segs: c.write_segs,
             ..Call::default()
         };
-        self.stats.calls += 1;
-        self.stats.short_calls += 1;
-        // The Call is on its way: repost receives while the responder works.
-        self.refill_recvs();
-        Ok(CallId(i))
+        Ok(self.finish_submit(i, CallKind::Short))
     }
 
     /// [`Requester::submit`] of a Call of the READ shape
@@ -817,11 +829,7 @@ impl<'p, F: Fabric> Requester<'p, F> {
             write_bufs,
             ..Call::default()
         };
-        self.stats.calls += 1;
-        self.stats.short_calls += 1;
-        // The Call is on its way: repost receives while the responder works.
-        self.refill_recvs();
-        Ok(CallId(i))
+        Ok(self.finish_submit(i, CallKind::Short))
     }
 
     /// The next finished Call, if any.
@@ -1100,22 +1108,12 @@ impl<'p, F: Fabric> Requester<'p, F> {
                 return;
             }
         };
-        // Find the Call.
-        let i = h.xid & ((1 << self.slot_bits) - 1);
-        let Some(i) = self
-            .calls
-            .get(i)
-            .filter(|c| c.xid == h.xid && c.state == CallState::InFlight)
-            .map(|_| i)
-        else {
+        let Some(i) = self.find_call(h.xid) else {
             self.stats.unmatched += 1;
             self.bufs.put(b);
             return;
         };
-        self.credits.on_reply(h.credits);
-        if let Some(&p) = self.posted_at.get(i as usize) {
-            self.stages.interval(LAP_REPLY_SEEN, p, self.polled_at);
-        }
+        self.accept_reply(i, h.credits);
         if self.neg.phase() == Phase::Negotiating {
             let kind = match h.body {
                 Body::ErrorV1(header::V1Error::Vers { low, high })
@@ -1169,6 +1167,33 @@ impl<'p, F: Fabric> Requester<'p, F> {
         self.after_negotiation_input();
     }
 
+    /// The slot of the Call in flight that a Reply with `xid` answers: the
+    /// XID carries the slot in its low bits ([`Self::stamp_xid`]), checked
+    /// against the XID stored there. `None` for any other XID.
+    #[inline(always)]
+    fn find_call(&self, xid: u32) -> Option<u32> {
+        let i = xid & ((1 << self.slot_bits) - 1);
+        self.calls.get(i).filter(|c| c.answers(xid)).map(|_| i)
+    }
+
+    /// [`Self::find_call`], with the Call.
+    #[inline(always)]
+    fn find_call_mut(&mut self, xid: u32) -> Option<(u32, &mut Call)> {
+        let i = xid & ((1 << self.slot_bits) - 1);
+        self.calls.get_mut(i).filter(|c| c.answers(xid)).map(|c| (i, c))
+    }
+
+    /// The Reply to call slot `i` ([`Self::find_call`]) is taken: the Call
+    /// leaves the credits in flight and the Reply's grant is the new limit
+    /// (RFC 8166 s3.3.1).
+    #[inline(always)]
+    fn accept_reply(&mut self, i: u32, grant: u32) {
+        self.credits.on_reply(grant);
+        if let Some(&p) = self.posted_at.get(i as usize) {
+            self.stages.interval(LAP_REPLY_SEEN, p, self.polled_at);
+        }
+    }
+
     /// Call slot `i` is answered: its Reply (`len` bytes, the RPC message at
     /// `payload_at`) stays in receive buffer `b`, and the Call is reported
     /// with `outcome`. A reply implies the Send was delivered; its completion
@@ -1211,23 +1236,18 @@ impl<'p, F: Fabric> Requester<'p, F> {
         let Some(h) = header::decode_chunk_free_msg(msg) else {
             return false;
         };
-        let i = h.xid & ((1 << self.slot_bits) - 1);
-        let Some(c) = self
-            .calls
-            .get_mut(i)
-            .filter(|c| c.xid == h.xid && c.state == CallState::InFlight && c.write_count == 0)
-        else {
+        let Some((i, c)) = self.find_call_mut(h.xid) else {
             return false;
         };
+        if c.write_count != 0 {
+            return false;
+        }
         // No Write chunk to check the Reply's (empty) Write list against,
         // and an unused Reply chunk, if one was provisioned, is allowed
         // (RFC 8166 s3.4.6, s3.5.3).
         let payload_len = h.payload().map_or(0, <[u8]>::len) as u32;
         c.layout = Some(plan::ReplyLayout::short_inline(payload_len));
-        self.credits.on_reply(h.credits);
-        if let Some(&p) = self.posted_at.get(i as usize) {
-            self.stages.interval(LAP_REPLY_SEEN, p, self.polled_at);
-        }
+        self.accept_reply(i, h.credits);
         self.stats.replies += 1;
         self.complete_call(i, b, msg.len() as u32, h.header_len as u32, CallOutcome::Reply);
         true
