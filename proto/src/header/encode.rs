@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::error::{DecodeError, EncodeError};
+use crate::plan::{fixed_len, write_entry_len, CallKind, CallPlan, PlanError, ReplyKind, ReplyPlan};
 use crate::xdr::Writer;
 
 /// Chunk lists to encode, as typed slices.
@@ -255,4 +256,452 @@ pub fn encode_error_reply(
         body,
     };
     encode(&h, buf)
+}
+fn seg_sum(segs: &[Segment]) -> u64 {
+    segs.iter().map(|s| s.length as u64).sum()
+}
+
+/// Encode the transport header of a planned Call into `buf`; returns its length.
+/// For [`CallKind::Short`] and [`CallKind::Chunked`] the Send is this header
+/// followed by the plan's [`CallPlan::inline`] ranges of the Call.
+///
+/// - `reads[i]`: the segments of Read chunk `i` of the plan; their lengths must
+///   add up to exactly `plan.reads[i].range.len` (s3.4.5.2).
+/// - `writes[i]`: the segments of Write chunk `i`, at least as long as planned.
+/// - `reply`: the Reply chunk's segments, present exactly when planned.
+/// - `inv_handle`: v2 `rdma_inv_handle` (0 = do not invalidate remotely); ignored
+///   in v1. v2 Calls carry no flags (draft s3.2).
+///
+/// Fails with [`PlanError::ChunkMismatch`] when the segments do not match the
+/// plan, and [`PlanError::HeaderTooLarge`] when the header plus inline payload
+/// exceed the plan's call inline threshold (more segments than planned for).
+#[allow(clippy::too_many_arguments)]
+pub fn encode_call_header(
+    plan: &CallPlan,
+    xid: u32,
+    credits: u32,
+    inv_handle: u32,
+    reads: &[&[Segment]],
+    writes: &[&[Segment]],
+    reply: Option<&[Segment]>,
+    buf: &mut [u8],
+) -> Result<usize, PlanError> {
+    let fixed = fixed_len(plan.vers)?;
+    // Most Calls carry no chunks: the prefix and three empty lists, written
+    // at once (a buffer too small takes the general path, for its error).
+    if reads.is_empty()
+        && writes.is_empty()
+        && reply.is_none()
+        && plan.reads.is_empty()
+        && plan.write_chunks.is_empty()
+        && plan.reply_chunk.is_none()
+        && plan.kind != CallKind::Long
+    {
+        let hdr_len = fixed as usize + 12;
+        let send = hdr_len as u64 + plan.inline_len as u64;
+        if send > plan.call_inline_max as u64 {
+            return Err(PlanError::HeaderTooLarge {
+                needed: send,
+                max: plan.call_inline_max,
+            });
+        }
+        if let Some(out) = buf.get_mut(..hdr_len) {
+            let mut w = Writer::new(out);
+            if plan.vers == RPCRDMA_VERSION_2 {
+                w.put_u32s([xid, plan.vers, credits, RDMA_MSG, 0, inv_handle, 0, 0, 0])?;
+            } else {
+                w.put_u32s([xid, plan.vers, credits, RDMA_MSG, 0, 0, 0])?;
+            }
+            return Ok(hdr_len);
+        }
+    }
+    // The READ shape: one Write chunk of one segment, nothing else, written
+    // at once (`one_write_header_len`). Anything the checks below would
+    // refuse takes the general path, for its error.
+    if let ([[seg]], [want], true) = (writes, &plan.write_chunks[..], reads.is_empty()) {
+        if reply.is_none()
+            && plan.reads.is_empty()
+            && plan.reply_chunk.is_none()
+            && plan.kind != CallKind::Long
+            && seg.length >= *want
+        {
+            if let Some(hdr_len) = one_write_header_len(plan.vers) {
+                let send = hdr_len as u64 + plan.inline_len as u64;
+                if send > plan.call_inline_max as u64 {
+                    return Err(PlanError::HeaderTooLarge {
+                        needed: send,
+                        max: plan.call_inline_max,
+                    });
+                }
+                if encode_one_write_header(plan.vers, xid, credits, 0, inv_handle, *seg, buf).is_some() {
+                    return Ok(hdr_len);
+                }
+            }
+        }
+    }
+    encode_call_header_general(plan, xid, credits, inv_handle, reads, writes, reply, buf)
+}
+
+/// [`encode_call_header`] word by word, for every shape (the one-step cases
+/// above are checked against it in tests).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn encode_call_header_general(
+    plan: &CallPlan,
+    xid: u32,
+    credits: u32,
+    inv_handle: u32,
+    reads: &[&[Segment]],
+    writes: &[&[Segment]],
+    reply: Option<&[Segment]>,
+    buf: &mut [u8],
+) -> Result<usize, PlanError> {
+    let fixed = fixed_len(plan.vers)?;
+    if reads.len() != plan.reads.len() {
+        return Err(PlanError::ChunkMismatch {
+            what: "read chunk count",
+        });
+    }
+    if writes.len() != plan.write_chunks.len() {
+        return Err(PlanError::ChunkMismatch {
+            what: "write chunk count",
+        });
+    }
+    if reply.is_some() != plan.reply_chunk.is_some() {
+        return Err(PlanError::ChunkMismatch {
+            what: "reply chunk presence",
+        });
+    }
+    let mut read_segs = 0usize;
+    for (segs, want) in reads.iter().zip(plan.reads.iter()) {
+        if segs.is_empty() || seg_sum(segs) != want.range.len as u64 {
+            return Err(PlanError::ChunkMismatch {
+                what: "read chunk length",
+            });
+        }
+        read_segs += segs.len();
+    }
+    if read_segs > MAX_READ_SEGMENTS as usize {
+        return Err(PlanError::ChunkMismatch {
+            what: "read segment count",
+        });
+    }
+    for (segs, &want) in writes.iter().zip(plan.write_chunks.iter()) {
+        if segs.len() > MAX_CHUNK_SEGMENTS as usize || seg_sum(segs) < want as u64 {
+            return Err(PlanError::ChunkMismatch {
+                what: "write chunk length",
+            });
+        }
+    }
+    if let (Some(segs), Some(want)) = (reply, plan.reply_chunk) {
+        if segs.len() > MAX_CHUNK_SEGMENTS as usize || seg_sum(segs) < want as u64 {
+            return Err(PlanError::ChunkMismatch {
+                what: "reply chunk length",
+            });
+        }
+    }
+
+    let hdr_len = fixed
+        + read_segs as u64 * READ_ENTRY_LEN as u64
+        + 4
+        + writes.iter().map(|s| write_entry_len(s.len() as u64)).sum::<u64>()
+        + 4
+        + reply.map_or(4, |s| write_entry_len(s.len() as u64));
+    let send = hdr_len + plan.inline_len as u64;
+    if send > plan.call_inline_max as u64 {
+        return Err(PlanError::HeaderTooLarge {
+            needed: send,
+            max: plan.call_inline_max,
+        });
+    }
+
+    let htype = if plan.kind == CallKind::Long {
+        RDMA_NOMSG
+    } else {
+        RDMA_MSG
+    };
+    let mut w = Writer::new(buf);
+    put_prefix(&mut w, xid, plan.vers, credits, htype, 0)?;
+    if plan.vers == RPCRDMA_VERSION_2 {
+        w.put_u32(inv_handle)?;
+    }
+    for (segs, rx) in reads.iter().zip(plan.reads.iter()) {
+        for s in segs.iter() {
+            w.put_u32(1)?;
+            w.put_u32(rx.position)?;
+            put_segment(&mut w, s)?;
+        }
+    }
+    w.put_u32(0)?;
+    for segs in writes {
+        w.put_u32(1)?;
+        w.put_u32(segs.len() as u32)?;
+        for s in segs.iter() {
+            put_segment(&mut w, s)?;
+        }
+    }
+    w.put_u32(0)?;
+    match reply {
+        Some(segs) => {
+            w.put_u32(1)?;
+            w.put_u32(segs.len() as u32)?;
+            for s in segs {
+                put_segment(&mut w, s)?;
+            }
+        }
+        None => w.put_u32(0)?,
+    }
+    debug_assert_eq!(w.len() as u64, hdr_len);
+    Ok(w.len())
+}
+
+/// A word writer over a slice whose size was checked up front: no `Result` per
+/// word. Writes past the end are dropped and counted, so the caller's final
+/// length check catches any disagreement between plan and chunks.
+struct Words<'b> {
+    buf: &'b mut [u8],
+    pos: usize,
+}
+
+impl Words<'_> {
+    #[inline(always)]
+    fn put(&mut self, v: u32) {
+        if let Some(d) = self.buf.get_mut(self.pos..self.pos + 4) {
+            d.copy_from_slice(&v.to_be_bytes());
+        }
+        self.pos += 4;
+    }
+    #[inline(always)]
+    fn put_segment(&mut self, handle: u32, length: u32, offset: u64) {
+        if let Some(d) = self.buf.get_mut(self.pos..self.pos + SEGMENT_LEN) {
+            d[..4].copy_from_slice(&handle.to_be_bytes());
+            d[4..8].copy_from_slice(&length.to_be_bytes());
+            d[8..].copy_from_slice(&offset.to_be_bytes());
+        }
+        self.pos += SEGMENT_LEN;
+    }
+    /// `segs` as a counted array with their lengths replaced by a contiguous
+    /// fill of `fill` bytes in array order (RFC 8166 s3.4.6). Returns the bytes
+    /// that did not fit (0 when the chunk holds `fill`).
+    #[inline]
+    fn put_filled(&mut self, segs: &SegmentArray<'_>, fill: u32) -> u32 {
+        self.put(1);
+        self.put(segs.len() as u32);
+        let mut left = fill;
+        for s in segs.iter() {
+            let l = left.min(s.length);
+            left -= l;
+            self.put_segment(s.handle, l, s.offset);
+        }
+        left
+    }
+}
+
+/// Encode the transport header of a planned Reply into `buf`; returns its length
+/// (= `plan.header_len`). For [`ReplyKind::Short`] the Send is this header
+/// followed by [`ReplyPlan::reduced_ranges`] of the reply.
+///
+/// Writes: the Call's XID, the version, `credits` (the grant), RDMA_MSG or
+/// RDMA_NOMSG; in v2 `flags | RPCRDMA2_F_RESPONSE` (draft s3.2) and
+/// `rdma_inv_handle` 0; an empty Read list; every Write chunk of the Call with
+/// segment lengths updated to the bytes written (s3.4.6); the Reply chunk with
+/// updated lengths for a Long reply, absent otherwise. `call` must be the chunk
+/// lists the plan was made from ([`PlanError::ChunkMismatch`] otherwise).
+/// On error the contents of `buf` are unspecified.
+pub fn encode_reply_header(
+    plan: &ReplyPlan,
+    call: &ChunkLists<'_>,
+    xid: u32,
+    credits: u32,
+    flags: u32,
+    buf: &mut [u8],
+) -> Result<usize, PlanError> {
+    let len = plan.header_len as usize;
+    let Some(buf) = buf.get_mut(..len) else {
+        return Err(PlanError::Encode(EncodeError::BufferTooSmall { needed: len }));
+    };
+    let htype = match plan.kind {
+        ReplyKind::Short => RDMA_MSG,
+        ReplyKind::Long => RDMA_NOMSG,
+    };
+    // Prefix and empty Read list in one copy: v1 xid vers credit proc 0;
+    // v2 xid vers credit htype flags inv_handle(0) 0.
+    let mut head = [0u8; 28];
+    head[..4].copy_from_slice(&xid.to_be_bytes());
+    head[4..8].copy_from_slice(&plan.vers.to_be_bytes());
+    head[8..12].copy_from_slice(&credits.to_be_bytes());
+    head[12..16].copy_from_slice(&htype.to_be_bytes());
+    let head_len = if plan.vers == RPCRDMA_VERSION_2 {
+        head[16..20].copy_from_slice(&(flags | RPCRDMA2_F_RESPONSE).to_be_bytes());
+        if let Some(d) = buf.get_mut(..28) {
+            d.copy_from_slice(&head);
+        }
+        28
+    } else {
+        if let Some(d) = buf.get_mut(..20) {
+            d.copy_from_slice(&head[..20]);
+        }
+        20
+    };
+    let mut w = Words { buf, pos: head_len };
+    let mut short = 0u32;
+    let mut n = 0u32;
+    for chunk in call.writes.iter() {
+        let fill = plan.items.get(n as usize).map_or(0, |it| it.len);
+        short |= w.put_filled(&chunk, fill);
+        n += 1;
+    }
+    w.put(0); // end of Write list
+    match (plan.kind, call.reply) {
+        (ReplyKind::Long, Some(rc)) => short |= w.put_filled(&rc, plan.reduced_len),
+        (ReplyKind::Long, None) => short = 1,
+        (ReplyKind::Short, _) => w.put(0),
+    }
+    if short != 0 || n != plan.write_chunks || w.pos != len {
+        return Err(PlanError::ChunkMismatch {
+            what: "chunks differ from the plan",
+        });
+    }
+    Ok(len)
+}
+
+/// The transport header of a chunk-free Call ([`is_chunk_free_call`]) in one
+/// step: v1 `xid 1 credit RDMA_MSG 0 0 0` (28 bytes), v2 `xid 2 credit
+/// RDMA2_MSG 0 0 0 0 0` (36 bytes: flags 0, `rdma_inv_handle` 0, three empty
+/// lists). The bytes [`encode_call_header`] writes for such a Call with
+/// `inv_handle` 0. `None` for another version or a buffer too short.
+///
+/// May be called from any core.
+#[inline]
+pub fn encode_chunk_free_call_header(vers: u32, xid: u32, credits: u32, buf: &mut [u8]) -> Option<usize> {
+    encode_chunk_free_header(vers, xid, credits, 0, buf)
+}
+
+/// The transport header of a Short reply to a Call that carried no chunks,
+/// in one step: v1 `xid 1 credit RDMA_MSG 0 0 0` (28 bytes, RFC 8166 s4.2),
+/// v2 `xid 2 credit RDMA2_MSG flags|RESPONSE 0 0 0 0` (36 bytes: prefix,
+/// `rdma_inv_handle` 0 and three empty lists, draft s3.2 and s5.3.1). The
+/// same bytes [`encode_reply_header`] writes for the Short plan
+/// [`plan_reply`] makes against empty chunk lists; the reply's RPC message
+/// follows at the returned length. `None` for another version or a buffer
+/// shorter than the header.
+///
+/// May be called from any core.
+#[inline]
+pub fn encode_short_reply_header(vers: u32, xid: u32, credits: u32, flags: u32, buf: &mut [u8]) -> Option<usize> {
+    encode_chunk_free_header(vers, xid, credits, flags | RPCRDMA2_F_RESPONSE, buf)
+}
+
+/// Length of an RDMA_MSG / RDMA2_MSG header with three empty chunk lists:
+/// 28 bytes in v1 (prefix, three list words), 36 in v2 (prefix with
+/// `rdma_htype` and `rdma_flags`, `rdma_inv_handle`, three list words);
+/// `None` for another version.
+///
+/// May be called from any core.
+pub const fn chunk_free_header_len(vers: u32) -> Option<usize> {
+    match vers {
+        RPCRDMA_VERSION_1 => Some(V1_PREFIX_LEN + 12),
+        RPCRDMA_VERSION_2 => Some(V2_PREFIX_LEN + 16),
+        _ => None,
+    }
+}
+
+/// An RDMA_MSG / RDMA2_MSG header with three empty chunk lists: v1 `xid 1
+/// credit RDMA_MSG 0 0 0`; v2 `xid 2 credit RDMA2_MSG flags 0 0 0 0`
+/// (`rdma_inv_handle` 0). `flags` is ignored in v1, which has none.
+#[inline]
+fn encode_chunk_free_header(vers: u32, xid: u32, credits: u32, flags: u32, buf: &mut [u8]) -> Option<usize> {
+    let len = chunk_free_header_len(vers)?;
+    let mut w = Writer::new(buf.get_mut(..len)?);
+    let done = if vers == RPCRDMA_VERSION_2 {
+        w.put_u32s([xid, vers, credits, RDMA_MSG, flags, 0, 0, 0, 0])
+    } else {
+        w.put_u32s([xid, vers, credits, RDMA_MSG, 0, 0, 0])
+    };
+    done.ok().map(|()| len)
+}
+
+/// Length of an RDMA_MSG / RDMA2_MSG header whose only chunk is one Write
+/// chunk of one segment (the READ shape, [`ChunkLists::one_write_segment`]):
+/// 52 bytes in v1, 60 in v2; `None` for another version.
+///
+/// May be called from any core.
+pub const fn one_write_header_len(vers: u32) -> Option<usize> {
+    match vers {
+        RPCRDMA_VERSION_1 => Some(V1_PREFIX_LEN + 36),
+        RPCRDMA_VERSION_2 => Some(V2_PREFIX_LEN + 4 + 36),
+        _ => None,
+    }
+}
+
+/// An RDMA_MSG / RDMA2_MSG header with an empty Read list, one Write chunk
+/// holding the one segment `seg`, and no Reply chunk (RFC 8166 s4.1; draft
+/// s5.3.1):
+///
+/// ```text
+/// v1: xid 1 credit RDMA_MSG                  0  1 1 handle length offset(2)  0  0
+/// v2: xid 2 credit RDMA2_MSG flags inv_handle 0  1 1 handle length offset(2)  0  0
+/// ```
+///
+/// `flags` and `inv_handle` are ignored in v1. `None` when `buf` is shorter
+/// than [`one_write_header_len`] or the version is unknown.
+#[inline]
+fn encode_one_write_header(
+    vers: u32,
+    xid: u32,
+    credits: u32,
+    flags: u32,
+    inv_handle: u32,
+    seg: Segment,
+    buf: &mut [u8],
+) -> Option<usize> {
+    let len = one_write_header_len(vers)?;
+    let mut w = Writer::new(buf.get_mut(..len)?);
+    let off = seg.offset;
+    let (hi, lo) = ((off >> 32) as u32, off as u32);
+    let done = if vers == RPCRDMA_VERSION_2 {
+        w.put_u32s([
+            xid, vers, credits, RDMA_MSG, flags, inv_handle, 0, 1, 1, seg.handle, seg.length, hi, lo, 0, 0,
+        ])
+    } else {
+        w.put_u32s([
+            xid, vers, credits, RDMA_MSG, 0, 1, 1, seg.handle, seg.length, hi, lo, 0, 0,
+        ])
+    };
+    done.ok().map(|()| len)
+}
+
+/// The header of a [`one_write_call`] Call with the one segment `seg`
+/// provisioned: v1 `xid 1 credit RDMA_MSG 0 1 1 seg 0 0`, v2 `xid 2 credit
+/// RDMA2_MSG 0 0 0 1 1 seg 0 0` (no flags, `rdma_inv_handle` 0). `None` when
+/// `buf` is shorter than [`one_write_header_len`] or the version is unknown.
+///
+/// May be called from any core.
+#[inline]
+pub fn encode_one_write_call_header(vers: u32, xid: u32, credits: u32, seg: Segment, buf: &mut [u8]) -> Option<usize> {
+    encode_one_write_header(vers, xid, credits, 0, 0, seg, buf)
+}
+
+/// The transport header of a [`one_write_short_reply`]: `xid`, `vers`, the
+/// grant `credits`, RDMA_MSG; in v2 `flags | RPCRDMA2_F_RESPONSE` (draft
+/// s3.2) and `rdma_inv_handle` 0; an empty Read list; the Call's Write chunk
+/// with its segment's length set to `written`, the item's length (RFC 8166
+/// s3.4.6); no Reply chunk. What [`encode_reply_header`] writes for that
+/// plan. `None` when `buf` is too short or the version unknown.
+///
+/// May be called from any core.
+#[inline]
+pub fn encode_one_write_reply_header(
+    vers: u32,
+    xid: u32,
+    credits: u32,
+    flags: u32,
+    seg: Segment,
+    written: u32,
+    buf: &mut [u8],
+) -> Option<usize> {
+    let seg = Segment {
+        length: written.min(seg.length),
+        ..seg
+    };
+    encode_one_write_header(vers, xid, credits, flags | RPCRDMA2_F_RESPONSE, 0, seg, buf)
 }

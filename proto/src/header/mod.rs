@@ -52,6 +52,8 @@ use crate::xdr::Reader;
 mod decode;
 mod encode;
 #[cfg(test)]
+mod encode_tests;
+#[cfg(test)]
 mod tests;
 
 pub use decode::*;

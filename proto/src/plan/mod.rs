@@ -52,13 +52,31 @@ use core::fmt;
 
 use crate::error::EncodeError;
 use crate::header::{
-    put_prefix, put_segment, Body, ChunkLists, Header, ReadList, Segment, SegmentArray, WriteChunks,
-    MAX_CHUNK_SEGMENTS, MAX_READ_CHUNKS, MAX_READ_SEGMENTS, MAX_WRITE_CHUNKS, RDMA_MSG, RDMA_NOMSG, READ_ENTRY_LEN,
-    RPCRDMA2_F_RESPONSE, RPCRDMA_VERSION_1, RPCRDMA_VERSION_2, SEGMENT_LEN, V1_PREFIX_LEN, V2_PREFIX_LEN,
+    Body, ChunkLists, Header, ReadList, Segment, SegmentArray, WriteChunks, MAX_CHUNK_SEGMENTS, MAX_READ_CHUNKS,
+    MAX_READ_SEGMENTS, MAX_WRITE_CHUNKS, READ_ENTRY_LEN, RPCRDMA_VERSION_1, RPCRDMA_VERSION_2, SEGMENT_LEN,
+    V1_PREFIX_LEN, V2_PREFIX_LEN,
 };
 use crate::header::{V1Error, V2Error};
 use crate::ulb::{DdpItem, UpperLayerBinding};
-use crate::xdr::Writer;
+
+// The encoders of transport headers live in `header`; the engines reach them
+// here, beside the planners whose plans they encode.
+/// Lives in [`crate::header`] (`header::chunk_free_header_len`); re-exported here.
+pub use crate::header::chunk_free_header_len;
+/// Lives in [`crate::header`] (`header::encode_call_header`); re-exported here.
+pub use crate::header::encode_call_header;
+/// Lives in [`crate::header`] (`header::encode_chunk_free_call_header`); re-exported here.
+pub use crate::header::encode_chunk_free_call_header;
+/// Lives in [`crate::header`] (`header::encode_one_write_call_header`); re-exported here.
+pub use crate::header::encode_one_write_call_header;
+/// Lives in [`crate::header`] (`header::encode_one_write_reply_header`); re-exported here.
+pub use crate::header::encode_one_write_reply_header;
+/// Lives in [`crate::header`] (`header::encode_reply_header`); re-exported here.
+pub use crate::header::encode_reply_header;
+/// Lives in [`crate::header`] (`header::encode_short_reply_header`); re-exported here.
+pub use crate::header::encode_short_reply_header;
+/// Lives in [`crate::header`] (`header::one_write_header_len`); re-exported here.
+pub use crate::header::one_write_header_len;
 
 /// Capacity for Read chunks in a plan (the header decoder's default limit).
 pub const PLAN_READ_CHUNKS: usize = MAX_READ_CHUNKS as usize;
@@ -383,7 +401,7 @@ const fn pad4(len: u64) -> u64 {
 /// Bytes before the Read list: the prefix, plus `rdma_inv_handle` in v2
 /// (RFC 8166 s4.1; draft s3.1 and s3.3).
 #[inline]
-fn fixed_len(vers: u32) -> Result<u64, PlanError> {
+pub(crate) fn fixed_len(vers: u32) -> Result<u64, PlanError> {
     match vers {
         RPCRDMA_VERSION_1 => Ok(V1_PREFIX_LEN as u64),
         RPCRDMA_VERSION_2 => Ok(V2_PREFIX_LEN as u64 + 4),
@@ -394,7 +412,7 @@ fn fixed_len(vers: u32) -> Result<u64, PlanError> {
 /// Encoded size of a Write chunk or Reply chunk entry with `segments` segments,
 /// including its optional-data word and count.
 #[inline]
-const fn write_entry_len(segments: u64) -> u64 {
+pub(crate) const fn write_entry_len(segments: u64) -> u64 {
     8 + segments * SEGMENT_LEN as u64
 }
 
@@ -748,203 +766,6 @@ pub fn plan_call(
         });
     }
     Ok(plan)
-}
-
-fn seg_sum(segs: &[Segment]) -> u64 {
-    segs.iter().map(|s| s.length as u64).sum()
-}
-
-/// Encode the transport header of a planned Call into `buf`; returns its length.
-/// For [`CallKind::Short`] and [`CallKind::Chunked`] the Send is this header
-/// followed by the plan's [`CallPlan::inline`] ranges of the Call.
-///
-/// - `reads[i]`: the segments of Read chunk `i` of the plan; their lengths must
-///   add up to exactly `plan.reads[i].range.len` (s3.4.5.2).
-/// - `writes[i]`: the segments of Write chunk `i`, at least as long as planned.
-/// - `reply`: the Reply chunk's segments, present exactly when planned.
-/// - `inv_handle`: v2 `rdma_inv_handle` (0 = do not invalidate remotely); ignored
-///   in v1. v2 Calls carry no flags (draft s3.2).
-///
-/// Fails with [`PlanError::ChunkMismatch`] when the segments do not match the
-/// plan, and [`PlanError::HeaderTooLarge`] when the header plus inline payload
-/// exceed the plan's call inline threshold (more segments than planned for).
-#[allow(clippy::too_many_arguments)]
-pub fn encode_call_header(
-    plan: &CallPlan,
-    xid: u32,
-    credits: u32,
-    inv_handle: u32,
-    reads: &[&[Segment]],
-    writes: &[&[Segment]],
-    reply: Option<&[Segment]>,
-    buf: &mut [u8],
-) -> Result<usize, PlanError> {
-    let fixed = fixed_len(plan.vers)?;
-    // Most Calls carry no chunks: the prefix and three empty lists, written
-    // at once (a buffer too small takes the general path, for its error).
-    if reads.is_empty()
-        && writes.is_empty()
-        && reply.is_none()
-        && plan.reads.is_empty()
-        && plan.write_chunks.is_empty()
-        && plan.reply_chunk.is_none()
-        && plan.kind != CallKind::Long
-    {
-        let hdr_len = fixed as usize + 12;
-        let send = hdr_len as u64 + plan.inline_len as u64;
-        if send > plan.call_inline_max as u64 {
-            return Err(PlanError::HeaderTooLarge {
-                needed: send,
-                max: plan.call_inline_max,
-            });
-        }
-        if let Some(out) = buf.get_mut(..hdr_len) {
-            let mut w = Writer::new(out);
-            if plan.vers == RPCRDMA_VERSION_2 {
-                w.put_u32s([xid, plan.vers, credits, RDMA_MSG, 0, inv_handle, 0, 0, 0])?;
-            } else {
-                w.put_u32s([xid, plan.vers, credits, RDMA_MSG, 0, 0, 0])?;
-            }
-            return Ok(hdr_len);
-        }
-    }
-    // The READ shape: one Write chunk of one segment, nothing else, written
-    // at once (`one_write_header_len`). Anything the checks below would
-    // refuse takes the general path, for its error.
-    if let ([[seg]], [want], true) = (writes, &plan.write_chunks[..], reads.is_empty()) {
-        if reply.is_none()
-            && plan.reads.is_empty()
-            && plan.reply_chunk.is_none()
-            && plan.kind != CallKind::Long
-            && seg.length >= *want
-        {
-            if let Some(hdr_len) = one_write_header_len(plan.vers) {
-                let send = hdr_len as u64 + plan.inline_len as u64;
-                if send > plan.call_inline_max as u64 {
-                    return Err(PlanError::HeaderTooLarge {
-                        needed: send,
-                        max: plan.call_inline_max,
-                    });
-                }
-                if encode_one_write_header(plan.vers, xid, credits, 0, inv_handle, *seg, buf).is_some() {
-                    return Ok(hdr_len);
-                }
-            }
-        }
-    }
-    encode_call_header_general(plan, xid, credits, inv_handle, reads, writes, reply, buf)
-}
-
-/// [`encode_call_header`] word by word, for every shape (the one-step cases
-/// above are checked against it in tests).
-#[allow(clippy::too_many_arguments)]
-fn encode_call_header_general(
-    plan: &CallPlan,
-    xid: u32,
-    credits: u32,
-    inv_handle: u32,
-    reads: &[&[Segment]],
-    writes: &[&[Segment]],
-    reply: Option<&[Segment]>,
-    buf: &mut [u8],
-) -> Result<usize, PlanError> {
-    let fixed = fixed_len(plan.vers)?;
-    if reads.len() != plan.reads.len() {
-        return Err(PlanError::ChunkMismatch {
-            what: "read chunk count",
-        });
-    }
-    if writes.len() != plan.write_chunks.len() {
-        return Err(PlanError::ChunkMismatch {
-            what: "write chunk count",
-        });
-    }
-    if reply.is_some() != plan.reply_chunk.is_some() {
-        return Err(PlanError::ChunkMismatch {
-            what: "reply chunk presence",
-        });
-    }
-    let mut read_segs = 0usize;
-    for (segs, want) in reads.iter().zip(plan.reads.iter()) {
-        if segs.is_empty() || seg_sum(segs) != want.range.len as u64 {
-            return Err(PlanError::ChunkMismatch {
-                what: "read chunk length",
-            });
-        }
-        read_segs += segs.len();
-    }
-    if read_segs > MAX_READ_SEGMENTS as usize {
-        return Err(PlanError::ChunkMismatch {
-            what: "read segment count",
-        });
-    }
-    for (segs, &want) in writes.iter().zip(plan.write_chunks.iter()) {
-        if segs.len() > MAX_CHUNK_SEGMENTS as usize || seg_sum(segs) < want as u64 {
-            return Err(PlanError::ChunkMismatch {
-                what: "write chunk length",
-            });
-        }
-    }
-    if let (Some(segs), Some(want)) = (reply, plan.reply_chunk) {
-        if segs.len() > MAX_CHUNK_SEGMENTS as usize || seg_sum(segs) < want as u64 {
-            return Err(PlanError::ChunkMismatch {
-                what: "reply chunk length",
-            });
-        }
-    }
-
-    let hdr_len = fixed
-        + read_segs as u64 * READ_ENTRY_LEN as u64
-        + 4
-        + writes.iter().map(|s| write_entry_len(s.len() as u64)).sum::<u64>()
-        + 4
-        + reply.map_or(4, |s| write_entry_len(s.len() as u64));
-    let send = hdr_len + plan.inline_len as u64;
-    if send > plan.call_inline_max as u64 {
-        return Err(PlanError::HeaderTooLarge {
-            needed: send,
-            max: plan.call_inline_max,
-        });
-    }
-
-    let htype = if plan.kind == CallKind::Long {
-        RDMA_NOMSG
-    } else {
-        RDMA_MSG
-    };
-    let mut w = Writer::new(buf);
-    put_prefix(&mut w, xid, plan.vers, credits, htype, 0)?;
-    if plan.vers == RPCRDMA_VERSION_2 {
-        w.put_u32(inv_handle)?;
-    }
-    for (segs, rx) in reads.iter().zip(plan.reads.iter()) {
-        for s in segs.iter() {
-            w.put_u32(1)?;
-            w.put_u32(rx.position)?;
-            put_segment(&mut w, s)?;
-        }
-    }
-    w.put_u32(0)?;
-    for segs in writes {
-        w.put_u32(1)?;
-        w.put_u32(segs.len() as u32)?;
-        for s in segs.iter() {
-            put_segment(&mut w, s)?;
-        }
-    }
-    w.put_u32(0)?;
-    match reply {
-        Some(segs) => {
-            w.put_u32(1)?;
-            w.put_u32(segs.len() as u32)?;
-            for s in segs {
-                put_segment(&mut w, s)?;
-            }
-        }
-        None => w.put_u32(0)?,
-    }
-    debug_assert_eq!(w.len() as u64, hdr_len);
-    Ok(w.len())
 }
 
 /// What a reply delivered, as seen by the requester. See [`reassemble_reply`].
@@ -1504,9 +1325,9 @@ pub struct ReplyPlan {
     /// Length of the reply's transport header.
     pub header_len: u32,
     /// Items reduced: item `k` goes in Write chunk `k`.
-    items: FixedVec<DdpItem, PLAN_WRITE_CHUNKS>,
+    pub(crate) items: FixedVec<DdpItem, PLAN_WRITE_CHUNKS>,
     /// Write chunks in the Call (all echoed).
-    write_chunks: u32,
+    pub(crate) write_chunks: u32,
 }
 
 impl ReplyPlan {
@@ -1743,116 +1564,6 @@ pub fn plan_reply(
     }
 }
 
-/// A word writer over a slice whose size was checked up front: no `Result` per
-/// word. Writes past the end are dropped and counted, so the caller's final
-/// length check catches any disagreement between plan and chunks.
-struct Words<'b> {
-    buf: &'b mut [u8],
-    pos: usize,
-}
-
-impl Words<'_> {
-    #[inline(always)]
-    fn put(&mut self, v: u32) {
-        if let Some(d) = self.buf.get_mut(self.pos..self.pos + 4) {
-            d.copy_from_slice(&v.to_be_bytes());
-        }
-        self.pos += 4;
-    }
-    #[inline(always)]
-    fn put_segment(&mut self, handle: u32, length: u32, offset: u64) {
-        if let Some(d) = self.buf.get_mut(self.pos..self.pos + SEGMENT_LEN) {
-            d[..4].copy_from_slice(&handle.to_be_bytes());
-            d[4..8].copy_from_slice(&length.to_be_bytes());
-            d[8..].copy_from_slice(&offset.to_be_bytes());
-        }
-        self.pos += SEGMENT_LEN;
-    }
-    /// `segs` as a counted array with their lengths replaced by a contiguous
-    /// fill of `fill` bytes in array order (RFC 8166 s3.4.6). Returns the bytes
-    /// that did not fit (0 when the chunk holds `fill`).
-    #[inline]
-    fn put_filled(&mut self, segs: &SegmentArray<'_>, fill: u32) -> u32 {
-        self.put(1);
-        self.put(segs.len() as u32);
-        let mut left = fill;
-        for s in segs.iter() {
-            let l = left.min(s.length);
-            left -= l;
-            self.put_segment(s.handle, l, s.offset);
-        }
-        left
-    }
-}
-
-/// Encode the transport header of a planned Reply into `buf`; returns its length
-/// (= `plan.header_len`). For [`ReplyKind::Short`] the Send is this header
-/// followed by [`ReplyPlan::reduced_ranges`] of the reply.
-///
-/// Writes: the Call's XID, the version, `credits` (the grant), RDMA_MSG or
-/// RDMA_NOMSG; in v2 `flags | RPCRDMA2_F_RESPONSE` (draft s3.2) and
-/// `rdma_inv_handle` 0; an empty Read list; every Write chunk of the Call with
-/// segment lengths updated to the bytes written (s3.4.6); the Reply chunk with
-/// updated lengths for a Long reply, absent otherwise. `call` must be the chunk
-/// lists the plan was made from ([`PlanError::ChunkMismatch`] otherwise).
-/// On error the contents of `buf` are unspecified.
-pub fn encode_reply_header(
-    plan: &ReplyPlan,
-    call: &ChunkLists<'_>,
-    xid: u32,
-    credits: u32,
-    flags: u32,
-    buf: &mut [u8],
-) -> Result<usize, PlanError> {
-    let len = plan.header_len as usize;
-    let Some(buf) = buf.get_mut(..len) else {
-        return Err(PlanError::Encode(EncodeError::BufferTooSmall { needed: len }));
-    };
-    let htype = match plan.kind {
-        ReplyKind::Short => RDMA_MSG,
-        ReplyKind::Long => RDMA_NOMSG,
-    };
-    // Prefix and empty Read list in one copy: v1 xid vers credit proc 0;
-    // v2 xid vers credit htype flags inv_handle(0) 0.
-    let mut head = [0u8; 28];
-    head[..4].copy_from_slice(&xid.to_be_bytes());
-    head[4..8].copy_from_slice(&plan.vers.to_be_bytes());
-    head[8..12].copy_from_slice(&credits.to_be_bytes());
-    head[12..16].copy_from_slice(&htype.to_be_bytes());
-    let head_len = if plan.vers == RPCRDMA_VERSION_2 {
-        head[16..20].copy_from_slice(&(flags | RPCRDMA2_F_RESPONSE).to_be_bytes());
-        if let Some(d) = buf.get_mut(..28) {
-            d.copy_from_slice(&head);
-        }
-        28
-    } else {
-        if let Some(d) = buf.get_mut(..20) {
-            d.copy_from_slice(&head[..20]);
-        }
-        20
-    };
-    let mut w = Words { buf, pos: head_len };
-    let mut short = 0u32;
-    let mut n = 0u32;
-    for chunk in call.writes.iter() {
-        let fill = plan.items.get(n as usize).map_or(0, |it| it.len);
-        short |= w.put_filled(&chunk, fill);
-        n += 1;
-    }
-    w.put(0); // end of Write list
-    match (plan.kind, call.reply) {
-        (ReplyKind::Long, Some(rc)) => short |= w.put_filled(&rc, plan.reduced_len),
-        (ReplyKind::Long, None) => short = 1,
-        (ReplyKind::Short, _) => w.put(0),
-    }
-    if short != 0 || n != plan.write_chunks || w.pos != len {
-        return Err(PlanError::ChunkMismatch {
-            what: "chunks differ from the plan",
-        });
-    }
-    Ok(len)
-}
-
 /// Whether [`plan_call`] would convey this Call as a Short message with no
 /// chunk at all (RFC 8166 s3.5.1): no Read chunk, no Write chunk to
 /// provision and no Reply chunk, because the Call and the largest reply both
@@ -1885,112 +1596,6 @@ pub fn is_chunk_free_call(call_len: usize, items: &[DdpItem], needs: &ReplyNeeds
         && check_items(items, len as u64).is_ok()
 }
 
-/// The transport header of a chunk-free Call ([`is_chunk_free_call`]) in one
-/// step: v1 `xid 1 credit RDMA_MSG 0 0 0` (28 bytes), v2 `xid 2 credit
-/// RDMA2_MSG 0 0 0 0 0` (36 bytes: flags 0, `rdma_inv_handle` 0, three empty
-/// lists). The bytes [`encode_call_header`] writes for such a Call with
-/// `inv_handle` 0. `None` for another version or a buffer too short.
-///
-/// May be called from any core.
-#[inline]
-pub fn encode_chunk_free_call_header(vers: u32, xid: u32, credits: u32, buf: &mut [u8]) -> Option<usize> {
-    encode_chunk_free_header(vers, xid, credits, 0, buf)
-}
-
-/// The transport header of a Short reply to a Call that carried no chunks,
-/// in one step: v1 `xid 1 credit RDMA_MSG 0 0 0` (28 bytes, RFC 8166 s4.2),
-/// v2 `xid 2 credit RDMA2_MSG flags|RESPONSE 0 0 0 0` (36 bytes: prefix,
-/// `rdma_inv_handle` 0 and three empty lists, draft s3.2 and s5.3.1). The
-/// same bytes [`encode_reply_header`] writes for the Short plan
-/// [`plan_reply`] makes against empty chunk lists; the reply's RPC message
-/// follows at the returned length. `None` for another version or a buffer
-/// shorter than the header.
-///
-/// May be called from any core.
-#[inline]
-pub fn encode_short_reply_header(vers: u32, xid: u32, credits: u32, flags: u32, buf: &mut [u8]) -> Option<usize> {
-    encode_chunk_free_header(vers, xid, credits, flags | RPCRDMA2_F_RESPONSE, buf)
-}
-
-/// Length of an RDMA_MSG / RDMA2_MSG header with three empty chunk lists:
-/// 28 bytes in v1 (prefix, three list words), 36 in v2 (prefix with
-/// `rdma_htype` and `rdma_flags`, `rdma_inv_handle`, three list words);
-/// `None` for another version.
-///
-/// May be called from any core.
-pub const fn chunk_free_header_len(vers: u32) -> Option<usize> {
-    match vers {
-        RPCRDMA_VERSION_1 => Some(V1_PREFIX_LEN + 12),
-        RPCRDMA_VERSION_2 => Some(V2_PREFIX_LEN + 16),
-        _ => None,
-    }
-}
-
-/// An RDMA_MSG / RDMA2_MSG header with three empty chunk lists: v1 `xid 1
-/// credit RDMA_MSG 0 0 0`; v2 `xid 2 credit RDMA2_MSG flags 0 0 0 0`
-/// (`rdma_inv_handle` 0). `flags` is ignored in v1, which has none.
-#[inline]
-fn encode_chunk_free_header(vers: u32, xid: u32, credits: u32, flags: u32, buf: &mut [u8]) -> Option<usize> {
-    let len = chunk_free_header_len(vers)?;
-    let mut w = Writer::new(buf.get_mut(..len)?);
-    let done = if vers == RPCRDMA_VERSION_2 {
-        w.put_u32s([xid, vers, credits, RDMA_MSG, flags, 0, 0, 0, 0])
-    } else {
-        w.put_u32s([xid, vers, credits, RDMA_MSG, 0, 0, 0])
-    };
-    done.ok().map(|()| len)
-}
-
-/// Length of an RDMA_MSG / RDMA2_MSG header whose only chunk is one Write
-/// chunk of one segment (the READ shape, [`ChunkLists::one_write_segment`]):
-/// 52 bytes in v1, 60 in v2; `None` for another version.
-///
-/// May be called from any core.
-pub const fn one_write_header_len(vers: u32) -> Option<usize> {
-    match vers {
-        RPCRDMA_VERSION_1 => Some(V1_PREFIX_LEN + 36),
-        RPCRDMA_VERSION_2 => Some(V2_PREFIX_LEN + 4 + 36),
-        _ => None,
-    }
-}
-
-/// An RDMA_MSG / RDMA2_MSG header with an empty Read list, one Write chunk
-/// holding the one segment `seg`, and no Reply chunk (RFC 8166 s4.1; draft
-/// s5.3.1):
-///
-/// ```text
-/// v1: xid 1 credit RDMA_MSG                  0  1 1 handle length offset(2)  0  0
-/// v2: xid 2 credit RDMA2_MSG flags inv_handle 0  1 1 handle length offset(2)  0  0
-/// ```
-///
-/// `flags` and `inv_handle` are ignored in v1. `None` when `buf` is shorter
-/// than [`one_write_header_len`] or the version is unknown.
-#[inline]
-fn encode_one_write_header(
-    vers: u32,
-    xid: u32,
-    credits: u32,
-    flags: u32,
-    inv_handle: u32,
-    seg: Segment,
-    buf: &mut [u8],
-) -> Option<usize> {
-    let len = one_write_header_len(vers)?;
-    let mut w = Writer::new(buf.get_mut(..len)?);
-    let off = seg.offset;
-    let (hi, lo) = ((off >> 32) as u32, off as u32);
-    let done = if vers == RPCRDMA_VERSION_2 {
-        w.put_u32s([
-            xid, vers, credits, RDMA_MSG, flags, inv_handle, 0, 1, 1, seg.handle, seg.length, hi, lo, 0, 0,
-        ])
-    } else {
-        w.put_u32s([
-            xid, vers, credits, RDMA_MSG, 0, 1, 1, seg.handle, seg.length, hi, lo, 0, 0,
-        ])
-    };
-    done.ok().map(|()| len)
-}
-
 /// Requester side, the READ shape: whether [`plan_call`] would convey this
 /// Call as a Short message whose only chunk is one Write chunk (DDP on, one
 /// DDP-eligible result in the reply, no Read chunk, no Reply chunk: RFC 8166
@@ -2018,17 +1623,6 @@ pub fn one_write_call(call_len: usize, items: &[DdpItem], needs: &ReplyNeeds, p:
         return None;
     }
     (hdr + len <= p.call_inline_max as u64).then_some(w)
-}
-
-/// The header of a [`one_write_call`] Call with the one segment `seg`
-/// provisioned: v1 `xid 1 credit RDMA_MSG 0 1 1 seg 0 0`, v2 `xid 2 credit
-/// RDMA2_MSG 0 0 0 1 1 seg 0 0` (no flags, `rdma_inv_handle` 0). `None` when
-/// `buf` is shorter than [`one_write_header_len`] or the version is unknown.
-///
-/// May be called from any core.
-#[inline]
-pub fn encode_one_write_call_header(vers: u32, xid: u32, credits: u32, seg: Segment, buf: &mut [u8]) -> Option<usize> {
-    encode_one_write_header(vers, xid, credits, 0, 0, seg, buf)
 }
 
 /// Responder side, the READ shape: whether [`plan_reply`] would answer a
@@ -2063,34 +1657,10 @@ pub fn one_write_short_reply(
     (hdr + reduced <= reply_inline_max as u64).then_some(reduced as u32)
 }
 
-/// The transport header of a [`one_write_short_reply`]: `xid`, `vers`, the
-/// grant `credits`, RDMA_MSG; in v2 `flags | RPCRDMA2_F_RESPONSE` (draft
-/// s3.2) and `rdma_inv_handle` 0; an empty Read list; the Call's Write chunk
-/// with its segment's length set to `written`, the item's length (RFC 8166
-/// s3.4.6); no Reply chunk. What [`encode_reply_header`] writes for that
-/// plan. `None` when `buf` is too short or the version unknown.
-///
-/// May be called from any core.
-#[inline]
-pub fn encode_one_write_reply_header(
-    vers: u32,
-    xid: u32,
-    credits: u32,
-    flags: u32,
-    seg: Segment,
-    written: u32,
-    buf: &mut [u8],
-) -> Option<usize> {
-    let seg = Segment {
-        length: written.min(seg.length),
-        ..seg
-    };
-    encode_one_write_header(vers, xid, credits, flags | RPCRDMA2_F_RESPONSE, 0, seg, buf)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::header::encode_call_header_general;
 
     /// `one_write_short_reply` says yes exactly when `plan_reply` makes a
     /// Short plan reducing the one item into the one Write chunk, with the
@@ -2203,58 +1773,6 @@ mod tests {
             )
             .unwrap();
         assert!(hits.get() > 500, "the short cut was rarely taken: {}", hits.get());
-    }
-
-    /// The one-step Call header of the READ shape is the general encoder's.
-    #[test]
-    fn one_write_call_header_agrees_with_the_general_encoder() {
-        use proptest::prelude::*;
-        let case = (
-            prop_oneof![Just(1u32), Just(2u32)],
-            (any::<u32>(), 0u32..256, any::<u32>()),
-            (any::<u32>(), 0u32..10_000, any::<u64>()),
-            0u32..10_000,
-            0u32..400,
-            64u32..1200,
-        );
-        let mut runner = proptest::test_runner::TestRunner::new(proptest::test_runner::Config {
-            cases: 10_000,
-            ..Default::default()
-        });
-        runner
-            .run(
-                &case,
-                |(vers, (xid, credits, inv), (handle, length, offset), want, inline_len, max)| {
-                    let mut plan = CallPlan {
-                        vers,
-                        kind: CallKind::Short,
-                        call_len: inline_len,
-                        reads: FixedVec::new(),
-                        inline: FixedVec::new(),
-                        inline_len,
-                        write_chunks: FixedVec::new(),
-                        reply_chunk: None,
-                        call_inline_max: max,
-                    };
-                    let _ = plan.write_chunks.push(want);
-                    let seg = [Segment { handle, length, offset }];
-                    let writes: [&[Segment]; 1] = [&seg];
-                    let mut a = [0u8; 128];
-                    let fast = encode_call_header(&plan, xid, credits, inv, &[], &writes, None, &mut a);
-                    // The word-by-word writer, which every shape takes.
-                    let mut b = [0u8; 128];
-                    let general = encode_call_header_general(&plan, xid, credits, inv, &[], &writes, None, &mut b);
-                    prop_assert_eq!(fast, general);
-                    if let Ok(n) = fast {
-                        prop_assert_eq!(&a[..n], &b[..n]);
-                        let msg = [&a[..n], &xid.to_be_bytes()[..]].concat();
-                        let h = crate::header::decode(&msg, &crate::header::Limits::DEFAULT);
-                        prop_assert!(h.is_ok_and(|h| h.chunks().and_then(|c| c.one_write_segment()) == Some(seg[0])));
-                    }
-                    Ok(())
-                },
-            )
-            .unwrap();
     }
 
     /// `is_chunk_free_call` says yes exactly when `plan_call` makes a Short
@@ -2406,29 +1924,6 @@ mod tests {
         assert!(h[0] > 1000 && h[1] > 1000, "both answers exercised: {h:?}");
     }
 
-    /// The one-step Short reply header equals what the planner writes for a
-    /// chunk-free Call, in both versions, whatever the credits and flags.
-    #[test]
-    fn short_reply_header_equals_the_planned_one() {
-        let none = ChunkLists::default();
-        for vers in [RPCRDMA_VERSION_1, RPCRDMA_VERSION_2] {
-            for (xid, credits, flags, reply_len) in
-                [(1u32, 1u32, 0u32, 24usize), (0xdead_beef, 128, 0, 100), (7, 0, 0x10, 4)]
-            {
-                let plan = plan_reply(reply_len, &[], &none, vers, 4096).expect("short plan");
-                assert_eq!(plan.kind, ReplyKind::Short);
-                let mut a = [0xeeu8; 64];
-                let mut b = [0xeeu8; 64];
-                let n = encode_reply_header(&plan, &none, xid, credits, flags, &mut a).expect("planned");
-                let m = encode_short_reply_header(vers, xid, credits, flags, &mut b).expect("short");
-                assert_eq!((n, &a[..]), (m, &b[..]), "v{vers} xid {xid:#x}");
-                assert_eq!(n, plan.header_len as usize);
-            }
-            assert_eq!(encode_short_reply_header(vers, 1, 1, 0, &mut [0u8; 20]), None);
-        }
-        assert_eq!(encode_short_reply_header(3, 1, 1, 0, &mut [0u8; 64]), None);
-    }
-
     /// A plan reused for Calls of every form (as a responder's request slot
     /// reuses it) comes out equal to a fresh one.
     #[test]
@@ -2575,39 +2070,6 @@ mod tests {
             compared >= 30 && oks >= 6 && oks < compared,
             "{compared} compared, {oks} good"
         );
-    }
-
-    /// A Call without chunks (written in one step) is byte for byte what the
-    /// header encoder writes for the same RDMA_MSG, in both versions, and a
-    /// buffer too small still gets the error.
-    #[test]
-    fn chunkless_call_header_matches_the_header_encoder() {
-        use crate::header::{encode, BodyOut, ChunksOut, HeaderOut};
-        for vers in [1u32, 2] {
-            let p = CallParams::new(vers);
-            let needs = ReplyNeeds::new(&[], 200).unwrap();
-            let plan = plan_call(100, &[], &needs, &p).unwrap();
-            assert!(plan.reads.is_empty() && plan.write_chunks.is_empty() && plan.reply_chunk.is_none());
-            let mut fast = [0xaau8; 64];
-            let n = encode_call_header(&plan, 0x51, 7, 0x66, &[], &[], None, &mut fast).unwrap();
-            let mut want = [0x55u8; 64];
-            let m = encode(
-                &HeaderOut {
-                    xid: 0x51,
-                    vers,
-                    credits: 7,
-                    flags: 0,
-                    body: BodyOut::Msg {
-                        inv_handle: 0x66,
-                        chunks: ChunksOut::default(),
-                    },
-                },
-                &mut want,
-            )
-            .unwrap();
-            assert_eq!(&fast[..n], &want[..m], "v{vers}");
-            assert!(encode_call_header(&plan, 0x51, 7, 0x66, &[], &[], None, &mut fast[..n - 1]).is_err());
-        }
     }
 
     #[test]
