@@ -1,5 +1,13 @@
-//! Decoding transport headers: [`decode`] and the one-step decoders of the
-//! chunk-free and one-Write-segment RDMA_MSG shapes inside it.
+//! Decoding transport headers (RFC 8166 s4.1-s4.3 for version 1;
+//! draft-cel-nfsv4-rpcrdma-version-two-09 s3.1-s3.3, s4.1 and s5.3 for
+//! version 2), in the grammar of [`super`]'s module doc.
+//!
+//! [`decode`] validates a whole header at once: the one-step decoders of the
+//! chunk-free and one-Write-segment RDMA_MSG shapes first, then the
+//! word-by-word walk for everything else (each one-step decoder tested
+//! against the walk in `tests.rs`). [`peek_prefix`] and
+//! [`peek_err_vers_v1_layout`] read the fixed prefix of a header that may not
+//! decode (RFC 8166 s4.2, s4.5; draft s7.2).
 
 use super::*;
 use crate::error::{DecodeError, DecodeErrorKind};

@@ -1,4 +1,22 @@
-//! Encoding transport headers.
+//! Every encoder of RPC-over-RDMA transport headers (RFC 8166 s4.1-s4.3 for
+//! version 1; draft-cel-nfsv4-rpcrdma-version-two-09 s3.1-s3.3 and s5.3 for
+//! version 2), in the grammar of [`super`]'s module doc:
+//!
+//! - [`encode`]: any header, from a typed [`HeaderOut`]; [`encode_error_reply`]
+//!   the RDMA_ERROR / RDMA2_ERROR answering a header that failed to decode
+//!   (RFC 8166 s4.5; draft s5.3.3, s7.2).
+//! - [`encode_call_header`]: a planned Call ([`crate::plan::plan_call`]), with
+//!   its one-step writes of the chunk-free and one-Write-segment shapes inside.
+//! - [`encode_reply_header`]: a planned Reply ([`crate::plan::plan_reply`]).
+//! - One-step encoders of the two common shapes, for engines that skip
+//!   planning: [`encode_chunk_free_call_header`], [`encode_short_reply_header`]
+//!   (three empty chunk lists) and [`encode_one_write_call_header`],
+//!   [`encode_one_write_reply_header`] (one Write chunk of one segment). Each
+//!   is proven equal to the general encoders by property tests in
+//!   `encode_tests.rs`.
+//!
+//! The lower-level [`put_segment`], [`put_prefix`] and friends write single
+//! productions of the grammar. Nothing here allocates.
 
 use super::*;
 use crate::error::{DecodeError, EncodeError};
@@ -156,7 +174,12 @@ pub fn put_chunk_lists(w: &mut Writer<'_>, c: &ChunksOut<'_>) -> Result<(), Enco
     }
 }
 
-/// Encode `h` into `buf`, returning the header length. For MSG/MSGP the caller
+/// Encode `h` into `buf`, returning the header length. The words are the
+/// grammar's: `xid vers credit proc body` (v1, RFC 8166 s4.1) or `xid vers
+/// credit htype flags body` (v2, draft s3.1), the body by header type
+/// (`chunk_lists` before an RDMA_MSG's payload, `err` and its arm for an
+/// error, `count { which data<> }` for RDMA2_CONNPROP).
+/// For MSG/MSGP the caller
 /// appends the RPC message at that offset.
 ///
 /// May be called from any core.
@@ -261,7 +284,19 @@ fn seg_sum(segs: &[Segment]) -> u64 {
     segs.iter().map(|s| s.length as u64).sum()
 }
 
-/// Encode the transport header of a planned Call into `buf`; returns its length.
+/// Encode the transport header of a planned Call into `buf`; returns its length:
+///
+/// ```text
+/// v1: xid 1 credit (RDMA_MSG | RDMA_NOMSG for a Long Call)            read_list write_list reply_chunk
+/// v2: xid 2 credit (RDMA2_MSG | RDMA2_NOMSG) flags=0 inv_handle       read_list write_list reply_chunk
+/// ```
+///
+/// with one Read list entry per segment of each planned Read chunk (at the
+/// chunk's Position, RFC 8166 s3.4.5), every provisioned Write chunk, and the
+/// Reply chunk when planned. The chunk-free shape (three empty lists) and the
+/// one-Write-segment shape are written in one step inside (tested against the
+/// word-by-word writer in `one_write_call_header_agrees_with_the_general_encoder`).
+///
 /// For [`CallKind::Short`] and [`CallKind::Chunked`] the Send is this header
 /// followed by the plan's [`CallPlan::inline`] ranges of the Call.
 ///
@@ -496,7 +531,14 @@ impl Words<'_> {
     }
 }
 
-/// Encode the transport header of a planned Reply into `buf`; returns its length
+/// Encode the transport header of a planned Reply (RFC 8166 s3.5; draft s5.3.1):
+///
+/// ```text
+/// v1: xid 1 credit (RDMA_MSG | RDMA_NOMSG for a Long reply)                  0 write_list reply_chunk
+/// v2: xid 2 credit (RDMA2_MSG | RDMA2_NOMSG) flags|RESPONSE inv_handle=0     0 write_list reply_chunk
+/// ```
+///
+/// Into `buf`; returns its length
 /// (= `plan.header_len`). For [`ReplyKind::Short`] the Send is this header
 /// followed by [`ReplyPlan::reduced_ranges`] of the reply.
 ///
@@ -564,7 +606,7 @@ pub fn encode_reply_header(
     Ok(len)
 }
 
-/// The transport header of a chunk-free Call ([`is_chunk_free_call`]) in one
+/// The transport header of a chunk-free Call ([`is_chunk_free_call`](crate::plan::is_chunk_free_call)) in one
 /// step: v1 `xid 1 credit RDMA_MSG 0 0 0` (28 bytes), v2 `xid 2 credit
 /// RDMA2_MSG 0 0 0 0 0` (36 bytes: flags 0, `rdma_inv_handle` 0, three empty
 /// lists). The bytes [`encode_call_header`] writes for such a Call with
@@ -581,7 +623,7 @@ pub fn encode_chunk_free_call_header(vers: u32, xid: u32, credits: u32, buf: &mu
 /// v2 `xid 2 credit RDMA2_MSG flags|RESPONSE 0 0 0 0` (36 bytes: prefix,
 /// `rdma_inv_handle` 0 and three empty lists, draft s3.2 and s5.3.1). The
 /// same bytes [`encode_reply_header`] writes for the Short plan
-/// [`plan_reply`] makes against empty chunk lists; the reply's RPC message
+/// [`plan_reply`](crate::plan::plan_reply) makes against empty chunk lists; the reply's RPC message
 /// follows at the returned length. `None` for another version or a buffer
 /// shorter than the header.
 ///
@@ -670,7 +712,7 @@ fn encode_one_write_header(
     done.ok().map(|()| len)
 }
 
-/// The header of a [`one_write_call`] Call with the one segment `seg`
+/// The header of a [`one_write_call`](crate::plan::one_write_call) Call with the one segment `seg`
 /// provisioned: v1 `xid 1 credit RDMA_MSG 0 1 1 seg 0 0`, v2 `xid 2 credit
 /// RDMA2_MSG 0 0 0 1 1 seg 0 0` (no flags, `rdma_inv_handle` 0). `None` when
 /// `buf` is shorter than [`one_write_header_len`] or the version is unknown.
@@ -681,7 +723,7 @@ pub fn encode_one_write_call_header(vers: u32, xid: u32, credits: u32, seg: Segm
     encode_one_write_header(vers, xid, credits, 0, 0, seg, buf)
 }
 
-/// The transport header of a [`one_write_short_reply`]: `xid`, `vers`, the
+/// The transport header of a [`one_write_short_reply`](crate::plan::one_write_short_reply): `xid`, `vers`, the
 /// grant `credits`, RDMA_MSG; in v2 `flags | RPCRDMA2_F_RESPONSE` (draft
 /// s3.2) and `rdma_inv_handle` 0; an empty Read list; the Call's Write chunk
 /// with its segment's length set to `written`, the item's length (RFC 8166

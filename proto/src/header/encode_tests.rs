@@ -1,3 +1,7 @@
+//! Encoder tests: every one-step encoder of a header shape equals the general
+//! encoders ([`encode`](super::encode), `encode_call_header`'s word-by-word
+//! writer, [`encode_reply_header`](super::encode_reply_header)) byte for byte.
+
 use super::encode_call_header_general;
 use super::*;
 use crate::plan::*;

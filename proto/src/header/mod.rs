@@ -44,8 +44,19 @@
 //!
 //! [`encode`] writes a [`HeaderOut`] (typed slices, no allocation) into a caller
 //! buffer; the payload of an RDMA_MSG is appended by the caller after the returned
-//! length. The lower-level [`put_segment`], [`put_prefix`] and friends let the
-//! planner stream a reply header from decoded views.
+//! length. [`encode_call_header`] and [`encode_reply_header`] write the headers
+//! of planned Calls and Replies ([`crate::plan`]), and the one-step encoders of
+//! the chunk-free and one-Write-segment shapes write those in one go. Every
+//! encoder of transport headers is here.
+//!
+//! # Files
+//!
+//! | file | holds |
+//! |---|---|
+//! | `mod.rs` | constants, [`Limits`], the decoded views and their types |
+//! | `decode.rs` | [`decode`] (with its one-step decoders), [`peek_prefix`] |
+//! | `encode.rs` | every encoder: [`encode`], planned Call / Reply headers, one-step shapes |
+//! | `tests.rs`, `encode_tests.rs` | decoder tests; encoder agreement property tests |
 
 use crate::xdr::Reader;
 

@@ -1,3 +1,6 @@
+//! Decoder tests: hand-made vectors from the grammar, typed errors, limits,
+//! truncation, and the one-step decoders against the walk.
+
 use super::decode::{decode_msg_one_write_segment, decode_msg_without_chunks, decode_walk};
 use super::*;
 use crate::error::{DecodeError, DecodeErrorKind};

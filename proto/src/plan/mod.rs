@@ -46,6 +46,20 @@
 //! peer's RBSIZ for v2 (draft -09 section 4.2.1), in each case capped by the
 //! sender's own Send buffer size.
 //!
+//! # Files
+//!
+//! | file | holds |
+//! |---|---|
+//! | `mod.rs` | shared types ([`FixedVec`], [`ByteRange`], [`Piece`], [`PlanError`]), [`items_valid`], [`ReducedRanges`] |
+//! | `call.rs` | requester, the Call: [`CallParams`], [`ReplyNeeds`], [`plan_call`], [`is_chunk_free_call`], [`one_write_call`] |
+//! | `reassemble.rs` | requester, the Reply: [`ReplyLayout`], [`reassemble_reply`], [`reassemble_reply_provisioned`] |
+//! | `reads.rs` | responder, the Call: [`ReadLimits`], [`ReadPlan`], [`plan_reads`], [`ReadOp`] |
+//! | `reply.rs` | responder, the Reply: [`plan_reply`], [`ReplyPlan`], [`WriteOps`], [`one_write_short_reply`] |
+//! | `tests.rs` | planner tests; each one-step shortcut against the general planner |
+//!
+//! The transport header encoders these plans feed live in [`crate::header`];
+//! the ones the engines call are re-exported here under their old paths.
+//!
 //! Functions here may be called from any core; nothing holds shared state.
 
 use core::fmt;
