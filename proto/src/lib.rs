@@ -8,11 +8,11 @@
 //! |---|---|---|
 //! | [`xdr`] | zero-copy XDR cursor and writer | RFC 4506 |
 //! | [`rpc`] | ONC RPC call/reply headers, AUTH_NONE, AUTH_SYS | RFC 5531 |
-//! | [`header`] | RPC-over-RDMA v1 and v2 transport headers and chunk lists | RFC 8166 s4, draft-cel-nfsv4-rpcrdma-version-two-09 s3-6 |
+//! | [`header`] | RPC-over-RDMA v1 and v2 transport headers and chunk lists: every decoder and encoder | RFC 8166 s4, draft-cel-nfsv4-rpcrdma-version-two-09 s3-6 |
 //! | [`private_data`] | RDMA-CM private data | RFC 8797 |
 //! | [`negotiate`] | v1/v2 version negotiation as a state machine | draft -09 s7 |
 //! | [`ulb`] | Upper-Layer Bindings and the NFSv3 binding | RFC 8166 s6, RFC 8267 |
-//! | [`plan`] | chunk planning for requester and responder | RFC 8166 s3.4-3.5 |
+//! | [`plan`] | chunk planning for requester and responder (Call, Read list, Reply, reassembly) | RFC 8166 s3.4-3.5 |
 //!
 //! Functions here may be called from any core; nothing holds shared state.
 #![forbid(unsafe_code)]
