@@ -23,6 +23,7 @@ pub mod requester;
 pub mod responder;
 pub mod service;
 pub mod stages;
+#[cfg(feature = "testprog")]
 pub mod testprog;
 
 #[cfg(feature = "verbs")]
