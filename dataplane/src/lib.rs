@@ -22,14 +22,14 @@ pub mod queue;
 pub mod requester;
 pub mod responder;
 pub mod service;
-pub mod shm;
-pub mod sim;
 pub mod stages;
+#[cfg(feature = "testprog")]
 pub mod testprog;
-#[cfg(feature = "verbs")]
-pub mod verbs;
 
+#[cfg(feature = "verbs")]
+pub use fabric::verbs;
 pub use fabric::*;
+pub use fabric::{shm, sim};
 
 /// The fabric providers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -18,6 +18,9 @@
 //! READ and WRITE do not touch the data (a backend would DMA it), so they measure
 //! the transport; the others fill and check patterns and favour clarity.
 //!
+//! Built only with the crate feature `testprog` (off by default: tests, benches
+//! and examples turn it on; no release binary carries it).
+//!
 //! Calls run on the core that owns the connection.
 
 use proto::rpc::{self, CallHeader, OpaqueAuth, ReplyHeader};

@@ -28,6 +28,11 @@
 //! synchronisation on the control path only; the data path (post, poll) touches
 //! core-local state alone.
 
+pub mod shm;
+pub mod sim;
+#[cfg(feature = "verbs")]
+pub mod verbs;
+
 use proto::header::Segment;
 use std::fmt;
 use std::sync::Arc;

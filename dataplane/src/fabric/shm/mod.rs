@@ -121,11 +121,27 @@
 //! A `ShmFabric` is `Send` and belongs to one core; every method is called
 //! from that core only (the trait's rule). Two fabrics in one process (tests)
 //! work like two processes.
+//!
+//! # Files
+//!
+//! | file | what |
+//! |---|---|
+//! | `mod.rs` | configuration, the fabric object, its CQs and SRQs, posting and polling |
+//! | `setup.rs` | connection setup over the Unix socket, CM events |
+//! | `memory.rs` | region registration, addresses, windows into the peer's regions |
+//! | `conn.rs` | one connection (queue pair) and its data path |
+//! | `ring.rs` | the SPSC rings in the shared ring file |
+//! | `mapping.rs` | the sealed memfd files that hold a connection's rings |
+//! | `sock.rs` | the `SOCK_SEQPACKET` socket and descriptor passing |
+//! | `wire.rs` | the CM message layout |
+//! | `tests.rs` | tests of the fabric object |
 
 pub mod mapping;
 pub mod ring;
 
 mod conn;
+mod memory;
+mod setup;
 mod sock;
 pub mod wire;
 
@@ -354,51 +370,6 @@ impl ShmFabric {
         Ok((cq, srq))
     }
 
-    fn hello(&self, private_data: &[u8], conn: &Conn) -> Hello {
-        let regions = self
-            .regions
-            .by_id
-            .iter()
-            .flatten()
-            .map(|r| RegionInfo {
-                id: r.region.id(),
-                rkey: r.rkey,
-                len: r.region.len() as u64,
-            })
-            .collect();
-        Hello {
-            private_data: PrivateData::new(private_data),
-            ring_cap: conn.ring_cap,
-            file_len: conn.file_len(),
-            regions,
-        }
-    }
-
-    /// Send REQ or ACCEPT with our ring file and region descriptors.
-    fn send_hello(&mut self, ci: usize, msg: &Msg) -> std::io::Result<()> {
-        let n = wire::encode(msg, &mut self.msg);
-        let Some(c) = self.conns.get(ci) else {
-            return Err(std::io::Error::other("connection gone"));
-        };
-        let Some(s) = c.sock.as_ref() else {
-            return Err(std::io::Error::other("socket closed"));
-        };
-        let mut fds: Vec<BorrowedFd<'_>> = Vec::with_capacity(1 + self.regions.count);
-        fds.push(c.file.fd());
-        fds.extend(self.regions.by_id.iter().flatten().map(|r| r.region.fd()));
-        sock::send_msg(s.as_fd(), &self.msg[..n], &fds)
-    }
-
-    fn attach_conn(&mut self, ci: usize) {
-        if let Some(c) = self.conns.get(ci) {
-            let (cq, srq) = (c.cq, c.srq);
-            self.cqs[cq].conns.push(ci);
-            if let Some(s) = srq {
-                self.srqs[s].conns.push(ci);
-            }
-        }
-    }
-
     /// Remove connection `ci` if it is over and its terminal event was polled.
     fn try_reap(&mut self, ci: usize) {
         let Some(c) = self.conns.get(ci) else { return };
@@ -446,176 +417,6 @@ impl ShmFabric {
             srq.queue.pop_front();
             if !c.give(id, wr, regions, events) {
                 srq.queue.push_front(wr);
-            }
-        }
-    }
-
-    // ---- connection management progress ----
-
-    fn cm_progress(&mut self, now: Instant) {
-        self.accept_incoming(now);
-        self.read_requests(now);
-        for ci in 0..self.conns.capacity() {
-            if self.conns.get(ci).is_some() {
-                self.cm_conn(ci, now);
-            }
-        }
-    }
-
-    fn accept_incoming(&mut self, now: Instant) {
-        for (li, l) in self.listeners.iter().enumerate() {
-            while self.incoming.len() < self.cfg.max_pending_requests as usize {
-                match sock::accept(l.fd.as_fd()) {
-                    Ok(Some(s)) => self.incoming.push(Incoming {
-                        listener: ListenerId(li as u32),
-                        sock: s,
-                        deadline: now + self.cfg.connect_timeout,
-                    }),
-                    Ok(None) | Err(_) => break,
-                }
-            }
-        }
-    }
-
-    fn read_requests(&mut self, now: Instant) {
-        let mut i = 0;
-        while i < self.incoming.len() {
-            self.fds_in.clear();
-            let r = sock::recv_msg(self.incoming[i].sock.as_fd(), &mut self.msg[..], &mut self.fds_in);
-            match r {
-                Ok(Recv::WouldBlock) if now < self.incoming[i].deadline => {
-                    i += 1;
-                    continue;
-                }
-                Ok(Recv::Msg(n)) => {
-                    let inc = self.incoming.swap_remove(i);
-                    if let Ok(Msg::Req(hello)) = wire::decode(&self.msg[..n]) {
-                        if self.fds_in.len() == 1 + hello.regions.len() {
-                            let pd = hello.private_data;
-                            let req = Request {
-                                sock: inc.sock,
-                                hello,
-                                fds: std::mem::take(&mut self.fds_in),
-                            };
-                            // A full table drops the request: the peer sees
-                            // end-of-file (Unreachable).
-                            if let Some(id) = self.requests.insert(req) {
-                                self.events.push_back(CmEvent::ConnectRequest {
-                                    listener: inc.listener,
-                                    req: ConnReqId(id),
-                                    private_data: pd,
-                                });
-                            }
-                            self.fds_in = Vec::with_capacity(sock::MAX_FDS);
-                        }
-                    }
-                }
-                // Timed out, closed, or garbage: drop it.
-                _ => {
-                    self.incoming.swap_remove(i);
-                }
-            }
-        }
-        self.fds_in.clear();
-    }
-
-    fn cm_conn(&mut self, ci: usize, now: Instant) {
-        let id = ConnId(self.conns.id_of(ci));
-        let Some(c) = self.conns.get_mut(ci) else { return };
-        match c.state {
-            State::Error => {}
-            State::Connecting { connected: false } => {
-                let (Some(s), Some(a)) = (c.sock.as_ref(), c.addr.as_ref()) else {
-                    return c.fail(CmEvent::Unreachable { conn: id }, &mut self.events, false);
-                };
-                use std::os::fd::AsRawFd;
-                match sock::connect_again(s.as_raw_fd(), a) {
-                    Ok(()) => {
-                        c.state = State::Connecting { connected: true };
-                        self.send_req(ci, id);
-                    }
-                    Err(e) if e.raw_os_error() == Some(libc::EAGAIN) && now < c.deadline => {}
-                    Err(_) => c.fail(CmEvent::Unreachable { conn: id }, &mut self.events, false),
-                }
-            }
-            State::Connecting { connected: true } | State::AcceptWait | State::Established => {
-                let Some(s) = c.sock.as_ref() else { return };
-                self.fds_in.clear();
-                let r = sock::recv_msg(s.as_fd(), &mut self.msg[..], &mut self.fds_in);
-                let state = c.state;
-                let msg = match r {
-                    Ok(Recv::Msg(n)) => wire::decode(&self.msg[..n]).ok(),
-                    Ok(Recv::WouldBlock) => {
-                        if state == State::Established {
-                            if c.peer_closed() {
-                                c.fail(CmEvent::Disconnected { conn: id }, &mut self.events, true);
-                            }
-                        } else if now >= c.deadline {
-                            c.fail(CmEvent::Unreachable { conn: id }, &mut self.events, false);
-                        }
-                        return;
-                    }
-                    Ok(Recv::Eof) | Err(_) => None,
-                };
-                let fds = std::mem::take(&mut self.fds_in);
-                self.fds_in = Vec::with_capacity(sock::MAX_FDS);
-                self.on_cm_msg(ci, id, state, msg, fds);
-            }
-        }
-    }
-
-    fn on_cm_msg(&mut self, ci: usize, id: ConnId, state: State, msg: Option<Msg>, fds: Vec<OwnedFd>) {
-        let cfg = &self.cfg;
-        let Some(c) = self.conns.get_mut(ci) else { return };
-        let events = &mut self.events;
-        match (state, msg) {
-            (State::Connecting { .. }, Some(Msg::Accept(hello))) => match Peer::attach(&hello, fds, cfg) {
-                Ok(peer) => {
-                    c.peer = Some(peer);
-                    let n = wire::encode(&Msg::Rtu, &mut self.msg);
-                    let sent = c
-                        .sock
-                        .as_ref()
-                        .is_some_and(|s| sock::send_msg(s.as_fd(), &self.msg[..n], &[]).is_ok());
-                    if sent {
-                        c.state = State::Established;
-                        events.push_back(CmEvent::Established {
-                            conn: id,
-                            private_data: hello.private_data,
-                        });
-                    } else {
-                        c.fail(CmEvent::Unreachable { conn: id }, events, false);
-                    }
-                }
-                Err(_) => c.fail(CmEvent::Unreachable { conn: id }, events, false),
-            },
-            (State::Connecting { .. }, Some(Msg::Reject(pd))) => c.fail(
-                CmEvent::Rejected {
-                    conn: id,
-                    private_data: pd,
-                },
-                events,
-                false,
-            ),
-            (State::AcceptWait, Some(Msg::Rtu)) => {
-                c.state = State::Established;
-                events.push_back(CmEvent::Established {
-                    conn: id,
-                    private_data: PrivateData::EMPTY,
-                });
-            }
-            // End-of-file, garbage, or a message out of turn.
-            (State::Established, _) => c.fail(CmEvent::Disconnected { conn: id }, events, true),
-            _ => c.fail(CmEvent::Unreachable { conn: id }, events, false),
-        }
-    }
-
-    fn send_req(&mut self, ci: usize, id: ConnId) {
-        let Some(c) = self.conns.get(ci) else { return };
-        let msg = Msg::Req(self.hello(c.pending_pd.as_bytes(), c));
-        if self.send_hello(ci, &msg).is_err() {
-            if let Some(c) = self.conns.get_mut(ci) {
-                c.fail(CmEvent::Unreachable { conn: id }, &mut self.events, false);
             }
         }
     }
@@ -669,43 +470,13 @@ impl Fabric for ShmFabric {
     /// Registers `region` for local use and for every peer connected *after*
     /// this call. At most [`MAX_REGIONS`] regions.
     fn register_region(&mut self, region: &Arc<mempool::region::Region>) -> Result<MrKeys, FabricError> {
-        let id = region.id();
-        if self.regions.rkey(id).is_some() {
-            return Err(FabricError::Other(format!("region {id} is already registered")));
-        }
-        if self.regions.count >= MAX_REGIONS {
-            return Err(FabricError::QueueFull {
-                what: "registered regions",
-            });
-        }
-        let key = (self.salt as u32) << 16 | id as u32;
-        let t = &mut self.regions.by_id;
-        if t.len() <= id as usize {
-            t.resize_with(id as usize + 1, || None);
-        }
-        t[id as usize] = Some(LocalRegion {
-            region: Arc::clone(region),
-            rkey: key,
-        });
-        self.regions.count += 1;
-        Ok(MrKeys { lkey: key, rkey: key })
+        self.do_register_region(region)
     }
 
     /// Region-relative: returns `offset` (after checking the region is
     /// registered and `offset` is within it).
     fn remote_addr(&self, region: u16, offset: u64) -> Result<u64, FabricError> {
-        let r = self
-            .regions
-            .by_id
-            .get(region as usize)
-            .and_then(|r| r.as_ref())
-            .ok_or(FabricError::NotRegistered { region })?;
-        if offset > r.region.len() as u64 {
-            return Err(FabricError::BadAddress(format!(
-                "offset {offset} beyond region {region}"
-            )));
-        }
-        Ok(offset)
+        self.do_remote_addr(region, offset)
     }
 
     fn create_cq(&mut self, depth: u32) -> Result<CqId, FabricError> {
@@ -730,48 +501,14 @@ impl Fabric for ShmFabric {
     /// file at the path is replaced; the file is removed when the fabric is
     /// dropped.
     fn listen(&mut self, addr: &str) -> Result<ListenerId, FabricError> {
-        let a = UnixAddr::parse(addr).ok_or_else(|| FabricError::BadAddress(addr.to_string()))?;
-        let fd = sock::listen(&a).map_err(io_err("listen"))?;
-        self.listeners.push(Listener { fd, path: a.path });
-        Ok(ListenerId(self.listeners.len() as u32 - 1))
+        self.do_listen(addr)
     }
 
     /// Creates the QP's rings and starts the connection; the outcome is a
     /// later `Established`, `Rejected` or `Unreachable` event (a refused or
     /// missing socket is `Unreachable`, not an error here).
     fn connect(&mut self, addr: &str, qp: &QpConfig, private_data: &[u8]) -> Result<ConnId, FabricError> {
-        let a = UnixAddr::parse(addr).ok_or_else(|| FabricError::BadAddress(addr.to_string()))?;
-        let (cq, srq) = self.check_qp(qp)?;
-        let now = Instant::now();
-        let mut c = Conn::new(qp, cq, srq, &self.cfg, now).map_err(FabricError::Other)?;
-        c.pending_pd = PrivateData::new(private_data);
-        let s = sock::unconnected().map_err(io_err("socket"))?;
-        use std::os::fd::AsRawFd;
-        let r = sock::connect_again(s.as_raw_fd(), &a);
-        c.sock = Some(s);
-        let raw = self
-            .conns
-            .insert(c)
-            .ok_or(FabricError::QueueFull { what: "connections" })?;
-        let id = ConnId(raw);
-        let ci = (raw & 0xffff) as usize;
-        self.attach_conn(ci);
-        let Some(c) = self.conns.get_mut(ci) else {
-            return Err(FabricError::NotConnected(id));
-        };
-        match r {
-            Ok(()) => {
-                c.state = State::Connecting { connected: true };
-                self.send_req(ci, id);
-            }
-            // The listener's backlog is full: retried by poll_cm.
-            Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => c.addr = Some(a),
-            Err(_) => c.fail(CmEvent::Unreachable { conn: id }, &mut self.events, false),
-        }
-        if let Some(s) = srq {
-            self.distribute_srq(s);
-        }
-        Ok(id)
+        self.do_connect(addr, qp, private_data)
     }
 
     /// Maps the requester's ring file and regions, creates this side's rings
@@ -779,57 +516,11 @@ impl Fabric for ShmFabric {
     /// On a local failure the request is dropped (the requester sees
     /// `Unreachable`) and the error returned.
     fn accept(&mut self, req: ConnReqId, qp: &QpConfig, private_data: &[u8]) -> Result<ConnId, FabricError> {
-        let ri = self.requests.index(req.0).ok_or(FabricError::UnknownId {
-            what: "connection request",
-            id: req.0,
-        })?;
-        let (cq, srq) = self.check_qp(qp)?;
-        let Some(r) = self.requests.remove(ri) else {
-            return Err(FabricError::UnknownId {
-                what: "connection request",
-                id: req.0,
-            });
-        };
-        let peer = Peer::attach(&r.hello, r.fds, &self.cfg).map_err(FabricError::Other)?;
-        let now = Instant::now();
-        let mut c = Conn::new(qp, cq, srq, &self.cfg, now).map_err(FabricError::Other)?;
-        c.peer = Some(peer);
-        c.sock = Some(r.sock);
-        c.state = State::AcceptWait;
-        let raw = self
-            .conns
-            .insert(c)
-            .ok_or(FabricError::QueueFull { what: "connections" })?;
-        let id = ConnId(raw);
-        let ci = (raw & 0xffff) as usize;
-        self.attach_conn(ci);
-        let msg = {
-            let c = self.conns.get(ci).ok_or(FabricError::NotConnected(id))?;
-            Msg::Accept(self.hello(private_data, c))
-        };
-        if self.send_hello(ci, &msg).is_err() {
-            if let Some(c) = self.conns.get_mut(ci) {
-                c.fail(CmEvent::Unreachable { conn: id }, &mut self.events, false);
-            }
-        }
-        if let Some(s) = srq {
-            self.distribute_srq(s);
-        }
-        Ok(id)
+        self.do_accept(req, qp, private_data)
     }
 
     fn reject(&mut self, req: ConnReqId, private_data: &[u8]) -> Result<(), FabricError> {
-        let ri = self.requests.index(req.0).ok_or(FabricError::UnknownId {
-            what: "connection request",
-            id: req.0,
-        })?;
-        let Some(r) = self.requests.remove(ri) else {
-            return Ok(());
-        };
-        let n = wire::encode(&Msg::Reject(PrivateData::new(private_data)), &mut self.msg);
-        // The requester may already be gone; nothing to do about it.
-        let _ = sock::send_msg(r.sock.as_fd(), &self.msg[..n], &[]);
-        Ok(())
+        self.do_reject(req, private_data)
     }
 
     /// Moves the connection to error (outstanding work requests are flushed
@@ -837,27 +528,13 @@ impl Fabric for ShmFabric {
     /// socket close. Idempotent: a connection already in error, or already
     /// reaped, is `Ok`.
     fn disconnect(&mut self, conn: ConnId) -> Result<(), FabricError> {
-        let i = (conn.0 & 0xffff) as usize;
-        if i >= self.conns.capacity() {
-            return Err(FabricError::UnknownId {
-                what: "connection",
-                id: conn.0,
-            });
-        }
-        let Some(ci) = self.conns.index(conn.0) else {
-            return Ok(());
-        };
-        if let Some(c) = self.conns.get_mut(ci) {
-            c.fail(CmEvent::Disconnected { conn }, &mut self.events, true);
-        }
-        Ok(())
+        self.do_disconnect(conn)
     }
 
     /// The peer's registered regions are mapped here, so a Write chunk can be
     /// filled with plain stores ([`conn::Conn::window`]).
     fn remote_window(&mut self, conn: ConnId, seg: &RemoteBuf, len: u32) -> Option<std::ptr::NonNull<u8>> {
-        let ci = self.conns.index(conn.0)?;
-        self.conns.get(ci)?.window(seg, len)
+        self.do_remote_window(conn, seg, len)
     }
 
     /// Both ends are on this host: the loopback address.
@@ -868,28 +545,7 @@ impl Fabric for ShmFabric {
     /// Hands out queued events; when none is queued and a sweep is due
     /// ([`ShmConfig::cm_sweep_period`]), does the socket work first.
     fn poll_cm(&mut self) -> Option<CmEvent> {
-        if self.events.is_empty() {
-            let now = Instant::now();
-            if now >= self.next_cm_sweep {
-                self.next_cm_sweep = now + self.cfg.cm_sweep_period;
-                self.cm_progress(now);
-            }
-        }
-        let ev = self.events.pop_front()?;
-        if let CmEvent::Disconnected { conn } | CmEvent::Rejected { conn, .. } | CmEvent::Unreachable { conn } = ev {
-            if let Some(ci) = self.conns.index(conn.0) {
-                if let Some(c) = self.conns.get_mut(ci) {
-                    c.terminal_delivered = true;
-                }
-                // Flush what can be flushed now; reaped when everything is.
-                let cq = self.conns.get(ci).map(|c| c.cq);
-                if let Some(cq) = cq {
-                    self.progress_cq(cq);
-                }
-                self.try_reap(ci);
-            }
-        }
-        Some(ev)
+        self.do_poll_cm()
     }
 
     fn post_send(&mut self, conn: ConnId, wr: &SendWr) -> Result<(), FabricError> {
@@ -995,191 +651,4 @@ fn pop_into(cq: &mut Cq, out: &mut [Completion]) -> usize {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::fabric::{LocalBuf, RemoteBuf, SendOp, WcOpcode, WcStatus, WrId};
-    use mempool::region::{Region, RegionConfig};
-
-    #[test]
-    fn slab_ids_carry_generations() {
-        let mut s: Slab<u8> = Slab::with_capacity(2);
-        let a = s.insert(1).unwrap();
-        let b = s.insert(2).unwrap();
-        assert!(s.insert(3).is_none(), "bounded");
-        assert_eq!(s.index(a), Some((a & 0xffff) as usize));
-        s.remove(s.index(a).unwrap());
-        assert_eq!(s.index(a), None, "stale id after removal");
-        let c = s.insert(4).unwrap();
-        assert_eq!(c & 0xffff, a & 0xffff, "slot reused");
-        assert_ne!(c, a, "with a new generation");
-        assert_eq!(s.index(b), Some((b & 0xffff) as usize));
-    }
-
-    struct End {
-        f: ShmFabric,
-        cq: CqId,
-        region: Arc<Region>,
-    }
-
-    /// An endpoint with region `id`. Odd ids prefetch receive buffers (as
-    /// the engines configure it) and even ids do not, so tests pairing 1 and
-    /// 2 cover both receive paths.
-    fn end(id: u16) -> End {
-        let cfg = if id.is_multiple_of(2) {
-            ShmConfig::default()
-        } else {
-            ShmConfig::for_rpc_engine()
-        };
-        let mut f = ShmFabric::new(cfg).unwrap();
-        let region = Arc::new(Region::create(id, 1 << 20, &RegionConfig::default()).unwrap());
-        f.register_region(&region).unwrap();
-        let cq = f.create_cq(64).unwrap();
-        End { f, cq, region }
-    }
-
-    fn wait_cm(f: &mut ShmFabric) -> CmEvent {
-        let start = Instant::now();
-        loop {
-            if let Some(e) = f.poll_cm() {
-                return e;
-            }
-            assert!(start.elapsed() < Duration::from_secs(5), "no CM event");
-        }
-    }
-
-    fn connected(tag: &str) -> (End, ConnId, End, ConnId) {
-        let (mut a, mut b) = (end(1), end(2));
-        let addr = format!("@rpcrdma-shm-unit-{tag}-{}", std::process::id());
-        a.f.listen(&addr).unwrap();
-        let qb = QpConfig {
-            cq: b.cq,
-            ..QpConfig::default()
-        };
-        let cb = b.f.connect(&addr, &qb, b"").unwrap();
-        let CmEvent::ConnectRequest { req, .. } = wait_cm(&mut a.f) else {
-            panic!("no request")
-        };
-        let qa = QpConfig {
-            cq: a.cq,
-            ..QpConfig::default()
-        };
-        let ca = a.f.accept(req, &qa, b"").unwrap();
-        assert!(matches!(wait_cm(&mut b.f), CmEvent::Established { .. }));
-        assert!(matches!(wait_cm(&mut a.f), CmEvent::Established { .. }));
-        (a, ca, b, cb)
-    }
-
-    #[test]
-    fn garbage_on_the_cm_socket_is_dropped() {
-        let mut a = end(1);
-        let addr = format!("@rpcrdma-shm-unit-garbage-{}", std::process::id());
-        a.f.listen(&addr).unwrap();
-        let ua = UnixAddr::parse(&addr).unwrap();
-        // Random bytes; a well-formed REQ without its descriptors; a REQ whose
-        // descriptors do not match its region count.
-        let hello = Hello {
-            private_data: PrivateData::EMPTY,
-            ring_cap: 4,
-            file_len: 8192,
-            regions: vec![RegionInfo {
-                id: 1,
-                rkey: 1,
-                len: 4096,
-            }],
-        };
-        let mut buf = [0u8; MAX_MSG_LEN];
-        let n = wire::encode(&Msg::Req(hello), &mut buf);
-        let file = mapping::SharedFile::create("garbage", 8192).unwrap();
-        let cases: [(&[u8], Vec<BorrowedFd<'_>>); 3] = [
-            (b"not a request at all", vec![]),
-            (&buf[..n], vec![]),
-            (&buf[..n], vec![file.fd()]),
-        ];
-        let mut socks = Vec::new();
-        for (bytes, fds) in &cases {
-            let s = sock::connect(&ua).unwrap();
-            sock::send_msg(s.as_fd(), bytes, fds).unwrap();
-            socks.push(s);
-        }
-        let start = Instant::now();
-        while start.elapsed() < Duration::from_millis(100) {
-            assert_eq!(a.f.poll_cm(), None, "nothing valid arrived");
-        }
-        assert!(a.f.incoming.is_empty(), "all dropped");
-        // A REQ that decodes but whose ring file is bogus surfaces as a request
-        // (its private data is for the consumer to judge) and accept refuses it.
-        let hello = Hello {
-            private_data: PrivateData::new(b"pd"),
-            ring_cap: 4,
-            file_len: 1 << 40,
-            regions: vec![],
-        };
-        let n = wire::encode(&Msg::Req(hello), &mut buf);
-        let s = sock::connect(&ua).unwrap();
-        sock::send_msg(s.as_fd(), &buf[..n], &[file.fd()]).unwrap();
-        let CmEvent::ConnectRequest { req, .. } = wait_cm(&mut a.f) else {
-            panic!("expected a request")
-        };
-        let qa = QpConfig {
-            cq: a.cq,
-            ..QpConfig::default()
-        };
-        assert!(
-            a.f.accept(req, &qa, b"").is_err(),
-            "header of a zeroed file does not match"
-        );
-        assert!(a.f.accept(req, &qa, b"").is_err(), "request consumed");
-        assert_eq!(a.f.conn_count(), 0);
-    }
-
-    #[test]
-    fn corrupt_delivery_moves_the_receiver_to_error() {
-        let (mut a, ca, mut b, cb) = connected("corrupt");
-        for i in 0..2 {
-            let wr = RecvWr {
-                wr_id: WrId::new(1, i),
-                buf: LocalBuf {
-                    region: a.region.id(),
-                    offset: i * 64,
-                    len: 64,
-                },
-            };
-            a.f.post_recv(ca, &wr).unwrap();
-        }
-        // b pushes a delivery naming a descriptor sequence a never posted.
-        let bi = b.f.conns.index(cb.0).unwrap();
-        assert!(b.f.conns.get_mut(bi).unwrap().inject_delivery([77, 1]));
-        let mut wc = [Completion {
-            wr_id: WrId(0),
-            status: WcStatus::General,
-            opcode: WcOpcode::Send,
-            conn: ca,
-            byte_len: 0,
-            invalidated_rkey: None,
-        }; 8];
-        let n = a.f.poll_cq(a.cq, &mut wc);
-        assert_eq!(n, 2);
-        assert!(wc[..2]
-            .iter()
-            .all(|c| c.status == WcStatus::Flushed && c.opcode == WcOpcode::Recv));
-        assert_eq!(wait_cm(&mut a.f), CmEvent::Disconnected { conn: ca });
-        // b learns through the closed flag / socket.
-        assert_eq!(wait_cm(&mut b.f), CmEvent::Disconnected { conn: cb });
-        // Nothing was outstanding on b: the connection is reaped as soon as
-        // its terminal event is consumed, and the id goes stale.
-        let wr = SendWr::new(
-            WrId(5),
-            SendOp::Send,
-            LocalBuf {
-                region: b.region.id(),
-                offset: 0,
-                len: 8,
-            },
-            RemoteBuf::default(),
-        );
-        assert!(matches!(b.f.post_send(cb, &wr), Err(FabricError::NotConnected(c)) if c == cb));
-        assert_eq!(b.f.conn_count(), 0);
-        assert_eq!(a.f.poll_cq(a.cq, &mut wc), 0);
-        assert_eq!(a.f.conn_count(), 0);
-    }
-}
+mod tests;

@@ -1,0 +1,329 @@
+//! Queue pairs: checking a [`QpConfig`] against the device, creating the QP,
+//! posting send-queue and receive work requests, moving a connection to the
+//! error state and reaping it once everything it had outstanding completed.
+
+use super::*;
+
+pub(super) fn post_err(op: &'static str, rc: c_int) -> FabricError {
+    if rc == libc::ENOMEM {
+        FabricError::QueueFull { what: "work queue" }
+    } else {
+        rc_err(op, rc)
+    }
+}
+
+/// Destroy a connection's QP (when it has one) and its CM id.
+pub(super) fn destroy_conn_id(id: *mut sys::rdma_cm_id, has_qp: bool) {
+    // SAFETY: `id` is a live CM id owned by the caller, which forgets it; its
+    // QP (if any) was created with rdma_create_qp on it; every event of it was
+    // acknowledged (pump_cm acks at once), so rdma_destroy_id does not wait.
+    unsafe {
+        if has_qp {
+            sys::rdma_destroy_qp(id);
+        }
+        sys::rdma_destroy_id(id);
+    }
+}
+
+impl VerbsFabric {
+    /// The QP number of a connection (for diagnostics), once its QP exists.
+    pub fn qp_num(&self, conn: ConnId) -> Option<u32> {
+        let c = self.conns.get(self.conns.index(conn.0)?)?;
+        (!c.qp.is_null()).then_some(c.qp_num)
+    }
+
+    /// Inline bytes the connection's QP was created with.
+    pub fn max_inline(&self, conn: ConnId) -> Option<u32> {
+        let c = self.conns.get(self.conns.index(conn.0)?)?;
+        (!c.qp.is_null()).then_some(c.max_inline)
+    }
+
+    pub(super) fn check_qp(&self, qp: &QpConfig) -> Result<(usize, Option<usize>), FabricError> {
+        let (cq, srq) = qp.check_ids(self.cqs.len(), self.srqs.len())?;
+        let max = self.limits.max_qp_wr.min(MAX_QUEUE_DEPTH);
+        if qp.send_depth == 0 || qp.send_depth > max {
+            return Err(FabricError::Other(format!("send_depth must be in 1..={max}")));
+        }
+        if srq.is_none() && (qp.recv_depth == 0 || qp.recv_depth > max) {
+            return Err(FabricError::Other(format!("recv_depth must be in 1..={max}")));
+        }
+        Ok((cq, srq))
+    }
+
+    /// Create the RC QP of connection slot `ci` on its CM id.
+    pub(super) fn create_qp(&mut self, ci: usize) -> Result<(), FabricError> {
+        let Some(c) = self.conns.get(ci) else {
+            return Err(FabricError::Other("connection vanished".into()));
+        };
+        let cq = &self.cqs[c.cq];
+        let want_inline = if c.cfg.max_inline > 0 {
+            c.cfg.max_inline
+        } else {
+            self.cfg.max_inline
+        };
+        let mut attr_out = None;
+        for inline in [want_inline, 0] {
+            // SAFETY: ibv_qp_init_attr is plain old data; zero is valid.
+            let mut attr: sys::ibv_qp_init_attr = unsafe { std::mem::zeroed() };
+            attr.send_cq = cq.send;
+            attr.recv_cq = cq.recv;
+            attr.srq = c.srq.map_or(ptr::null_mut(), |s| self.srqs[s].srq);
+            attr.cap.max_send_wr = c.cfg.send_depth;
+            attr.cap.max_recv_wr = if c.srq.is_some() { 0 } else { c.cfg.recv_depth };
+            attr.cap.max_send_sge = (MAX_SGE as u32).min(self.limits.max_sge.max(1));
+            attr.cap.max_recv_sge = 1;
+            attr.cap.max_inline_data = inline;
+            attr.qp_type = sys::ibv_qp_type::IBV_QPT_RC;
+            attr.sq_sig_all = 0;
+            // SAFETY: `c.id` is a live CM id bound to our device (checked by
+            // the caller), `self.pd` our PD, `attr` a valid init structure
+            // naming our CQs / SRQ; rdma_create_qp stores the QP in `id->qp`.
+            let rc = unsafe { sys::rdma_create_qp(c.id, self.pd, &mut attr) };
+            if rc == 0 {
+                attr_out = Some(attr);
+                break;
+            }
+            if inline == 0 {
+                break;
+            }
+        }
+        let Some(attr) = attr_out else {
+            return Err(errno("rdma_create_qp"));
+        };
+        // SAFETY: rdma_create_qp succeeded, so `id->qp` is the new QP.
+        let (qp, qp_num) = unsafe {
+            let qp = (*c.id).qp;
+            (qp, (*qp).qp_num)
+        };
+        let Some(c) = self.conns.get_mut(ci) else {
+            return Err(FabricError::Other("connection vanished".into()));
+        };
+        c.qp = qp;
+        c.qp_num = qp_num;
+        c.max_inline = attr.cap.max_inline_data;
+        self.by_qp.insert(qp_num, ci);
+        Ok(())
+    }
+
+    /// Post receives kept while the QP did not exist.
+    pub(super) fn post_early_recvs(&mut self, ci: usize) {
+        let Some(c) = self.conns.get_mut(ci) else { return };
+        let early = std::mem::take(&mut c.early_recvs);
+        let mut failed = Vec::new();
+        for wr in early {
+            if self.post_recv_raw(ci, &wr).is_err() {
+                failed.push(wr);
+            }
+        }
+        // What could not be posted completes as flushed (the connection fails).
+        if !failed.is_empty() {
+            let id = ConnId(self.conns.id_of(ci));
+            if let Some(c) = self.conns.get_mut(ci) {
+                c.early_recvs = failed;
+            }
+            self.fail(ci, CmEvent::Disconnected { conn: id });
+        }
+    }
+
+    fn post_recv_raw(&mut self, ci: usize, wr: &RecvWr) -> Result<(), FabricError> {
+        let mut sge = self.sge(&wr.buf)?;
+        let c = self
+            .conns
+            .get_mut(ci)
+            .ok_or(FabricError::Other("connection vanished".into()))?;
+        let mut rwr = sys::ibv_recv_wr {
+            wr_id: wr.wr_id.0,
+            next: ptr::null_mut(),
+            sg_list: &mut sge,
+            num_sge: 1,
+        };
+        let mut bad: *mut sys::ibv_recv_wr = ptr::null_mut();
+        // SAFETY: `c.qp` is a live QP of ours; `rwr` and `sge` are valid for
+        // the call (the provider copies them).
+        let rc = unsafe { sys::ibv_post_recv(c.qp, &mut rwr, &mut bad) };
+        if rc != 0 {
+            return Err(post_err("ibv_post_recv", rc));
+        }
+        c.rq_out += 1;
+        Ok(())
+    }
+
+    /// Move a connection to the error state (once): QP to ERR so everything
+    /// posted flushes, tell the peer, flush early receives, queue `terminal`
+    /// (rewritten to the right kind for the connection's state).
+    pub(super) fn fail(&mut self, ci: usize, terminal: CmEvent) {
+        let id = ConnId(self.conns.id_of(ci));
+        let Some(c) = self.conns.get_mut(ci) else { return };
+        if c.terminal_queued {
+            return;
+        }
+        let was = c.state;
+        c.state = State::Error;
+        c.terminal_queued = true;
+        if !c.qp.is_null() {
+            // SAFETY: ibv_qp_attr is plain old data; zero is valid.
+            let mut a: sys::ibv_qp_attr = unsafe { std::mem::zeroed() };
+            a.qp_state = sys::ibv_qp_state::IBV_QPS_ERR;
+            // SAFETY: `c.qp` is a live QP; only the state is modified.
+            unsafe { sys::ibv_modify_qp(c.qp, &mut a, sys::ibv_qp_attr_mask::IBV_QP_STATE.0 as c_int) };
+        }
+        if matches!(was, State::Established | State::Accepting | State::Connecting) {
+            // SAFETY: `c.id` is a live CM id; on one not connected yet this
+            // fails harmlessly (the result is not needed).
+            unsafe { sys::rdma_disconnect(c.id) };
+        }
+        let cq = c.cq;
+        for wr in c.early_recvs.drain(..) {
+            self.cqs[cq].soft.push_back(Completion {
+                wr_id: wr.wr_id,
+                status: WcStatus::Flushed,
+                opcode: WcOpcode::Recv,
+                conn: id,
+                byte_len: 0,
+                invalidated_rkey: None,
+            });
+        }
+        let ev = match (was, terminal) {
+            (State::Established, _) => CmEvent::Disconnected { conn: id },
+            (_, CmEvent::Rejected { private_data, .. }) => CmEvent::Rejected { conn: id, private_data },
+            (State::Connecting, _) => CmEvent::Unreachable { conn: id },
+            (_, CmEvent::Disconnected { .. }) => CmEvent::Disconnected { conn: id },
+            _ => CmEvent::Unreachable { conn: id },
+        };
+        self.events.push_back(ev);
+    }
+
+    /// Destroy a dead connection's QP and id once its terminal event was
+    /// polled and all its work completed.
+    pub(super) fn try_reap(&mut self, ci: usize) {
+        let Some(c) = self.conns.get(ci) else { return };
+        if !(c.state == State::Error && c.terminal_delivered && c.drained()) {
+            return;
+        }
+        let Some(c) = self.conns.remove(ci) else { return };
+        if !c.qp.is_null() {
+            self.by_qp.remove(&c.qp_num);
+        }
+        destroy_conn_id(c.id, !c.qp.is_null());
+    }
+
+    /// [`Fabric::post_send`] for this provider.
+    pub(super) fn do_post_send(&mut self, conn: ConnId, wr: &SendWr) -> Result<(), FabricError> {
+        let ci = self.conns.index(conn.0).ok_or(FabricError::NotConnected(conn))?;
+        if wr.num_sge as usize > MAX_SGE {
+            return Err(FabricError::Other(format!("num_sge {} > {MAX_SGE}", wr.num_sge)));
+        }
+        let mut sges = [sys::ibv_sge {
+            addr: 0,
+            length: 0,
+            lkey: 0,
+        }; MAX_SGE];
+        let mut n = 0;
+        let mut total: u64 = 0;
+        for b in wr.sges() {
+            let s = self.sge(b)?;
+            // A zero-length SGE means 2^31 bytes on some devices: leave it out.
+            if s.length > 0 {
+                sges[n] = s;
+                n += 1;
+                total += s.length as u64;
+            }
+        }
+        let c = self.conns.get_mut(ci).ok_or(FabricError::NotConnected(conn))?;
+        // After rdma_accept the QP is ready to send: the first Call may arrive
+        // (and be answered) before the passive side sees ESTABLISHED.
+        if !matches!(c.state, State::Established | State::Accepting) {
+            return Err(FabricError::NotConnected(conn));
+        }
+        if c.sq.len() >= c.cfg.send_depth as usize {
+            return Err(FabricError::QueueFull { what: "send queue" });
+        }
+        use sys::ibv_wr_opcode as o;
+        let (opcode, wc_op) = match wr.op {
+            SendOp::Send => (o::IBV_WR_SEND, WcOpcode::Send),
+            SendOp::SendWithInv { .. } => (o::IBV_WR_SEND_WITH_INV, WcOpcode::Send),
+            SendOp::RdmaWrite => (o::IBV_WR_RDMA_WRITE, WcOpcode::RdmaWrite),
+            SendOp::RdmaRead => (o::IBV_WR_RDMA_READ, WcOpcode::RdmaRead),
+        };
+        // SAFETY: ibv_send_wr is plain old data; zero is valid and every field
+        // the opcode uses is set below.
+        let mut w: sys::ibv_send_wr = unsafe { std::mem::zeroed() };
+        w.wr_id = wr.wr_id.0;
+        w.sg_list = sges.as_mut_ptr();
+        w.num_sge = n as c_int;
+        w.opcode = opcode;
+        let mut flags = sys::ibv_send_flags::IBV_SEND_SIGNALED.0;
+        let is_send = matches!(wr.op, SendOp::Send | SendOp::SendWithInv { .. });
+        if is_send && total > 0 && total <= c.max_inline as u64 {
+            flags |= sys::ibv_send_flags::IBV_SEND_INLINE.0;
+        }
+        w.send_flags = flags;
+        match wr.op {
+            SendOp::SendWithInv { rkey } => w.imm_data_invalidated_rkey_union.invalidated_rkey = rkey,
+            SendOp::RdmaWrite | SendOp::RdmaRead => {
+                w.wr.rdma = sys::rdma_t {
+                    remote_addr: wr.remote.offset,
+                    rkey: wr.remote.handle,
+                }
+            }
+            SendOp::Send => {}
+        }
+        let mut bad: *mut sys::ibv_send_wr = ptr::null_mut();
+        // SAFETY: `c.qp` is a live QP (Established); `w` and `sges` are valid
+        // for the call (the provider copies them, and inline data).
+        let rc = unsafe { sys::ibv_post_send(c.qp, &mut w, &mut bad) };
+        if rc != 0 {
+            return Err(post_err("ibv_post_send", rc));
+        }
+        c.sq.push_back(SqEntry {
+            signaled: wr.signaled,
+            opcode: wc_op,
+        });
+        Ok(())
+    }
+
+    /// [`Fabric::post_recv`] for this provider.
+    pub(super) fn do_post_recv(&mut self, conn: ConnId, wr: &RecvWr) -> Result<(), FabricError> {
+        self.resolve(&wr.buf)?;
+        let ci = self.conns.index(conn.0).ok_or(FabricError::NotConnected(conn))?;
+        let c = self.conns.get_mut(ci).ok_or(FabricError::NotConnected(conn))?;
+        if c.srq.is_some() {
+            return Err(FabricError::Other("this connection receives from an SRQ".into()));
+        }
+        if c.state == State::Error {
+            return Err(FabricError::NotConnected(conn));
+        }
+        if c.rq_out as usize + c.early_recvs.len() >= c.cfg.recv_depth as usize {
+            return Err(FabricError::QueueFull { what: "receive queue" });
+        }
+        if c.qp.is_null() {
+            c.early_recvs.push(*wr);
+            return Ok(());
+        }
+        self.post_recv_raw(ci, wr)
+    }
+
+    /// [`Fabric::post_srq_recv`] for this provider.
+    pub(super) fn do_post_srq_recv(&mut self, srq: SrqId, wr: &RecvWr) -> Result<(), FabricError> {
+        let s = self
+            .srqs
+            .get(srq.0 as usize)
+            .ok_or(FabricError::UnknownId { what: "srq", id: srq.0 })?
+            .srq;
+        let mut sge = self.sge(&wr.buf)?;
+        let mut rwr = sys::ibv_recv_wr {
+            wr_id: wr.wr_id.0,
+            next: ptr::null_mut(),
+            sg_list: &mut sge,
+            num_sge: 1,
+        };
+        let mut bad: *mut sys::ibv_recv_wr = ptr::null_mut();
+        // SAFETY: `s` is a live SRQ of ours; `rwr` and `sge` are valid for the
+        // call (copied by the provider).
+        let rc = unsafe { sys::ibv_post_srq_recv(s, &mut rwr, &mut bad) };
+        if rc != 0 {
+            return Err(post_err("ibv_post_srq_recv", rc));
+        }
+        Ok(())
+    }
+}
