@@ -65,7 +65,7 @@ impl RequesterCredits {
     /// Account a reply (or an RDMA_ERROR answering a Call) carrying `grant`.
     pub fn on_reply(&mut self, grant: u32) {
         debug_assert!(self.in_flight > 0, "reply without a call in flight");
-        self.in_flight = self.in_flight.saturating_sub(1);
+        crate::count::dec(&mut self.in_flight, "requester credits in flight");
         self.limit = grant.max(1);
         self.granted_once = true;
     }
@@ -76,7 +76,7 @@ impl RequesterCredits {
     }
     /// A Call was abandoned without a reply (connection lost): forget it.
     pub fn on_abandon(&mut self) {
-        self.in_flight = self.in_flight.saturating_sub(1);
+        crate::count::dec(&mut self.in_flight, "requester credits in flight");
     }
 }
 
@@ -149,13 +149,13 @@ impl ResponderCredits {
     pub fn on_reply(&mut self, grant: u32) {
         debug_assert!(self.outstanding > 0, "reply without an outstanding call");
         debug_assert!(grant >= 1 && grant <= self.reserved, "grant out of range");
-        self.outstanding = self.outstanding.saturating_sub(1);
+        crate::count::dec(&mut self.outstanding, "responder credits outstanding");
         self.max_granted = self.max_granted.max(grant);
         self.replies_total += 1;
     }
     /// A Call was dropped without a Reply (connection torn down).
     pub fn on_drop(&mut self) {
-        self.outstanding = self.outstanding.saturating_sub(1);
+        crate::count::dec(&mut self.outstanding, "responder credits outstanding");
     }
     /// Invariant check: calls and replies balance with what is outstanding.
     pub fn check(&self) -> bool {

@@ -16,16 +16,17 @@
 #![deny(missing_debug_implementations)]
 
 mod bufs;
+mod count;
 pub mod credits;
+pub mod engine;
 pub mod fabric;
 pub mod queue;
-pub mod requester;
-pub mod responder;
 pub mod service;
 pub mod stages;
 #[cfg(feature = "testprog")]
 pub mod testprog;
 
+pub use engine::{requester, responder};
 #[cfg(feature = "verbs")]
 pub use fabric::verbs;
 pub use fabric::*;
