@@ -91,6 +91,39 @@ impl<'p> Raw<'p> {
         self.send_long_call_as(xid, xid, n, segments);
     }
 
+    /// A version 2 Long Call (RDMA2_NOMSG, the RPC message of SUM over `n`
+    /// bytes in one Position-Zero Read chunk) whose `rdma_inv_handle` is
+    /// the Read chunk's own handle (draft -09 s3.3), which it returns.
+    fn send_long_call_v2(&mut self, xid: u32, n: usize) -> u32 {
+        let b = self.data_cache.get().expect("data buffer").into_raw();
+        let off = self.p.pool.offset(b).unwrap() as u64;
+        // SAFETY: this test is the only holder of `b`; it is never returned.
+        let bytes = unsafe { self.p.pool.bytes_mut(b) }.unwrap();
+        let len = encode_call(bytes, P_SUM, &pattern(xid, n), 0, 0).unwrap() as u32;
+        bytes[..4].copy_from_slice(&xid.to_be_bytes());
+        let addr = self.fab.remote_addr(b.region, off).unwrap();
+        let rkey = self.rkeys[b.region as usize];
+        let hdr = words(&[
+            xid,
+            2,
+            4,
+            1,
+            0,
+            rkey,
+            1,
+            0,
+            rkey,
+            len,
+            (addr >> 32) as u32,
+            addr as u32,
+            0,
+            0,
+            0,
+        ]);
+        self.send(&hdr);
+        rkey
+    }
+
     /// [`Raw::send_long_call_in`] whose RPC message (pulled by RDMA Read)
     /// carries `rpc_xid`, which a well-behaved peer makes equal to the
     /// transport header's `xid` (RFC 8166 s4.1).
@@ -387,13 +420,18 @@ fn chunk_free_credit_overrun_closes_the_connection_and_returns_buffers() {
     expect_overrun(&net, &mut srv, &mut raw, (warm + CREDITS) as u64);
 }
 
+/// Send With Invalidate in version 2 (draft -09 s3.3): the responder
+/// invalidates the Call's `rdma_inv_handle` only when it names one of the
+/// Call's own chunk segments. A handle the Call did not advertise (here the
+/// peer's whole registered region, named on a chunk-free Call) gets a plain
+/// Send: a peer cannot make the responder invalidate memory it did not offer
+/// for that Call. Before, the responder invalidated whatever it was told.
 #[test]
-fn v2_inv_handle_gets_send_with_invalidate() {
+fn hostile_peer_v2_inv_handle_is_invalidated_only_when_the_call_advertised_it() {
     let (net, mut srv, mut raw) = setup(3, 10, VersionRange::ALL);
     pump(&net, &mut srv, &mut raw, 5);
-    // A v2 NULL call whose rdma_inv_handle names one of the peer's handles
-    // (draft s3.3): the reply comes with Send With Invalidate of that handle.
     let handle = raw.rkeys[0];
+    // A v2 NULL Call naming a handle it does not advertise: plain Send.
     let mut m = words(&[XID, 2, 4, 0, 0, handle, 0, 0, 0]);
     m.extend(words(&[XID, 0, 2, PROG, VERS, P_NULL, 0, 0, 0, 0]));
     raw.send(&m);
@@ -403,11 +441,18 @@ fn v2_inv_handle_gets_send_with_invalidate() {
     m.extend(words(&[XID + 1, 0, 2, PROG, VERS, P_NULL, 0, 0, 0, 0]));
     raw.send(&m);
     pump(&net, &mut srv, &mut raw, 3);
-    assert_eq!(raw.received.len(), 2);
+    // A v2 Long Call whose inv_handle is its own Read chunk's handle: Send
+    // With Invalidate of it.
+    let own = raw.send_long_call_v2(XID + 2, 1500);
+    pump(&net, &mut srv, &mut raw, 5);
+    assert_eq!(raw.received.len(), 3, "{:?}", srv.stats());
     let h = header::decode(&raw.received[0], &Limits::DEFAULT).unwrap();
     assert_eq!((h.header_type(), h.is_response()), (header::HeaderType::Rdma2Msg, true));
-    assert_eq!(raw.invalidated, vec![Some(handle), None]);
+    let h = header::decode(&raw.received[2], &Limits::DEFAULT).unwrap();
+    assert_eq!((h.xid, h.header_type()), (XID + 2, header::HeaderType::Rdma2Msg));
+    assert_eq!(raw.invalidated, vec![None, None, Some(own)]);
     assert_eq!(srv.stats().sends_with_invalidate, 1);
+    assert!(!raw.disconnected);
 }
 
 /// A Call whose chunks cannot be planned is answered with ERR_CHUNK and its

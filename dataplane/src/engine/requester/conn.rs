@@ -11,8 +11,7 @@ impl<'p, F: Fabric> Requester<'p, F> {
             CmEvent::Established { conn, private_data } if Some(conn) == self.conn => {
                 let peer = private_data::decode(private_data.as_bytes());
                 self.neg.apply_private_data(&peer);
-                let ours = Rfc8797::new(false, self.send_size, self.recv_size);
-                self.call_inline_max = private_data::client_to_server_threshold_bytes(&ours, &peer.data());
+                self.refresh_thresholds();
                 self.link = LinkState::Negotiating;
                 self.start_negotiation();
             }
@@ -123,6 +122,8 @@ impl<'p, F: Fabric> Requester<'p, F> {
     }
 
     pub(super) fn after_negotiation_input(&mut self) {
+        // A version fixed brings its default sizes (draft -09 s4.2.1).
+        self.refresh_thresholds();
         match self.neg.phase() {
             Phase::Established => {
                 if let Some(v) = self.neg.version() {

@@ -284,8 +284,14 @@ pub struct Requester<'p, F: Fabric> {
     recv_size: u32,
     send_size: u32,
     data_size: u32,
-    /// The peer's RFC 8797 / CONNPROP receive size: our call inline threshold.
+    /// The inline thresholds, as `neg` computes them from our buffer sizes,
+    /// what the responder advertised (RFC 8797 private data, RDMA2_CONNPROP)
+    /// and the version's default (RFC 8166 s3.3.3; draft -09 s4.2.1):
+    /// client-to-server (a Call larger goes in chunks) and server-to-client
+    /// (a Reply that may be larger needs a Reply chunk). Refreshed by
+    /// [`Requester::refresh_thresholds`] whenever `neg` learns something.
     call_inline_max: u32,
+    reply_inline_max: u32,
     vers: u32,
     connprop_xid: Option<u32>,
     connprop_buf: Option<BufRef>,
@@ -371,7 +377,8 @@ impl<'p, F: Fabric> Requester<'p, F> {
             recv_size,
             send_size,
             data_size,
-            call_inline_max: 1024,
+            call_inline_max: negotiate::NEGOTIATION_INLINE_BYTES,
+            reply_inline_max: negotiate::NEGOTIATION_INLINE_BYTES,
             vers: RPCRDMA_VERSION_1,
             connprop_xid: None,
             connprop_buf: None,
@@ -471,6 +478,15 @@ impl<'p, F: Fabric> Requester<'p, F> {
             length: len,
             offset: self.fabric.remote_addr(b.region, off).unwrap_or(0),
         }
+    }
+
+    /// Take the inline thresholds from the negotiation state (its one
+    /// source): after the connection is established (RFC 8797 sizes), a
+    /// CONNPROP answer, and each negotiation step (the fixed version's
+    /// defaults). Capped at our own send and receive buffers.
+    fn refresh_thresholds(&mut self) {
+        self.call_inline_max = self.neg.call_inline_threshold_bytes().min(self.send_size);
+        self.reply_inline_max = self.neg.reply_inline_threshold_bytes().min(self.recv_size);
     }
 
     /// Ready to submit a Call now (connected, negotiated or negotiating with no

@@ -72,7 +72,7 @@ impl<'p, F: Fabric> Requester<'p, F> {
             if let Ok(h) = decoded {
                 if let Body::ConnProp(p) = h.body {
                     let _ = self.neg.set_peer_receive_size(p.rbsiz());
-                    self.call_inline_max = p.rbsiz().min(self.send_size);
+                    self.refresh_thresholds();
                 }
             }
             let _ = self.neg.handle_reply(prefix.vers, kind);

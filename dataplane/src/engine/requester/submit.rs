@@ -33,8 +33,8 @@ impl<'p, F: Fabric> Requester<'p, F> {
         }
         let params = CallParams {
             vers: self.vers,
-            call_inline_max: self.call_inline_max.min(self.send_size),
-            reply_inline_max: self.recv_size,
+            call_inline_max: self.call_inline_max,
+            reply_inline_max: self.reply_inline_max,
             ddp: self.cfg.ddp,
             max_segments_per_chunk: 1,
             pad_read_chunks: self.cfg.pad_read_chunks,

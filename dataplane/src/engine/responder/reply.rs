@@ -355,31 +355,38 @@ pub(super) fn post_write<F: Fabric>(
 }
 
 /// Send or Send with Invalidate for a reply to the Call `h` of version
-/// `vers`: in v2 the Call's `rdma_inv_handle` when non-zero (draft s3.3);
-/// in v1, when both peers set the RFC 8797 R flag (s4.1) and the provider
-/// can (`remote_inv`), the first handle the Call advertised (Write chunks,
-/// then the Reply chunk, then Read chunks); a plain Send otherwise.
+/// `vers`. Only a handle the Call itself advertised in its chunk lists is
+/// ever invalidated, so a peer cannot make the responder invalidate memory
+/// it did not offer for this Call (draft -09 s3.3, RFC 8797 s4.1):
+/// - v2: the Call's `rdma_inv_handle` when it is non-zero and names one of
+///   the Call's own segments; a plain Send otherwise (the handle is then
+///   left for the requester to invalidate, as with a zero one);
+/// - v1, when both peers set the RFC 8797 R flag and the provider can
+///   (`remote_inv`): the first handle the Call advertised (Write chunks,
+///   then the Reply chunk, then Read chunks);
+/// - a plain Send otherwise.
 #[inline(always)]
 pub(super) fn send_op(vers: u32, remote_inv: bool, h: &Header<'_>) -> SendOp {
-    if vers == RPCRDMA_VERSION_2 {
-        return match h.inv_handle() {
-            0 => SendOp::Send,
-            rkey => SendOp::SendWithInv { rkey },
-        };
-    }
-    if vers != RPCRDMA_VERSION_1 || !remote_inv {
-        return SendOp::Send;
-    }
-    let Some(chunks) = h.chunks() else { return SendOp::Send };
-    chunks
-        .writes
-        .iter()
-        .flat_map(|w| w.iter())
-        .chain(chunks.reply.iter().flat_map(|r| r.iter()))
-        .chain(chunks.reads.segments().map(|s| s.target))
-        .map(|s| s.handle)
-        .next()
-        .map_or(SendOp::Send, |rkey| SendOp::SendWithInv { rkey })
+    let advertised = || {
+        h.chunks().into_iter().flat_map(|chunks| {
+            chunks
+                .writes
+                .iter()
+                .flat_map(|w| w.iter())
+                .chain(chunks.reply.iter().flat_map(|r| r.iter()))
+                .chain(chunks.reads.segments().map(|s| s.target))
+                .map(|s| s.handle)
+        })
+    };
+    let rkey = match vers {
+        RPCRDMA_VERSION_2 => match h.inv_handle() {
+            0 => None,
+            inv => advertised().any(|handle| handle == inv).then_some(inv),
+        },
+        RPCRDMA_VERSION_1 if remote_inv => advertised().next(),
+        _ => None,
+    };
+    rkey.map_or(SendOp::Send, |rkey| SendOp::SendWithInv { rkey })
 }
 
 /// The local pieces of bytes `start..start + len` of request `r`'s reply
