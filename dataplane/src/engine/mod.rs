@@ -6,3 +6,12 @@
 
 pub mod requester;
 pub mod responder;
+
+/// Completions polled per `poll_cq` call, by either role.
+pub const CQ_BATCH: usize = 32;
+
+/// Connection-manager events are control plane: they are polled once every this
+/// many turns of the loop (and on the first), not on every turn, because a
+/// provider's CM poll may cost syscalls (SPDK polls its CM channel on a separate,
+/// slower poller for the same reason).
+pub const CM_POLL_INTERVAL: u32 = 256;

@@ -56,14 +56,7 @@ impl<'p, F: Fabric> Requester<'p, F> {
             }
             self.credits.on_reply(prefix.credits);
             let kind = match decoded {
-                Ok(h) => match h.body {
-                    Body::ErrorV1(header::V1Error::Vers { low, high })
-                    | Body::ErrorV2(header::V2Error::Vers { low, high }) => {
-                        negotiate::ReplyKind::VersionError { low, high }
-                    }
-                    Body::ErrorV1(_) | Body::ErrorV2(_) => negotiate::ReplyKind::OtherError,
-                    _ => negotiate::ReplyKind::Normal { credits: h.credits },
-                },
+                Ok(h) => negotiation_reply_kind(&h),
                 Err(_) => match header::peek_err_vers_v1_layout(msg) {
                     Some((low, high)) => negotiate::ReplyKind::VersionError { low, high },
                     None => negotiate::ReplyKind::OtherError,
@@ -95,15 +88,7 @@ impl<'p, F: Fabric> Requester<'p, F> {
         };
         self.accept_reply(i, h.credits);
         if self.neg.phase() == Phase::Negotiating {
-            let kind = match h.body {
-                Body::ErrorV1(header::V1Error::Vers { low, high })
-                | Body::ErrorV2(header::V2Error::Vers { low, high }) => {
-                    negotiate::ReplyKind::VersionError { low, high }
-                }
-                Body::ErrorV1(_) | Body::ErrorV2(_) => negotiate::ReplyKind::OtherError,
-                _ => negotiate::ReplyKind::Normal { credits: h.credits },
-            };
-            let _ = self.neg.handle_reply(h.vers, kind);
+            let _ = self.neg.handle_reply(h.vers, negotiation_reply_kind(&h));
         }
         let outcome = match h.body {
             Body::ErrorV1(e) => {
@@ -231,5 +216,18 @@ impl<'p, F: Fabric> Requester<'p, F> {
         self.stats.replies += 1;
         self.complete_call(i, b, msg.len() as u32, h.header_len as u32, CallOutcome::Reply);
         true
+    }
+}
+
+/// What a decoded Reply tells version negotiation (draft -09 s7): ERR_VERS
+/// with the responder's range, another error, or a normal Reply with its
+/// credit grant.
+fn negotiation_reply_kind(h: &header::Header<'_>) -> negotiate::ReplyKind {
+    match h.body {
+        Body::ErrorV1(header::V1Error::Vers { low, high }) | Body::ErrorV2(header::V2Error::Vers { low, high }) => {
+            negotiate::ReplyKind::VersionError { low, high }
+        }
+        Body::ErrorV1(_) | Body::ErrorV2(_) => negotiate::ReplyKind::OtherError,
+        _ => negotiate::ReplyKind::Normal { credits: h.credits },
     }
 }

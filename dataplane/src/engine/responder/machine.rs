@@ -119,14 +119,8 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
     }
 
     pub(super) fn wait(&mut self, i: u32, q: Queue) -> Step {
-        let queue = match q {
-            Queue::ChunkBuf => &mut self.wait_chunk_buf,
-            Queue::ReadSlots => &mut self.wait_read_slots,
-            Queue::ReplyBufs => &mut self.wait_reply_bufs,
-            Queue::SendSlots => &mut self.wait_send_slots,
-        };
         // Sized to the request slots: a request waits in one queue at a time.
-        let pushed = queue.push(i);
+        let pushed = self.queue(q).push(i);
         debug_assert!(pushed.is_ok(), "pending queue overflow");
         Step::Wait
     }

@@ -66,14 +66,7 @@ mod machine;
 mod reads;
 mod reply;
 
-/// Completions polled per `poll_cq` call.
-pub const CQ_BATCH: usize = 32;
-
-/// Connection-manager events are control plane: they are polled once every this
-/// many turns of the loop (and on the first), not on every turn, because a
-/// provider's CM poll may cost syscalls (SPDK polls its CM channel on a separate,
-/// slower poller for the same reason).
-pub const CM_POLL_INTERVAL: u32 = 256;
+pub use super::{CM_POLL_INTERVAL, CQ_BATCH};
 
 const TAG_RECV: u8 = 1;
 /// The last bytes of every head buffer stay zero: the XDR padding source for

@@ -47,6 +47,14 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         let mut posted = 0u32;
         let mut err = false;
         stages.lap(LAP_FIRST_POST, r.t0);
+        let mut writer = ReplyWriter {
+            fabric,
+            bufs,
+            send_size,
+            r,
+            conn_id,
+            wr_id,
+        };
         match r.form {
             ReplyForm::OneWrite { seg, placed: false } => {
                 if let Some(item) = r.shape.items().first() {
@@ -54,33 +62,13 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
                         length: item.len,
                         ..seg
                     };
-                    err = !post_write(
-                        fabric,
-                        bufs,
-                        send_size,
-                        r,
-                        conn_id,
-                        wr_id,
-                        target,
-                        item.offset,
-                        item.len,
-                    );
+                    err = !writer.post(target, item.offset, item.len);
                     posted += u32::from(!err);
                 }
             }
             ReplyForm::Planned(ref plan) => {
                 for op in chunks.iter().flat_map(|c| plan.write_ops(c)) {
-                    if !post_write(
-                        fabric,
-                        bufs,
-                        send_size,
-                        r,
-                        conn_id,
-                        wr_id,
-                        op.target,
-                        op.src.start,
-                        op.src.len,
-                    ) {
+                    if !writer.post(op.target, op.src.start, op.src.len) {
                         err = true;
                         break;
                     }
@@ -328,30 +316,32 @@ pub(super) fn encode_reply(
     }
 }
 
-/// Post one RDMA Write of bytes `start..start + len` of request `r`'s reply
-/// stream (from pieces of its head and data buffers, [`gather_local`]) into
-/// `target` on connection `conn_id`; `false` when it cannot be posted.
-#[allow(clippy::too_many_arguments)]
-#[inline]
-pub(super) fn post_write<F: Fabric>(
-    fabric: &mut F,
-    bufs: &EngineBufs<'_>,
+/// What posting a reply's RDMA Writes needs: the fabric, the engine's
+/// buffers, request `r` and its connection and `wr_id`.
+struct ReplyWriter<'a, 'p, 'r, F: Fabric> {
+    fabric: &'a mut F,
+    bufs: &'a EngineBufs<'p>,
     send_size: u32,
-    r: &Request<'_>,
+    r: &'a Request<'r>,
     conn_id: ConnId,
     wr_id: WrId,
-    target: Segment,
-    start: u32,
-    len: u32,
-) -> bool {
-    let Some((pieces, n)) = gather_local(bufs, send_size, r, start, len) else {
-        return false;
-    };
-    let mut wr = SendWr::new(wr_id, SendOp::RdmaWrite, pieces[0], target);
-    wr.sge = pieces;
-    wr.num_sge = n;
-    wr.remote.length = len;
-    fabric.post_send(conn_id, &wr).is_ok()
+}
+
+impl<F: Fabric> ReplyWriter<'_, '_, '_, F> {
+    /// Post one RDMA Write of bytes `start..start + len` of the reply
+    /// stream (from pieces of the head and data buffers, [`gather_local`])
+    /// into `target`; `false` when it cannot be posted.
+    #[inline]
+    fn post(&mut self, target: Segment, start: u32, len: u32) -> bool {
+        let Some((pieces, n)) = gather_local(self.bufs, self.send_size, self.r, start, len) else {
+            return false;
+        };
+        let mut wr = SendWr::new(self.wr_id, SendOp::RdmaWrite, pieces[0], target);
+        wr.sge = pieces;
+        wr.num_sge = n;
+        wr.remote.length = len;
+        self.fabric.post_send(self.conn_id, &wr).is_ok()
+    }
 }
 
 /// Send or Send with Invalidate for a reply to the Call `h` of version
@@ -462,50 +452,34 @@ pub(super) fn for_each_local(
     let data_len = r.shape.data_len;
     let mut at = start;
     let end = start + len;
+    // Bytes `off..off + n` of buffer `b` as the piece at `at`.
+    let mut piece = |b: BufRef, off: u32, n: u32, at: u32| {
+        let base = bufs.pool.offset(b).unwrap_or(0) as u64;
+        f(
+            LocalBuf {
+                region: b.region,
+                offset: base + off as u64,
+                len: n,
+            },
+            at - start,
+        );
+    };
     while at < end {
         if at < head_len {
             let n = (head_len - at).min(end - at);
-            let b = r.head_buf.expect("head");
-            let base = bufs.pool.offset(b).unwrap_or(0) as u64;
-            f(
-                LocalBuf {
-                    region: b.region,
-                    offset: base + at as u64,
-                    len: n,
-                },
-                at - start,
-            );
+            piece(r.head_buf.expect("head"), at, n, at);
             at += n;
         } else if at < head_len + data_len {
             let off = at - head_len;
             let n = (data_len - off).min(end - at);
-            let b = r.data_buf.expect("data");
-            let base = bufs.pool.offset(b).unwrap_or(0) as u64;
-            f(
-                LocalBuf {
-                    region: b.region,
-                    offset: base + off as u64,
-                    len: n,
-                },
-                at - start,
-            );
+            piece(r.data_buf.expect("data"), off, n, at);
             at += n;
         } else {
             // Padding: zero bytes; a Write into a Reply chunk needs them
             // (s3.5.3). They come from the zeroed tail of the head buffer.
-            let n = end - at;
-            let b = r.head_buf.expect("head");
-            let base = bufs.pool.offset(b).unwrap_or(0) as u64;
-            let pad_at = (send_size as usize - HEAD_PAD_BYTES) as u64;
-            f(
-                LocalBuf {
-                    region: b.region,
-                    offset: base + pad_at,
-                    len: n.min(4),
-                },
-                at - start,
-            );
-            at += n.min(4);
+            let n = (end - at).min(4);
+            piece(r.head_buf.expect("head"), send_size - HEAD_PAD_BYTES as u32, n, at);
+            at += n;
         }
     }
 }
