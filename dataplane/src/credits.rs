@@ -2,7 +2,9 @@
 //! section 8.2, which keeps the version 1 scheme for version 2).
 //!
 //! - A Requester may have at most *credit limit* Calls outstanding; the limit is
-//!   the most recent grant it received, and is 1 until the first valid reply
+//!   the most recent grant it received, never more than it asked for (s3.3.1:
+//!   the smaller of the requested and the granted credits), and is 1 until
+//!   the first valid reply
 //!   arrives (draft s7: "MUST NOT send more than a single RPC-over-RDMA message at a
 //!   time until it receives a valid non-error RPC-over-RDMA message from the server
 //!   that grants client credits"). A grant of zero would stall the Requester; like
@@ -62,16 +64,26 @@ impl RequesterCredits {
         self.in_flight += 1;
         true
     }
-    /// Account a reply (or an RDMA_ERROR answering a Call) carrying `grant`.
+    /// Account a Reply carrying `grant`: the new limit is the smaller of
+    /// the grant and our request (RFC 8166 s3.3.1), at least one.
     pub fn on_reply(&mut self, grant: u32) {
         debug_assert!(self.in_flight > 0, "reply without a call in flight");
         crate::count::dec(&mut self.in_flight, "requester credits in flight");
-        self.limit = grant.max(1);
-        self.granted_once = true;
+        self.on_grant(grant);
     }
-    /// A message that grants credits without retiring a Call (e.g. RDMA2_CONNPROP).
+    /// Account an RDMA_ERROR / RDMA2_ERROR answering a Call: the Call is no
+    /// longer outstanding, and the error's credit field is ignored (draft
+    /// -09 s5.3.3: the requester MUST ignore it), so an error never lifts
+    /// the one-message limit of negotiation (s7) nor changes the limit.
+    pub fn on_error_reply(&mut self) {
+        debug_assert!(self.in_flight > 0, "error reply without a call in flight");
+        crate::count::dec(&mut self.in_flight, "requester credits in flight");
+    }
+    /// A message that grants credits without retiring a Call (e.g.
+    /// RDMA2_CONNPROP): the limit is the smaller of the grant and our
+    /// request, at least one.
     pub fn on_grant(&mut self, grant: u32) {
-        self.limit = grant.max(1);
+        self.limit = grant.clamp(1, self.want);
         self.granted_once = true;
     }
     /// A Call was abandoned without a reply (connection lost): forget it.
@@ -206,5 +218,40 @@ mod tests {
         );
         assert!(r.check());
         assert_eq!((r.calls_total, r.replies_total), (6, 2));
+    }
+
+    /// A responder that grants more than we asked for (the Linux server
+    /// grants its own maximum) does not raise our limit above our request:
+    /// more Calls than we posted receives for would end in RNR (RFC 8166
+    /// s3.3.1: the smaller of the requested and granted credits). Before,
+    /// the limit was the grant alone.
+    #[test]
+    fn hostile_peer_requester_limit_is_the_smaller_of_request_and_grant() {
+        let mut c = RequesterCredits::new(8);
+        assert!(c.on_send());
+        c.on_reply(1000);
+        assert_eq!(c.limit(), 8);
+        c.on_grant(1000);
+        assert_eq!(c.limit(), 8);
+        c.on_grant(3);
+        assert_eq!(c.limit(), 3);
+    }
+
+    /// An RDMA_ERROR / RDMA2_ERROR's credit field is ignored (draft -09
+    /// s5.3.3): it retires its Call but neither lifts the one-message limit
+    /// of negotiation nor changes a limit already granted. Before, the error's
+    /// credit value became the limit.
+    #[test]
+    fn hostile_peer_requester_ignores_the_credits_of_an_error_reply() {
+        let mut c = RequesterCredits::new(8);
+        assert!(c.on_send());
+        c.on_error_reply();
+        assert_eq!((c.limit(), c.in_flight(), c.granted()), (1, 0, false));
+        assert!(c.on_send());
+        assert!(!c.on_send(), "still one message at a time (draft s7)");
+        c.on_reply(4);
+        assert!(c.on_send());
+        c.on_error_reply();
+        assert_eq!(c.limit(), 4);
     }
 }

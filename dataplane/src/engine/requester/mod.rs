@@ -235,6 +235,9 @@ pub struct RequesterStats {
     pub transport_errors: u64,
     pub bad_replies: u64,
     pub unmatched: u64,
+    /// RDMA_DONE, RDMA_MSGP and RDMA2_CONNPROP messages that answer no Call
+    /// (ignored, RFC 8166 s4.6).
+    pub ignored: u64,
     pub wc_errors: u64,
     pub fallbacks_to_v1: u64,
 }

@@ -81,12 +81,24 @@ impl<'p, F: Fabric> Requester<'p, F> {
                 return;
             }
         };
+        // RDMA_DONE, RDMA_MSGP and RDMA2_CONNPROP never answer a Call
+        // (RFC 8166 s4.6; draft -09 s5.3.4): ignored, whatever XID they carry.
+        if matches!(h.body, Body::Done | Body::MsgP { .. } | Body::ConnProp(_)) {
+            self.stats.ignored += 1;
+            self.bufs.put(b);
+            return;
+        }
         let Some(i) = self.find_call(h.xid) else {
             self.stats.unmatched += 1;
             self.bufs.put(b);
             return;
         };
-        self.accept_reply(i, h.credits);
+        // An error's credit field is ignored (draft -09 s5.3.3).
+        let grant = match h.body {
+            Body::ErrorV1(_) | Body::ErrorV2(_) => None,
+            _ => Some(h.credits),
+        };
+        self.accept_reply(i, grant);
         if self.neg.phase() == Phase::Negotiating {
             let _ = self.neg.handle_reply(h.vers, negotiation_reply_kind(&h));
         }
@@ -149,11 +161,15 @@ impl<'p, F: Fabric> Requester<'p, F> {
     }
 
     /// The Reply to call slot `i` ([`Self::find_call`]) is taken: the Call
-    /// leaves the credits in flight and the Reply's grant is the new limit
-    /// (RFC 8166 s3.3.1).
+    /// leaves the credits in flight and the Reply's `grant` is the new
+    /// limit (RFC 8166 s3.3.1); `None` for an error reply, whose credit
+    /// field is ignored (draft -09 s5.3.3).
     #[inline(always)]
-    pub(super) fn accept_reply(&mut self, i: u32, grant: u32) {
-        self.credits.on_reply(grant);
+    pub(super) fn accept_reply(&mut self, i: u32, grant: Option<u32>) {
+        match grant {
+            Some(g) => self.credits.on_reply(g),
+            None => self.credits.on_error_reply(),
+        }
         if let Some(&p) = self.posted_at.get(i as usize) {
             self.stages.interval(LAP_REPLY_SEEN, p, self.polled_at);
         }
@@ -212,7 +228,7 @@ impl<'p, F: Fabric> Requester<'p, F> {
         // (RFC 8166 s3.4.6, s3.5.3).
         let payload_len = h.payload().map_or(0, <[u8]>::len) as u32;
         c.layout = Some(plan::ReplyLayout::short_inline(payload_len));
-        self.accept_reply(i, h.credits);
+        self.accept_reply(i, Some(h.credits));
         self.stats.replies += 1;
         self.complete_call(i, b, msg.len() as u32, h.header_len as u32, CallOutcome::Reply);
         true
