@@ -182,3 +182,63 @@ fn reads_and_writes_on_uring_are_deferred_several_in_flight_mem_never() {
         teardown(&p, c.t);
     }
 }
+
+/// A backend whose I/O queue is full makes the Calls that find it full wait
+/// in the engine, with their buffers, until it has room, and they are
+/// answered in full: never NFS3ERR_JUKEBOX, which the Linux client answers
+/// by waiting five seconds. Eight READs at once against a `uring` backend
+/// whose channel holds two I/Os; before, six of them came back JUKEBOX.
+#[test]
+fn nfs_safety_full_backend_queue_makes_calls_wait_not_jukebox() {
+    const QD: usize = 8;
+    const BLOCK: usize = 16 * 1024;
+    let dir = TempDir::new("b0-depth2");
+    let backend: std::sync::Arc<dyn rpcrdma_apps::backend::Backend> =
+        std::sync::Arc::new(rpcrdma_apps::backend::uring::UringBackend::open("b0", &dir.0, 2, false).unwrap());
+    let s = Store {
+        kind: Kind::Uring,
+        backend,
+        dir: Some(dir),
+    };
+    let mut ex = Ex::new("/export", "b0");
+    ex.root_squash = false;
+    let sh = shared(&[&s], &[ex], DATA_BUF_BYTES as u32);
+    let p = pools(QD as u32);
+    let mut c = Client::new(sim_engine(&p, &sh, 13, 1, QD as u32));
+    c.auth = Auth::root();
+    let (root, _) = c.mnt("/export").expect("MNT");
+    let (fh, _) = c.mkfile(&root, "f", 0o644).expect("CREATE");
+    let data: Vec<u8> = (0..QD * BLOCK).map(|i| (i * 13 + i / 4096) as u8).collect();
+    c.write(&fh, 0, &data, 2).expect("WRITE FILE_SYNC");
+    for round in 0..3 {
+        let mut ids = Vec::new();
+        for k in 0..QD {
+            let mut e = call_header(3000 + (round * QD + k) as u32, NFS, 3, 6, &c.auth);
+            e.opaque(&fh).u64((k * BLOCK) as u64).u32(BLOCK as u32);
+            ids.push((c.t.submit_call(&e.b), k));
+        }
+        for _ in 0..QD {
+            let (id, bytes) = c.t.next_reply(|_| (NFS, 6));
+            let r = Reply::parse(&bytes);
+            let mut d = r.dec();
+            assert_eq!(d.u32(), 0, "round {round}: NFS3_OK, not JUKEBOX");
+            let k = ids.iter().find(|(i, _)| *i == id).expect("a READ of this round").1;
+            d.post_op_attr().expect("attributes");
+            assert_eq!(d.u32() as usize, BLOCK);
+            let _eof = d.bool();
+            assert!(
+                d.opaque() == data[k * BLOCK..(k + 1) * BLOCK],
+                "round {round}: block {k}"
+            );
+        }
+    }
+    let srv = c.t.srv.as_mut().unwrap();
+    let st = srv.stats();
+    assert!(st.backend_waits > 0, "the queue was full at times: {st:?}");
+    assert_eq!(
+        (st.unanswered(), st.unaccounted(srv.calls_awaiting_answer())),
+        (0, 0),
+        "{st:?}"
+    );
+    teardown(&p, c.t);
+}

@@ -284,6 +284,14 @@ pub enum ServiceError {
     /// RDMA2_ERR_SYSTEM in version 2), so the requester gets its credit
     /// back and ends the RPC at once instead of at a time-out.
     Reject,
+    /// A resource the Call needs is exhausted for now (the backend's I/O
+    /// queue is full). The engine keeps the Call, with its buffers, in the
+    /// pending queue of that resource and runs it again (`handle_call`,
+    /// from the start) on a later turn, in arrival order: the client waits
+    /// for its reply instead of getting NFS3ERR_JUKEBOX and retrying
+    /// seconds later. Only answered this way to a Call the engine may defer
+    /// ([`CallView::defer_token`] is set); other transports never see it.
+    Busy,
 }
 
 /// An RPC service the responder engine dispatches decoded Calls to.

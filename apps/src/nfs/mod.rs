@@ -302,6 +302,10 @@ pub(crate) enum Fail {
     Nfs(u32),
     /// SYSTEM_ERR (e.g. the results do not fit the head buffer).
     System,
+    /// The backend's I/O queue is full for a Call the engine may defer:
+    /// [`ServiceError::Busy`], so the engine runs it again later instead of
+    /// answering NFS3ERR_JUKEBOX.
+    Busy,
 }
 
 impl From<DecodeError> for Fail {
@@ -700,6 +704,8 @@ impl Service for NfsService {
                     Err(_) => Err(ServiceError::Reject),
                 }
             }
+            // Not counted: the engine runs the Call again.
+            Err(Fail::Busy) => Err(ServiceError::Busy),
             Err(f) => {
                 st.stats.rpc_errors += 1;
                 let h = match f {
@@ -711,7 +717,7 @@ impl Service for NfsService {
                         st.stats.auth_errors += 1;
                         ReplyHeader::denied(xid, RejectedReply::AuthError(why))
                     }
-                    Fail::Nfs(_) | Fail::System => accepted(AcceptedReply::SystemErr),
+                    Fail::Nfs(_) | Fail::System | Fail::Busy => accepted(AcceptedReply::SystemErr),
                 };
                 reply_header(reply, &h)
             }

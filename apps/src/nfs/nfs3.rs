@@ -446,6 +446,9 @@ fn read(
                             stats.deferred_reads += 1;
                             return Ok(0);
                         }
+                        // The channel's queue is full: the engine runs the
+                        // Call again when it has room.
+                        Err(crate::backend::FsError::Jukebox) => return Err(Fail::Busy),
                         Err(e) => Err(e),
                     }
                 }
@@ -599,6 +602,8 @@ fn write(
                         stats.deferred_writes += 1;
                         return Ok(0);
                     }
+                    // As for READ: run again when the queue has room.
+                    Err(crate::backend::FsError::Jukebox) => return Err(Fail::Busy),
                     Err(e) => Err(e),
                 }
             }

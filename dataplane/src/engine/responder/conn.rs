@@ -110,6 +110,7 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
             &mut self.wait_read_slots,
             &mut self.wait_reply_bufs,
             &mut self.wait_send_slots,
+            &mut self.wait_backend,
         ] {
             q.remove_where(of_conn);
         }

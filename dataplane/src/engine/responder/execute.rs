@@ -115,6 +115,13 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
                 self.drop_call(i, true);
                 return Step::Wait;
             }
+            // Run again later, in arrival order, keeping its buffers
+            // (`NeedReplyBufs` takes none it holds).
+            Err(ServiceError::Busy) => {
+                stats.backend_waits += 1;
+                reqs.get_mut(i).expect("live").state = ReqState::NeedReplyBufs;
+                return self.wait(i, Queue::Backend);
+            }
             // Answered with the transport's error (RFC 8166 s4.5; draft
             // s5.3.3), which returns the credit: never silence.
             Err(ServiceError::Reject) => {

@@ -128,7 +128,13 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
     /// Retry waiting requests, in order, per resource.
     pub(super) fn drain_pending(&mut self) -> usize {
         let mut work = 0;
-        for q in [Queue::ChunkBuf, Queue::ReadSlots, Queue::ReplyBufs, Queue::SendSlots] {
+        for q in [
+            Queue::ChunkBuf,
+            Queue::ReadSlots,
+            Queue::ReplyBufs,
+            Queue::Backend,
+            Queue::SendSlots,
+        ] {
             let n = self.queue(q).len();
             for _ in 0..n {
                 let Some(i) = self.queue(q).pop() else { break };
@@ -150,6 +156,7 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
             Queue::ReadSlots => &mut self.wait_read_slots,
             Queue::ReplyBufs => &mut self.wait_reply_bufs,
             Queue::SendSlots => &mut self.wait_send_slots,
+            Queue::Backend => &mut self.wait_backend,
         }
     }
 }

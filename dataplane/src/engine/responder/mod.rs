@@ -183,6 +183,9 @@ pub struct ResponderStats {
     /// Times a Call waited for a data buffer for its Read chunks (the data
     /// pool was empty): pressure on the pool, not an error.
     pub chunk_buf_waits: u64,
+    /// Times the service found its backend busy for a Call
+    /// ([`ServiceError::Busy`]), which then waited to run again.
+    pub backend_waits: u64,
 }
 
 impl ResponderStats {
@@ -484,6 +487,7 @@ pub struct Responder<'p, F: Fabric, S: Service> {
     wait_read_slots: IndexQueue,
     wait_reply_bufs: IndexQueue,
     wait_send_slots: IndexQueue,
+    wait_backend: IndexQueue,
     listener: Option<ListenerId>,
     recv_size: u32,
     send_size: u32,
@@ -576,6 +580,7 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
             wait_read_slots: IndexQueue::with_capacity(slots),
             wait_reply_bufs: IndexQueue::with_capacity(slots),
             wait_send_slots: IndexQueue::with_capacity(slots),
+            wait_backend: IndexQueue::with_capacity(slots),
             cfg,
             fabric,
             service,
@@ -865,5 +870,7 @@ enum Queue {
     ChunkBuf,
     ReadSlots,
     ReplyBufs,
+    /// Calls the service found its backend busy for ([`ServiceError::Busy`]).
+    Backend,
     SendSlots,
 }
