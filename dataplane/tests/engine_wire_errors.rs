@@ -19,10 +19,12 @@ use proto::negotiate::VersionRange;
 const CREDITS: u32 = 4;
 
 fn pools_for(test: usize) -> &'static Pools {
-    static P: [OnceLock<Pools>; 9] = [const { OnceLock::new() }; 9];
+    static P: [OnceLock<Pools>; 10] = [const { OnceLock::new() }; 10];
     // Two connection slots: the SRQ holds receives for both, so one greedy peer
     // can take the other's share — the case the overrun check exists for.
-    P[test].get_or_init(|| pools(1024, CREDITS, 2))
+    // Test 9 receives 4 KiB messages (version 2's default inline size).
+    let inline = if test == 9 { 4096 } else { 1024 };
+    P[test].get_or_init(|| pools(inline, CREDITS, 2))
 }
 
 fn words(ws: &[u32]) -> Vec<u8> {
@@ -618,4 +620,69 @@ fn hostile_peer_long_call_whose_rpc_xid_differs_is_refused() {
     assert_eq!((s.unaccounted(0), s.unanswered()), (0, 0), "{s:?}");
     assert!(!raw.disconnected);
     assert_eq!(srv.shutdown(1000), Default::default());
+}
+
+/// A version 2 connection's inline threshold toward the peer is the
+/// peer's Receive Buffer Size: the default 4096 bytes when it advertised
+/// none (draft -09 s4.2.1), and what it sends in RDMA2_CONNPROP (s7.1)
+/// when it does. A reply of about 3 KiB to a Call without a Reply chunk
+/// goes inline by default, and is refused (RDMA2_ERR_REPLY_RESOURCE) once
+/// the peer has said it receives at most 2 KiB; 1.5 KiB still goes inline.
+/// Before, the responder used version 1's 1024 bytes whatever the peer
+/// said, refusing the 3 KiB reply that draft -09 allows.
+#[test]
+fn hostile_peer_v2_inline_threshold_follows_the_peers_rbsiz() {
+    use proto::header::{BodyOut, HeaderOut, Property, RDMA2_PROPID_RBSIZ, RPCRDMA2_F_RESPONSE};
+    let (net, mut srv, mut raw) = setup(9, 16, VersionRange::ALL);
+    pump(&net, &mut srv, &mut raw, 5);
+    let v2_big = |xid: u32, n: u32| {
+        let mut m = words(&[xid, 2, CREDITS, 0, 0, 0, 0, 0, 0]);
+        m.extend(words(&[xid, 0, 2, PROG, VERS, P_BIG, 0, 0, 0, 0, n]));
+        m
+    };
+    raw.send(&v2_big(XID, 3000));
+    pump(&net, &mut srv, &mut raw, 3);
+    let h = header::decode(&raw.received[0], &Limits::DEFAULT).unwrap();
+    assert_eq!(
+        (h.xid, h.header_type()),
+        (XID, header::HeaderType::Rdma2Msg),
+        "3 KiB inline under the default RBSIZ: {:?}",
+        h.body
+    );
+    // The peer advertises a 2 KiB Receive Buffer Size.
+    let rbsiz = 2048u32.to_be_bytes();
+    let props = [Property {
+        id: RDMA2_PROPID_RBSIZ,
+        data: &rbsiz,
+    }];
+    let mut m = vec![0u8; 64];
+    let n = header::encode(
+        &HeaderOut {
+            xid: XID + 1,
+            vers: 2,
+            credits: CREDITS,
+            flags: 0,
+            body: BodyOut::ConnProp(&props),
+        },
+        &mut m,
+    )
+    .unwrap();
+    raw.send(&m[..n]);
+    pump(&net, &mut srv, &mut raw, 3);
+    let h = header::decode(&raw.received[1], &Limits::DEFAULT).unwrap();
+    assert!(matches!(h.body, Body::ConnProp(_)), "{:?}", h.body);
+    assert_ne!(h.flags & RPCRDMA2_F_RESPONSE, 0);
+    raw.send(&v2_big(XID + 2, 3000));
+    pump(&net, &mut srv, &mut raw, 3);
+    let h = header::decode(&raw.received[2], &Limits::DEFAULT).unwrap();
+    assert!(
+        matches!(h.body, Body::ErrorV2(V2Error::ReplyResource { .. })),
+        "over the advertised 2 KiB without a Reply chunk: {:?}",
+        h.body
+    );
+    raw.send(&v2_big(XID + 3, 1500));
+    pump(&net, &mut srv, &mut raw, 3);
+    let h = header::decode(&raw.received[3], &Limits::DEFAULT).unwrap();
+    assert_eq!((h.xid, h.header_type()), (XID + 3, header::HeaderType::Rdma2Msg));
+    assert!(!raw.disconnected);
 }

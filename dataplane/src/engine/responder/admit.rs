@@ -215,7 +215,13 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         // Version negotiation (draft s7): unknown versions, or a change of version
         // on a connection whose version is fixed, get ERR_VERS.
         let verdict = match self.conn_mut(conn) {
-            Some(c) => c.neg.handle_call(prefix.vers),
+            Some(c) => {
+                let v = c.neg.handle_call(prefix.vers);
+                // A version fixed brings its default sizes (RFC 8166 s3.3.3;
+                // draft -09 s4.2.1: RBSIZ 4096 when the peer sent none).
+                c.send_max = c.neg.reply_inline_threshold_bytes();
+                v
+            }
             None => return Step::Wait,
         };
         if let CallVerdict::RejectVersion { low, high } = verdict {
@@ -232,7 +238,13 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         }
         // Decoded straight into the request (the header is a large value:
         // no copies of it on the way).
-        let Self { reqs, cfg, stats, .. } = self;
+        let Self {
+            reqs,
+            conns,
+            cfg,
+            stats,
+            ..
+        } = self;
         let rr = reqs.get_mut(i).expect("live");
         let h = match header::decode(msg, &cfg.limits) {
             Ok(h) => rr.hdr.insert(h),
@@ -248,7 +260,15 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         };
         let refuse = match h.body {
             Body::Msg { .. } | Body::NoMsg { .. } => None,
-            Body::ConnProp(_) => Some(Control::ConnProp),
+            Body::ConnProp(props) => {
+                // The peer's Receive Buffer Size bounds what we send it
+                // (draft -09 s4.2.1, s7.1); the default when it sends none.
+                if let Some(c) = conns.get_mut(conn).and_then(Option::as_mut) {
+                    let _ = c.neg.set_peer_receive_size(props.rbsiz());
+                    c.send_max = c.neg.reply_inline_threshold_bytes();
+                }
+                Some(Control::ConnProp)
+            }
             // RFC 8166 s4.6: no longer used; answer ERR_CHUNK.
             Body::MsgP { .. } => Some(Control::ErrorV1(header::V1Error::Chunk)),
             // RDMA_DONE is ignored (s4.6); errors never flow to a responder.

@@ -31,12 +31,12 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
                         let cfg = negotiate::Config::new(self.cfg.versions, self.send_size, self.recv_size)
                             .expect("sizes checked at construction");
                         let mut neg = negotiate::Responder::new(cfg);
-                        // RFC 8797: sizes the peer advertised bound what we send.
-                        if peer.present() {
-                            let _ = neg.set_peer_receive_size(peer.data().receive_size_bytes);
-                        }
-                        let send_max =
-                            private_data::server_to_client_threshold_bytes(&ours, &peer.data()).min(self.send_size);
+                        // RFC 8797: sizes the peer advertised bound what we
+                        // send; `neg` is the one source of the thresholds
+                        // (refreshed when the version is fixed and when a
+                        // CONNPROP brings the peer's RBSIZ).
+                        neg.apply_private_data(&peer);
+                        let send_max = neg.reply_inline_threshold_bytes();
                         *self.conns.get_mut(slot).expect("allocated") = Some(Conn {
                             id,
                             state: ConnState::Accepting,
