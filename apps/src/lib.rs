@@ -9,7 +9,7 @@
 //! | [`dump_samples`] | hand-written sample messages of every header type (the files in `apps/samples/`, the fuzz seeds) |
 //! | [`backend`] | storage backends (`mem`, `uring`, `nvme`): the SPDK-bdev-shaped trait the gateway serves files from |
 //! | [`nfs`] | the NFSv3 and MOUNT v3 services, exports and access control |
-//! | [`target`] | `rpcrdma-target`: reactors, fabric listeners, TCP listeners, shutdown |
+//! | [`server`] | `rpcrdma-target`: reactors, fabric listeners, TCP listeners, shutdown |
 #![deny(missing_debug_implementations)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
@@ -17,4 +17,4 @@ pub mod backend;
 pub mod dump;
 pub mod dump_samples;
 pub mod nfs;
-pub mod target;
+pub mod server;

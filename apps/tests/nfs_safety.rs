@@ -24,7 +24,7 @@ use rpcrdma_apps::backend::{
     NodeKind, Owner, SetAttr, Stable,
 };
 use rpcrdma_apps::nfs::drc::DRC_ENTRIES;
-use rpcrdma_apps::target::Target;
+use rpcrdma_apps::server::Target;
 
 const REMOVE: u32 = 12;
 const RMDIR: u32 = 13;

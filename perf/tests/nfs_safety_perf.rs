@@ -11,7 +11,7 @@ use perf::run::{self, Auth, FabricKind, Mode, NfsOptions, RunConfig};
 use perf::tcp::MountTarget;
 use reactor::config::Config;
 use rpcrdma_apps::backend::{write_sync, Stable};
-use rpcrdma_apps::target::Target;
+use rpcrdma_apps::server::Target;
 
 const MIB: usize = 1 << 20;
 
