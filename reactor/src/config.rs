@@ -30,7 +30,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::idle::{IdlePolicy, MAX_SLEEP_US};
-use crate::reactor::{ReactorOptions, MAX_CORES, MAX_MESSAGE_BATCH};
+use crate::options::{ReactorOptions, MAX_CORES, MAX_MESSAGE_BATCH};
 
 /// Smallest inline threshold: the RPC-over-RDMA version 1 default (RFC 8166
 /// §3.3.3) and the smallest size the RFC 8797 private data can express.
