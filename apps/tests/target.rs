@@ -15,7 +15,7 @@ use dataplane::shm::{ShmConfig, ShmFabric};
 use nfs_common::*;
 use proto::nfs3::UNSTABLE;
 use proto::ulb::Nfs3Binding;
-use reactor::config::Config;
+use rpcrdma_apps::config::Config;
 use rpcrdma_apps::server::Target;
 
 /// A free TCP port on the loopback (bound, then released).

@@ -10,7 +10,7 @@ use std::time::Duration;
 use perf::engine::{OpKind, ShmMaker};
 use perf::run::{self, Auth, FabricKind, Mode, NfsOptions, RunConfig};
 use perf::tcp::MountTarget;
-use reactor::config::Config;
+use rpcrdma_apps::config::Config;
 use rpcrdma_apps::server::Target;
 
 const MIB: usize = 1 << 20;

@@ -1,6 +1,6 @@
 //! Per-core run-to-completion reactor for the rpcrdma data plane, in the
-//! style of SPDK's reactors and DPDK's lcores, plus the `cores.json`
-//! configuration model ([`config`]).
+//! style of SPDK's reactors and DPDK's lcores, plus the reactor's part of
+//! `cores.json` ([`config`]: cores, roles, reactor tuning).
 //!
 //! * One thread per configured core, pinned to its CPU
 //!   ([`ReactorOptions::cpus`]); a CPU that does not exist is reported as
@@ -32,7 +32,7 @@
 //! | `core_loop` | [`Poller`], [`CoreCtx`] and the per-core loop; fixes the context to `CoreCtx` | `shared`, `msg`, `timer`, `idle`, `stats`, `error` |
 //! | `handle` | [`ReactorHandle`] (and [`CoreCtx::handle`]) | `shared`, `core_loop` |
 //! | `reactor` | [`Reactor`], [`ReactorBuilder`]: start-up, core threads, shutdown | `handle`, `core_loop`, `shared`, `options` |
-//! | [`config`] | the `cores.json` model | `options`, `idle`, `timer` |
+//! | [`config`] | the reactor's part of `cores.json` and [`config::reactor_options`] | `options`, `idle` |
 //!
 //! ```
 //! use std::sync::atomic::{AtomicU64, Ordering};

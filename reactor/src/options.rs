@@ -14,7 +14,8 @@ pub const MAX_CORES: usize = 1024;
 pub const MAX_MESSAGE_BATCH: usize = 1024;
 
 /// Options of a [`crate::Reactor`]. Build with [`ReactorOptions::new`] and adjust
-/// fields, or from a `cores.json` with [`crate::config::Config::reactor_options`].
+/// fields, or from the reactor part of a `cores.json` with
+/// [`crate::config::reactor_options`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct ReactorOptions {
     /// CPU of each core; core `i` runs on `cpus[i]`.

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Parser;
-use reactor::config::{Config, ConfigError};
+use rpcrdma_apps::config::{Config, ConfigError};
 use rpcrdma_apps::server::Target;
 
 #[derive(Parser, Debug)]
