@@ -286,14 +286,14 @@ fn readdir_cookies_are_positions() {
 /// `backend::open` builds a `mem` backend from its configuration entry.
 #[test]
 fn open_from_config() {
-    let cfg = reactor::config::BackendConfig::Mem {
+    let cfg = rpcrdma_apps::config::BackendConfig::Mem {
         name: "m".into(),
         size_bytes: 1 << 20,
     };
     let b = rpcrdma_apps::backend::open(&cfg).unwrap();
     assert_eq!(b.kind(), "mem");
     assert_eq!(b.fsstat().unwrap().total_bytes, 1 << 20);
-    let bad = reactor::config::BackendConfig::Mem {
+    let bad = rpcrdma_apps::config::BackendConfig::Mem {
         name: "m".into(),
         size_bytes: 1000,
     };

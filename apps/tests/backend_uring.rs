@@ -414,7 +414,7 @@ fn unwritable_file_still_reads() {
 fn open_from_config() {
     let dir = temp();
     let path = dir.0.join("cfg-export");
-    let cfg = reactor::config::BackendConfig::Uring {
+    let cfg = rpcrdma_apps::config::BackendConfig::Uring {
         name: "u".into(),
         path: path.to_str().unwrap().into(),
         queue_depth: 16,

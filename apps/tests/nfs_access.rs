@@ -304,7 +304,7 @@ fn shared_setup_refuses_bad_exports() {
     assert!(rpcrdma_apps::nfs::NfsShared::new(&cfg, list()).is_err());
     // No data pool: the 1 MiB default.
     let mut cfg = base;
-    cfg.pools.retain(|p| p.usage != reactor::config::PoolUsage::Data);
+    cfg.pools.retain(|p| p.usage != rpcrdma_apps::config::PoolUsage::Data);
     assert_eq!(
         rpcrdma_apps::nfs::NfsShared::new(&cfg, list()).unwrap().max_io_bytes(),
         MIB as u32

@@ -18,13 +18,13 @@ use dataplane::shm::{ShmConfig, ShmFabric};
 use nfs_common::*;
 use proto::nfs3::{FILE_SYNC, UNSTABLE};
 use proto::ulb::Nfs3Binding;
-use reactor::config::Config;
 use rpcrdma_apps::backend::{
     Attr, Backend, CreateHow, DirEntry, FileHandle, FsError, FsResult, FsStat, IoChannel, IoDesc, IoDone, IoOp,
     NodeKind, Owner, SetAttr, Stable,
 };
+use rpcrdma_apps::config::Config;
 use rpcrdma_apps::nfs::drc::DRC_ENTRIES;
-use rpcrdma_apps::target::Target;
+use rpcrdma_apps::server::Target;
 
 const REMOVE: u32 = 12;
 const RMDIR: u32 = 13;

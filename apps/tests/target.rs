@@ -15,8 +15,8 @@ use dataplane::shm::{ShmConfig, ShmFabric};
 use nfs_common::*;
 use proto::nfs3::UNSTABLE;
 use proto::ulb::Nfs3Binding;
-use reactor::config::Config;
-use rpcrdma_apps::target::Target;
+use rpcrdma_apps::config::Config;
+use rpcrdma_apps::server::Target;
 
 /// A free TCP port on the loopback (bound, then released).
 fn free_port() -> u16 {

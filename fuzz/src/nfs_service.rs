@@ -27,9 +27,9 @@ use dataplane::ConnId;
 use proto::plan::Piece;
 use proto::rpc;
 use proto::xdr::Reader;
-use reactor::config::Config;
 use rpcrdma_apps::backend::mem::MemBackend;
 use rpcrdma_apps::backend::{Backend, CreateHow, Owner, SetAttr, FH_MAX_BYTES};
+use rpcrdma_apps::config::Config;
 use rpcrdma_apps::nfs::xdr::{
     diropargs3, sattr3, AccessArgs, CommitArgs, CreateArgs, LinkArgs, MkdirArgs, MknodArgs, ReaddirArgs, RenameArgs,
     SetattrArgs, SymlinkArgs, WriteHead,

@@ -1,4 +1,4 @@
-//! End to end against the real target (`rpcrdma_apps::target::Target`,
+//! End to end against the real target (`rpcrdma_apps::server::Target`,
 //! started in-process on the shm fabric with a RAM backend, MOUNT over TCP on
 //! a free port): NULL, and READ / WRITE / mixed with `--verify` at 4 KiB and
 //! 1 MiB, versions 1 and 2, with and without DDP. Figures are not asserted;
@@ -10,8 +10,8 @@ use std::time::Duration;
 use perf::engine::{OpKind, ShmMaker};
 use perf::run::{self, Auth, FabricKind, Mode, NfsOptions, RunConfig};
 use perf::tcp::MountTarget;
-use reactor::config::Config;
-use rpcrdma_apps::target::Target;
+use rpcrdma_apps::config::Config;
+use rpcrdma_apps::server::Target;
 
 const MIB: usize = 1 << 20;
 

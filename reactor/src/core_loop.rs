@@ -13,7 +13,6 @@
 //! neither `Send` nor `Sync`.
 
 use std::any::{Any, TypeId};
-use std::cell::Cell;
 use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -21,7 +20,7 @@ use std::time::{Duration, Instant};
 use crate::error::{ReactorError, SendError, TimerError, TrySendError};
 use crate::idle::{IdleAction, IdleState};
 use crate::msg::Message;
-use crate::reactor::{bump, ReactorHandle, Shared};
+use crate::shared::{bump, duration_ns, set_current_core, Shared};
 use crate::stats::CoreStats;
 use crate::timer::{TimerId, TimerWheel};
 
@@ -76,26 +75,13 @@ pub(crate) enum TimerFn {
     Every(Box<dyn FnMut(&mut CoreCtx)>),
 }
 
-thread_local! {
-    /// `(reactor id, core index)` of the reactor core running on this
-    /// thread; reactor id 0 means "not a core thread".
-    static CURRENT_CORE: Cell<(usize, usize)> = const { Cell::new((0, 0)) };
-}
-
-/// The core index of the calling thread if it is a core of reactor
-/// `reactor_id`.
-pub(crate) fn current_core(reactor_id: usize) -> Option<usize> {
-    let (id, core) = CURRENT_CORE.with(|c| c.get());
-    (id == reactor_id).then_some(core)
-}
-
 /// Per-core context: the core's identity, its timer wheel, its per-core
 /// local values, and the send API. Passed as `&mut` to pollers, message
 /// closures and timer callbacks; only exists on its core thread.
 pub struct CoreCtx {
     core: usize,
     cpu: usize,
-    shared: Arc<Shared>,
+    shared: Arc<Shared<CoreCtx>>,
     now: Instant,
     draining: bool,
     wheel: TimerWheel<TimerFn>,
@@ -134,10 +120,9 @@ impl CoreCtx {
         self.draining
     }
 
-    /// A handle to the reactor (cloneable, `Send`), e.g. to give to another
-    /// thread.
-    pub fn handle(&self) -> ReactorHandle {
-        ReactorHandle::from_shared(self.shared.clone())
+    /// The state this core shares with the other cores and the handles.
+    pub(crate) fn shared(&self) -> &Arc<Shared<CoreCtx>> {
+        &self.shared
     }
 
     /// Queues `f` to run on core `core` (this core included), like SPDK's
@@ -269,7 +254,7 @@ impl CoreCtx {
 pub(crate) struct Core {
     ctx: CoreCtx,
     pollers: Vec<(PollerId, Box<dyn Poller>)>,
-    batch: Vec<Message>,
+    batch: Vec<Message<CoreCtx>>,
     expired: Vec<(TimerId, TimerFn)>,
     idle: IdleState,
 }
@@ -278,7 +263,7 @@ impl Core {
     /// Builds the core's state. Runs on the core thread after pinning, so
     /// that the allocations are local to the core's NUMA node.
     pub(crate) fn new(
-        shared: Arc<Shared>,
+        shared: Arc<Shared<CoreCtx>>,
         core: usize,
         pollers: Vec<Box<dyn Poller + Send>>,
     ) -> Result<Core, ReactorError> {
@@ -320,9 +305,7 @@ impl Core {
     /// Marks the calling thread as this core (for sends through a
     /// [`ReactorHandle`] on a core thread).
     pub(crate) fn enter_thread(&self) {
-        let id = self.ctx.shared.id;
-        let core = self.ctx.core;
-        CURRENT_CORE.with(|c| c.set((id, core)));
+        set_current_core(self.ctx.shared.id, self.ctx.core);
     }
 
     pub(crate) fn ctx_mut(&mut self) -> &mut CoreCtx {
@@ -538,9 +521,3 @@ impl Core {
 /// The longest a core without pollers sleeps at a time when nothing wakes
 /// it (messages and stop requests unpark it; timers bound the sleep).
 const POLLERLESS_MAX_SLEEP: Duration = Duration::from_millis(100);
-
-pub(crate) fn duration_ns(d: Duration) -> u64 {
-    d.as_secs()
-        .saturating_mul(1_000_000_000)
-        .saturating_add(u64::from(d.subsec_nanos()))
-}

@@ -1,6 +1,6 @@
 //! Per-core run-to-completion reactor for the rpcrdma data plane, in the
-//! style of SPDK's reactors and DPDK's lcores, plus the `cores.json`
-//! configuration model ([`config`]).
+//! style of SPDK's reactors and DPDK's lcores, plus the reactor's part of
+//! `cores.json` ([`config`]: cores, roles, reactor tuning).
 //!
 //! * One thread per configured core, pinned to its CPU
 //!   ([`ReactorOptions::cpus`]); a CPU that does not exist is reported as
@@ -18,6 +18,21 @@
 //! * [`Reactor::shutdown`] drains every ring and poller until the reactor is
 //!   quiescent, joins the threads and returns per-core [`CoreStats`], which
 //!   are also readable while running ([`ReactorHandle::stats`]).
+//!
+//! # Modules and their direction
+//!
+//! Each module uses only those listed before it (no import circle):
+//!
+//! | module | what | uses |
+//! |---|---|---|
+//! | `error`, `idle`, `stats`, `timer` | errors, idle policies, counters, the timer wheel | (`error` only, for `timer`) |
+//! | `msg` | type-erased closure records, generic over the context they receive | nothing |
+//! | `options` | [`ReactorOptions`] and its limits | `error`, `idle`, `timer` |
+//! | `shared` | what cores and handles share: per-core rings and counters, the send path, the shutdown detector (generic over the context) | `msg`, `options`, `stats`, `error` |
+//! | `core_loop` | [`Poller`], [`CoreCtx`] and the per-core loop; fixes the context to `CoreCtx` | `shared`, `msg`, `timer`, `idle`, `stats`, `error` |
+//! | `handle` | [`ReactorHandle`] (and [`CoreCtx::handle`]) | `shared`, `core_loop` |
+//! | `reactor` | [`Reactor`], [`ReactorBuilder`]: start-up, core threads, shutdown | `handle`, `core_loop`, `shared`, `options` |
+//! | [`config`] | the reactor's part of `cores.json` and [`config::reactor_options`] | `options`, `idle` |
 //!
 //! ```
 //! use std::sync::atomic::{AtomicU64, Ordering};
@@ -44,16 +59,21 @@
 pub mod config;
 mod core_loop;
 pub mod error;
+mod handle;
 pub mod idle;
 mod msg;
+mod options;
 mod reactor;
+mod shared;
 pub mod stats;
 pub mod timer;
 
 pub use crate::core_loop::{CoreCtx, PollStatus, Poller, PollerId};
 pub use crate::error::{ReactorError, SendError, TimerError, TrySendError};
+pub use crate::handle::ReactorHandle;
 pub use crate::idle::IdlePolicy;
-pub use crate::reactor::{Reactor, ReactorBuilder, ReactorHandle, ReactorOptions, MAX_CORES, MAX_MESSAGE_BATCH};
+pub use crate::options::{ReactorOptions, MAX_CORES, MAX_MESSAGE_BATCH};
+pub use crate::reactor::{Reactor, ReactorBuilder};
 pub use crate::stats::CoreStats;
 pub use crate::timer::TimerId;
 

@@ -13,8 +13,6 @@
 use core::mem::{align_of, size_of, MaybeUninit};
 use core::ptr;
 
-use crate::core_loop::CoreCtx;
-
 /// Payload words available for an inline closure.
 pub const INLINE_WORDS: usize = 3;
 
@@ -24,17 +22,25 @@ pub const INLINE_BYTES: usize = INLINE_WORDS * size_of::<usize>();
 type Payload = [MaybeUninit<usize>; INLINE_WORDS];
 
 /// Runs (`Some(ctx)`) or drops (`None`) the closure stored in the payload.
-type Invoke = unsafe fn(*mut Payload, Option<&mut CoreCtx>);
+type Invoke<C> = unsafe fn(*mut Payload, Option<&mut C>);
 
-/// One queued closure. `Copy` so it can live in a [`mempool::ring::Ring`];
-/// see the module docs for the ownership rule.
-#[derive(Clone, Copy)]
-pub(crate) struct Message {
-    invoke: Invoke,
+/// One queued closure, called with a `&mut C` (the crate's `CoreCtx`).
+/// `Copy` so it can live in a [`mempool::ring::Ring`]; see the module docs
+/// for the ownership rule.
+pub(crate) struct Message<C> {
+    invoke: Invoke<C>,
     payload: Payload,
 }
 
-const _: () = assert!(size_of::<Message>() == 4 * size_of::<usize>());
+impl<C> Clone for Message<C> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<C> Copy for Message<C> {}
+
+const _: () = assert!(size_of::<Message<()>>() == 4 * size_of::<usize>());
 const _: () = assert!(align_of::<Payload>() == align_of::<usize>());
 
 /// Whether a closure of type `F` is stored inline (no allocation).
@@ -42,7 +48,7 @@ pub const fn fits_inline<F>() -> bool {
     size_of::<F>() <= INLINE_BYTES && align_of::<F>() <= align_of::<usize>()
 }
 
-unsafe fn invoke_inline<F: FnOnce(&mut CoreCtx)>(payload: *mut Payload, ctx: Option<&mut CoreCtx>) {
+unsafe fn invoke_inline<C, F: FnOnce(&mut C)>(payload: *mut Payload, ctx: Option<&mut C>) {
     // SAFETY: the caller guarantees `payload` holds an initialised `F` written
     // by `Message::new` (size and alignment checked by `fits_inline`) that no
     // other copy has run or dropped; reading it moves ownership out.
@@ -52,7 +58,7 @@ unsafe fn invoke_inline<F: FnOnce(&mut CoreCtx)>(payload: *mut Payload, ctx: Opt
     }
 }
 
-unsafe fn invoke_boxed<F: FnOnce(&mut CoreCtx)>(payload: *mut Payload, ctx: Option<&mut CoreCtx>) {
+unsafe fn invoke_boxed<C, F: FnOnce(&mut C)>(payload: *mut Payload, ctx: Option<&mut C>) {
     // SAFETY: the caller guarantees the payload's first word is the pointer
     // written by `Message::new` from `Box::into_raw`, owned by this copy.
     let f = unsafe { Box::from_raw(ptr::read(payload.cast::<*mut F>())) };
@@ -61,19 +67,19 @@ unsafe fn invoke_boxed<F: FnOnce(&mut CoreCtx)>(payload: *mut Payload, ctx: Opti
     }
 }
 
-unsafe fn invoke_nothing(_payload: *mut Payload, _ctx: Option<&mut CoreCtx>) {}
+unsafe fn invoke_nothing<C>(_payload: *mut Payload, _ctx: Option<&mut C>) {}
 
-impl Message {
+impl<C> Message<C> {
     /// A message that does nothing (fills dequeue buffers).
-    pub(crate) const EMPTY: Message = Message {
-        invoke: invoke_nothing,
+    pub(crate) const EMPTY: Message<C> = Message {
+        invoke: invoke_nothing::<C>,
         payload: [MaybeUninit::uninit(); INLINE_WORDS],
     };
 
     /// Wraps a closure; allocates only if it does not fit inline.
-    pub(crate) fn new<F>(f: F) -> Message
+    pub(crate) fn new<F>(f: F) -> Message<C>
     where
-        F: FnOnce(&mut CoreCtx) + Send + 'static,
+        F: FnOnce(&mut C) + Send + 'static,
     {
         let mut payload: Payload = [MaybeUninit::uninit(); INLINE_WORDS];
         if fits_inline::<F>() {
@@ -81,7 +87,7 @@ impl Message {
             // needs no more than its alignment.
             unsafe { ptr::write(payload.as_mut_ptr().cast::<F>(), f) };
             Message {
-                invoke: invoke_inline::<F>,
+                invoke: invoke_inline::<C, F>,
                 payload,
             }
         } else {
@@ -89,7 +95,7 @@ impl Message {
             // SAFETY: a pointer is one word, pointer-aligned.
             unsafe { ptr::write(payload.as_mut_ptr().cast::<*mut F>(), raw) };
             Message {
-                invoke: invoke_boxed::<F>,
+                invoke: invoke_boxed::<C, F>,
                 payload,
             }
         }
@@ -101,7 +107,7 @@ impl Message {
     /// `self` must be the single live copy of a message built by
     /// [`Message::new`] (or [`Message::EMPTY`]); no other copy may be run,
     /// discarded or taken afterwards.
-    pub(crate) unsafe fn run(mut self, ctx: &mut CoreCtx) {
+    pub(crate) unsafe fn run(mut self, ctx: &mut C) {
         // SAFETY: forwarded from this function's contract.
         unsafe { (self.invoke)(&mut self.payload, Some(ctx)) }
     }
@@ -122,7 +128,7 @@ impl Message {
     /// `Message::new::<F>` with this very `F`.
     pub(crate) unsafe fn take<F>(self) -> F
     where
-        F: FnOnce(&mut CoreCtx) + Send + 'static,
+        F: FnOnce(&mut C) + Send + 'static,
     {
         if fits_inline::<F>() {
             // SAFETY: built inline by `Message::new::<F>` (caller's contract).
@@ -141,6 +147,9 @@ mod tests {
     use core::mem::size_of_val;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
+
+    /// Stands in for the crate's `CoreCtx`: these tests never run a message.
+    struct CoreCtx;
 
     struct DropCount(Arc<AtomicUsize>);
     impl Drop for DropCount {
@@ -184,7 +193,7 @@ mod tests {
         let drops = Arc::new(AtomicUsize::new(0));
         // Inline: one Arc-holding struct (one word).
         let g = DropCount(drops.clone());
-        let m = Message::new(move |_: &mut CoreCtx| {
+        let m = Message::<CoreCtx>::new(move |_: &mut CoreCtx| {
             std::hint::black_box(&g);
         });
         let copy = m; // the ring makes copies like this one
@@ -195,7 +204,7 @@ mod tests {
         // Boxed: a large capture.
         let g = DropCount(drops.clone());
         let pad = [7u64; 8];
-        let m = Message::new(move |_: &mut CoreCtx| {
+        let m = Message::<CoreCtx>::new(move |_: &mut CoreCtx| {
             std::hint::black_box((&g, pad));
         });
         // SAFETY: single live copy, discarded once.
@@ -214,7 +223,7 @@ mod tests {
     }
 
     fn roundtrip<F: FnOnce(&mut CoreCtx) + Send + 'static>(f: F) -> F {
-        let m = Message::new(f);
+        let m = Message::<CoreCtx>::new(f);
         // SAFETY: built from exactly this closure type; single live copy.
         unsafe { m.take::<F>() }
     }

@@ -587,8 +587,8 @@ fn wait_one(ch: &mut dyn IoChannel, tag: u64) -> FsResult<IoDone> {
 
 /// Open the backend `cfg` describes. Called once per backend at start-up, on
 /// the thread that builds the target (before any core runs).
-pub fn open(cfg: &reactor::config::BackendConfig) -> Result<std::sync::Arc<dyn Backend>, FsError> {
-    use reactor::config::BackendConfig;
+pub fn open(cfg: &crate::config::BackendConfig) -> Result<std::sync::Arc<dyn Backend>, FsError> {
+    use crate::config::BackendConfig;
     match cfg {
         BackendConfig::Mem { name, size_bytes } => Ok(std::sync::Arc::new(mem::MemBackend::new(name, *size_bytes)?)),
         BackendConfig::Uring {

@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Parser;
-use reactor::config::{Config, ConfigError};
-use rpcrdma_apps::target::Target;
+use rpcrdma_apps::config::{Config, ConfigError};
+use rpcrdma_apps::server::Target;
 
 #[derive(Parser, Debug)]
 #[command(

@@ -164,7 +164,7 @@ impl Caller {
 mod tests {
     use super::*;
     use crate::backend::FileHandle;
-    use reactor::config::ExportConfig;
+    use crate::config::ExportConfig;
 
     fn export(squash: bool) -> Export {
         let cfg = ExportConfig {

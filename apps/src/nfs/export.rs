@@ -15,7 +15,7 @@
 
 use std::net::IpAddr;
 
-use reactor::config::{parse_network, ExportConfig, IpNetwork};
+use crate::config::{parse_network, ExportConfig, IpNetwork};
 
 use crate::backend::{FileHandle, FH_MAX_BYTES};
 

@@ -62,12 +62,12 @@ use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use crate::config::{Config, PoolUsage};
 use dataplane::service::{CallView, DeferToken, ReplyBuilder, Service, ServiceError};
 use proto::error::{DecodeError, DecodeErrorKind, EncodeError};
 use proto::nfs3::{self as p, MOUNT_PROGRAM, MOUNT_V3, NFSPROC3_COUNT, NFS_PROGRAM, NFS_V3};
 use proto::rpc::{self, AcceptedReply, AuthStat, CallHeader, OpaqueAuth, RejectedReply, ReplyHeader};
 use proto::xdr::Writer;
-use reactor::config::{Config, PoolUsage};
 
 use crate::backend::{Backend, FsError, FsResult, IoChannel};
 

@@ -25,8 +25,8 @@ use proto::plan::{Piece, ReplyNeeds};
 use proto::rpc::{self, AcceptedReply, AuthSysParms, RejectedReply, ReplyBody};
 use proto::ulb::{DdpItem, Nfs3Binding, UpperLayerBinding};
 use proto::xdr::{Reader, Writer};
-use reactor::config::Config;
 use rpcrdma_apps::backend::{mem::MemBackend, Backend, CreateHow, SetAttr, SetTime, Time};
+use rpcrdma_apps::config::Config;
 use rpcrdma_apps::nfs::{NfsService, NfsShared};
 
 pub const NFS: u32 = 100_003;

@@ -29,6 +29,7 @@ pub mod tcp;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 
+use crate::config::{Config, FabricConfig, PageSize, PoolUsage};
 use dataplane::fabric::Fabric;
 use dataplane::responder::{Responder, ResponderConfig, ResponderStats};
 use dataplane::shm::{ShmConfig, ShmFabric};
@@ -36,7 +37,6 @@ use mempool::pool::{ClassId, Mempool, PoolPlan};
 use mempool::region::{HugePageSize, RegionConfig};
 use proto::header::Limits;
 use proto::negotiate::VersionRange;
-use reactor::config::{Config, FabricConfig, PageSize, PoolUsage};
 use reactor::{CoreCtx, PollStatus, Poller, Reactor};
 
 use crate::backend::{self, Backend};
@@ -124,7 +124,7 @@ struct EngineSetup {
 }
 
 /// The largest buffer of the pool with `usage`.
-fn pool_of(cfg: &Config, usage: PoolUsage) -> Result<&reactor::config::PoolConfig, TargetError> {
+fn pool_of(cfg: &Config, usage: PoolUsage) -> Result<&crate::config::PoolConfig, TargetError> {
     cfg.pools
         .iter()
         .filter(|p| p.usage == usage)

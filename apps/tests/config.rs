@@ -4,10 +4,10 @@
 
 use std::path::PathBuf;
 
-use reactor::config::{
+use reactor::{Reactor, ReactorError};
+use rpcrdma_apps::config::{
     BackendConfig, Config, ConfigError, ConfigProblems, CoreRole, FabricConfig, PageSize, PoolUsage, TcpConfig,
 };
-use reactor::{Reactor, ReactorError};
 use serde_json::{json, Value};
 
 fn config_path(name: &str) -> PathBuf {

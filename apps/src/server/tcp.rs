@@ -66,7 +66,7 @@ pub struct TcpOptions {
 impl TcpOptions {
     /// The limits for one listener from the configuration's `listeners.tcp`.
     pub fn new(
-        cfg: &reactor::config::TcpConfig,
+        cfg: &crate::config::TcpConfig,
         max_record_bytes: usize,
         max_data_bytes: usize,
         service_core: usize,
