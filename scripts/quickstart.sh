@@ -18,16 +18,8 @@ secs=${QUICKSTART_SECONDS:-3}
 out=target/quickstart
 cfg=configs/cores.json
 
-if ! command -v cmake >/dev/null || ! compgen -G '/usr/lib/llvm-*/lib/libclang*.so*' >/dev/null; then
-    # The verbs provider's binding (rdma-mummy-sys) builds with cmake and libclang.
-    if [ "$(id -u)" = 0 ]; then
-        echo "== installing cmake, libclang-dev (build dependencies of the verbs binding)"
-        export DEBIAN_FRONTEND=noninteractive
-        apt-get update -qq && apt-get install -y -qq --no-install-recommends cmake libclang-dev >/dev/null
-    else
-        echo "quickstart: please install cmake and libclang-dev" >&2; exit 1
-    fi
-fi
+# The verbs provider's binding (rdma-mummy-sys) builds with cmake and libclang.
+bash scripts/build-deps.sh
 
 echo "== building (release): rpcrdma-target, perf"
 cargo build --release --quiet -p rpcrdma-apps --bin rpcrdma-target -p rpcrdma-perf --bin perf

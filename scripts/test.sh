@@ -14,25 +14,17 @@ cd "$(dirname "$0")/.."
 install=1
 [ "${1:-}" = "--no-install" ] && install=0
 
-need_apt=()
 if [ "$install" = 1 ]; then
-    # C toolchain pieces some -sys crates need.
-    command -v cc >/dev/null || need_apt+=(build-essential)
-    command -v pkg-config >/dev/null || need_apt+=(pkg-config)
-    # dataplane's `verbs` feature (rdma-mummy-sys): cmake builds its rdma-core
-    # shim, bindgen needs libclang and clang's own headers.
-    command -v cmake >/dev/null || need_apt+=(cmake)
-    { compgen -G '/usr/lib/llvm-*/lib/libclang*.so*' && compgen -G '/usr/lib/llvm-*/lib/clang/*/include/stddef.h'; } \
-        >/dev/null || need_apt+=(libclang-dev)
+    # C toolchain, cmake and libclang for the -sys crates (scripts/build-deps.sh).
+    bash scripts/build-deps.sh
     # An independent NFSv3 client over TCP for tests/libnfs/run.sh.
-    command -v nfs-cp >/dev/null || need_apt+=(libnfs-utils)
-    if [ ${#need_apt[@]} -gt 0 ]; then
+    if ! command -v nfs-cp >/dev/null; then
         if [ "$(id -u)" = 0 ]; then
             export DEBIAN_FRONTEND=noninteractive
             apt-get update -qq
-            apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
+            apt-get install -y -qq --no-install-recommends libnfs-utils >/dev/null
         else
-            echo "test.sh: please install: ${need_apt[*]}" >&2
+            echo "test.sh: please install: libnfs-utils" >&2
         fi
     fi
     rustup component list --installed 2>/dev/null | grep -q rustfmt || rustup component add rustfmt clippy 2>/dev/null || true

@@ -81,6 +81,7 @@ if [ $with_ours = 1 ]; then
     host_glibc=$(getconf GNU_LIBC_VERSION | awk '{print $2}')
     [ "$(printf '%s\n%s\n' "$host_glibc" "$GUEST_GLIBC" | sort -V | tail -1)" = "$GUEST_GLIBC" ] ||
         fail "this host's glibc $host_glibc is newer than the guest's $GUEST_GLIBC: binaries built here would not run there"
+    bash scripts/build-deps.sh || fail "build dependencies (scripts/build-deps.sh)"
     stamp "build (release): rpcrdma-target, perf"
     cargo build --release --quiet -p rpcrdma-apps --bin rpcrdma-target -p rpcrdma-perf --bin perf ||
         fail "cargo build"

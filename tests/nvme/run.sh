@@ -36,6 +36,7 @@ unavailable() { echo "nvme: VM UNAVAILABLE: $*"; exit 3; }
 [ -f "$VM" ] || unavailable "VM tool not found at $VM (set SOFTROCE_VM)"
 
 echo "== build (release): nvme_check"
+bash scripts/build-deps.sh || fail "build dependencies (scripts/build-deps.sh)"
 cargo build --release --quiet -p rpcrdma-apps --example nvme_check || fail "cargo build"
 rm -rf "$STAGE" "$WRAP"; mkdir -p "$STAGE" "$WRAP"
 cp "$TARGET/release/examples/nvme_check" "$STAGE/"

@@ -27,6 +27,7 @@ fail() { echo "verbs: FAIL: $*"; exit 1; }
 unavailable() { echo "verbs: VM UNAVAILABLE: $*"; exit 3; }
 [ -f "$VM" ] || unavailable "VM tool not found at $VM (set SOFTROCE_VM)"
 
+bash scripts/build-deps.sh || fail "build dependencies (scripts/build-deps.sh)"
 echo "== build (release): verbs_raw, verbs_engine"
 cargo build --release --quiet -p rpcrdma-dataplane --example verbs_raw --example verbs_engine \
     || fail "cargo build"
