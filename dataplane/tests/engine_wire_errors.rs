@@ -19,7 +19,7 @@ use proto::negotiate::VersionRange;
 const CREDITS: u32 = 4;
 
 fn pools_for(test: usize) -> &'static Pools {
-    static P: [OnceLock<Pools>; 10] = [const { OnceLock::new() }; 10];
+    static P: [OnceLock<Pools>; 11] = [const { OnceLock::new() }; 11];
     // Two connection slots: the SRQ holds receives for both, so one greedy peer
     // can take the other's share — the case the overrun check exists for.
     // Test 9 receives 4 KiB messages (version 2's default inline size).
@@ -685,4 +685,32 @@ fn hostile_peer_v2_inline_threshold_follows_the_peers_rbsiz() {
     let h = header::decode(&raw.received[3], &Limits::DEFAULT).unwrap();
     assert_eq!((h.xid, h.header_type()), (XID + 3, header::HeaderType::Rdma2Msg));
     assert!(!raw.disconnected);
+}
+
+/// A reply's grant promises receives (RFC 8166 s3.3.1): the shared receive
+/// queue is refilled before a reply is posted, not at the end of the poll
+/// that received the Call, so no reply ever grants more than the receives
+/// already waiting. Chunk-free Calls (answered within the poll that
+/// received them), Long Calls and error answers all count. Before, every
+/// reply posted within a poll went out while the queue was one or more
+/// receives short.
+#[test]
+fn hostile_peer_reply_grants_only_receives_already_posted() {
+    let (net, mut srv, mut raw) = setup(10, 17, VersionRange::ALL);
+    pump(&net, &mut srv, &mut raw, 5);
+    for k in 0..CREDITS * 2 {
+        raw.send(&v1_null(XID + k, CREDITS));
+        pump(&net, &mut srv, &mut raw, 3);
+    }
+    for k in 0..CREDITS {
+        raw.send_long_call(XID + 100 + k, 1500);
+        pump(&net, &mut srv, &mut raw, 5);
+    }
+    // RDMA_MSGP: answered with ERR_CHUNK, which grants too.
+    raw.send(&words(&[XID + 200, 1, 1, 2, 4, 1024, 0, 0, 0, XID + 200, 0]));
+    pump(&net, &mut srv, &mut raw, 3);
+    let s = srv.stats();
+    assert_eq!(raw.received.len() as u32, CREDITS * 3 + 1, "{s:?}");
+    assert_eq!(s.grants_ahead_of_receives, 0, "{s:?}");
+    assert_eq!(srv.shutdown(1000), Default::default());
 }

@@ -186,6 +186,10 @@ pub struct ResponderStats {
     /// Times the service found its backend busy for a Call
     /// ([`ServiceError::Busy`]), which then waited to run again.
     pub backend_waits: u64,
+    /// Replies posted while the shared receive queue was still short of its
+    /// depth after a refill (the receive pool was empty): their grant then
+    /// promised receives not yet posted. Zero while the pool has buffers.
+    pub grants_ahead_of_receives: u64,
 }
 
 impl ResponderStats {

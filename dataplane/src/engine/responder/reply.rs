@@ -15,6 +15,7 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
     /// Called on the request's core only.
     #[inline]
     pub(super) fn step_send(&mut self, i: u32) -> Step {
+        self.receives_before_grant();
         let Self {
             reqs,
             conns,
@@ -134,9 +135,25 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         }
     }
 
+    /// Before a reply grants credits, the receives they stand for are
+    /// posted: the SRQ is refilled now rather than at the end of the poll,
+    /// so the peer is never granted more than the receives waiting for it,
+    /// even for the moment between this post and the refill (RFC 8166
+    /// s3.3.1: the grant promises receives). A grant posted while the SRQ is
+    /// still short (the receive pool was empty) is counted in
+    /// `ResponderStats::grants_ahead_of_receives`.
+    #[inline]
+    pub(super) fn receives_before_grant(&mut self) {
+        if self.srq_deficit > 0 {
+            self.refill_srq();
+            self.stats.grants_ahead_of_receives += u64::from(self.srq_deficit > 0);
+        }
+    }
+
     /// Send an error reply or a CONNPROP answer.
     #[inline(never)]
     pub(super) fn step_control(&mut self, i: u32) -> Step {
+        self.receives_before_grant();
         let r = {
             let r = self.reqs.get(i).expect("live");
             ControlArgs {
