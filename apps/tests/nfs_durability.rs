@@ -79,71 +79,7 @@ impl IoChannel for SpyChannel {
 }
 
 impl Backend for Spy {
-    fn kind(&self) -> &'static str {
-        self.inner.kind()
-    }
-    fn root(&self) -> FileHandle {
-        self.inner.root()
-    }
-    fn getattr(&self, fh: &FileHandle) -> FsResult<Attr> {
-        self.inner.getattr(fh)
-    }
-    fn setattr(&self, fh: &FileHandle, set: &SetAttr) -> FsResult<Attr> {
-        self.inner.setattr(fh, set)
-    }
-    fn lookup(&self, dir: &FileHandle, name: &[u8]) -> FsResult<(FileHandle, Attr)> {
-        self.inner.lookup(dir, name)
-    }
-    fn readlink(&self, fh: &FileHandle, out: &mut [u8]) -> FsResult<usize> {
-        self.inner.readlink(fh, out)
-    }
-    fn create(&self, dir: &FileHandle, name: &[u8], how: CreateHow, owner: Owner) -> FsResult<(FileHandle, Attr)> {
-        self.inner.create(dir, name, how, owner)
-    }
-    fn mkdir(&self, dir: &FileHandle, name: &[u8], set: &SetAttr, owner: Owner) -> FsResult<(FileHandle, Attr)> {
-        self.inner.mkdir(dir, name, set, owner)
-    }
-    fn symlink(
-        &self,
-        dir: &FileHandle,
-        name: &[u8],
-        target: &[u8],
-        set: &SetAttr,
-        owner: Owner,
-    ) -> FsResult<(FileHandle, Attr)> {
-        self.inner.symlink(dir, name, target, set, owner)
-    }
-    fn mknod(
-        &self,
-        dir: &FileHandle,
-        name: &[u8],
-        kind: NodeKind,
-        set: &SetAttr,
-        owner: Owner,
-    ) -> FsResult<(FileHandle, Attr)> {
-        self.inner.mknod(dir, name, kind, set, owner)
-    }
-    fn remove(&self, dir: &FileHandle, name: &[u8]) -> FsResult<()> {
-        self.inner.remove(dir, name)
-    }
-    fn rmdir(&self, dir: &FileHandle, name: &[u8]) -> FsResult<()> {
-        self.inner.rmdir(dir, name)
-    }
-    fn rename(&self, from_dir: &FileHandle, from: &[u8], to_dir: &FileHandle, to: &[u8]) -> FsResult<()> {
-        self.inner.rename(from_dir, from, to_dir, to)
-    }
-    fn link(&self, fh: &FileHandle, dir: &FileHandle, name: &[u8]) -> FsResult<()> {
-        self.inner.link(fh, dir, name)
-    }
-    fn readdir(&self, dir: &FileHandle, cookie: u64, sink: &mut dyn FnMut(DirEntry<'_>) -> bool) -> FsResult<bool> {
-        self.inner.readdir(dir, cookie, sink)
-    }
-    fn cookie_verifier(&self, dir: &FileHandle) -> FsResult<u64> {
-        self.inner.cookie_verifier(dir)
-    }
-    fn fsstat(&self) -> FsResult<FsStat> {
-        self.inner.fsstat()
-    }
+    forward_backend_namespace!();
     fn commit(&self, fh: &FileHandle) -> FsResult<()> {
         self.inner.commit(fh)
     }

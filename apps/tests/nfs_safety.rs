@@ -6,8 +6,6 @@
 
 mod nfs_common;
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -293,37 +291,6 @@ fn target_config(dir: &Path) -> (Config, u16, u16) {
     (Config::from_json_value(&v).expect("target configuration"), nfs, mnt)
 }
 
-/// One TCP connection, one record per message.
-struct Tcp(TcpStream);
-
-impl Tcp {
-    fn connect(port: u16) -> Tcp {
-        let s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
-        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-        Tcp(s)
-    }
-}
-
-impl Transport for Tcp {
-    fn roundtrip(&mut self, call: &[u8]) -> Option<Vec<u8>> {
-        let mark = (0x8000_0000u32 | call.len() as u32).to_be_bytes();
-        self.0.write_all(&mark).unwrap();
-        self.0.write_all(call).unwrap();
-        let mut out = Vec::new();
-        loop {
-            let mut m = [0u8; 4];
-            self.0.read_exact(&mut m).ok()?;
-            let w = u32::from_be_bytes(m);
-            let at = out.len();
-            out.resize(at + (w & 0x7fff_ffff) as usize, 0);
-            self.0.read_exact(&mut out[at..]).unwrap();
-            if w & 0x8000_0000 != 0 {
-                return Some(out);
-            }
-        }
-    }
-}
-
 #[test]
 fn nfs_safety_tcp_retransmit_on_a_new_connection_gets_the_first_reply() {
     let dir = TempDir::new("safety-tcp");
@@ -412,71 +379,7 @@ impl IoChannel for FailingChannel {
 }
 
 impl Backend for FailingSync {
-    fn kind(&self) -> &'static str {
-        self.inner.kind()
-    }
-    fn root(&self) -> FileHandle {
-        self.inner.root()
-    }
-    fn getattr(&self, fh: &FileHandle) -> FsResult<Attr> {
-        self.inner.getattr(fh)
-    }
-    fn setattr(&self, fh: &FileHandle, set: &SetAttr) -> FsResult<Attr> {
-        self.inner.setattr(fh, set)
-    }
-    fn lookup(&self, dir: &FileHandle, name: &[u8]) -> FsResult<(FileHandle, Attr)> {
-        self.inner.lookup(dir, name)
-    }
-    fn readlink(&self, fh: &FileHandle, out: &mut [u8]) -> FsResult<usize> {
-        self.inner.readlink(fh, out)
-    }
-    fn create(&self, dir: &FileHandle, name: &[u8], how: CreateHow, owner: Owner) -> FsResult<(FileHandle, Attr)> {
-        self.inner.create(dir, name, how, owner)
-    }
-    fn mkdir(&self, dir: &FileHandle, name: &[u8], set: &SetAttr, owner: Owner) -> FsResult<(FileHandle, Attr)> {
-        self.inner.mkdir(dir, name, set, owner)
-    }
-    fn symlink(
-        &self,
-        dir: &FileHandle,
-        name: &[u8],
-        target: &[u8],
-        set: &SetAttr,
-        owner: Owner,
-    ) -> FsResult<(FileHandle, Attr)> {
-        self.inner.symlink(dir, name, target, set, owner)
-    }
-    fn mknod(
-        &self,
-        dir: &FileHandle,
-        name: &[u8],
-        kind: NodeKind,
-        set: &SetAttr,
-        owner: Owner,
-    ) -> FsResult<(FileHandle, Attr)> {
-        self.inner.mknod(dir, name, kind, set, owner)
-    }
-    fn remove(&self, dir: &FileHandle, name: &[u8]) -> FsResult<()> {
-        self.inner.remove(dir, name)
-    }
-    fn rmdir(&self, dir: &FileHandle, name: &[u8]) -> FsResult<()> {
-        self.inner.rmdir(dir, name)
-    }
-    fn rename(&self, from_dir: &FileHandle, from: &[u8], to_dir: &FileHandle, to: &[u8]) -> FsResult<()> {
-        self.inner.rename(from_dir, from, to_dir, to)
-    }
-    fn link(&self, fh: &FileHandle, dir: &FileHandle, name: &[u8]) -> FsResult<()> {
-        self.inner.link(fh, dir, name)
-    }
-    fn readdir(&self, dir: &FileHandle, cookie: u64, sink: &mut dyn FnMut(DirEntry<'_>) -> bool) -> FsResult<bool> {
-        self.inner.readdir(dir, cookie, sink)
-    }
-    fn cookie_verifier(&self, dir: &FileHandle) -> FsResult<u64> {
-        self.inner.cookie_verifier(dir)
-    }
-    fn fsstat(&self) -> FsResult<FsStat> {
-        self.inner.fsstat()
-    }
+    forward_backend_namespace!();
     fn commit(&self, fh: &FileHandle) -> FsResult<()> {
         if self.fail.load(Ordering::Relaxed) {
             return Err(FsError::Io);

@@ -70,37 +70,6 @@ fn root_client<T: Transport>(t: T) -> Client<T> {
     c
 }
 
-/// NFS or MOUNT over one TCP connection, one record per message.
-struct Tcp(TcpStream);
-
-impl Tcp {
-    fn connect(port: u16) -> Tcp {
-        let s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
-        s.set_read_timeout(Some(std::time::Duration::from_secs(20))).unwrap();
-        Tcp(s)
-    }
-}
-
-impl Transport for Tcp {
-    fn roundtrip(&mut self, call: &[u8]) -> Option<Vec<u8>> {
-        let mark = (0x8000_0000u32 | call.len() as u32).to_be_bytes();
-        self.0.write_all(&mark).unwrap();
-        self.0.write_all(call).unwrap();
-        let mut out = Vec::new();
-        loop {
-            let mut m = [0u8; 4];
-            self.0.read_exact(&mut m).ok()?;
-            let w = u32::from_be_bytes(m);
-            let at = out.len();
-            out.resize(at + (w & 0x7fff_ffff) as usize, 0);
-            self.0.read_exact(&mut out[at..]).unwrap();
-            if w & 0x8000_0000 != 0 {
-                return Some(out);
-            }
-        }
-    }
-}
-
 fn mem_backend() -> serde_json::Value {
     serde_json::json!({ "type": "mem", "name": "b0", "size_bytes": 64 << 20 })
 }

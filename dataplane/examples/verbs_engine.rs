@@ -76,15 +76,20 @@ fn fabric() -> Result<VerbsFabric, String> {
     VerbsFabric::new(VerbsConfig::default()).map_err(|e| e.to_string())
 }
 
-fn run_version(p: &Pools, addr: &str, want_vers: u32) -> Result<(), String> {
-    let t0 = Instant::now();
+/// The versions a requester offers to get RPC-over-RDMA version
+/// `want_vers`, and a responder (both versions) listening at `addr`.
+fn responder_for(
+    p: &Pools,
+    addr: &str,
+    want_vers: u32,
+) -> Result<(VersionRange, Responder<'static, VerbsFabric, TestService>), String> {
     let client_versions = if want_vers == 1 {
         VersionRange::only(1)
     } else {
         Ok(VersionRange::ALL)
     }
     .map_err(|e| e.to_string())?;
-    let mut srv = Responder::new(
+    let srv = Responder::new(
         responder_cfg(p, VersionRange::ALL, CREDITS, MAX_CONNS),
         fabric()?,
         TestService::default(),
@@ -94,6 +99,12 @@ fn run_version(p: &Pools, addr: &str, want_vers: u32) -> Result<(), String> {
         Some(addr),
     )
     .map_err(|e| format!("responder: {e}"))?;
+    Ok((client_versions, srv))
+}
+
+fn run_version(p: &Pools, addr: &str, want_vers: u32) -> Result<(), String> {
+    let t0 = Instant::now();
+    let (client_versions, mut srv) = responder_for(p, addr, want_vers)?;
     let mut cli = Requester::new(
         requester_cfg(p, client_versions, CREDITS),
         fabric()?,
@@ -226,22 +237,7 @@ fn run_version(p: &Pools, addr: &str, want_vers: u32) -> Result<(), String> {
 fn run_writers(p: &Pools, addr: &str, want_vers: u32) -> Result<(), String> {
     const PER_CONN: usize = 48;
     let t0 = Instant::now();
-    let client_versions = if want_vers == 1 {
-        VersionRange::only(1)
-    } else {
-        Ok(VersionRange::ALL)
-    }
-    .map_err(|e| e.to_string())?;
-    let mut srv = Responder::new(
-        responder_cfg(p, VersionRange::ALL, CREDITS, MAX_CONNS),
-        fabric()?,
-        TestService::default(),
-        p.pool,
-        &p.regions,
-        0,
-        Some(addr),
-    )
-    .map_err(|e| format!("responder: {e}"))?;
+    let (client_versions, mut srv) = responder_for(p, addr, want_vers)?;
     let mut clis = Vec::new();
     for k in 0..MAX_CONNS as usize {
         let mut cli = Requester::new(

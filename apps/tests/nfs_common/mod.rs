@@ -438,6 +438,118 @@ pub trait Transport {
     fn roundtrip(&mut self, call: &[u8]) -> Option<Vec<u8>>;
 }
 
+/// The namespace methods of [`Backend`] forwarded to `self.inner` (kind,
+/// root, attributes, lookups, creation, removal, renames, links, listing,
+/// FSSTAT): for test wrappers that change only commit, sync or channels.
+/// Used inside `impl Backend for Wrapper { forward_backend_namespace!(); ... }`;
+/// the names it uses (`FileHandle`, `Attr`, ...) must be in scope there.
+#[allow(unused_macros)]
+macro_rules! forward_backend_namespace {
+    () => {
+        fn kind(&self) -> &'static str {
+            self.inner.kind()
+        }
+        fn root(&self) -> FileHandle {
+            self.inner.root()
+        }
+        fn getattr(&self, fh: &FileHandle) -> FsResult<Attr> {
+            self.inner.getattr(fh)
+        }
+        fn setattr(&self, fh: &FileHandle, set: &SetAttr) -> FsResult<Attr> {
+            self.inner.setattr(fh, set)
+        }
+        fn lookup(&self, dir: &FileHandle, name: &[u8]) -> FsResult<(FileHandle, Attr)> {
+            self.inner.lookup(dir, name)
+        }
+        fn readlink(&self, fh: &FileHandle, out: &mut [u8]) -> FsResult<usize> {
+            self.inner.readlink(fh, out)
+        }
+        fn create(&self, dir: &FileHandle, name: &[u8], how: CreateHow, owner: Owner) -> FsResult<(FileHandle, Attr)> {
+            self.inner.create(dir, name, how, owner)
+        }
+        fn mkdir(&self, dir: &FileHandle, name: &[u8], set: &SetAttr, owner: Owner) -> FsResult<(FileHandle, Attr)> {
+            self.inner.mkdir(dir, name, set, owner)
+        }
+        fn symlink(
+            &self,
+            dir: &FileHandle,
+            name: &[u8],
+            target: &[u8],
+            set: &SetAttr,
+            owner: Owner,
+        ) -> FsResult<(FileHandle, Attr)> {
+            self.inner.symlink(dir, name, target, set, owner)
+        }
+        fn mknod(
+            &self,
+            dir: &FileHandle,
+            name: &[u8],
+            kind: NodeKind,
+            set: &SetAttr,
+            owner: Owner,
+        ) -> FsResult<(FileHandle, Attr)> {
+            self.inner.mknod(dir, name, kind, set, owner)
+        }
+        fn remove(&self, dir: &FileHandle, name: &[u8]) -> FsResult<()> {
+            self.inner.remove(dir, name)
+        }
+        fn rmdir(&self, dir: &FileHandle, name: &[u8]) -> FsResult<()> {
+            self.inner.rmdir(dir, name)
+        }
+        fn rename(&self, from_dir: &FileHandle, from: &[u8], to_dir: &FileHandle, to: &[u8]) -> FsResult<()> {
+            self.inner.rename(from_dir, from, to_dir, to)
+        }
+        fn link(&self, fh: &FileHandle, dir: &FileHandle, name: &[u8]) -> FsResult<()> {
+            self.inner.link(fh, dir, name)
+        }
+        fn readdir(&self, dir: &FileHandle, cookie: u64, sink: &mut dyn FnMut(DirEntry<'_>) -> bool) -> FsResult<bool> {
+            self.inner.readdir(dir, cookie, sink)
+        }
+        fn cookie_verifier(&self, dir: &FileHandle) -> FsResult<u64> {
+            self.inner.cookie_verifier(dir)
+        }
+        fn fsstat(&self) -> FsResult<FsStat> {
+            self.inner.fsstat()
+        }
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use forward_backend_namespace;
+
+/// NFS or MOUNT over one TCP connection to `127.0.0.1:port`, one record
+/// per message (RFC 5531 s11 record marking; replies may come in several
+/// fragments).
+pub struct Tcp(pub std::net::TcpStream);
+
+impl Tcp {
+    pub fn connect(port: u16) -> Tcp {
+        let s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+        s.set_read_timeout(Some(std::time::Duration::from_secs(20))).unwrap();
+        Tcp(s)
+    }
+}
+
+impl Transport for Tcp {
+    fn roundtrip(&mut self, call: &[u8]) -> Option<Vec<u8>> {
+        use std::io::{Read, Write};
+        let mark = (0x8000_0000u32 | call.len() as u32).to_be_bytes();
+        self.0.write_all(&mark).unwrap();
+        self.0.write_all(call).unwrap();
+        let mut out = Vec::new();
+        loop {
+            let mut m = [0u8; 4];
+            self.0.read_exact(&mut m).ok()?;
+            let w = u32::from_be_bytes(m);
+            let at = out.len();
+            out.resize(at + (w & 0x7fff_ffff) as usize, 0);
+            self.0.read_exact(&mut out[at..]).unwrap();
+            if w & 0x8000_0000 != 0 {
+                return Some(out);
+            }
+        }
+    }
+}
+
 /// Which data buffer [`Direct`] gives the service.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DataBuf {
