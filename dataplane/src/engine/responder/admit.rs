@@ -173,16 +173,10 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
             // A v2 RESPONSE is refused by the general path (draft s3.2).
             let steady = c.neg.version() == Some(h.vers) && !(h.vers == RPCRDMA_VERSION_2 && h.is_response());
             if steady {
-                // Admission, as `admit_call` does it, with the connection
-                // at hand.
-                if c.credits.on_call(h.credits).is_err() {
+                let r = reqs.get_mut(i).expect("live");
+                if !admit(c, r, stats, h.credits) {
                     return self.overrun(i, conn);
                 }
-                stats.calls += 1;
-                let inline_max = c.send_max;
-                let r = reqs.get_mut(i).expect("live");
-                r.counted = true;
-                r.inline_max = inline_max;
                 r.xid = h.xid;
                 r.vers = h.vers;
                 let payload_len = h.payload().map_or(0, <[u8]>::len) as u32;
@@ -343,19 +337,13 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
     /// dropped and the connection closed; `false` then.
     #[inline]
     pub(super) fn admit_call(&mut self, i: u32, conn: u32, requested: u32) -> bool {
-        let Some(c) = self.conns.get_mut(conn).and_then(Option::as_mut) else {
+        let (Some(c), Some(r)) = (self.conns.get_mut(conn).and_then(Option::as_mut), self.reqs.get_mut(i)) else {
             self.drop_call(i, false);
             return false;
         };
-        if c.credits.on_call(requested).is_err() {
+        if !admit(c, r, &mut self.stats, requested) {
             let _ = self.overrun(i, conn);
             return false;
-        }
-        let inline_max = c.send_max;
-        self.stats.calls += 1;
-        if let Some(r) = self.reqs.get_mut(i) {
-            r.counted = true;
-            r.inline_max = inline_max;
         }
         true
     }
@@ -371,4 +359,21 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         self.kill_conn(conn, true);
         Step::Wait
     }
+}
+
+/// Admission proper, for `admit_call` and `step_new`'s steady-state branch
+/// (which has the connection at hand): one of connection `c`'s credits for
+/// request `r`, whose header asks for `requested` (RFC 8166 s3.3.1), the
+/// Call counted, and the connection's inline threshold copied into the
+/// request. `false`, having changed nothing, when it would be a credit
+/// overrun.
+#[inline(always)]
+fn admit(c: &mut Conn, r: &mut Request<'_>, stats: &mut ResponderStats, requested: u32) -> bool {
+    if c.credits.on_call(requested).is_err() {
+        return false;
+    }
+    stats.calls += 1;
+    r.counted = true;
+    r.inline_max = c.send_max;
+    true
 }
