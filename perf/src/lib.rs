@@ -25,6 +25,7 @@
 #![deny(missing_debug_implementations)]
 
 pub mod args;
+pub mod cpu;
 pub mod engine;
 pub mod hdrlog;
 pub mod nfs;
@@ -34,6 +35,7 @@ pub mod raw;
 pub mod run;
 pub mod schedule;
 pub mod stats;
+pub mod tcpload;
 pub mod tcp;
 
 /// Errors of the perf library.
