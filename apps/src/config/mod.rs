@@ -102,6 +102,10 @@ pub struct Listeners {
     /// Limits and timeouts of both TCP services (optional; defaults apply).
     #[serde(default)]
     pub tcp: TcpConfig,
+    /// Unix socket of the live statistics (`rpcrdma-target stats`); default
+    /// `server::stats::default_socket_path`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stats_socket: Option<String>,
 }
 
 /// Limits and timeouts of the TCP services (NFS and MOUNT, each listener on
@@ -904,16 +908,18 @@ impl Walker {
     }
 
     fn listeners(&mut self, p: &str, v: &Value) -> Option<Listeners> {
-        let m = self.strict_object(p, v, &["fabric", "nfs_tcp_port", "mount_tcp_port", "tcp"])?;
+        let m = self.strict_object(p, v, &["fabric", "nfs_tcp_port", "mount_tcp_port", "tcp", "stats_socket"])?;
         let fabric = self.req(p, m, "fabric", |w, p, v| w.list(p, v, Walker::fabric_listener));
         let nfs = self.req(p, m, "nfs_tcp_port", Walker::u16);
         let mount = self.req(p, m, "mount_tcp_port", Walker::u16);
         let tcp = self.opt(p, m, "tcp", TcpConfig::default(), Walker::tcp);
+        let stats = self.opt(p, m, "stats_socket", None, |w, p, v| w.string(p, v).map(Some));
         Some(Listeners {
             fabric: fabric?,
             nfs_tcp_port: nfs?,
             mount_tcp_port: mount?,
             tcp: tcp?,
+            stats_socket: stats?,
         })
     }
 
@@ -1420,6 +1426,12 @@ impl Config {
     }
 
     fn check_fabric(&self, c: &mut Checker) {
+        if let Some(s) = self.listeners.stats_socket.as_ref() {
+            if !s.starts_with('/') || s.len() > MAX_SOCKET_PATH_BYTES {
+                let want = format!("an absolute path of at most {MAX_SOCKET_PATH_BYTES} bytes");
+                c.push("$.listeners.stats_socket".into(), want, format!("{s:?}"));
+            }
+        }
         match &self.fabric {
             FabricConfig::Shm { socket_path } => {
                 if !socket_path.starts_with('/') || socket_path.len() > MAX_SOCKET_PATH_BYTES {
