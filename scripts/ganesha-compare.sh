@@ -94,6 +94,16 @@ wait_port() { # PORT PID LOG
     return 1
 }
 
+# idle_cpu NAME PID: the server's CPU over 3 s with no load, in % of a CPU.
+idle_cpu() {
+    local t0 t1 hz
+    hz=$(getconf CLK_TCK)
+    t0=$(awk '{ sub(/.*\) /, ""); print $12 + $13 }' "/proc/$2/stat")
+    sleep 3
+    t1=$(awk '{ sub(/.*\) /, ""); print $12 + $13 }' "/proc/$2/stat")
+    echo "$1 idle: $(( (t1 - t0) * 100 / hz / 3 ))% of a CPU" | tee "$OUT/$1-idle.txt"
+}
+
 stop_pid() {
     kill -TERM "$1" 2>/dev/null || true
     wait "$1" 2>/dev/null || true
@@ -159,6 +169,7 @@ taskset -c "$SERVER_CPU" ganesha.nfsd -F -L "$OUT/ganesha.log" -f "$WORK/ganesha
 GPID=$!
 PIDS+=("$GPID")
 if wait_port "$G_NFS_PORT" "$GPID" "$OUT/ganesha.log"; then
+    idle_cpu ganesha "$GPID"
     echo "ganesha-compare: NFS-Ganesha (dpkg $(dpkg-query -W -f "\${Version}" nfs-ganesha 2>/dev/null || echo "?")) pid $GPID on port $G_NFS_PORT"
     matrix ganesha-tcp "$GPID" "--transport tcp --target 127.0.0.1:$G_NFS_PORT" \
         "--mount-port $G_MNT_PORT --export $GEXPORT --create --no-resvport"
@@ -172,7 +183,7 @@ fi
 TREE="$WORK/uring-tree"
 cat >"$WORK/target.json" <<EOF
 {
-  "cores": [ { "cpu": $CLIENT_CPU, "role": "admin" }, { "cpu": $SERVER_CPU, "role": "io" } ],
+  "cores": [ { "cpu": $SERVER_CPU, "role": "io" } ],
   "reactor": { "idle": { "policy": "spin_then_sleep", "idle_loops": 1000, "max_sleep_us": 100 } },
   "listeners": {
     "fabric": [ { "address": "127.0.0.1", "port": 20049, "versions": [1, 2] } ],
@@ -195,6 +206,7 @@ TPID=$!
 PIDS+=("$TPID")
 wait_port "$NFS_PORT" "$TPID" "$OUT/target.log"
 for _ in $(seq 1 100); do [ -S "$WORK/fabric.sock" ] && break; sleep 0.1; done
+idle_cpu ours "$TPID"
 echo "ganesha-compare: rpcrdma-target pid $TPID (shm $WORK/fabric.sock, NFS over TCP on port $NFS_PORT)"
 matrix ours-tcp "$TPID" "--transport tcp --target 127.0.0.1:$NFS_PORT" "--mount-port $MNT_PORT --create"
 matrix ours-shm "$TPID" "--fabric shm --target $WORK/fabric.sock" "--mount-port $MNT_PORT --create"

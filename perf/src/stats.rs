@@ -88,10 +88,10 @@ impl LatencyUs {
 pub struct RunResult {
     /// `null`, `read`, `write`, `mixed` or `raw`.
     pub op: String,
-    /// `shm` or `verbs`.
+    /// `shm`, `verbs`, or `tcp` (`--transport tcp`).
     pub fabric: String,
-    /// Negotiated RPC-over-RDMA version (1 or 2); 0 for `raw`, which has no
-    /// RPC-over-RDMA header.
+    /// Negotiated RPC-over-RDMA version (1 or 2); 0 for `raw` and `tcp`,
+    /// which have no RPC-over-RDMA header.
     pub version: u32,
     /// I/O size (READ/WRITE data, raw message size); 0 for NULL.
     pub size_bytes: u64,
