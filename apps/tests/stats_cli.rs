@@ -101,7 +101,15 @@ fn stats_command_reads_the_running_target() {
     let out = stats_cmd(&file, &[]);
     assert!(out.status.success());
     let table = String::from_utf8_lossy(&out.stdout);
-    for want in ["core", "total", "procedure", "pool", "receive", "data", &format!("tcp 127.0.0.1:{nfs}: calls={CALLS}")] {
+    for want in [
+        "core",
+        "total",
+        "procedure",
+        "pool",
+        "receive",
+        "data",
+        &format!("tcp 127.0.0.1:{nfs}: calls={CALLS}"),
+    ] {
         assert!(table.contains(want), "{want:?} missing:\n{table}");
     }
     t.shutdown().expect("clean shutdown");

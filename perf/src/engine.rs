@@ -800,7 +800,9 @@ impl<F: Fabric> NfsCaller for Session<'_, F> {
         parse: impl FnOnce(&[u8], Option<&[u8]>, u32) -> Result<T, ReplyError>,
     ) -> Result<T, PerfError> {
         let needs = ReplyNeeds::from_ulb(binding, NFS_V3, proc_);
-        self.call(binding, &needs, encode, |v, xid| parse(v.reduced, v.write_chunk(0), xid))
+        self.call(binding, &needs, encode, |v, xid| {
+            parse(v.reduced, v.write_chunk(0), xid)
+        })
     }
 }
 

@@ -17,11 +17,11 @@ use std::time::{Duration, Instant, SystemTime};
 use proto::nfs3::{NFS3ERR_NOENT, NFSPROC3_CREATE, NFSPROC3_GETATTR, NFSPROC3_LOOKUP, NFS_PROGRAM, NFS_V3};
 use proto::ulb::Nfs3Binding;
 
+use crate::cpu::{CpuSample, CpuUse};
 use crate::engine::{
     self, Clock, FabricMaker, NfsCaller, NfsFile, OpKind, Pools, Progress, Recorder, Session, ShmMaker, WorkerPlan,
     Workload,
 };
-use crate::cpu::{CpuSample, CpuUse};
 use crate::hdrlog::Interval;
 use crate::nfs::{self, Cred};
 use crate::stats::{LatencyHist, RunResult};
@@ -591,10 +591,13 @@ pub(crate) fn start_and_watch(shared: &Shared, clock: Clock, cfg: &RunConfig, wo
     let mut last_t = t0;
     while shared.finished.load(Ordering::Acquire) < workers {
         let now = Instant::now();
-        let next = [Some(measure_at).filter(|_| cpu.0.at.is_none()), measure_end.filter(|_| cpu.1.at.is_none())]
-            .into_iter()
-            .flatten()
-            .find(|t| *t >= now);
+        let next = [
+            Some(measure_at).filter(|_| cpu.0.at.is_none()),
+            measure_end.filter(|_| cpu.1.at.is_none()),
+        ]
+        .into_iter()
+        .flatten()
+        .find(|t| *t >= now);
         let step = next.map_or(Duration::from_millis(50), |t| (t - now).min(Duration::from_millis(50)));
         std::thread::sleep(step);
         let now = Instant::now();
@@ -876,7 +879,17 @@ fn run_raw<M: FabricMaker>(
     for r in recs.iter().flatten() {
         rec.merge(r);
     }
-    Ok(finish(cfg, "raw", maker.name(), 0, cfg.size as u64, rec, clock, None, &cpu))
+    Ok(finish(
+        cfg,
+        "raw",
+        maker.name(),
+        0,
+        cfg.size as u64,
+        rec,
+        clock,
+        None,
+        &cpu,
+    ))
 }
 
 fn clock_nonce() -> u32 {

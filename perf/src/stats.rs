@@ -322,8 +322,26 @@ pub fn compare_rows(results: &[(String, RunResult)]) -> String {
     };
     let fmt_ratio = |v: f64, b: f64| ratio(v, b).map_or_else(|| "-".to_string(), |q| format!("x{q:.2}"));
     let header = [
-        "file", "op", "fabric", "vers", "size", "qd", "conns", "iops", "MB/s", "mean_us", "p50_us", "p99_us",
-        "p99.9_us", "max_us", "errors", "cli_us/op", "tgt_us/op", "mean/1st", "p50/1st", "iops/1st",
+        "file",
+        "op",
+        "fabric",
+        "vers",
+        "size",
+        "qd",
+        "conns",
+        "iops",
+        "MB/s",
+        "mean_us",
+        "p50_us",
+        "p99_us",
+        "p99.9_us",
+        "max_us",
+        "errors",
+        "cli_us/op",
+        "tgt_us/op",
+        "mean/1st",
+        "p50/1st",
+        "iops/1st",
     ];
     let rows: Vec<Vec<String>> = results
         .iter()

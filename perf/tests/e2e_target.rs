@@ -81,7 +81,12 @@ fn tcp_transport_against_the_target() {
     c.nfs = None;
     c.auth = Auth::None;
     let out = run::run(&c).expect("null over tcp");
-    assert_eq!((out.result.errors, out.result.fabric.as_str()), (0, "tcp"), "{:?}", out.result);
+    assert_eq!(
+        (out.result.errors, out.result.fabric.as_str()),
+        (0, "tcp"),
+        "{:?}",
+        out.result
+    );
     assert!(out.result.ops > 0);
     let cpu = out.result.cpu.as_ref().expect("cpu measured");
     assert!(cpu.client_us_per_op > 0.0 && cpu.target_us_per_op.is_some(), "{cpu:?}");

@@ -82,7 +82,10 @@ fn live_statistics_count_what_was_sent() {
     assert_eq!(w["errors"], 0);
     assert!(w["bytes_in"].as_u64().unwrap() >= WRITES * 4096, "{w}");
     // LOOKUP of a missing file is an NFS error; CREATE follows.
-    assert!(calls_of(&doc, "LOOKUP") >= 1 && calls_of(&doc, "CREATE") <= 1, "{doc:#}");
+    assert!(
+        calls_of(&doc, "LOOKUP") >= 1 && calls_of(&doc, "CREATE") <= 1,
+        "{doc:#}"
+    );
     let null = proc_of(&doc, "NULL").unwrap();
     assert_eq!(null["errors"], 0);
     let samples = null["latency_us"]["samples"].as_u64().unwrap();
@@ -102,13 +105,24 @@ fn live_statistics_count_what_was_sent() {
     assert_eq!(e["conns_accepted"], e["conns_closed"]);
     assert!(e["conns_accepted"].as_u64().unwrap() >= 4, "{doc:#}");
     let live = &doc["total"]["live"];
-    assert_eq!((live["connections"].as_u64(), live["in_flight"].as_u64()), (Some(0), Some(0)));
+    assert_eq!(
+        (live["connections"].as_u64(), live["in_flight"].as_u64()),
+        (Some(0), Some(0))
+    );
     assert_eq!(doc["cores"].as_array().unwrap().len(), 1);
-    let data = doc["pools"].as_array().unwrap().iter().find(|p| p["name"] == "data").unwrap();
+    let data = doc["pools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "data")
+        .unwrap();
     assert!(data["high_water"].as_u64().unwrap() > 0, "{data}");
     // The table shows the procedures.
     let table = stats::render_table(&doc, None);
-    assert!(table.contains("WRITE") && table.contains("NULL") && table.contains("p99 us"), "{table}");
+    assert!(
+        table.contains("WRITE") && table.contains("NULL") && table.contains("p99 us"),
+        "{table}"
+    );
 
     // Nothing but the one read request: anything else gets an error and
     // changes nothing.

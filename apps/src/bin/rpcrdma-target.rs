@@ -66,7 +66,10 @@ fn stats_cmd(cfg: &Config, a: &StatsArgs) -> std::process::ExitCode {
         let doc = match stats::query(&path) {
             Ok(d) => d,
             Err(e) => {
-                eprintln!("rpcrdma-target stats: {}: {e} (is the target running with this configuration?)", path.display());
+                eprintln!(
+                    "rpcrdma-target stats: {}: {e} (is the target running with this configuration?)",
+                    path.display()
+                );
                 return std::process::ExitCode::FAILURE;
             }
         };

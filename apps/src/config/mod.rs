@@ -908,7 +908,11 @@ impl Walker {
     }
 
     fn listeners(&mut self, p: &str, v: &Value) -> Option<Listeners> {
-        let m = self.strict_object(p, v, &["fabric", "nfs_tcp_port", "mount_tcp_port", "tcp", "stats_socket"])?;
+        let m = self.strict_object(
+            p,
+            v,
+            &["fabric", "nfs_tcp_port", "mount_tcp_port", "tcp", "stats_socket"],
+        )?;
         let fabric = self.req(p, m, "fabric", |w, p, v| w.list(p, v, Walker::fabric_listener));
         let nfs = self.req(p, m, "nfs_tcp_port", Walker::u16);
         let mount = self.req(p, m, "mount_tcp_port", Walker::u16);

@@ -574,8 +574,16 @@ impl NfsService {
     }
 
     /// Count a Call handled (answered, or deferred) in [`ProcStats`].
-    fn account(&mut self, t0: Option<u64>, call: &CallView<'_>, reply: &mut ReplyBuilder<'_>, r: &Result<(), ServiceError>) {
-        let Some(row) = stats::proc_row(call.head()).filter(|_| r.is_ok()) else { return };
+    fn account(
+        &mut self,
+        t0: Option<u64>,
+        call: &CallView<'_>,
+        reply: &mut ReplyBuilder<'_>,
+        r: &Result<(), ServiceError>,
+    ) {
+        let Some(row) = stats::proc_row(call.head()).filter(|_| r.is_ok()) else {
+            return;
+        };
         if reply.is_deferred() {
             if let Some(tok) = call.defer_token() {
                 self.procs.deferred(tok.0, t0);
@@ -584,7 +592,8 @@ impl NfsService {
         }
         let n = reply.head_len();
         let err = stats::reply_is_error(row, reply.head_mut().get(..n).unwrap_or(&[]));
-        self.procs.answered(row, err, call.len() as u64, (n + reply.data_len()) as u64, t0);
+        self.procs
+            .answered(row, err, call.len() as u64, (n + reply.data_len()) as u64, t0);
     }
 
     fn handle_call_untimed(&mut self, call: &CallView<'_>, reply: &mut ReplyBuilder<'_>) -> Result<(), ServiceError> {

@@ -329,7 +329,11 @@ impl Target {
             cores: published,
             pool: Some((
                 pool,
-                vec![("receive", classes.recv), ("send", classes.send), ("data", classes.data)],
+                vec![
+                    ("receive", classes.recv),
+                    ("send", classes.send),
+                    ("data", classes.data),
+                ],
             )),
             tcp: tcp.iter().map(|t| (t.local_addr(), t.stats_arc())).collect(),
             epoch,

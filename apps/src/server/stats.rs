@@ -125,7 +125,11 @@ impl Default for ProcStats {
 /// The row of a Call from its RPC header (program at bytes 12..16,
 /// procedure at 20..24, RFC 5531 s9), `None` for anything else.
 pub fn proc_row(call_head: &[u8]) -> Option<usize> {
-    let w = |i: usize| call_head.get(i..i + 4).map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]));
+    let w = |i: usize| {
+        call_head
+            .get(i..i + 4)
+            .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+    };
     let (prog, proc_) = (w(12)?, w(20)? as usize);
     match prog {
         proto::nfs3::NFS_PROGRAM if proc_ < NFS_PROCS => Some(proc_),
@@ -139,7 +143,11 @@ pub fn proc_row(call_head: &[u8]) -> Option<usize> {
 /// right after the AUTH_NONE verifier (RFC 5531 s9; RFC 1813 and its MOUNT
 /// appendix put the status first).
 pub fn reply_is_error(row: usize, reply_head: &[u8]) -> bool {
-    let w = |i: usize| reply_head.get(i..i + 4).map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]));
+    let w = |i: usize| {
+        reply_head
+            .get(i..i + 4)
+            .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+    };
     if w(8) != Some(0) || w(20) != Some(0) {
         return true;
     }
@@ -153,7 +161,9 @@ impl ProcStats {
     #[inline]
     pub fn start(&mut self) -> Option<u64> {
         self.tick = self.tick.wrapping_add(1);
-        (self.tick % LAT_SAMPLE_EVERY == 0).then(|| self.epoch.elapsed().as_nanos() as u64)
+        self.tick
+            .is_multiple_of(LAT_SAMPLE_EVERY)
+            .then(|| self.epoch.elapsed().as_nanos() as u64)
     }
 
     /// A Call of `row` was answered (not deferred).
@@ -386,7 +396,7 @@ impl Published {
         for _ in 0..1000 {
             // Acquire: pairs with the writer's final Release store.
             let s1 = self.seq.load(Ordering::Acquire);
-            if s1 % 2 == 1 {
+            if !s1.is_multiple_of(2) {
                 std::hint::spin_loop();
                 continue;
             }
@@ -440,7 +450,7 @@ impl Publisher {
         if busy {
             self.dirty = true;
             self.polls = self.polls.wrapping_add(1);
-            if self.polls % POLLS_PER_CLOCK_LOOK != 0 {
+            if !self.polls.is_multiple_of(POLLS_PER_CLOCK_LOOK) {
                 return None;
             }
         } else if !self.dirty {
@@ -801,7 +811,10 @@ pub fn render_table(doc: &Value, prev: Option<(&Value, f64)>) -> String {
         let r = if name == "total" {
             rate(&prev_path, u(&e["calls"]))
         } else {
-            let idx = cores.iter().position(|x| u(&x["core"]).to_string() == name).unwrap_or(0);
+            let idx = cores
+                .iter()
+                .position(|x| u(&x["core"]).to_string() == name)
+                .unwrap_or(0);
             match prev {
                 Some((p, dt)) if dt > 0.0 => format!(
                     "{:.0}/s",
@@ -900,7 +913,11 @@ mod tests {
             assert!(b >= last, "{ns}");
             last = b;
             if ns < 1 << 40 {
-                assert!(lat_bucket_high_ns(b) >= ns, "{ns} in bucket {b} high {}", lat_bucket_high_ns(b));
+                assert!(
+                    lat_bucket_high_ns(b) >= ns,
+                    "{ns} in bucket {b} high {}",
+                    lat_bucket_high_ns(b)
+                );
             }
             if b > 0 {
                 assert!(lat_bucket_high_ns(b - 1) < ns, "{ns}");
