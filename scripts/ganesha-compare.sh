@@ -21,7 +21,8 @@
 #
 # Usage (root, from the repository root): scripts/ganesha-compare.sh
 # Environment: OUT (default target/ganesha-compare), REPS (3), DURATION (3),
-# WARMUP (1), CLIENT_CPU (0), SERVER_CPU (1), SKIP_INSTALL=1, SKIP_BUILD=1.
+# WARMUP (1), CLIENT_CPU (0), SERVER_CPU (1), SKIP_INSTALL=1, SKIP_BUILD=1,
+# TABLE_ONLY=1 (no runs: the table again from the results in OUT).
 set -euo pipefail
 
 OUT=${OUT:-target/ganesha-compare}
@@ -38,7 +39,7 @@ MNT_PORT=13048
 G_NFS_PORT=12049
 G_MNT_PORT=12048
 
-if [ "${1:-}" != "--inside" ]; then
+if [ "${1:-}" != "--inside" ] && [ -z "${TABLE_ONLY:-}" ]; then
     if [ "$(id -u)" != 0 ]; then
         echo "ganesha-compare: needs root (apt-get, unshare, a private /run)" >&2
         exit 1
@@ -66,6 +67,7 @@ if [ "${1:-}" != "--inside" ]; then
 fi
 
 # ---------------------------------------------------------------- inside the namespace
+if [ -z "${TABLE_ONLY:-}" ]; then
 WORK=$(mktemp -d /tmp/rpcrdma-ganesha-compare.XXXXXX)
 PIDS=()
 cleanup() {
@@ -101,7 +103,8 @@ idle_cpu() {
     t0=$(awk '{ sub(/.*\) /, ""); print $12 + $13 }' "/proc/$2/stat")
     sleep 3
     t1=$(awk '{ sub(/.*\) /, ""); print $12 + $13 }' "/proc/$2/stat")
-    echo "$1 idle: $(( (t1 - t0) * 100 / hz / 3 ))% of a CPU" | tee "$OUT/$1-idle.txt"
+    awk -v a="$t0" -v b="$t1" -v hz="$hz" -v n="$1" \
+        'BEGIN { printf "%s idle: %.2f%% of a CPU\n", n, (b - a) * 100 / hz / 3 }' | tee "$OUT/$1-idle.txt"
 }
 
 stop_pid() {
@@ -211,11 +214,33 @@ echo "ganesha-compare: rpcrdma-target pid $TPID (shm $WORK/fabric.sock, NFS over
 matrix ours-tcp "$TPID" "--transport tcp --target 127.0.0.1:$NFS_PORT" "--mount-port $MNT_PORT --create"
 matrix ours-shm "$TPID" "--fabric shm --target $WORK/fabric.sock" "--mount-port $MNT_PORT --create"
 stop_pid "$TPID"
+fi
 
 # ---- the table: medians over the runs
-python3 - "$OUT" "$REPS" "$GANESHA_OK" <<'EOF' | tee "$OUT/table.md"
-import json, statistics, sys
+[ -e "$OUT/ganesha-failed.txt" ] && GANESHA_OK=0
+python3 - "$OUT" "$REPS" "${GANESHA_OK:-1}" <<'EOF' | tee "$OUT/table.md"
+import json, re, statistics, sys
 out, reps, gok = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"
+def idle_frac(srv):
+    try:
+        m = re.search(r"idle: ([0-9.]+)%", open(f"{out}/{srv}-idle.txt").read())
+        return float(m.group(1)) / 100 if m else 0.0
+    except OSError:
+        return 0.0
+IDLE = {"ours-shm": idle_frac("ours"), "ours-tcp": idle_frac("ours"), "ganesha-tcp": idle_frac("ganesha")}
+def net(srv, name):
+    """Server CPU per operation less what the idle server uses (its polling)."""
+    vals = []
+    for r in range(1, reps + 1):
+        try:
+            d = json.load(open(f"{out}/{name}.r{r}.json"))
+        except (OSError, ValueError):
+            continue
+        c = d.get("cpu") or {}
+        if d.get("errors", 1) != 0 or c.get("target_s") is None or not d.get("ops"):
+            continue
+        vals.append(max(0.0, c["target_s"] - IDLE[srv] * c["wall_s"]) * 1e6 / d["ops"])
+    return statistics.median(vals) if vals else None
 def med(name, key):
     vals = []
     for r in range(1, reps + 1):
@@ -235,12 +260,14 @@ def f(v, nd=1):
     return "-" if v is None else f"{v:,.{nd}f}"
 def ratio(a, b):
     return "-" if a is None or b is None or b == 0 else f"{a / b:.2f}x"
-print("| op | qd | server | IOPS | MB/s | p50 us | client CPU us/op | server CPU us/op | IOPS vs ours-tcp | server CPU/op vs ours-tcp |")
-print("|---|---|---|---|---|---|---|---|---|---|")
+print(f"Idle server CPU (subtracted in 'net'): ours {IDLE['ours-tcp'] * 100:.2f}%, Ganesha {IDLE['ganesha-tcp'] * 100:.2f}% of a CPU")
+print()
+print("| op | qd | server | IOPS | MB/s | p50 us | client CPU us/op | server CPU us/op | server net of idle | IOPS vs ours-tcp | net server CPU/op vs ours-tcp |")
+print("|---|---|---|---|---|---|---|---|---|---|---|")
 for qd in (1, 16):
     for op in ("null", "read-4k", "write-4k", "read-1M", "write-1M"):
         base = f"ours-tcp-{op}-qd{qd}"
-        b_iops, b_cpu = med(base, ["iops"]), med(base, ["cpu", "target_us_per_op"])
+        b_iops, b_cpu = med(base, ["iops"]), net("ours-tcp", base)
         for srv in ("ours-shm", "ours-tcp", "ganesha-tcp"):
             if srv == "ganesha-tcp" and not gok:
                 continue
@@ -248,6 +275,7 @@ for qd in (1, 16):
             iops, mb = med(n, ["iops"]), med(n, ["mb_per_s"])
             p50 = med(n, ["latency_us", "p50"])
             c, t = med(n, ["cpu", "client_us_per_op"]), med(n, ["cpu", "target_us_per_op"])
-            print(f"| {op} | {qd} | {srv} | {f(iops, 0)} | {f(mb)} | {f(p50)} | {f(c, 2)} | {f(t, 2)} | {ratio(iops, b_iops)} | {ratio(t, b_cpu)} |")
+            t_net = net(srv, n)
+            print(f"| {op} | {qd} | {srv} | {f(iops, 0)} | {f(mb)} | {f(p50)} | {f(c, 2)} | {f(t, 2)} | {f(t_net, 2)} | {ratio(iops, b_iops)} | {ratio(t_net, b_cpu)} |")
 EOF
 echo "ganesha-compare: results in $OUT (table.md, one JSON and text file per run)"
