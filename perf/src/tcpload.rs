@@ -498,7 +498,7 @@ fn run_worker(
             out: VecDeque::new(),
             rx: Framer::new(max_record),
             inflight: Vec::with_capacity(plan.qd as usize),
-            next_xid: seed_xid ^ (c << 24),
+            next_xid: seed_xid ^ c.rotate_left(24),
             sched: plan.rate.map(|r| OpenLoop::new(clock.now_ns(), r)),
             offsets: Offsets::new(file_size, wl.io_size as u64, wl.seq, c, plan.total_conns, plan.seed),
             quota: plan.quotas.as_ref().map(|q| q.get(i).copied().unwrap_or(0)),
