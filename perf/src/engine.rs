@@ -287,18 +287,18 @@ impl Workload {
     }
 }
 
-const K_NULL: u8 = 0;
-const K_READ: u8 = 1;
-const K_WRITE: u8 = 2;
+pub(crate) const K_NULL: u8 = 0;
+pub(crate) const K_READ: u8 = 1;
+pub(crate) const K_WRITE: u8 = 2;
 
 /// What a Call in flight is.
 #[derive(Clone, Copy, Debug, Default)]
-struct OpMeta {
-    t0_ns: u64,
-    offset: u64,
-    kind: u8,
+pub(crate) struct OpMeta {
+    pub(crate) t0_ns: u64,
+    pub(crate) offset: u64,
+    pub(crate) kind: u8,
     /// Submitted and not finished.
-    live: bool,
+    pub(crate) live: bool,
 }
 
 /// Build and submit one Call of `kind` at `offset`. `Ok(None)`: the requester
@@ -349,10 +349,22 @@ fn submit_op<F: Fabric>(
 /// Check a finished Call's reply. Returns an error description for a failed
 /// operation.
 fn check_reply(v: &ReplyView<'_>, xid: u32, wl: &Workload, m: &OpMeta) -> Result<(), ReplyError> {
+    check_reply_bytes(v.reduced, v.write_chunk(0), xid, wl, m)
+}
+
+/// Check a finished Call's reply given as the (reduced) reply and the data
+/// of its first Write chunk, if any (TCP: the whole reply, no chunk).
+pub(crate) fn check_reply_bytes(
+    reduced: &[u8],
+    chunk: Option<&[u8]>,
+    xid: u32,
+    wl: &Workload,
+    m: &OpMeta,
+) -> Result<(), ReplyError> {
     match m.kind {
-        K_NULL => nfs::parse_null(v.reduced, Some(xid)),
+        K_NULL => nfs::parse_null(reduced, Some(xid)),
         K_READ => {
-            let ok = nfs::parse_read(v.reduced, v.write_chunk(0), Some(xid), wl.io_size)?;
+            let ok = nfs::parse_read(reduced, chunk, Some(xid), wl.io_size)?;
             if ok.count != wl.io_size {
                 return Err(ReplyError::Bad("short READ"));
             }
@@ -362,7 +374,7 @@ fn check_reply(v: &ReplyView<'_>, xid: u32, wl: &Workload, m: &OpMeta) -> Result
             Ok(())
         }
         _ => {
-            let ok = nfs::parse_write(v.reduced, Some(xid))?;
+            let ok = nfs::parse_write(reduced, Some(xid))?;
             if ok.count != wl.io_size {
                 return Err(ReplyError::Bad("short WRITE"));
             }
@@ -762,31 +774,56 @@ impl<'p, F: Fabric> Session<'p, F> {
     }
 }
 
+/// One NFSv3 Call at a time over any transport (setup and checks): a
+/// [`Session`] over a fabric, or [`crate::tcpload::TcpSession`].
+pub trait NfsCaller {
+    /// Encode a Call of procedure `proc_` with `encode` (XID 0: the caller
+    /// sets it), send it, wait for its reply and hand `parse` the reply (the
+    /// reduced reply and the first Write chunk's data over RPC-over-RDMA, the
+    /// whole reply and `None` over TCP) and the Call's XID. `binding` bounds
+    /// the sizes.
+    fn nfs_call<T>(
+        &mut self,
+        binding: &Nfs3Binding,
+        proc_: u32,
+        encode: impl FnOnce(&mut [u8]) -> Result<usize, EncodeError>,
+        parse: impl FnOnce(&[u8], Option<&[u8]>, u32) -> Result<T, ReplyError>,
+    ) -> Result<T, PerfError>;
+}
+
+impl<F: Fabric> NfsCaller for Session<'_, F> {
+    fn nfs_call<T>(
+        &mut self,
+        binding: &Nfs3Binding,
+        proc_: u32,
+        encode: impl FnOnce(&mut [u8]) -> Result<usize, EncodeError>,
+        parse: impl FnOnce(&[u8], Option<&[u8]>, u32) -> Result<T, ReplyError>,
+    ) -> Result<T, PerfError> {
+        let needs = ReplyNeeds::from_ulb(binding, NFS_V3, proc_);
+        self.call(binding, &needs, encode, |v, xid| {
+            parse(v.reduced, v.write_chunk(0), xid)
+        })
+    }
+}
+
 /// Fill `[0, size)` of `fh` with the pattern of `salt` by WRITEs of `chunk`
 /// bytes (FILE_SYNC). Main thread.
-pub fn fill_file<F: Fabric>(
-    s: &mut Session<'_, F>,
-    wl: &Workload,
-    fh: &[u8],
-    size: u64,
-    chunk: u32,
-) -> Result<(), PerfError> {
+pub fn fill_file<C: NfsCaller>(s: &mut C, wl: &Workload, fh: &[u8], size: u64, chunk: u32) -> Result<(), PerfError> {
     let binding = Nfs3Binding::new(chunk.max(wl.io_size));
-    let needs = ReplyNeeds::from_ulb(&binding, NFS_V3, NFSPROC3_WRITE);
     let mut off = 0u64;
     while off < size {
         let n = (size - off).min(chunk as u64) as u32;
         let want = n;
-        s.call(
+        s.nfs_call(
             &binding,
-            &needs,
+            NFSPROC3_WRITE,
             |buf| {
                 let at = nfs::encode_write_head(buf, 0, &wl.cred, fh, off, n, proto::nfs3::FILE_SYNC)?;
                 pattern::fill(&mut buf[at..at + n as usize], off, wl.salt);
                 Ok(nfs::write_call_len(at, n))
             },
-            |v, xid| {
-                let ok = nfs::parse_write(v.reduced, Some(xid))?;
+            |reply, _, xid| {
+                let ok = nfs::parse_write(reply, Some(xid))?;
                 if ok.count != want {
                     return Err(ReplyError::Bad("short WRITE while filling the file"));
                 }
@@ -800,12 +837,11 @@ pub fn fill_file<F: Fabric>(
 
 /// Read back the blocks marked in `written` (bitmap of `io_size` blocks) and
 /// check their pattern. Returns the number of blocks checked. Main thread.
-pub fn verify_blocks<F: Fabric>(s: &mut Session<'_, F>, wl: &Workload, written: &[u64]) -> Result<u64, PerfError> {
+pub fn verify_blocks<C: NfsCaller>(s: &mut C, wl: &Workload, written: &[u64]) -> Result<u64, PerfError> {
     let file = wl
         .file
         .as_ref()
         .ok_or_else(|| PerfError::Other("no file to verify".into()))?;
-    let needs = ReplyNeeds::from_ulb(&wl.binding, NFS_V3, NFSPROC3_READ);
     let mut n = 0;
     for (w, &bits) in written.iter().enumerate() {
         for b in 0..64 {
@@ -813,12 +849,12 @@ pub fn verify_blocks<F: Fabric>(s: &mut Session<'_, F>, wl: &Workload, written: 
                 continue;
             }
             let off = (w as u64 * 64 + b) * wl.io_size as u64;
-            s.call(
+            s.nfs_call(
                 &wl.binding,
-                &needs,
+                NFSPROC3_READ,
                 |buf| nfs::encode_read(buf, 0, &wl.cred, &file.fh, off, wl.io_size),
-                |v, xid| {
-                    let ok = nfs::parse_read(v.reduced, v.write_chunk(0), Some(xid), wl.io_size)?;
+                |reply, chunk, xid| {
+                    let ok = nfs::parse_read(reply, chunk, Some(xid), wl.io_size)?;
                     match pattern::check(ok.data, off, wl.salt) {
                         _ if ok.count != wl.io_size => Err(ReplyError::Bad("short READ in the read-back check")),
                         Some(_) => Err(ReplyError::Bad("data read back differs from what was written")),

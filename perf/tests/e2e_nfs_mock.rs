@@ -333,6 +333,7 @@ fn cfg(m: &Mock, kind: OpKind, version: u32, size: u32) -> RunConfig {
         progress: false,
         timeout: Duration::from_secs(10),
         idle_sleep_us: 5,
+        target_pid: None,
     }
 }
 

@@ -335,16 +335,22 @@ impl Walker {
     }
 
     fn listeners(&mut self, p: &str, v: &Value) -> Option<Listeners> {
-        let m = self.strict_object(p, v, &["fabric", "nfs_tcp_port", "mount_tcp_port", "tcp"])?;
+        let m = self.strict_object(
+            p,
+            v,
+            &["fabric", "nfs_tcp_port", "mount_tcp_port", "tcp", "stats_socket"],
+        )?;
         let fabric = self.req(p, m, "fabric", |w, p, v| w.list(p, v, Walker::fabric_listener));
         let nfs = self.req(p, m, "nfs_tcp_port", Walker::u16);
         let mount = self.req(p, m, "mount_tcp_port", Walker::u16);
         let tcp = self.opt(p, m, "tcp", TcpConfig::default(), Walker::tcp);
+        let stats = self.opt(p, m, "stats_socket", None, |w, p, v| w.string(p, v).map(Some));
         Some(Listeners {
             fabric: fabric?,
             nfs_tcp_port: nfs?,
             mount_tcp_port: mount?,
             tcp: tcp?,
+            stats_socket: stats?,
         })
     }
 

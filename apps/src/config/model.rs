@@ -48,6 +48,10 @@ pub struct Listeners {
     /// Limits and timeouts of both TCP services (optional; defaults apply).
     #[serde(default)]
     pub tcp: TcpConfig,
+    /// Unix socket of the live statistics (`rpcrdma-target stats`); default
+    /// `server::stats::default_socket_path`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stats_socket: Option<String>,
 }
 
 /// Limits and timeouts of the TCP services (NFS and MOUNT, each listener on

@@ -215,6 +215,12 @@ impl Config {
     }
 
     fn check_fabric(&self, c: &mut Checker) {
+        if let Some(s) = self.listeners.stats_socket.as_ref() {
+            if !s.starts_with('/') || s.len() > MAX_SOCKET_PATH_BYTES {
+                let want = format!("an absolute path of at most {MAX_SOCKET_PATH_BYTES} bytes");
+                c.push("$.listeners.stats_socket".into(), want, format!("{s:?}"));
+            }
+        }
         match &self.fabric {
             FabricConfig::Shm { socket_path } => {
                 if !socket_path.starts_with('/') || socket_path.len() > MAX_SOCKET_PATH_BYTES {

@@ -70,6 +70,7 @@ use proto::rpc::{self, AcceptedReply, AuthStat, CallHeader, OpaqueAuth, Rejected
 use proto::xdr::Writer;
 
 use crate::backend::{Backend, FsError, FsResult, IoChannel};
+use crate::server::stats::{self, ProcStats};
 
 pub mod auth;
 mod defer;
@@ -367,6 +368,7 @@ pub struct NfsService {
     reads_in_call: bool,
     /// Replies of non-idempotent Calls, for their retransmits.
     drc: ReplyCacheRef,
+    procs: ProcStats,
 }
 
 /// The duplicate request cache a service uses ([`drc`]).
@@ -421,6 +423,7 @@ impl NfsService {
             scratch: Vec::new(),
             reads_in_call,
             drc,
+            procs: ProcStats::default(),
         })
     }
 
@@ -529,6 +532,71 @@ impl Service for NfsService {
     }
 
     fn handle_call(&mut self, call: &CallView<'_>, reply: &mut ReplyBuilder<'_>) -> Result<(), ServiceError> {
+        let t0 = self.procs.start();
+        let r = self.handle_call_untimed(call, reply);
+        self.account(t0, call, reply, &r);
+        r
+    }
+
+    /// Deferred READs and WRITEs whose backend I/O finished.
+    fn poll_deferred(&mut self, ready: &mut [DeferToken]) -> usize {
+        let st = &mut self.st;
+        st.deferred.poll_ready(&mut st.channels, ready)
+    }
+
+    /// Answer a deferred READ or WRITE: the Call runs again and the
+    /// procedure takes the I/O's result instead of submitting it.
+    fn resume(
+        &mut self,
+        token: DeferToken,
+        call: &CallView<'_>,
+        reply: &mut ReplyBuilder<'_>,
+    ) -> Result<(), ServiceError> {
+        let r = self.st.deferred.take(token).ok_or(ServiceError::Reject)?;
+        self.st.deferred.resumed = Some(r);
+        let t0 = self.procs.resumed(token.0);
+        let res = self.handle_call_untimed(call, reply);
+        self.account(t0, call, reply, &res);
+        self.st.deferred.resumed = None;
+        res
+    }
+
+    fn cancel(&mut self, token: DeferToken) {
+        let _ = self.st.deferred.take(token);
+        let _ = self.procs.resumed(token.0);
+    }
+}
+
+impl NfsService {
+    /// Per-procedure counters and sampled latency (live statistics).
+    pub fn procs(&self) -> &ProcStats {
+        &self.procs
+    }
+
+    /// Count a Call handled (answered, or deferred) in [`ProcStats`].
+    fn account(
+        &mut self,
+        t0: Option<u64>,
+        call: &CallView<'_>,
+        reply: &mut ReplyBuilder<'_>,
+        r: &Result<(), ServiceError>,
+    ) {
+        let Some(row) = stats::proc_row(call.head()).filter(|_| r.is_ok()) else {
+            return;
+        };
+        if reply.is_deferred() {
+            if let Some(tok) = call.defer_token() {
+                self.procs.deferred(tok.0, t0);
+            }
+            return;
+        }
+        let n = reply.head_len();
+        let err = stats::reply_is_error(row, reply.head_mut().get(..n).unwrap_or(&[]));
+        self.procs
+            .answered(row, err, call.len() as u64, (n + reply.data_len()) as u64, t0);
+    }
+
+    fn handle_call_untimed(&mut self, call: &CallView<'_>, reply: &mut ReplyBuilder<'_>) -> Result<(), ServiceError> {
         let NfsService {
             shared,
             st,
@@ -728,31 +796,6 @@ impl Service for NfsService {
             drc.with(|c| c.complete(s, kept));
         }
         out
-    }
-
-    /// Deferred READs and WRITEs whose backend I/O finished.
-    fn poll_deferred(&mut self, ready: &mut [DeferToken]) -> usize {
-        let st = &mut self.st;
-        st.deferred.poll_ready(&mut st.channels, ready)
-    }
-
-    /// Answer a deferred READ or WRITE: the Call runs again and the
-    /// procedure takes the I/O's result instead of submitting it.
-    fn resume(
-        &mut self,
-        token: DeferToken,
-        call: &CallView<'_>,
-        reply: &mut ReplyBuilder<'_>,
-    ) -> Result<(), ServiceError> {
-        let r = self.st.deferred.take(token).ok_or(ServiceError::Reject)?;
-        self.st.deferred.resumed = Some(r);
-        let res = self.handle_call(call, reply);
-        self.st.deferred.resumed = None;
-        res
-    }
-
-    fn cancel(&mut self, token: DeferToken) {
-        let _ = self.st.deferred.take(token);
     }
 }
 

@@ -24,10 +24,12 @@
 //! rest are closed (a stalled client cannot hold shutdown), the backends are
 //! synced again if TCP Calls were served meanwhile, and the process may exit.
 
+pub mod stats;
 pub mod tcp;
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use crate::config::{Config, FabricConfig, PageSize, PoolUsage};
 use dataplane::fabric::Fabric;
@@ -41,6 +43,7 @@ use reactor::{CoreCtx, PollStatus, Poller, Reactor};
 
 use crate::backend::{self, Backend};
 use crate::nfs::{NfsService, NfsShared};
+use stats::{CoreView, Published, Publisher, StatsServer};
 
 /// Why the target could not start (or stop cleanly).
 #[derive(Debug, thiserror::Error)]
@@ -87,6 +90,8 @@ pub struct Target {
     tcp: Vec<tcp::TcpServer>,
     shared: Arc<NfsShared>,
     engine_stats: Arc<Mutex<Vec<(usize, ResponderStats)>>>,
+    /// The live statistics socket (`None` when it could not be bound).
+    stats: Option<StatsServer>,
 }
 
 impl std::fmt::Debug for Target {
@@ -121,6 +126,9 @@ struct EngineSetup {
     max_conns: u32,
     errors: Mutex<Vec<TargetError>>,
     stats: Arc<Mutex<Vec<(usize, ResponderStats)>>>,
+    /// Each engine's published live statistics.
+    published: Arc<Mutex<Vec<Arc<Published>>>>,
+    epoch: Instant,
 }
 
 /// The largest buffer of the pool with `usage`.
@@ -259,6 +267,8 @@ impl Target {
             "starting engines"
         );
         let engine_stats = Arc::new(Mutex::new(Vec::new()));
+        let published = Arc::new(Mutex::new(Vec::new()));
+        let epoch = Instant::now();
         let setup = Arc::new(EngineSetup {
             pool,
             classes,
@@ -269,6 +279,8 @@ impl Target {
             max_conns,
             errors: Mutex::new(Vec::new()),
             stats: engine_stats.clone(),
+            published: published.clone(),
+            epoch,
         });
         let hook = setup.clone();
         let reactor = Reactor::builder(cfg.reactor_options())
@@ -313,12 +325,42 @@ impl Target {
                 }
             }
         }
+        let sources = stats::Sources {
+            cores: published,
+            pool: Some((
+                pool,
+                vec![
+                    ("receive", classes.recv),
+                    ("send", classes.send),
+                    ("data", classes.data),
+                ],
+            )),
+            tcp: tcp.iter().map(|t| (t.local_addr(), t.stats_arc())).collect(),
+            epoch,
+        };
+        let path = stats::socket_path(&cfg);
+        let stats = match StatsServer::start(&path, sources) {
+            Ok(s) => {
+                tracing::info!(socket = %path.display(), "live statistics");
+                Some(s)
+            }
+            Err(e) => {
+                tracing::warn!(socket = %path.display(), error = %e, "no live statistics socket");
+                None
+            }
+        };
         Ok(Target {
             reactor: Some(reactor),
             tcp,
             shared,
             engine_stats,
+            stats,
         })
+    }
+
+    /// The live statistics socket, when it is served.
+    pub fn stats_socket(&self) -> Option<&std::path::Path> {
+        self.stats.as_ref().map(|s| s.path())
     }
 
     /// The bound TCP addresses (NFS, MOUNT per listener address).
@@ -349,6 +391,9 @@ impl Target {
     fn stop(&mut self) -> Result<TargetStats, TargetError> {
         let mut first_err = None;
         let mut cores = Vec::new();
+        if let Some(mut s) = self.stats.take() {
+            s.stop();
+        }
         // No new TCP connection from here; idle ones close at once.
         for t in &self.tcp {
             t.stop_accepting();
@@ -471,12 +516,19 @@ fn add_engine<F: Fabric + 'static>(
     let regions = setup.pool.regions().to_vec();
     let responder = Responder::new(cfg, fabric, service, setup.pool, &regions, core, Some(addr))
         .map_err(|e| format!("responder: {e}"))?;
+    let cell = Arc::new(Published::new(core));
+    setup
+        .published
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push(cell.clone());
     ctx.add_poller(Box::new(EnginePoller {
         responder,
         core,
         draining: false,
         stats: setup.stats.clone(),
         done: false,
+        publisher: Publisher::new(cell, setup.epoch),
     }));
     Ok(())
 }
@@ -488,6 +540,32 @@ struct EnginePoller<F: Fabric> {
     draining: bool,
     done: bool,
     stats: Arc<Mutex<Vec<(usize, ResponderStats)>>>,
+    /// Live statistics: when and where this core publishes.
+    publisher: Publisher,
+}
+
+impl<F: Fabric> EnginePoller<F> {
+    /// Publish this core's counters for the statistics thread (a copy into
+    /// a seqlock: the core never waits for a reader).
+    fn publish(&mut self, now_ns: u64) {
+        let r = &mut self.responder;
+        let (engine, connections, in_flight) = (r.stats(), r.connections() as u64, r.in_flight() as u64);
+        let (deferred_now, credits_granted, held) = (u64::from(r.deferred()), r.credits_granted(), r.held());
+        let svc = r.service();
+        let (nfs, (drc, _, _)) = (svc.stats(), svc.reply_cache_stats());
+        let view = CoreView {
+            engine: &engine,
+            connections,
+            in_flight,
+            deferred_now,
+            credits_granted,
+            held,
+            nfs: &nfs,
+            drc: &drc,
+            procs: svc.procs(),
+        };
+        self.publisher.publish(&view, now_ns);
+    }
 }
 
 impl<F: Fabric> Poller for EnginePoller<F> {
@@ -495,7 +573,11 @@ impl<F: Fabric> Poller for EnginePoller<F> {
         // Backend I/O in flight (deferred replies) keeps the core polling,
         // as waiting for it in the service did: an idle core would sleep
         // and notice the completion up to a sleep later.
-        if self.responder.poll() > 0 || self.responder.deferred() > 0 {
+        let work = self.responder.poll();
+        if let Some(now) = self.publisher.due(work > 0) {
+            self.publish(now);
+        }
+        if work > 0 || self.responder.deferred() > 0 {
             PollStatus::Busy
         } else {
             PollStatus::Idle

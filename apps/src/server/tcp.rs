@@ -198,6 +198,11 @@ impl TcpServer {
         &self.stats
     }
 
+    /// The counters, shared (the live statistics thread reads them).
+    pub fn stats_arc(&self) -> Arc<TcpStats> {
+        self.stats.clone()
+    }
+
     /// Stop accepting: connections close between records (a Call being
     /// served is answered first); returns at once. [`TcpServer::finish`]
     /// waits for them.

@@ -639,6 +639,13 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         self.conns.in_use()
     }
 
+    /// Credits granted now, summed over the live connections: each one's
+    /// grant in its next reply (RFC 8166 s3.3.1). Live statistics. Owning core.
+    pub fn credits_granted(&self) -> u64 {
+        let live = self.conns.used_indices().filter_map(|i| self.conns.get(i)?.as_ref());
+        live.map(|c| u64::from(c.credits.grant())).sum()
+    }
+
     /// Buffers held right now, for accounting tests.
     pub fn held(&self) -> HeldBuffers {
         let mut h = HeldBuffers {
