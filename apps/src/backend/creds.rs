@@ -109,12 +109,12 @@ pub const S_ISGID: u32 = 0o2000;
 pub const S_IXGRP: u32 = 0o010;
 
 /// `mode` without the set-id bits a write, a truncation or a change of owner
-/// removes (the kernel's `should_remove_suid`): S_ISUID, and S_ISGID when
-/// group execute is set (without it S_ISGID marks mandatory locking and
-/// stays).
-pub fn kill_setid(mode: u32) -> u32 {
+/// removes (the kernel's `should_remove_suid` and `setattr_should_drop_sgid`):
+/// S_ISUID; S_ISGID when group execute is set, or when the one who acts is
+/// neither in the file's group nor root (`in_group_or_root` false).
+pub fn kill_setid(mode: u32, in_group_or_root: bool) -> u32 {
     let mut m = mode & !S_ISUID;
-    if m & (S_ISGID | S_IXGRP) == (S_ISGID | S_IXGRP) {
+    if m & S_ISGID != 0 && (m & S_IXGRP != 0 || !in_group_or_root) {
         m &= !S_ISGID;
     }
     m
@@ -467,8 +467,9 @@ mod tests {
 
     #[test]
     fn kernel_rules() {
-        assert_eq!(kill_setid(0o6755), 0o0755);
-        assert_eq!(kill_setid(0o6745), 0o2745, "S_ISGID without group execute stays");
+        assert_eq!(kill_setid(0o6755, true), 0o0755);
+        assert_eq!(kill_setid(0o6745, true), 0o2745, "S_ISGID without group execute stays for a member");
+        assert_eq!(kill_setid(0o6745, false), 0o0745, "but not for others");
         let c = Creds::new(10, 20, &[30]);
         assert!(c.may_mode(0o600, 10, 0, 6) && !c.may_mode(0o600, 11, 20, 4));
         assert!(c.may_mode(0o040, 11, 30, 4) && !c.may_mode(0o004, 11, 30, 4));

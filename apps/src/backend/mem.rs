@@ -389,8 +389,8 @@ impl Fs {
             self.truncate(slot, size)?;
             let node = self.node_mut(slot)?;
             node.mtime = now;
-            if caller.is_some() {
-                node.mode = kill_setid(node.mode);
+            if let Some(c) = caller {
+                node.mode = kill_setid(node.mode, c.in_group(node.gid));
             }
         }
         let node = self.node_mut(slot)?;
@@ -401,13 +401,15 @@ impl Fs {
         if let Some(gid) = set.gid {
             node.gid = gid;
         }
+        // Root, or a caller in the file's (new) group, keeps a plain S_ISGID.
+        let keeps_sgid = caller.is_none_or(|c| c.in_group(node.gid));
         if chown {
-            node.mode = kill_setid(node.mode);
+            node.mode = kill_setid(node.mode, keeps_sgid);
         }
         if let Some(mode) = set.mode {
             let mut mode = mode & 0o7777;
             if chown {
-                mode = kill_setid(mode);
+                mode = kill_setid(mode, keeps_sgid);
             }
             if caller.is_some_and(|c| !c.in_group(node.gid)) {
                 mode &= !S_ISGID;
@@ -562,8 +564,8 @@ impl Fs {
         node.ctime = now;
         // A writer without CAP_FSETID (not root) clears the set-id bits, as
         // the kernel's file_remove_privs (issue 21 item 6).
-        if creds::unprivileged_caller().is_some() {
-            node.mode = kill_setid(node.mode);
+        if let Some(c) = creds::unprivileged_caller() {
+            node.mode = kill_setid(node.mode, c.in_group(node.gid));
         }
         Ok(data.len() as u32)
     }

@@ -845,7 +845,8 @@ fn remove(sh: &NfsShared, c: &Call<'_>, reply: &mut ReplyBuilder<'_>, base: usiz
         if pre.mode & 0o1000 != 0 && !b.enforces_permissions() {
             let (_, victim) = b.lookup(&o.fh, args.name).map_err(|e| e.nfsstat3())?;
             if !o.caller.may_unlink(&pre, &victim) {
-                return Err(NFS3ERR_ACCES);
+                // EPERM, as the kernel's may_delete.
+                return Err(NFS3ERR_PERM);
             }
         }
         Ok(())
@@ -906,13 +907,13 @@ fn rename(sh: &NfsShared, c: &Call<'_>, reply: &mut ReplyBuilder<'_>, base: usiz
         if pre_from.mode & 0o1000 != 0 {
             let (_, victim) = b.lookup(&from.fh, args.from.name).map_err(|e| e.nfsstat3())?;
             if !caller.may_unlink(&pre_from, &victim) {
-                return Err(NFS3ERR_ACCES);
+                return Err(NFS3ERR_PERM);
             }
         }
         if pre_to.mode & 0o1000 != 0 {
             if let Ok((_, victim)) = b.lookup(&to.fh, args.to.name) {
                 if !caller.may_unlink(&pre_to, &victim) {
-                    return Err(NFS3ERR_ACCES);
+                    return Err(NFS3ERR_PERM);
                 }
             }
         }
