@@ -499,7 +499,18 @@ mod tests {
             unsafe { libc::syscall(libc::SYS_setfsuid, u32::MAX) as u32 }
         };
         let c = Creds::new(4321, 4322, &[4323]);
-        let (inside, other) = with_creds(&c, || (me(), std::thread::spawn(me).join().unwrap())).unwrap();
+        // A thread that exists before the switch (a new one would inherit
+        // the creator's credentials).
+        let (go, wait) = std::sync::mpsc::channel::<()>();
+        let other = std::thread::spawn(move || {
+            wait.recv().unwrap();
+            me()
+        });
+        let (inside, other) = with_creds(&c, || {
+            go.send(()).unwrap();
+            (me(), other.join().unwrap())
+        })
+        .unwrap();
         assert_eq!(inside, 4321);
         assert_eq!(other, 0, "another thread keeps its identity");
         assert_eq!(me(), 0);
