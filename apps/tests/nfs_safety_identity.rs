@@ -62,7 +62,11 @@ fn write_clears_setid(kind: Kind) {
     };
     c.write(&g, 0, b"data", FILE_SYNC).unwrap();
     c.auth = Auth::root();
-    assert_eq!(mode(&mut c, &f), 0o0777, "{kind:?}: a non-owner's write clears both set-id bits");
+    assert_eq!(
+        mode(&mut c, &f),
+        0o0777,
+        "{kind:?}: a non-owner's write clears both set-id bits"
+    );
     assert_eq!(
         mode(&mut c, &g),
         0o2666,
@@ -200,7 +204,11 @@ fn nfs_safety_sticky_directory_keeps_others_files() {
         assert_eq!(c.remove(&t, "mine"), NFS3ERR_PERM, "{kind:?}");
         assert_eq!(c.rename(&t, "mine", &t, "stolen"), NFS3ERR_PERM, "{kind:?}");
         c.mkfile(&t, "theirs", 0o666).unwrap();
-        assert_eq!(c.rename(&t, "theirs", &t, "mine"), NFS3ERR_PERM, "{kind:?}: not over another's");
+        assert_eq!(
+            c.rename(&t, "theirs", &t, "mine"),
+            NFS3ERR_PERM,
+            "{kind:?}: not over another's"
+        );
         assert_eq!(c.remove(&t, "theirs"), NFS3_OK, "{kind:?}");
     }
 }
@@ -273,8 +281,12 @@ fn nfs_safety_uring_posix_acls_apply() {
     c.auth = Auth::sys(USER, USER);
     let (data, _, _) = c.read(&granted, 0, 64).expect("the ACL grants reading");
     assert_eq!(data, b"secret");
-    c.write(&granted, 0, b"SECRET", FILE_SYNC).expect("the ACL grants writing");
-    assert_eq!(c.access(&granted, ACCESS3_READ | ACCESS3_MODIFY), Ok(ACCESS3_READ | ACCESS3_MODIFY));
+    c.write(&granted, 0, b"SECRET", FILE_SYNC)
+        .expect("the ACL grants writing");
+    assert_eq!(
+        c.access(&granted, ACCESS3_READ | ACCESS3_MODIFY),
+        Ok(ACCESS3_READ | ACCESS3_MODIFY)
+    );
     assert_eq!(
         c.write(&denied, 0, b"x", FILE_SYNC).map(|_| ()),
         Err(NFS3ERR_ACCES),

@@ -451,7 +451,15 @@ pub fn link_fd(fd: std::os::fd::RawFd, dir: std::os::fd::RawFd, name: &std::ffi:
     let path = std::ffi::CString::new(format!("/proc/self/fd/{fd}")).map_err(|_| super::FsError::ServerFault)?;
     fs_as_caller(|| {
         // SAFETY: both paths are NUL-terminated.
-        cvt(unsafe { libc::linkat(libc::AT_FDCWD, path.as_ptr(), dir, name.as_ptr(), libc::AT_SYMLINK_FOLLOW) })
+        cvt(unsafe {
+            libc::linkat(
+                libc::AT_FDCWD,
+                path.as_ptr(),
+                dir,
+                name.as_ptr(),
+                libc::AT_SYMLINK_FOLLOW,
+            )
+        })
     })
 }
 
@@ -468,7 +476,11 @@ mod tests {
     #[test]
     fn kernel_rules() {
         assert_eq!(kill_setid(0o6755, true), 0o0755);
-        assert_eq!(kill_setid(0o6745, true), 0o2745, "S_ISGID without group execute stays for a member");
+        assert_eq!(
+            kill_setid(0o6745, true),
+            0o2745,
+            "S_ISGID without group execute stays for a member"
+        );
         assert_eq!(kill_setid(0o6745, false), 0o0745, "but not for others");
         let c = Creds::new(10, 20, &[30]);
         assert!(c.may_mode(0o600, 10, 0, 6) && !c.may_mode(0o600, 11, 20, 4));
