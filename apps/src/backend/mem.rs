@@ -36,6 +36,7 @@ use std::fmt;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
+use super::creds::{self, kill_setid};
 use super::{
     Attr, Backend, CreateHow, DirEntry, FileHandle, FileType, FsError, FsResult, FsStat, IoChannel, IoDesc, IoDone,
     IoOp, NodeKind, Owner, SetAttr, SetTime, Stable, Time, NAME_MAX_BYTES, PATH_MAX_BYTES,
@@ -374,22 +375,46 @@ impl Fs {
         Ok(())
     }
 
+    /// Apply `set`, with the kernel's rules for the caller ([`creds::current`];
+    /// issue 21 item 6): a truncation by a caller without CAP_FSETID (not
+    /// root) clears the set-id bits; a change of owner or group of a
+    /// non-directory clears them (from the new mode, when one is given,
+    /// as the Linux server does); a new mode keeps S_ISGID only for root or
+    /// a caller in the file's group. Permission to make the change is
+    /// checked by the NFS layer.
     fn apply_set(&mut self, slot: u32, set: &SetAttr) -> FsResult<()> {
         let now = Time::now();
+        let caller = creds::unprivileged_caller();
         if let Some(size) = set.size {
             self.truncate(slot, size)?;
             let node = self.node_mut(slot)?;
             node.mtime = now;
+            if let Some(c) = caller {
+                node.mode = kill_setid(node.mode, c.in_group(node.gid));
+            }
         }
         let node = self.node_mut(slot)?;
-        if let Some(mode) = set.mode {
-            node.mode = mode & 0o7777;
-        }
+        let chown = (set.uid.is_some() || set.gid.is_some()) && node.ftype() != FileType::Directory;
         if let Some(uid) = set.uid {
             node.uid = uid;
         }
         if let Some(gid) = set.gid {
             node.gid = gid;
+        }
+        // Root, or a caller in the file's (new) group, keeps a plain S_ISGID.
+        let keeps_sgid = caller.is_none_or(|c| c.in_group(node.gid));
+        if chown {
+            node.mode = kill_setid(node.mode, keeps_sgid);
+        }
+        if let Some(mode) = set.mode {
+            let mut mode = mode & 0o7777;
+            if chown {
+                mode = kill_setid(mode, keeps_sgid);
+            }
+            if caller.is_some_and(|c| !c.in_group(node.gid)) {
+                mode &= !S_ISGID;
+            }
+            node.mode = mode;
         }
         if let Some(t) = time_of(set.atime, now) {
             node.atime = t;
@@ -416,6 +441,14 @@ impl Fs {
             if is_dir {
                 node.mode |= S_ISGID;
             }
+        }
+        // A new file keeps S_ISGID (with group execute) only for a creator
+        // in its group, as the kernel's inode_init_owner.
+        if !is_dir
+            && node.mode & (S_ISGID | creds::S_IXGRP) == (S_ISGID | creds::S_IXGRP)
+            && creds::unprivileged_caller().is_some_and(|c| !c.in_group(node.gid))
+        {
+            node.mode &= !S_ISGID;
         }
         let slot = self.alloc_slot(node)?;
         let parent = self.node_mut(dir)?;
@@ -529,6 +562,11 @@ impl Fs {
         let now = Time::now();
         node.mtime = now;
         node.ctime = now;
+        // A writer without CAP_FSETID (not root) clears the set-id bits, as
+        // the kernel's file_remove_privs (issue 21 item 6).
+        if let Some(c) = creds::unprivileged_caller() {
+            node.mode = kill_setid(node.mode, c.in_group(node.gid));
+        }
         Ok(data.len() as u32)
     }
 }
@@ -1181,6 +1219,12 @@ impl Backend for MemBackend {
         }
         if existing.is_some() {
             return Err(FsError::Exist);
+        }
+        // Hard links as the kernel's protected_hardlinks (issue 21 item 6).
+        if let Some(c) = creds::unprivileged_caller() {
+            if !c.may_hardlink(node.ftype() == FileType::Regular, node.mode, node.uid, node.gid) {
+                return Err(FsError::Perm);
+            }
         }
         let node = fs.node_mut(slot)?;
         node.nlink += 1;

@@ -25,8 +25,10 @@
 
 use std::fmt;
 
+pub mod creds;
 pub mod mem;
 pub mod nvme;
+pub mod personality;
 pub mod uring;
 
 /// Largest NFSv3 file handle (RFC 1813 s2.5, `NFS3_FHSIZE`).
@@ -365,6 +367,21 @@ pub trait Backend: Send + Sync + fmt::Debug {
     /// no.
     fn reads_keep_attributes(&self) -> bool {
         false
+    }
+    /// Whether the file system itself checks each operation against the
+    /// caller's credentials ([`creds::current`]), POSIX ACLs included, as
+    /// the Linux server lets it: the NFS layer then asks [`Backend::may`]
+    /// rather than reading mode bits, and leaves ownership, set-id and
+    /// sticky-directory rules to the file system. Default: no (the NFS layer
+    /// checks mode bits and the backend applies the rest in user space).
+    fn enforces_permissions(&self) -> bool {
+        false
+    }
+    /// Whether the current caller may `want` (`MAY_READ` 4, `MAY_WRITE` 2,
+    /// `MAY_EXEC` 1, or'ed) on `fh`, as the file system decides. Called only
+    /// when [`Backend::enforces_permissions`].
+    fn may(&self, _fh: &FileHandle, _want: u32) -> FsResult<bool> {
+        Err(FsError::NotSupp)
     }
     /// Apply `set` (size changes truncate or extend) and return the new attributes.
     fn setattr(&self, fh: &FileHandle, set: &SetAttr) -> FsResult<Attr>;

@@ -15,10 +15,11 @@ use proto::xdr::{pad_len, roundup, Reader, Writer};
 
 use dataplane::service::ReplyBuilder;
 
-use super::auth::{Caller, Cred, MAY_EXEC, MAY_READ, MAY_WRITE};
+use super::auth::{access_bits, Caller, Cred, MAY_EXEC, MAY_READ, MAY_WRITE};
 use super::export::{split_fh, FhError};
 use super::xdr::*;
 use super::{Call, CoreState, Fail, NfsShared};
+use crate::backend::creds;
 use crate::backend::{
     flush_sync, read_sync, write_sync, Attr, Backend, CreateHow, DirEntry, FileHandle, FileType, IoDesc, IoOp,
     NodeKind, SetAttr, SetTime, Stable, FH_MAX_BYTES, NAME_MAX_BYTES, PATH_MAX_BYTES,
@@ -76,11 +77,30 @@ fn resolve(sh: &NfsShared, c: &Call<'_>, nfs_fh: &[u8]) -> Result<Obj, Fail> {
     if matches!(c.cred, Cred::None) && !e.allow_auth_none {
         return Err(Fail::Auth(AuthStat::TooWeak));
     }
-    Ok(Obj {
-        ex,
-        fh,
-        caller: Caller::for_export(&c.cred, e),
-    })
+    let caller = Caller::for_export(&c.cred, e);
+    // The backends act as this caller until the Call ends ([`call`]'s scope).
+    creds::set_current(Some(caller.creds()));
+    Ok(Obj { ex, fh, caller })
+}
+
+/// Whether `o`'s caller may `want` (`MAY_*`) on `fh`, whose attributes are
+/// `a`: the file system decides where it checks permissions itself (POSIX
+/// ACLs apply), the mode bits otherwise.
+fn may(b: &dyn Backend, o: &Obj, fh: &FileHandle, a: &Attr, want: u32) -> bool {
+    // Root (not squashed) passes the kernel's checks as it passes the mode
+    // bits' (CAP_DAC_OVERRIDE; execute needs some x bit): no system call.
+    if b.enforces_permissions() && !o.caller.is_root() {
+        b.may(fh, want).unwrap_or(false)
+    } else {
+        o.caller.may(a, want)
+    }
+}
+
+/// [`may`] with the Linux server's owner override for READ, WRITE and
+/// truncation: the owner of a regular file may read and write it whatever
+/// its mode (see [`Caller::may_io`]).
+fn may_io(b: &dyn Backend, o: &Obj, fh: &FileHandle, a: &Attr, want: u32) -> bool {
+    (a.ftype == FileType::Regular && o.caller.uid == a.uid) || may(b, o, fh, a, want)
 }
 
 fn backend<'s>(sh: &'s NfsShared, o: &Obj) -> &'s dyn Backend {
@@ -215,6 +235,8 @@ pub(crate) fn call(
     reply: &mut ReplyBuilder<'_>,
     base: usize,
 ) -> Result<usize, Fail> {
+    // Whoever `resolve` names as the caller stops acting when the Call ends.
+    let _acting = creds::Scope::enter();
     match c.proc_ {
         NFSPROC3_GETATTR => getattr(sh, c, reply, base),
         NFSPROC3_SETATTR => setattr(sh, c, reply, base),
@@ -265,6 +287,15 @@ fn setattr(sh: &NfsShared, c: &Call<'_>, reply: &mut ReplyBuilder<'_>, base: usi
         Err(NFS3ERR_ROFS)
     } else if args.guard.is_some_and(|t| t != pre.ctime) {
         Err(NFS3ERR_NOT_SYNC)
+    } else if b.enforces_permissions() {
+        // The file system checks ownership and times as the caller; a
+        // truncation goes through a descriptor the gateway opened, so its
+        // write permission is checked here.
+        if args.attrs.size.is_some() && !may_io(b, &o, &o.fh, &pre, MAY_WRITE) {
+            Err(NFS3ERR_ACCES)
+        } else {
+            Ok(())
+        }
     } else {
         check_setattr(&o.caller, &pre, &args.attrs)
     };
@@ -294,7 +325,7 @@ fn lookup(sh: &NfsShared, c: &Call<'_>, reply: &mut ReplyBuilder<'_>, base: usiz
     let mut w = out(reply, base);
     let found = if dir.ftype != FileType::Directory {
         Err(NFS3ERR_NOTDIR)
-    } else if !o.caller.may(&dir, MAY_EXEC) {
+    } else if !may(b, &o, &o.fh, &dir, MAY_EXEC) {
         Err(NFS3ERR_ACCES)
     } else {
         check_name(args.name).and_then(|()| b.lookup(&o.fh, args.name).map_err(|e| e.nfsstat3()))
@@ -321,8 +352,11 @@ fn lookup(sh: &NfsShared, c: &Call<'_>, reply: &mut ReplyBuilder<'_>, base: usiz
 fn access(sh: &NfsShared, c: &Call<'_>, reply: &mut ReplyBuilder<'_>, base: usize) -> Result<usize, Fail> {
     let args = AccessArgs::decode(&mut Reader::new(c.args))?;
     let o = resolve(sh, c, args.object)?;
-    let a = backend(sh, &o).getattr(&o.fh)?;
-    let got = o.caller.access(&a, args.access & ACCESS3_ALL, read_only(sh, &o));
+    let b = backend(sh, &o);
+    let a = b.getattr(&o.fh)?;
+    let got = access_bits(&a, args.access & ACCESS3_ALL, read_only(sh, &o), |want| {
+        may(b, &o, &o.fh, &a, want)
+    });
     let mut w = out(reply, base);
     w.put_u32(NFS3_OK)?;
     put_post_op_attr(&mut w, Some(&a), fsid(sh, &o))?;
@@ -400,7 +434,7 @@ fn read(
         None => b.getattr(&o.fh)?,
     };
     let denied = match pre.ftype {
-        FileType::Regular if o.caller.may_io(&pre, MAY_READ) => None,
+        FileType::Regular if may_io(b, &o, &o.fh, &pre, MAY_READ) => None,
         FileType::Regular => Some(NFS3ERR_ACCES),
         FileType::Directory => Some(NFS3ERR_ISDIR),
         _ => Some(NFS3ERR_INVAL),
@@ -569,7 +603,7 @@ fn write(
         None => b.getattr(&o.fh)?,
     };
     let denied = match pre.ftype {
-        FileType::Regular if o.caller.may_io(&pre, MAY_WRITE) => None,
+        FileType::Regular if may_io(b, &o, &o.fh, &pre, MAY_WRITE) => None,
         FileType::Regular => Some(NFS3ERR_ACCES),
         FileType::Directory => Some(NFS3ERR_ISDIR),
         _ => Some(NFS3ERR_INVAL),
@@ -736,7 +770,7 @@ fn create(sh: &NfsShared, c: &Call<'_>, reply: &mut ReplyBuilder<'_>, base: usiz
             return Err(NFS3ERR_NOTDIR);
         }
         check_new_name(where_.name)?;
-        if !caller.may(&pre, MAY_WRITE | MAY_EXEC) {
+        if !may(b, &o, &o.fh, &pre, MAY_WRITE | MAY_EXEC) {
             return Err(NFS3ERR_ACCES);
         }
         if let Some(s) = attrs {
@@ -751,8 +785,8 @@ fn create(sh: &NfsShared, c: &Call<'_>, reply: &mut ReplyBuilder<'_>, base: usiz
             // An UNCHECKED create of an existing file truncates it when a size
             // is given: that needs write permission on the file.
             Make::File(CreateHow::Unchecked(s)) if s.size.is_some() => {
-                if let Ok((_, a)) = b.lookup(&o.fh, where_.name) {
-                    if a.ftype == FileType::Regular && !caller.may_io(&a, MAY_WRITE) {
+                if let Ok((fh, a)) = b.lookup(&o.fh, where_.name) {
+                    if a.ftype == FileType::Regular && !may_io(b, &o, &fh, &a, MAY_WRITE) {
                         return Err(NFS3ERR_ACCES);
                     }
                 }
@@ -806,13 +840,15 @@ fn remove(sh: &NfsShared, c: &Call<'_>, reply: &mut ReplyBuilder<'_>, base: usiz
             return Err(NFS3ERR_NOTDIR);
         }
         check_old_name(args.name)?;
-        if !o.caller.may(&pre, MAY_WRITE | MAY_EXEC) {
+        if !may(b, &o, &o.fh, &pre, MAY_WRITE | MAY_EXEC) {
             return Err(NFS3ERR_ACCES);
         }
-        if pre.mode & 0o1000 != 0 {
+        // The sticky rule: the file system applies it itself when it checks.
+        if pre.mode & 0o1000 != 0 && !b.enforces_permissions() {
             let (_, victim) = b.lookup(&o.fh, args.name).map_err(|e| e.nfsstat3())?;
             if !o.caller.may_unlink(&pre, &victim) {
-                return Err(NFS3ERR_ACCES);
+                // EPERM, as the kernel's may_delete.
+                return Err(NFS3ERR_PERM);
             }
         }
         Ok(())
@@ -852,19 +888,34 @@ fn rename(sh: &NfsShared, c: &Call<'_>, reply: &mut ReplyBuilder<'_>, base: usiz
         }
         check_old_name(args.from.name)?;
         check_old_name(args.to.name)?;
-        if !caller.may(&pre_from, MAY_WRITE | MAY_EXEC) || !caller.may(&pre_to, MAY_WRITE | MAY_EXEC) {
+        if !may(b, &from, &from.fh, &pre_from, MAY_WRITE | MAY_EXEC)
+            || !may(b, &to, &to.fh, &pre_to, MAY_WRITE | MAY_EXEC)
+        {
             return Err(NFS3ERR_ACCES);
+        }
+        if b.enforces_permissions() {
+            // The sticky rules and moving a directory: the file system's.
+            return Ok(());
+        }
+        // A directory that moves to another parent has its `..` rewritten:
+        // that needs write permission on it (as the kernel's vfs_rename).
+        if from.fh != to.fh {
+            if let Ok((_, moved)) = b.lookup(&from.fh, args.from.name) {
+                if moved.ftype == FileType::Directory && !caller.may(&moved, MAY_WRITE) {
+                    return Err(NFS3ERR_ACCES);
+                }
+            }
         }
         if pre_from.mode & 0o1000 != 0 {
             let (_, victim) = b.lookup(&from.fh, args.from.name).map_err(|e| e.nfsstat3())?;
             if !caller.may_unlink(&pre_from, &victim) {
-                return Err(NFS3ERR_ACCES);
+                return Err(NFS3ERR_PERM);
             }
         }
         if pre_to.mode & 0o1000 != 0 {
             if let Ok((_, victim)) = b.lookup(&to.fh, args.to.name) {
                 if !caller.may_unlink(&pre_to, &victim) {
-                    return Err(NFS3ERR_ACCES);
+                    return Err(NFS3ERR_PERM);
                 }
             }
         }
@@ -904,7 +955,7 @@ fn link(sh: &NfsShared, c: &Call<'_>, reply: &mut ReplyBuilder<'_>, base: usize)
             return Err(NFS3ERR_INVAL);
         }
         check_new_name(args.link.name)?;
-        if !dir.caller.may(&pre, MAY_WRITE | MAY_EXEC) {
+        if !may(b, &dir, &dir.fh, &pre, MAY_WRITE | MAY_EXEC) {
             return Err(NFS3ERR_ACCES);
         }
         Ok(())
@@ -957,7 +1008,7 @@ fn readdir(
     let verf = b.cookie_verifier(&o.fh);
     let pre = if da.ftype != FileType::Directory {
         Err(NFS3ERR_NOTDIR)
-    } else if !o.caller.may(&da, MAY_READ) {
+    } else if !may(b, &o, &o.fh, &da, MAY_READ) {
         Err(NFS3ERR_ACCES)
     } else {
         match verf {

@@ -59,6 +59,7 @@ for s in $SERVERS; do
     sampler=$!
     if $start; then
         section "$s-functional" "$G/functional.sh" "$SRC" "$s"
+        section "$s-posix" "$G/posix.sh" "$SRC" "$s"
         section "$s-fio" "$G/fio.sh" "$SRC" "$s"
         if [ -x "$BIN/perf" ]; then
             section "$s-perf" "$G/perf.sh" "$s"
@@ -88,6 +89,11 @@ done
 # both servers' functional step times side by side, one check per step
 if [[ " $SERVERS " == *" kernel "* && " $SERVERS " == *" ours "* ]]; then
     python3 "$G/compare_steps.py" "$OUT"
+fi
+
+# the POSIX cases: no case the kernel's server passes may fail on ours
+if [[ " $SERVERS " == *" kernel "* && " $SERVERS " == *" ours "* ]]; then
+    python3 "$G/compare_posix.py" "$OUT"
 fi
 
 python3 "$G/report.py" "$OUT" | tee "$OUT/table.txt"
