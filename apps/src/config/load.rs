@@ -335,16 +335,40 @@ impl Walker {
     }
 
     fn listeners(&mut self, p: &str, v: &Value) -> Option<Listeners> {
-        let m = self.strict_object(p, v, &["fabric", "nfs_tcp_port", "mount_tcp_port", "tcp"])?;
+        let m = self.strict_object(p, v, &["fabric", "nfs_tcp_port", "mount_tcp_port", "tcp", "rpcbind"])?;
         let fabric = self.req(p, m, "fabric", |w, p, v| w.list(p, v, Walker::fabric_listener));
         let nfs = self.req(p, m, "nfs_tcp_port", Walker::u16);
         let mount = self.req(p, m, "mount_tcp_port", Walker::u16);
         let tcp = self.opt(p, m, "tcp", TcpConfig::default(), Walker::tcp);
+        let rpcbind = self.opt(p, m, "rpcbind", RpcbindConfig::default(), Walker::rpcbind);
         Some(Listeners {
             fabric: fabric?,
             nfs_tcp_port: nfs?,
             mount_tcp_port: mount?,
             tcp: tcp?,
+            rpcbind: rpcbind?,
+        })
+    }
+
+    fn rpcbind(&mut self, p: &str, v: &Value) -> Option<RpcbindConfig> {
+        let m = self.strict_object(p, v, &["mode", "port"])?;
+        let d = RpcbindConfig::default();
+        let mode = self.opt(p, m, "mode", d.mode, |w, p, v| {
+            w.choice(
+                p,
+                v,
+                &[
+                    ("auto", RpcbindMode::Auto),
+                    ("register", RpcbindMode::Register),
+                    ("serve", RpcbindMode::Serve),
+                    ("off", RpcbindMode::Off),
+                ],
+            )
+        });
+        let port = self.opt(p, m, "port", d.port, Walker::u16);
+        Some(RpcbindConfig {
+            mode: mode?,
+            port: port?,
         })
     }
 

@@ -48,6 +48,46 @@ pub struct Listeners {
     /// Limits and timeouts of both TCP services (optional; defaults apply).
     #[serde(default)]
     pub tcp: TcpConfig,
+    /// Registration with the host's rpcbind, or answering rpcbind queries
+    /// (optional; default `auto` on port 111).
+    #[serde(default)]
+    pub rpcbind: RpcbindConfig,
+}
+
+/// What the target does about rpcbind (`server::rpcbind`), so clients find
+/// MOUNT without `mountport=`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RpcbindConfig {
+    /// Default `auto`.
+    pub mode: RpcbindMode,
+    /// rpcbind's port: where the host's is asked (over TCP, when its local
+    /// socket is missing) and where ours answers (default 111).
+    pub port: u16,
+}
+
+impl Default for RpcbindConfig {
+    fn default() -> Self {
+        RpcbindConfig {
+            mode: RpcbindMode::Auto,
+            port: 111,
+        }
+    }
+}
+
+/// `listeners.rpcbind.mode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RpcbindMode {
+    /// Register with the host's rpcbind if one answers, else answer on the
+    /// port ourselves (nothing if it is taken).
+    Auto,
+    /// Only register with the host's rpcbind.
+    Register,
+    /// Only answer on the port ourselves.
+    Serve,
+    /// Neither.
+    Off,
 }
 
 /// Limits and timeouts of the TCP services (NFS and MOUNT, each listener on

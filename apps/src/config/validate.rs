@@ -203,6 +203,16 @@ impl Config {
             0,
             MAX_TCP_SHUTDOWN_GRACE_MS,
         );
+        let rb = l.rpcbind.port;
+        if rb == 0 {
+            c.push("$.listeners.rpcbind.port".into(), "a port in 1..=65535", 0);
+        } else if rb == l.nfs_tcp_port || rb == l.mount_tcp_port {
+            c.push(
+                "$.listeners.rpcbind.port".into(),
+                "a port different from $.listeners.nfs_tcp_port and mount_tcp_port",
+                rb,
+            );
+        }
         if l.mount_tcp_port == 0 {
             c.push("$.listeners.mount_tcp_port".into(), "a port in 1..=65535", 0);
         } else if l.mount_tcp_port == l.nfs_tcp_port {

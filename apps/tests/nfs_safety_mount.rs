@@ -1,0 +1,459 @@
+//! Issue 21 items 9 to 11: a plain mount works.
+//!
+//! - rpcbind (item 9): the responder's answers as byte vectors written from
+//!   RFC 1833's XDR (PMAP v2 section 3, RPCB v3/v4 section 2), the same over
+//!   UDP and TCP sockets, registration with a host rpcbind (a fake one on a
+//!   Unix socket that records what it is sent), and the whole target
+//!   answering PMAP GETPORT for MOUNT so a client needs no `mountport=`.
+//! - subdirectory mounts and several exports per backend (item 10).
+//! - the `nvme` backend's FSINFO, FSSTAT and truncate-to-size (item 11).
+
+mod nfs_common;
+
+use std::io::{Read, Write};
+use std::net::{IpAddr, SocketAddr, TcpStream, UdpSocket};
+use std::os::unix::net::UnixListener;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use nfs_common::*;
+use rpcrdma_apps::config::{Config, RpcbindConfig, RpcbindMode};
+use rpcrdma_apps::server::rpcbind::wire::{self, Mapping, Netid};
+use rpcrdma_apps::server::rpcbind::{Rpcbind, RpcbindState};
+use rpcrdma_apps::server::Target;
+
+fn hex(s: &str) -> Vec<u8> {
+    let s: String = s.split_whitespace().collect();
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+        .collect()
+}
+
+/// The table of a gateway at 10.0.2.15 whose MOUNT listens on all
+/// addresses.
+fn table() -> Vec<Mapping> {
+    let at = |ip: [u8; 4]| IpAddr::from(ip);
+    vec![
+        Mapping {
+            prog: 100_003,
+            vers: 3,
+            netid: Netid::Tcp,
+            ip: at([10, 0, 2, 15]),
+            port: 2049,
+        },
+        Mapping {
+            prog: 100_003,
+            vers: 3,
+            netid: Netid::Rdma,
+            ip: at([10, 0, 2, 15]),
+            port: 20049,
+        },
+        Mapping {
+            prog: 100_005,
+            vers: 1,
+            netid: Netid::Tcp,
+            ip: at([0, 0, 0, 0]),
+            port: 20048,
+        },
+        Mapping {
+            prog: 100_005,
+            vers: 3,
+            netid: Netid::Tcp,
+            ip: at([0, 0, 0, 0]),
+            port: 20048,
+        },
+    ]
+}
+
+fn answer(call: &[u8]) -> Option<Vec<u8>> {
+    let mut out = Vec::new();
+    wire::answer(&table(), "192.0.2.1".parse().unwrap(), call, &mut out).then_some(out)
+}
+
+/// RPC call header: xid 0x01020304, CALL, RPC version 2, program 100000
+/// (0x186a0), `vers`, `proc_`, AUTH_NONE credential and verifier.
+fn rpcb_header(vers: u32, proc_: u32) -> String {
+    format!("01020304 00000000 00000002 000186a0 {vers:08x} {proc_:08x} 00000000 00000000 00000000 00000000")
+}
+
+/// Accepted SUCCESS reply header to xid 0x01020304 (AUTH_NONE verifier).
+const OK_REPLY: &str = "01020304 00000001 00000000 00000000 00000000 00000000";
+
+#[test]
+fn nfs_safety_rpcbind_pmap_getport_byte_vectors() {
+    // PMAPPROC_GETPORT (3), struct mapping { prog, vers, prot, port }:
+    // MOUNT (100005 = 0x186a5) v3 over TCP (6): port 20048 = 0x4e50.
+    let call = hex(&format!("{} 000186a5 00000003 00000006 00000000", rpcb_header(2, 3)));
+    assert_eq!(answer(&call).unwrap(), hex(&format!("{OK_REPLY} 00004e50")));
+    // The same over UDP (17): not offered, port 0.
+    let call = hex(&format!("{} 000186a5 00000003 00000011 00000000", rpcb_header(2, 3)));
+    assert_eq!(answer(&call).unwrap(), hex(&format!("{OK_REPLY} 00000000")));
+    // NFS (0x186a3) v4 over TCP: GETPORT wants the exact version: 0.
+    let call = hex(&format!("{} 000186a3 00000004 00000006 00000000", rpcb_header(2, 3)));
+    assert_eq!(answer(&call).unwrap(), hex(&format!("{OK_REPLY} 00000000")));
+    // NFS v3 over TCP: 2049 = 0x801.
+    let call = hex(&format!("{} 000186a3 00000003 00000006 00000000", rpcb_header(2, 3)));
+    assert_eq!(answer(&call).unwrap(), hex(&format!("{OK_REPLY} 00000801")));
+    // PMAPPROC_NULL: a void result.
+    assert_eq!(answer(&hex(&rpcb_header(2, 0))).unwrap(), hex(OK_REPLY));
+    // PMAPPROC_DUMP (4): pmaplist of the TCP/UDP mappings (not rdma), each
+    // `TRUE, mapping`, then FALSE.
+    let want = format!(
+        "{OK_REPLY} 00000001 000186a3 00000003 00000006 00000801 \
+         00000001 000186a5 00000001 00000006 00004e50 \
+         00000001 000186a5 00000003 00000006 00004e50 00000000"
+    );
+    assert_eq!(answer(&hex(&rpcb_header(2, 4))).unwrap(), hex(&want));
+    // PMAPPROC_SET from a peer: FALSE, nothing changes.
+    let call = hex(&format!("{} 000186a5 00000003 00000006 00000001", rpcb_header(2, 1)));
+    assert_eq!(answer(&call).unwrap(), hex(&format!("{OK_REPLY} 00000000")));
+}
+
+#[test]
+fn nfs_safety_rpcbind_rpcb_getaddr_byte_vectors() {
+    // RPCBPROC_GETADDR (3) v4, struct rpcb { prog, vers, netid, addr, owner }:
+    // NFS v3 on "rdma" (72646d61) with empty addr and owner. The universal
+    // address "10.0.2.15.78.81" (15 bytes, padded): port 78 * 256 + 81 = 20049.
+    let call = hex(&format!(
+        "{} 000186a3 00000003 00000004 72646d61 00000000 00000000",
+        rpcb_header(4, 3)
+    ));
+    let want = format!("{OK_REPLY} 0000000f 31302e30 2e322e31 352e3738 2e383100");
+    assert_eq!(answer(&call).unwrap(), hex(&want));
+    // v3, MOUNT v3 on "tcp" (746370): the listener takes every address, so
+    // the answer is the address the caller reached (192.0.2.1) and 20048.
+    let call = hex(&format!(
+        "{} 000186a5 00000003 00000003 74637000 00000000 00000000",
+        rpcb_header(3, 3)
+    ));
+    let want = format!("{OK_REPLY} 0000000f 3139322e 302e322e 312e3738 2e383000");
+    assert_eq!(answer(&call).unwrap(), hex(&want));
+    // GETADDR of NFS v4 on tcp: rpcbind gives a version of the program it
+    // has (the service then answers PROG_MISMATCH): "10.0.2.15.8.1".
+    let call = hex(&format!(
+        "{} 000186a3 00000004 00000003 74637000 00000000 00000000",
+        rpcb_header(4, 3)
+    ));
+    let want = format!("{OK_REPLY} 0000000d 31302e30 2e322e31 352e382e 31000000");
+    assert_eq!(answer(&call).unwrap(), hex(&want));
+    // RPCBPROC_GETVERSADDR (9, v4 only) wants that version: "".
+    let call = hex(&format!(
+        "{} 000186a3 00000004 00000003 74637000 00000000 00000000",
+        rpcb_header(4, 9)
+    ));
+    assert_eq!(answer(&call).unwrap(), hex(&format!("{OK_REPLY} 00000000")));
+    // An unknown netid: "".
+    let call = hex(&format!(
+        "{} 000186a3 00000003 00000003 75647000 00000000 00000000",
+        rpcb_header(4, 3)
+    ));
+    assert_eq!(answer(&call).unwrap(), hex(&format!("{OK_REPLY} 00000000")));
+    // RPCBPROC_SET from a peer: FALSE.
+    let call = hex(&format!(
+        "{} 000186a3 00000003 00000003 74637000 00000000 00000000",
+        rpcb_header(4, 1)
+    ));
+    assert_eq!(answer(&call).unwrap(), hex(&format!("{OK_REPLY} 00000000")));
+}
+
+#[test]
+fn nfs_safety_rpcbind_rpc_errors_and_hostile_calls() {
+    let reply = |accept_stat: u32, extra: &str| {
+        hex(&format!(
+            "01020304 00000001 00000000 00000000 00000000 {accept_stat:08x} {extra}"
+        ))
+    };
+    // Another program: PROG_UNAVAIL (1).
+    let call = hex("01020304 00000000 00000002 000186a1 00000002 00000000 00000000 00000000 00000000 00000000");
+    assert_eq!(answer(&call).unwrap(), reply(1, ""));
+    // Version 5 (and 1): PROG_MISMATCH (2), low 2, high 4.
+    for v in [1, 5] {
+        assert_eq!(answer(&hex(&rpcb_header(v, 0))).unwrap(), reply(2, "00000002 00000004"));
+    }
+    // CALLIT (5), GETADDRLIST (11), GETSTAT (12): PROC_UNAVAIL (3).
+    for (v, p) in [(2, 5), (2, 6), (2, 9), (4, 11), (4, 12), (3, 9), (4, 99)] {
+        assert_eq!(answer(&hex(&rpcb_header(v, p))).unwrap(), reply(3, ""), "v{v} proc {p}");
+    }
+    // Truncated arguments: GARBAGE_ARGS (4).
+    let call = hex(&format!("{} 000186a3 00000003", rpcb_header(2, 3)));
+    assert_eq!(answer(&call).unwrap(), reply(4, ""));
+    // A netid longer than any rpcbind string: GARBAGE_ARGS, nothing taken
+    // from the length word.
+    let call = hex(&format!("{} 000186a3 00000003 7fffffff 72646d61", rpcb_header(4, 3)));
+    assert_eq!(answer(&call).unwrap(), reply(4, ""));
+    // Not a Call, or too short for a header: no answer.
+    assert!(answer(&hex("01020304 00000001 00000000")).is_none());
+    assert!(answer(&hex("0102")).is_none());
+    // Every prefix of a valid Call is answered or dropped, never a panic.
+    let call = hex(&format!(
+        "{} 000186a3 00000003 00000004 72646d61 00000000 00000000",
+        rpcb_header(4, 3)
+    ));
+    for n in 0..call.len() {
+        let _ = answer(&call[..n]);
+    }
+}
+
+/// Universal addresses: RFC 1833 section 2.1's dotted form, IPv6 too.
+#[test]
+fn nfs_safety_rpcbind_universal_addresses() {
+    assert_eq!(wire::uaddr("10.0.2.15".parse().unwrap(), 20049), "10.0.2.15.78.81");
+    assert_eq!(wire::uaddr("fe80::1".parse().unwrap(), 2049), "fe80::1.8.1");
+    assert_eq!(
+        wire::parse_uaddr("10.0.2.15.78.81"),
+        Some(("10.0.2.15".parse().unwrap(), 20049))
+    );
+    assert_eq!(wire::parse_uaddr("::1.0.111"), Some(("::1".parse().unwrap(), 111)));
+    for bad in ["", "10.0.2.15", "10.0.2.15.256.1", "x.1.2", "10.0.2.15.-1.0"] {
+        assert_eq!(wire::parse_uaddr(bad), None, "{bad:?}");
+    }
+}
+
+/// A free port for both UDP and TCP on the loopback.
+fn free_port() -> u16 {
+    loop {
+        let t = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let p = t.local_addr().unwrap().port();
+        if UdpSocket::bind(("127.0.0.1", p)).is_ok() {
+            return p;
+        }
+    }
+}
+
+fn call_bytes(xid: u32, vers: u32, proc_: u32, args: impl FnOnce(&mut Enc)) -> Vec<u8> {
+    let mut e = call_header(xid, 100_000, vers, proc_, &Auth::None);
+    args(&mut e);
+    e.b
+}
+
+fn udp_call(port: u16, call: &[u8]) -> Reply {
+    let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.send_to(call, ("127.0.0.1", port)).unwrap();
+    let mut buf = [0u8; 2048];
+    let (n, _) = s.recv_from(&mut buf).expect("rpcbind answers over UDP");
+    Reply::parse(&buf[..n])
+}
+
+fn getport(port: u16, prog: u32, vers: u32, prot: u32) -> u32 {
+    let r = udp_call(
+        port,
+        &call_bytes(7, 2, 3, |e| {
+            e.u32(prog).u32(vers).u32(prot).u32(0);
+        }),
+    );
+    let mut d = r.dec();
+    let p = d.u32();
+    d.end();
+    p
+}
+
+#[test]
+fn nfs_safety_rpcbind_serves_over_udp_and_tcp_when_no_rpcbind_runs() {
+    let port = free_port();
+    let cfg = RpcbindConfig {
+        mode: RpcbindMode::Auto,
+        port,
+    };
+    let dir = TempDir::new("rpcbind-none");
+    // No rpcbind at this socket nor on the port: auto serves.
+    let mut rb = Rpcbind::start_with_sockets(
+        &cfg,
+        table(),
+        &["127.0.0.1".parse().unwrap()],
+        &[dir.0.join("none.sock")],
+    );
+    assert_eq!(
+        rb.state(),
+        RpcbindState::Serving(vec![SocketAddr::from(([127, 0, 0, 1], port))])
+    );
+    assert_eq!(
+        getport(port, 100_005, 3, 6),
+        20048,
+        "PMAP GETPORT of MOUNT v3/TCP over UDP"
+    );
+    assert_eq!(getport(port, 100_005, 1, 6), 20048, "MOUNT v1 (showmount)");
+    assert_eq!(getport(port, 100_005, 3, 17), 0, "no MOUNT over UDP");
+    // RPCB v4 GETADDR over TCP, two Calls on one connection.
+    let mut t = Tcp(TcpStream::connect(("127.0.0.1", port)).unwrap());
+    t.0.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    for (netid, want) in [("rdma", "10.0.2.15.78.81"), ("tcp", "127.0.0.1.78.80")] {
+        let prog = if netid == "rdma" { 100_003 } else { 100_005 };
+        let call = call_bytes(9, 4, 3, |e| {
+            e.u32(prog).u32(3).opaque(netid.as_bytes()).opaque(b"").opaque(b"");
+        });
+        let r = Reply::parse(&t.roundtrip(&call).expect("a reply over TCP"));
+        let mut d = r.dec();
+        assert_eq!(String::from_utf8(d.opaque()).unwrap(), want, "{netid}");
+        d.end();
+    }
+    // A record larger than any rpcbind Call closes the connection.
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.write_all(&(0x8000_0000u32 | 1 << 20).to_be_bytes()).unwrap();
+    let mut b = [0u8; 4];
+    assert_eq!(s.read(&mut b).unwrap_or(0), 0, "closed");
+    rb.stop();
+    assert_eq!(rb.state(), RpcbindState::Idle);
+    // The port is free again.
+    UdpSocket::bind(("127.0.0.1", port)).expect("UDP port released");
+    std::net::TcpListener::bind(("127.0.0.1", port)).expect("TCP port released");
+}
+
+#[test]
+fn nfs_safety_rpcbind_port_taken_means_off() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let cfg = RpcbindConfig {
+        mode: RpcbindMode::Serve,
+        port,
+    };
+    let rb = Rpcbind::start_with_sockets(&cfg, table(), &["127.0.0.1".parse().unwrap()], &[]);
+    assert_eq!(rb.state(), RpcbindState::Idle);
+    let off = RpcbindConfig {
+        mode: RpcbindMode::Off,
+        port: free_port(),
+    };
+    let rb = Rpcbind::start_with_sockets(&off, table(), &["127.0.0.1".parse().unwrap()], &[]);
+    assert_eq!(rb.state(), RpcbindState::Idle);
+}
+
+/// What a fake host rpcbind was sent: (version, procedure, prog, vers,
+/// netid, addr).
+type Seen = Arc<Mutex<Vec<(u32, u32, u32, u32, String, String)>>>;
+
+/// A host rpcbind on a Unix socket that takes every SET and UNSET, or
+/// answers PROG_MISMATCH for RPCB v4 when `v3_only`.
+fn fake_rpcbind(path: PathBuf, v3_only: bool) -> Seen {
+    let l = UnixListener::bind(&path).unwrap();
+    let seen: Seen = Arc::default();
+    let s2 = seen.clone();
+    std::thread::spawn(move || {
+        for conn in l.incoming() {
+            let Ok(mut c) = conn else { return };
+            let seen = s2.clone();
+            std::thread::spawn(move || loop {
+                let mut m = [0u8; 4];
+                if c.read_exact(&mut m).is_err() {
+                    return;
+                }
+                let n = (u32::from_be_bytes(m) & 0x7fff_ffff) as usize;
+                let mut b = vec![0u8; n];
+                c.read_exact(&mut b).unwrap();
+                let w = |i: usize| u32::from_be_bytes(b[i..i + 4].try_into().unwrap());
+                let (xid, vers, proc_) = (w(0), w(16), w(20));
+                let mut e = Enc::default();
+                e.u32(xid).u32(1).u32(0).u32(0).u32(0);
+                if v3_only && vers == 4 {
+                    e.u32(2).u32(2).u32(3);
+                } else {
+                    // args after the 40-byte AUTH_NONE header
+                    let mut d = proto::xdr::Reader::new(&b[40..]);
+                    let (prog, pv) = (d.u32("p").unwrap(), d.u32("v").unwrap());
+                    let netid = String::from_utf8(d.string(64, "n").unwrap().to_vec()).unwrap();
+                    let addr = String::from_utf8(d.string(64, "a").unwrap().to_vec()).unwrap();
+                    seen.lock().unwrap().push((vers, proc_, prog, pv, netid, addr));
+                    e.u32(0).u32(1);
+                }
+                let mut out = (0x8000_0000u32 | e.b.len() as u32).to_be_bytes().to_vec();
+                out.extend_from_slice(&e.b);
+                c.write_all(&out).unwrap();
+            });
+        }
+    });
+    seen
+}
+
+#[test]
+fn nfs_safety_rpcbind_registers_with_the_host_rpcbind_and_unsets_at_stop() {
+    for v3_only in [false, true] {
+        let dir = TempDir::new("rpcbind-host");
+        let sock = dir.0.join("rpcbind.sock");
+        let seen = fake_rpcbind(sock.clone(), v3_only);
+        let cfg = RpcbindConfig::default();
+        let mut rb = Rpcbind::start_with_sockets(&cfg, table(), &["127.0.0.1".parse().unwrap()], &[sock]);
+        assert_eq!(rb.state(), RpcbindState::Registered);
+        let vers = if v3_only { 3 } else { 4 };
+        let n = table().len();
+        {
+            let s = seen.lock().unwrap();
+            assert_eq!(s.len(), 2 * n, "UNSET then SET of each mapping: {s:?}");
+            assert!(
+                s[..n].iter().all(|c| c.0 == vers && c.1 == 2 && c.5.is_empty()),
+                "{s:?}"
+            );
+            let sets: Vec<_> = s[n..]
+                .iter()
+                .map(|c| (c.0, c.1, c.2, c.3, c.4.as_str(), c.5.as_str()))
+                .collect();
+            assert_eq!(
+                sets,
+                vec![
+                    (vers, 1, 100_003, 3, "tcp", "10.0.2.15.8.1"),
+                    (vers, 1, 100_003, 3, "rdma", "10.0.2.15.78.81"),
+                    (vers, 1, 100_005, 1, "tcp", "0.0.0.0.78.80"),
+                    (vers, 1, 100_005, 3, "tcp", "0.0.0.0.78.80"),
+                ]
+            );
+        }
+        rb.stop();
+        let s = seen.lock().unwrap();
+        assert_eq!(s.len(), 3 * n, "UNSET of each at stop");
+        assert!(s[2 * n..].iter().all(|c| c.0 == vers && c.1 == 2), "{s:?}");
+    }
+}
+
+/// The whole target, rpcbind served on a free port: PMAP GETPORT gives the
+/// MOUNT port, and MNT over it works; without the responder nothing
+/// answers there.
+#[test]
+fn nfs_safety_rpcbind_target_tells_clients_the_mount_port() {
+    let dir = TempDir::new("rpcbind-target");
+    let rb_port = free_port();
+    let (nfs, mnt) = (free_port(), free_port());
+    let v = serde_json::json!({
+        "cores": [{ "cpu": 0, "role": "admin" }, { "cpu": 1, "role": "io" }],
+        "reactor": { "idle": { "policy": "spin_then_sleep", "idle_loops": 1000, "max_sleep_us": 100 } },
+        "listeners": { "fabric": [{ "address": "127.0.0.1", "port": 20049, "versions": [1] }],
+                       "nfs_tcp_port": nfs, "mount_tcp_port": mnt,
+                       "rpcbind": { "mode": "serve", "port": rb_port } },
+        "fabric": { "provider": "shm", "socket_path": dir.0.join("fabric.sock").to_str().unwrap() },
+        "pools": [
+            { "name": "recv", "usage": "receive", "buffer_size_bytes": 4096, "count": 256,
+              "page_size": "4K", "per_core_cache": 16 },
+            { "name": "send", "usage": "send", "buffer_size_bytes": 8192, "count": 256,
+              "page_size": "4K", "per_core_cache": 16 },
+            { "name": "data", "usage": "data", "buffer_size_bytes": 65536, "count": 16,
+              "page_size": "4K", "per_core_cache": 2 }
+        ],
+        "credits": { "max_per_connection": 16 },
+        "backends": [{ "type": "mem", "name": "b0", "size_bytes": 16 << 20 }],
+        "exports": [{ "path": "/export", "backend": "b0", "clients": ["127.0.0.0/8"] }],
+    });
+    let cfg = Config::from_json_value(&v).expect("config");
+    let t = Target::start(cfg).expect("target");
+    assert_eq!(
+        t.rpcbind_state(),
+        RpcbindState::Serving(vec![SocketAddr::from(([127, 0, 0, 1], rb_port))])
+    );
+    // The mount helper's question for proto=rdma: MOUNT v3 over TCP.
+    let port = getport(rb_port, 100_005, 3, 6);
+    assert_eq!(port, u32::from(mnt));
+    assert_eq!(getport(rb_port, 100_003, 3, 6), u32::from(nfs));
+    let mut m = Client::new(Tcp::connect(port as u16));
+    m.mnt("/export").expect("MNT at the port rpcbind gave");
+    // showmount -e: EXPORT of MOUNT v1 at the v1 port.
+    let p1 = getport(rb_port, 100_005, 1, 6) as u16;
+    let mut s = Client::new(Tcp::connect(p1));
+    let r = s.call(MOUNT, 1, 5, |_| {});
+    let mut d = r.dec();
+    assert!(d.bool());
+    assert_eq!(d.opaque(), b"/export");
+    t.shutdown().expect("shutdown");
+    let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+    s.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
+    s.send_to(&call_bytes(1, 2, 0, |_| {}), ("127.0.0.1", rb_port)).unwrap();
+    assert!(s.recv_from(&mut [0u8; 64]).is_err(), "no answer after shutdown");
+}
