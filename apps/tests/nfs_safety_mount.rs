@@ -457,3 +457,137 @@ fn nfs_safety_rpcbind_target_tells_clients_the_mount_port() {
     s.send_to(&call_bytes(1, 2, 0, |_| {}), ("127.0.0.1", rb_port)).unwrap();
     assert!(s.recv_from(&mut [0u8; 64]).is_err(), "no answer after shutdown");
 }
+
+// ---------------------------------------------------------------------------
+// Item 10: subdirectory mounts, several exports per backend
+// ---------------------------------------------------------------------------
+
+/// A client acting as root on `sh` (the exports here do not squash root).
+fn root_on(sh: &Arc<rpcrdma_apps::nfs::NfsShared>) -> Client<Direct> {
+    let mut c = Client::new(Direct::new(sh));
+    c.auth = Auth::root();
+    c
+}
+
+fn open_ex(path: &'static str) -> Ex {
+    Ex {
+        root_squash: false,
+        ..Ex::new(path, "b0")
+    }
+}
+
+/// `NfsShared` over one backend with these (export path, backend dir).
+fn shared_dirs(s: &Store, exports: &[(&'static str, &str)]) -> Arc<rpcrdma_apps::nfs::NfsShared> {
+    let ex: Vec<Ex> = exports.iter().map(|(p, _)| open_ex(p)).collect();
+    let mut cfg = config(&["b0"], &ex, 1 << 20);
+    for (c, (_, d)) in cfg.exports.iter_mut().zip(exports) {
+        c.dir = d.to_string();
+    }
+    rpcrdma_apps::nfs::NfsShared::new(&cfg, vec![("b0".into(), s.backend.clone())]).expect("exports")
+}
+
+#[test]
+fn nfs_safety_mnt_of_a_subdirectory_returns_its_handle() {
+    for kind in KINDS {
+        let s = store(kind, "mnt-sub");
+        let sh = shared(&[&s], &[open_ex("/export")], 1 << 20);
+        let mut c = root_on(&sh);
+        let (root, _) = c.mnt("/export").unwrap();
+        let (sub, _) = c.mkdir(&root, "sub", 0o755).unwrap();
+        let (deeper, _) = c.mkdir(&sub, "deeper", 0o755).unwrap();
+        c.mkfile(&sub, "f", 0o644).unwrap();
+        c.symlink(&root, "link", b"sub").unwrap();
+        for (path, want) in [
+            ("/export/sub", &sub),
+            ("/export/sub/", &sub),
+            ("/export//sub/./deeper", &deeper),
+            ("/export/sub/deeper", &deeper),
+            ("/export/.", &root),
+        ] {
+            let (fh, flavors) = c.mnt(path).unwrap_or_else(|e| panic!("{kind:?}: MNT {path}: {e}"));
+            assert_eq!(&fh, want, "{kind:?}: MNT {path} gives that directory's handle");
+            assert_eq!(flavors, vec![1], "AUTH_SYS");
+        }
+        // Its handle works like any other: LOOKUP `..` goes up within the export.
+        let (fh, _) = c.mnt("/export/sub/deeper").unwrap();
+        assert_eq!(c.lookup(&fh, b"..").unwrap().0, sub);
+        assert!(c.dump().contains(&("127.0.0.1".into(), "/export/sub/deeper".into())));
+        for (path, err) in [
+            ("/export/sub/f", 20), // MNT3ERR_NOTDIR
+            ("/export/link", 20),  // a symbolic link is not followed
+            ("/export/nope", 2),   // MNT3ERR_NOENT
+            ("/export/sub/nope/x", 2),
+            ("/export/sub/..", 13), // MNT3ERR_ACCES: never above the path
+            ("/export/../etc", 13),
+            ("/exportx", 2), // not below /export
+            ("/", 2),
+        ] {
+            assert_eq!(c.mnt(path).unwrap_err(), err, "{kind:?}: MNT {path}");
+        }
+    }
+}
+
+#[test]
+fn nfs_safety_two_exports_on_one_backend_show_their_own_subtree() {
+    for kind in KINDS {
+        let s = store(kind, "two-exports");
+        let sh = shared_dirs(&s, &[("/a", "/tree/a"), ("/b", "/tree/b"), ("/all", "/")]);
+        let mut c = root_on(&sh);
+        let (a, _) = c.mnt("/a").unwrap();
+        let (b, _) = c.mnt("/b").unwrap();
+        let (all, _) = c.mnt("/all").unwrap();
+        assert_ne!(a, b);
+        c.mkfile(&a, "only-in-a", 0o644).unwrap();
+        let (asub, _) = c.mkdir(&a, "d", 0o755).unwrap();
+        c.mkfile(&b, "only-in-b", 0o644).unwrap();
+        let sorted = |mut v: Vec<String>| {
+            v.sort();
+            v
+        };
+        assert_eq!(sorted(c.list_all(&a, 4096)), [".", "..", "d", "only-in-a"], "{kind:?}");
+        assert_eq!(sorted(c.list_all(&b, 4096)), [".", "..", "only-in-b"], "{kind:?}");
+        let (tree, _) = c.lookup(&all, b"tree").unwrap();
+        assert_eq!(sorted(c.list_all(&tree, 4096)), [".", "..", "a", "b"]);
+        // LOOKUP `..` at an export's root is that root, not the backend
+        // directory above it (which another export serves).
+        let root_attr = c.getattr(&a).unwrap();
+        let (up, up_attr) = c.lookup(&a, b"..").unwrap();
+        assert_eq!(up, a, "{kind:?}: LOOKUP .. at /a's root stays there");
+        assert_eq!(up_attr.fileid, root_attr.fileid);
+        assert_eq!(
+            c.lookup(&asub, b"..").unwrap().0,
+            a,
+            "below the root, `..` is the parent"
+        );
+        // READDIRPLUS's `..` at the root: the root's handle and attributes,
+        // and READDIR's `..` its fileid.
+        let l = c.readdirplus(&a, 0, 0, 4096, 8192).unwrap();
+        let dotdot = l.entries.iter().find(|e| e.1 == b"..").expect("`..` listed");
+        assert_eq!(dotdot.0, root_attr.fileid, "{kind:?}: fileid of `..`");
+        assert_eq!(dotdot.3.as_ref().map(|f| f.fileid), Some(root_attr.fileid));
+        assert_eq!(
+            dotdot.4.as_ref(),
+            Some(&a),
+            "{kind:?}: READDIRPLUS `..` handle at the root"
+        );
+        let l = c.readdir(&a, 0, 0, 4096).unwrap();
+        assert_eq!(l.entries.iter().find(|e| e.1 == b"..").unwrap().0, root_attr.fileid);
+        // In a subdirectory `..` is its parent.
+        let l = c.readdirplus(&asub, 0, 0, 4096, 8192).unwrap();
+        assert_eq!(l.entries.iter().find(|e| e.1 == b"..").unwrap().4.as_ref(), Some(&a));
+        // The whole-backend export still goes up to its own root only.
+        assert_eq!(c.lookup(&all, b"..").unwrap().0, all);
+        // The same directory through two exports: two handles (their
+        // prefixes differ), one file.
+        let (via_all, _) = c.lookup(&tree, b"a").unwrap();
+        assert_ne!(via_all, a);
+        assert_eq!(c.getattr(&via_all).unwrap().fileid, root_attr.fileid);
+        // A backend path that is a file cannot be exported.
+        c.mkfile(&all, "plain", 0o644).unwrap();
+        let ex = [open_ex("/p")];
+        let mut cfg = config(&["b0"], &ex, 1 << 20);
+        cfg.exports[0].dir = "/plain".into();
+        let e = rpcrdma_apps::nfs::NfsShared::new(&cfg, vec![("b0".into(), s.backend.clone())]).unwrap_err();
+        assert!(e.contains("not a directory"), "{e}");
+    }
+}

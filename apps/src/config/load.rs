@@ -7,7 +7,7 @@ use std::path::Path;
 use reactor::idle::IdlePolicy;
 use serde_json::{Map, Value};
 
-use super::model::{default_anon_id, default_port_num, default_queue_depth};
+use super::model::{default_anon_id, default_export_dir, default_port_num, default_queue_depth};
 use super::*;
 
 /// Short description of a JSON value for "found ...".
@@ -601,6 +601,7 @@ impl Walker {
                 "allow_auth_none",
                 "anon_uid",
                 "anon_gid",
+                "dir",
             ],
         )?;
         let path = self.req(p, m, "path", Walker::string);
@@ -611,6 +612,7 @@ impl Walker {
         let auth_none = self.opt(p, m, "allow_auth_none", false, Walker::boolean);
         let anon_uid = self.opt(p, m, "anon_uid", default_anon_id(), Walker::u32);
         let anon_gid = self.opt(p, m, "anon_gid", default_anon_id(), Walker::u32);
+        let dir = self.opt(p, m, "dir", default_export_dir(), Walker::string);
         Some(ExportConfig {
             path: path?,
             backend: backend?,
@@ -620,6 +622,7 @@ impl Walker {
             allow_auth_none: auth_none?,
             anon_uid: anon_uid?,
             anon_gid: anon_gid?,
+            dir: dir?,
         })
     }
 }

@@ -385,6 +385,16 @@ pub struct ExportConfig {
     /// The anonymous group (default 65534).
     #[serde(default = "default_anon_id")]
     pub anon_gid: u32,
+    /// The backend directory the export serves, as a path from the
+    /// backend's root (default `/`: all of it). Several exports of one
+    /// backend each serve their own subtree; missing directories are
+    /// created (mode 0755, owner root) at start.
+    #[serde(default = "default_export_dir")]
+    pub dir: String,
+}
+
+pub(super) fn default_export_dir() -> String {
+    "/".to_string()
 }
 
 pub(super) fn default_anon_id() -> u32 {

@@ -472,6 +472,14 @@ impl Config {
                     format!("{:?}", e.path),
                 );
             }
+            let bad_part = e.dir.split('/').any(|p| p == "." || p == ".." || p.len() > 255);
+            if !e.dir.starts_with('/') || bad_part || e.dir.contains('\0') {
+                c.push(
+                    format!("{base}.dir"),
+                    "an absolute path in the backend without `.` or `..` components",
+                    format!("{:?}", e.dir),
+                );
+            }
             if !self.backends.iter().any(|b| b.name() == e.backend) {
                 let expected = if names.is_empty() {
                     "the name of a backend in $.backends (there are none)".to_string()

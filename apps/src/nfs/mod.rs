@@ -159,7 +159,8 @@ impl NfsShared {
                 .iter()
                 .position(|(n, _)| *n == e.backend)
                 .ok_or_else(|| format!("export {}: no backend named {:?}", e.path, e.backend))?;
-            let ex = Export::new(e, b, backends[b].1.root())?;
+            let root = export::export_dir(&*backends[b].1, &e.dir).map_err(|m| format!("export {}: {m}", e.path))?;
+            let ex = Export::new(e, b, root)?;
             if let Some(o) = exports.iter().find(|o| o.id == ex.id) {
                 return Err(format!(
                     "exports {} and {}: same path or same export id",

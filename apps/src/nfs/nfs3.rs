@@ -296,6 +296,10 @@ fn lookup(sh: &NfsShared, c: &Call<'_>, reply: &mut ReplyBuilder<'_>, base: usiz
         Err(NFS3ERR_NOTDIR)
     } else if !o.caller.may(&dir, MAY_EXEC) {
         Err(NFS3ERR_ACCES)
+    } else if args.name == b".." && sh.exports[o.ex].is_root(&o.fh) {
+        // The export's root is the top of its clients' tree, as `/` is
+        // (another export of the backend may hold the directory above).
+        Ok((o.fh, dir))
     } else {
         check_name(args.name).and_then(|()| b.lookup(&o.fh, args.name).map_err(|e| e.nfsstat3()))
     };
@@ -947,6 +951,8 @@ fn readdir(
     let (b, id) = (backend(sh, &o), fsid(sh, &o));
     let ex = &sh.exports[o.ex];
     let da = b.getattr(&o.fh)?;
+    // At the export's root, `..` is the root itself (see LOOKUP).
+    let at_root = ex.is_root(&o.fh);
     let head_room = reply.head_mut().len().saturating_sub(base);
     let budget = (args.maxcount as usize).min(head_room);
     let dir_budget = if args.dircount == 0 {
@@ -1000,13 +1006,14 @@ fn readdir(
             }
             used += bytes;
             dir_used += dir_bytes;
+            let top = at_root && name == b"..";
             entries.push(Ent {
-                fileid: e.fileid,
+                fileid: if top { da.fileid } else { e.fileid },
                 cookie: e.cookie,
                 name_at: names.len() as u32,
                 name_len: name.len() as u16,
-                handle: e.handle,
-                attr: e.attr,
+                handle: if top { Some(o.fh) } else { e.handle },
+                attr: if top { Some(da) } else { e.attr },
             });
             names.extend_from_slice(name);
             true
