@@ -276,11 +276,18 @@ fn nfs_safety_rpcbind_serves_over_udp_and_tcp_when_no_rpcbind_runs() {
     );
     assert_eq!(getport(port, 100_005, 1, 6), 20048, "MOUNT v1 (showmount)");
     assert_eq!(getport(port, 100_005, 3, 17), 0, "no MOUNT over UDP");
+    // rpcbind itself is listed, as rpcbind does (rpcinfo -p looks it up).
+    assert_eq!(getport(port, 100_000, 2, 6), u32::from(port), "PMAP over TCP");
+    assert_eq!(getport(port, 100_000, 2, 17), u32::from(port), "PMAP over UDP");
     // RPCB v4 GETADDR over TCP, two Calls on one connection.
     let mut t = Tcp(TcpStream::connect(("127.0.0.1", port)).unwrap());
     t.0.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    for (netid, want) in [("rdma", "10.0.2.15.78.81"), ("tcp", "127.0.0.1.78.80")] {
-        let prog = if netid == "rdma" { 100_003 } else { 100_005 };
+    let me = wire::uaddr("127.0.0.1".parse().unwrap(), port);
+    for (prog, netid, want) in [
+        (100_003, "rdma", "10.0.2.15.78.81"),
+        (100_005, "tcp", "127.0.0.1.78.80"),
+        (100_000, "tcp", me.as_str()),
+    ] {
         let call = call_bytes(9, 4, 3, |e| {
             e.u32(prog).u32(3).opaque(netid.as_bytes()).opaque(b"").opaque(b"");
         });

@@ -11,7 +11,9 @@
 //!   to 127.0.0.1:111), and unregisters them (RPCB UNSET) at shutdown;
 //! - otherwise **answers** PMAP v2 GETPORT / DUMP and RPCB v3/v4 GETADDR /
 //!   GETVERSADDR / DUMP on port 111 itself, over UDP and TCP, from its own
-//!   fixed table ([`wire::answer`]); if port 111 is taken, it does neither
+//!   fixed table ([`wire::answer`]), which then lists rpcbind itself too
+//!   (program 100000 v2-v4 on tcp and udp, as rpcbind does: `rpcinfo`
+//!   looks it up first); if port 111 is taken, it does neither
 //!   and says so.
 //!
 //! The table: NFS v3 on `tcp` (or `tcp6`) at `listeners.nfs_tcp_port`, on
@@ -37,7 +39,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::config::{RpcbindConfig, RpcbindMode};
-use wire::{Mapping, RPCBPROC_SET, RPCBPROC_UNSET, RPCB_V3, RPCB_V4};
+use wire::{Mapping, Netid, RPCBPROC_SET, RPCBPROC_UNSET, RPCB_V3, RPCB_V4};
 
 /// rpcbind's local sockets, newest path first.
 pub const RPCBIND_SOCKETS: [&str; 2] = ["/run/rpcbind.sock", "/var/run/rpcbind.sock"];
@@ -393,6 +395,28 @@ impl Rpcbind {
         }
         if !matches!(cfg.mode, RpcbindMode::Auto | RpcbindMode::Serve) {
             return me;
+        }
+        // rpcbind lists itself, and clients look it up before they ask it
+        // anything (libtirpc's `clnt_create` of PMAP in `rpcinfo -p`).
+        let mut maps = maps;
+        for &ip in addrs {
+            let v6 = ip.is_ipv6();
+            let netids = if v6 {
+                [Netid::Tcp6, Netid::Udp6]
+            } else {
+                [Netid::Tcp, Netid::Udp]
+            };
+            for netid in netids {
+                for vers in [wire::PMAP_V2, RPCB_V3, RPCB_V4] {
+                    maps.push(Mapping {
+                        prog: wire::RPCBIND_PROGRAM,
+                        vers,
+                        netid,
+                        ip,
+                        port: cfg.port,
+                    });
+                }
+            }
         }
         let maps = Arc::new(maps);
         for ip in addrs {
