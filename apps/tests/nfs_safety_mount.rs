@@ -598,3 +598,121 @@ fn nfs_safety_two_exports_on_one_backend_show_their_own_subtree() {
         assert!(e.contains("not a directory"), "{e}");
     }
 }
+
+// ---------------------------------------------------------------------------
+// Item 11: the nvme backend's FSINFO, FSSTAT and cp
+// ---------------------------------------------------------------------------
+
+const FSF3_LINK: u32 = 1;
+const FSF3_SYMLINK: u32 = 2;
+const FSF3_HOMOGENEOUS: u32 = 8;
+const FSF3_CANSETTIME: u32 = 16;
+
+/// Image files standing in for namespaces (tests/nvme/run.sh has the real
+/// devices): `sparse.img` of 4 MiB with no block allocated, `full.img` of
+/// 1 MiB written whole.
+fn nvme_images(dir: &TempDir) -> Vec<PathBuf> {
+    let sparse = dir.0.join("sparse.img");
+    std::fs::File::create(&sparse).unwrap().set_len(4 * MIB as u64).unwrap();
+    let full = dir.0.join("full.img");
+    std::fs::write(&full, vec![0x5au8; MIB]).unwrap();
+    vec![sparse, full]
+}
+
+fn nvme_shared(imgs: &[PathBuf]) -> Arc<rpcrdma_apps::nfs::NfsShared> {
+    let backend: Arc<dyn rpcrdma_apps::backend::Backend> =
+        Arc::new(rpcrdma_apps::backend::nvme::NvmeBackend::open("b0", imgs, 32, true).unwrap());
+    let s = Store {
+        kind: Kind::Mem,
+        backend,
+        dir: None,
+    };
+    shared(&[&s], &[open_ex("/nvme")], 1 << 20)
+}
+
+#[test]
+fn nfs_safety_nvme_fsinfo_advertises_only_what_it_supports() {
+    let dir = TempDir::new("nvme-fsinfo");
+    let sh = nvme_shared(&nvme_images(&dir));
+    let mut c = root_on(&sh);
+    let (root, _) = c.mnt("/nvme").unwrap();
+    let (file, _) = c.lookup(&root, b"sparse.img").unwrap();
+    for fh in [&root, &file] {
+        let (_, _, props) = c.fsinfo(fh).unwrap();
+        assert_eq!(
+            props & (FSF3_LINK | FSF3_SYMLINK),
+            0,
+            "no links on a fixed namespace: {props:#x}"
+        );
+        assert_eq!(
+            props & (FSF3_HOMOGENEOUS | FSF3_CANSETTIME),
+            FSF3_HOMOGENEOUS | FSF3_CANSETTIME
+        );
+        assert_eq!(c.pathconf(fh).unwrap().0, 1, "PATHCONF linkmax");
+    }
+    // What it does not advertise it refuses.
+    assert_ne!(c.symlink(&root, "l", b"sparse.img").unwrap_err(), 0);
+    // A POSIX backend still advertises everything.
+    let m = store(Kind::Mem, "fsinfo-mem");
+    let sh = shared(&[&m], &[open_ex("/m")], 1 << 20);
+    let mut c = root_on(&sh);
+    let (root, _) = c.mnt("/m").unwrap();
+    let (_, _, props) = c.fsinfo(&root).unwrap();
+    assert_eq!(props, FSF3_LINK | FSF3_SYMLINK | FSF3_HOMOGENEOUS | FSF3_CANSETTIME);
+    assert!(c.pathconf(&root).unwrap().0 > 1);
+}
+
+#[test]
+fn nfs_safety_nvme_fsstat_reports_real_free_space() {
+    let dir = TempDir::new("nvme-fsstat");
+    let imgs = nvme_images(&dir);
+    let sh = nvme_shared(&imgs);
+    let mut c = root_on(&sh);
+    let (root, _) = c.mnt("/nvme").unwrap();
+    let [tbytes, fbytes, abytes, ..] = c.fsstat(&root).unwrap();
+    assert_eq!(tbytes, 5 * MIB as u64);
+    // The sparse image's 4 MiB are unallocated, the full one's none.
+    assert_eq!(
+        (fbytes, abytes),
+        (4 * MIB as u64, 4 * MIB as u64),
+        "free space of the devices"
+    );
+    // Writing 1 MiB into the sparse image allocates it: 1 MiB less free.
+    let (fh, _) = c.lookup(&root, b"sparse.img").unwrap();
+    c.write(&fh, 0, &vec![7u8; MIB], proto::nfs3::FILE_SYNC).unwrap();
+    let [_, fbytes, ..] = c.fsstat(&root).unwrap();
+    assert_eq!(fbytes, 3 * MIB as u64, "after 1 MiB written");
+}
+
+/// `cp data /mnt/full.img`: the Linux client opens the existing file with
+/// O_TRUNC, which is SETATTR size 0, then writes, then reads back.
+#[test]
+fn nfs_safety_nvme_cp_onto_a_device_file_works() {
+    let dir = TempDir::new("nvme-cp");
+    let imgs = nvme_images(&dir);
+    let sh = nvme_shared(&imgs);
+    let mut c = root_on(&sh);
+    let (root, _) = c.mnt("/nvme").unwrap();
+    let (fh, _) = c.lookup(&root, b"full.img").unwrap();
+    let trunc = |size| rpcrdma_apps::backend::SetAttr {
+        size: Some(size),
+        mtime: rpcrdma_apps::backend::SetTime::ServerTime,
+        ..Default::default()
+    };
+    for size in [0, 4096, MIB as u64] {
+        let (st, (_, post)) = c.setattr(&fh, &trunc(size), None);
+        assert_eq!(st, 0, "SETATTR size {size} (open O_TRUNC, ftruncate) is accepted");
+        assert_eq!(post.unwrap().size, MIB as u64, "the size stays the capacity");
+    }
+    let (st, _) = c.setattr(&fh, &trunc(MIB as u64 + 1), None);
+    assert_eq!(st, 27, "NFS3ERR_FBIG beyond the capacity");
+    // UNCHECKED CREATE of the existing name with size 0 (open O_CREAT|O_TRUNC).
+    let how = rpcrdma_apps::backend::CreateHow::Unchecked(trunc(0));
+    assert_eq!(c.create(&root, b"full.img", how).unwrap().0, fh);
+    let data: Vec<u8> = (0..100_000u32).map(|i| (i * 7) as u8).collect();
+    c.write(&fh, 0, &data, proto::nfs3::UNSTABLE).unwrap();
+    c.commit(&fh).unwrap();
+    let (got, _, _) = c.read(&fh, 0, data.len() as u32).unwrap();
+    assert_eq!(got, data);
+    assert_eq!(&std::fs::read(&imgs[1]).unwrap()[..data.len()], &data[..]);
+}

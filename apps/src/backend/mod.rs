@@ -338,6 +338,27 @@ pub struct FsStat {
     pub block_size: u32,
 }
 
+/// What a backend's namespace supports: FSINFO's `properties` (RFC 1813
+/// s3.3.19) and PATHCONF's `linkmax` (s3.3.20) say so to clients.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Features {
+    /// LINK makes hard links (`FSF3_LINK`; else PATHCONF `linkmax` is 1).
+    pub hard_links: bool,
+    /// SYMLINK makes symbolic links (`FSF3_SYMLINK`).
+    pub symlinks: bool,
+    /// SETATTR sets times to what the client asks (`FSF3_CANSETTIME`).
+    pub set_time: bool,
+}
+
+impl Features {
+    /// A POSIX file system: all of them.
+    pub const POSIX: Features = Features {
+        hard_links: true,
+        symlinks: true,
+        set_time: true,
+    };
+}
+
 /// `stable_how` (RFC 1813 s3.3.7).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Default)]
 pub enum Stable {
@@ -404,6 +425,10 @@ pub trait Backend: Send + Sync + fmt::Debug {
     /// Changes whenever the directory's entries change (`cookieverf3`).
     fn cookie_verifier(&self, dir: &FileHandle) -> FsResult<u64>;
     fn fsstat(&self) -> FsResult<FsStat>;
+    /// What the namespace supports (FSINFO, PATHCONF). Default: everything.
+    fn features(&self) -> Features {
+        Features::POSIX
+    }
     /// Flush the file's data and metadata to stable storage (COMMIT).
     fn commit(&self, fh: &FileHandle) -> FsResult<()>;
     /// Flush everything (clean shutdown).

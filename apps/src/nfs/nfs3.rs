@@ -1117,12 +1117,24 @@ fn fsinfo(sh: &NfsShared, c: &Call<'_>, reply: &mut ReplyBuilder<'_>, base: usiz
             // time_delta: nanosecond timestamps.
             w.put_u32(0)?;
             w.put_u32(1)?;
-            w.put_u32(FSF3_LINK | FSF3_SYMLINK | FSF3_HOMOGENEOUS | FSF3_CANSETTIME)?;
+            // Only what the backend does (a fixed namespace makes no links).
+            let f = b.features();
+            let mut props = FSF3_HOMOGENEOUS;
+            for (has, bit) in [
+                (f.hard_links, FSF3_LINK),
+                (f.symlinks, FSF3_SYMLINK),
+                (f.set_time, FSF3_CANSETTIME),
+            ] {
+                if has {
+                    props |= bit;
+                }
+            }
+            w.put_u32(props)?;
         }
         _ => {
             w.put_u32(NFS3_OK)?;
             put_post_op_attr(&mut w, a.as_ref(), id)?;
-            w.put_u32(LINK_MAX)?;
+            w.put_u32(if b.features().hard_links { LINK_MAX } else { 1 })?;
             w.put_u32(NAME_MAX_BYTES as u32)?;
             w.put_bool(true)?; // no_trunc
             w.put_bool(true)?; // chown_restricted
