@@ -108,7 +108,7 @@ impl Dev {
                 }
                 // SAFETY: fstatvfs succeeded and filled it (it was zeroed before).
                 let vfs = unsafe { vfs.assume_init() };
-                holes.min((vfs.f_bavail as u64).saturating_mul(vfs.f_frsize as u64))
+                holes.min(vfs.f_bavail.saturating_mul(vfs.f_frsize))
             }
         }
     }
