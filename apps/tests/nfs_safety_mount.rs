@@ -716,3 +716,223 @@ fn nfs_safety_nvme_cp_onto_a_device_file_works() {
     assert_eq!(got, data);
     assert_eq!(&std::fs::read(&imgs[1]).unwrap()[..data.len()], &data[..]);
 }
+
+// ---------------------------------------------------------------------------
+// Item 8: SETATTR's guard and pre-operation attributes, read with the change
+// ---------------------------------------------------------------------------
+
+use rpcrdma_apps::backend::{
+    Attr, Backend, CreateHow, DirEntry, FileHandle, FsResult, FsStat, IoChannel, NodeKind, Owner, SetAttr, SetTime,
+};
+
+/// `mem` with another client's change (chmod 0600) landing right after the
+/// next attribute read of the armed file is returned: the moment between a
+/// separate read and the change.
+#[derive(Debug)]
+struct Racer {
+    inner: Arc<dyn Backend>,
+    armed: Mutex<Option<FileHandle>>,
+}
+
+impl Racer {
+    fn other_client(&self, fh: &FileHandle) {
+        std::thread::sleep(Duration::from_millis(2)); // a later ctime
+        let chmod = SetAttr {
+            mode: Some(0o600),
+            ..Default::default()
+        };
+        self.inner.setattr(fh, &chmod).unwrap();
+    }
+
+    fn take(&self, fh: &FileHandle) -> bool {
+        let mut a = self.armed.lock().unwrap();
+        if a.as_ref() == Some(fh) {
+            *a = None;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+impl Backend for Racer {
+    fn kind(&self) -> &'static str {
+        self.inner.kind()
+    }
+    fn root(&self) -> FileHandle {
+        self.inner.root()
+    }
+    fn setattr(&self, fh: &FileHandle, set: &SetAttr) -> FsResult<Attr> {
+        self.inner.setattr(fh, set)
+    }
+    fn features(&self) -> rpcrdma_apps::backend::Features {
+        self.inner.features()
+    }
+    fn lookup(&self, dir: &FileHandle, name: &[u8]) -> FsResult<(FileHandle, Attr)> {
+        self.inner.lookup(dir, name)
+    }
+    fn readlink(&self, fh: &FileHandle, out: &mut [u8]) -> FsResult<usize> {
+        self.inner.readlink(fh, out)
+    }
+    fn create(&self, dir: &FileHandle, name: &[u8], how: CreateHow, owner: Owner) -> FsResult<(FileHandle, Attr)> {
+        self.inner.create(dir, name, how, owner)
+    }
+    fn mkdir(&self, dir: &FileHandle, name: &[u8], set: &SetAttr, owner: Owner) -> FsResult<(FileHandle, Attr)> {
+        self.inner.mkdir(dir, name, set, owner)
+    }
+    fn symlink(
+        &self,
+        dir: &FileHandle,
+        name: &[u8],
+        target: &[u8],
+        set: &SetAttr,
+        owner: Owner,
+    ) -> FsResult<(FileHandle, Attr)> {
+        self.inner.symlink(dir, name, target, set, owner)
+    }
+    fn mknod(
+        &self,
+        dir: &FileHandle,
+        name: &[u8],
+        kind: NodeKind,
+        set: &SetAttr,
+        owner: Owner,
+    ) -> FsResult<(FileHandle, Attr)> {
+        self.inner.mknod(dir, name, kind, set, owner)
+    }
+    fn remove(&self, dir: &FileHandle, name: &[u8]) -> FsResult<()> {
+        self.inner.remove(dir, name)
+    }
+    fn rmdir(&self, dir: &FileHandle, name: &[u8]) -> FsResult<()> {
+        self.inner.rmdir(dir, name)
+    }
+    fn rename(&self, from_dir: &FileHandle, from: &[u8], to_dir: &FileHandle, to: &[u8]) -> FsResult<()> {
+        self.inner.rename(from_dir, from, to_dir, to)
+    }
+    fn link(&self, fh: &FileHandle, dir: &FileHandle, name: &[u8]) -> FsResult<()> {
+        self.inner.link(fh, dir, name)
+    }
+    fn readdir(&self, dir: &FileHandle, cookie: u64, sink: &mut dyn FnMut(DirEntry<'_>) -> bool) -> FsResult<bool> {
+        self.inner.readdir(dir, cookie, sink)
+    }
+    fn cookie_verifier(&self, dir: &FileHandle) -> FsResult<u64> {
+        self.inner.cookie_verifier(dir)
+    }
+    fn fsstat(&self) -> FsResult<FsStat> {
+        self.inner.fsstat()
+    }
+    fn getattr(&self, fh: &FileHandle) -> FsResult<Attr> {
+        let a = self.inner.getattr(fh);
+        if self.take(fh) {
+            self.other_client(fh);
+        }
+        a
+    }
+    fn setattr_checked(
+        &self,
+        fh: &FileHandle,
+        set: &SetAttr,
+        check: &mut dyn FnMut(&Attr) -> Result<(), u32>,
+    ) -> FsResult<(Attr, Result<Attr, u32>)> {
+        // Read and change are one step here: the other change can only
+        // land before it.
+        if self.take(fh) {
+            self.other_client(fh);
+        }
+        self.inner.setattr_checked(fh, set, check)
+    }
+    fn commit(&self, fh: &FileHandle) -> FsResult<()> {
+        self.inner.commit(fh)
+    }
+    fn sync_all(&self) -> FsResult<()> {
+        self.inner.sync_all()
+    }
+    fn open_channel(&self, core: usize) -> FsResult<Box<dyn IoChannel>> {
+        self.inner.open_channel(core)
+    }
+}
+
+#[test]
+fn nfs_safety_setattr_guard_is_checked_against_the_attributes_the_change_starts_from() {
+    let m = store(Kind::Mem, "guard");
+    let racer = Arc::new(Racer {
+        inner: m.backend.clone(),
+        armed: Mutex::new(None),
+    });
+    let s = Store {
+        kind: Kind::Mem,
+        backend: racer.clone(),
+        dir: None,
+    };
+    let sh = shared(&[&s], &[open_ex("/g")], 1 << 20);
+    let mut c = root_on(&sh);
+    let (root, _) = c.mnt("/g").unwrap();
+    let (fh, a0) = c.mkfile(&root, "f", 0o644).unwrap();
+    let t0 = (a0.ctime.0, a0.ctime.1);
+    // The client checked ctime t0; another client's chmod lands while the
+    // SETATTR is being served, before its change.
+    *racer.armed.lock().unwrap() = Some(rpcrdma_apps::nfs::export::split_fh(&fh).unwrap().1);
+    let set = SetAttr {
+        mode: Some(0o640),
+        ..Default::default()
+    };
+    let (st, (pre, post)) = c.setattr(&fh, &set, Some(t0));
+    let now = c.getattr(&fh).unwrap();
+    assert_ne!((now.ctime.0, now.ctime.1), t0, "the other change happened");
+    assert_eq!(st, 10002, "NFS3ERR_NOT_SYNC: the file changed after the guard's ctime");
+    let pre = pre.expect("pre-operation attributes");
+    assert_eq!(
+        (pre.ctime.0, pre.ctime.1),
+        (now.ctime.0, now.ctime.1),
+        "pre-op: the attributes the check saw"
+    );
+    assert_eq!(now.mode & 0o7777, 0o600, "the other client's change stands");
+    assert_eq!(post.unwrap().mode & 0o7777, 0o600);
+}
+
+#[test]
+fn nfs_safety_mem_setattr_reads_checks_and_changes_atomically() {
+    let m = store(Kind::Mem, "atomic");
+    let b = m.backend.clone();
+    let root = b.root();
+    let owner = Owner { uid: 0, gid: 0 };
+    let (fh, _) = b
+        .create(&root, b"f", CreateHow::Unchecked(SetAttr::default()), owner)
+        .unwrap();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (b2, stop2) = (b.clone(), stop.clone());
+    // Another client flips the mode as fast as it can.
+    let flipper = std::thread::spawn(move || {
+        let mut i = 0u32;
+        while !stop2.load(std::sync::atomic::Ordering::Relaxed) {
+            let set = SetAttr {
+                mode: Some(0o600 | (i & 1) * 0o044),
+                ..Default::default()
+            };
+            b2.setattr(&fh, &set).unwrap();
+            i += 1;
+        }
+    });
+    // SETATTR of the times only: the mode it ends with must be the one its
+    // check saw, whatever the other client does around it.
+    let touch = SetAttr {
+        mtime: SetTime::ServerTime,
+        ..Default::default()
+    };
+    for i in 0..300 {
+        let mut check = |_: &Attr| -> Result<(), u32> {
+            // A check that takes a while (a permission lookup, a slow core).
+            std::thread::sleep(Duration::from_micros(200));
+            Ok(())
+        };
+        let (pre, post) = b.setattr_checked(&fh, &touch, &mut check).unwrap();
+        let post = post.unwrap();
+        assert_eq!(
+            pre.mode, post.mode,
+            "round {i}: another change landed between the read and the change"
+        );
+        assert!(post.ctime >= pre.ctime);
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    flipper.join().unwrap();
+}

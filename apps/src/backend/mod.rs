@@ -389,6 +389,28 @@ pub trait Backend: Send + Sync + fmt::Debug {
     }
     /// Apply `set` (size changes truncate or extend) and return the new attributes.
     fn setattr(&self, fh: &FileHandle, set: &SetAttr) -> FsResult<Attr>;
+    /// SETATTR with its checks: `check` gets the attributes the change
+    /// starts from (the guard's ctime, RFC 1813 s3.3.2, and the caller's
+    /// rights are checked against them) and may refuse it with an
+    /// `nfsstat3`. Returns those attributes (the reply's pre-operation
+    /// attributes) and the new ones, or the refusal or failure.
+    ///
+    /// The default reads, checks and changes one after the other, so
+    /// another change may land in between (the guard then passes on a
+    /// ctime that is no longer current); a backend that can does all three
+    /// atomically (`mem`, under its lock).
+    fn setattr_checked(
+        &self,
+        fh: &FileHandle,
+        set: &SetAttr,
+        check: &mut dyn FnMut(&Attr) -> Result<(), u32>,
+    ) -> FsResult<(Attr, Result<Attr, u32>)> {
+        let pre = self.getattr(fh)?;
+        if let Err(s) = check(&pre) {
+            return Ok((pre, Err(s)));
+        }
+        Ok((pre, self.setattr(fh, set).map_err(|e| e.nfsstat3())))
+    }
     /// Look `name` up in `dir` (`.` and `..` included).
     fn lookup(&self, dir: &FileHandle, name: &[u8]) -> FsResult<(FileHandle, Attr)>;
     /// Copy the link target into `out`; returns its length.

@@ -259,27 +259,36 @@ fn setattr(sh: &NfsShared, c: &Call<'_>, reply: &mut ReplyBuilder<'_>, base: usi
     let args = SetattrArgs::decode(&mut Reader::new(c.args))?;
     let o = resolve(sh, c, args.object)?;
     let (b, id) = (backend(sh, &o), fsid(sh, &o));
-    let pre = b.getattr(&o.fh)?;
-    let mut w = out(reply, base);
-    let status = if read_only(sh, &o) {
-        Err(NFS3ERR_ROFS)
-    } else if args.guard.is_some_and(|t| t != pre.ctime) {
-        Err(NFS3ERR_NOT_SYNC)
-    } else {
-        check_setattr(&o.caller, &pre, &args.attrs)
+    let ro = read_only(sh, &o);
+    // The guard and the caller's rights are checked against the attributes
+    // the change starts from, read with it where the backend can (issue 21
+    // item 8; `Backend::setattr_checked`).
+    let mut refused = false;
+    let mut check = |pre: &Attr| -> Result<(), u32> {
+        let r = if ro {
+            Err(NFS3ERR_ROFS)
+        } else if args.guard.is_some_and(|t| t != pre.ctime) {
+            Err(NFS3ERR_NOT_SYNC)
+        } else {
+            check_setattr(&o.caller, pre, &args.attrs)
+        };
+        refused = r.is_err();
+        r
     };
-    if let Err(s) = status {
-        w.put_u32(s)?;
-        put_wcc(&mut w, Some(&pre), Some(&pre), id)?;
-        return Ok(w.len());
-    }
-    match b.setattr(&o.fh, &args.attrs) {
+    let (pre, res) = b.setattr_checked(&o.fh, &args.attrs, &mut check)?;
+    let mut w = out(reply, base);
+    match res {
         Ok(post) => {
             w.put_u32(NFS3_OK)?;
             put_wcc(&mut w, Some(&pre), Some(&post), id)?;
         }
-        Err(e) => {
-            w.put_u32(e.nfsstat3())?;
+        // Refused before any change: the attributes are still `pre`.
+        Err(s) if refused => {
+            w.put_u32(s)?;
+            put_wcc(&mut w, Some(&pre), Some(&pre), id)?;
+        }
+        Err(s) => {
+            w.put_u32(s)?;
             put_wcc(&mut w, Some(&pre), b.getattr(&o.fh).ok().as_ref(), id)?;
         }
     }
