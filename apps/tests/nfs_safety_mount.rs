@@ -906,7 +906,7 @@ fn nfs_safety_mem_setattr_reads_checks_and_changes_atomically() {
         let mut i = 0u32;
         while !stop2.load(std::sync::atomic::Ordering::Relaxed) {
             let set = SetAttr {
-                mode: Some(0o600 | (i & 1) * 0o044),
+                mode: Some(0o600 | ((i & 1) * 0o044)),
                 ..Default::default()
             };
             b2.setattr(&fh, &set).unwrap();
