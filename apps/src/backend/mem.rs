@@ -948,6 +948,24 @@ impl Backend for MemBackend {
         Ok(fs.node(slot)?.attr(slot))
     }
 
+    /// The read, the checks and the change under one hold of the lock: no
+    /// other change lands between them (issue 21 item 8).
+    fn setattr_checked(
+        &self,
+        fh: &FileHandle,
+        set: &SetAttr,
+        check: &mut dyn FnMut(&Attr) -> Result<(), u32>,
+    ) -> FsResult<(Attr, Result<Attr, u32>)> {
+        let mut fs = self.shared.write_fs()?;
+        let slot = self.shared.resolve(&fs, fh)?;
+        let pre = fs.node(slot)?.attr(slot);
+        if let Err(s) = check(&pre) {
+            return Ok((pre, Err(s)));
+        }
+        let post = fs.apply_set(slot, set).and_then(|()| Ok(fs.node(slot)?.attr(slot)));
+        Ok((pre, post.map_err(|e| e.nfsstat3())))
+    }
+
     fn lookup(&self, dir: &FileHandle, name: &[u8]) -> FsResult<(FileHandle, Attr)> {
         let fs = self.shared.read_fs()?;
         let d = self.shared.resolve(&fs, dir)?;

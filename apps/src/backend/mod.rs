@@ -340,6 +340,27 @@ pub struct FsStat {
     pub block_size: u32,
 }
 
+/// What a backend's namespace supports: FSINFO's `properties` (RFC 1813
+/// s3.3.19) and PATHCONF's `linkmax` (s3.3.20) say so to clients.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Features {
+    /// LINK makes hard links (`FSF3_LINK`; else PATHCONF `linkmax` is 1).
+    pub hard_links: bool,
+    /// SYMLINK makes symbolic links (`FSF3_SYMLINK`).
+    pub symlinks: bool,
+    /// SETATTR sets times to what the client asks (`FSF3_CANSETTIME`).
+    pub set_time: bool,
+}
+
+impl Features {
+    /// A POSIX file system: all of them.
+    pub const POSIX: Features = Features {
+        hard_links: true,
+        symlinks: true,
+        set_time: true,
+    };
+}
+
 /// `stable_how` (RFC 1813 s3.3.7).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Default)]
 pub enum Stable {
@@ -385,6 +406,28 @@ pub trait Backend: Send + Sync + fmt::Debug {
     }
     /// Apply `set` (size changes truncate or extend) and return the new attributes.
     fn setattr(&self, fh: &FileHandle, set: &SetAttr) -> FsResult<Attr>;
+    /// SETATTR with its checks: `check` gets the attributes the change
+    /// starts from (the guard's ctime, RFC 1813 s3.3.2, and the caller's
+    /// rights are checked against them) and may refuse it with an
+    /// `nfsstat3`. Returns those attributes (the reply's pre-operation
+    /// attributes) and the new ones, or the refusal or failure.
+    ///
+    /// The default reads, checks and changes one after the other, so
+    /// another change may land in between (the guard then passes on a
+    /// ctime that is no longer current); a backend that can does all three
+    /// atomically (`mem`, under its lock).
+    fn setattr_checked(
+        &self,
+        fh: &FileHandle,
+        set: &SetAttr,
+        check: &mut dyn FnMut(&Attr) -> Result<(), u32>,
+    ) -> FsResult<(Attr, Result<Attr, u32>)> {
+        let pre = self.getattr(fh)?;
+        if let Err(s) = check(&pre) {
+            return Ok((pre, Err(s)));
+        }
+        Ok((pre, self.setattr(fh, set).map_err(|e| e.nfsstat3())))
+    }
     /// Look `name` up in `dir` (`.` and `..` included).
     fn lookup(&self, dir: &FileHandle, name: &[u8]) -> FsResult<(FileHandle, Attr)>;
     /// Copy the link target into `out`; returns its length.
@@ -421,6 +464,10 @@ pub trait Backend: Send + Sync + fmt::Debug {
     /// Changes whenever the directory's entries change (`cookieverf3`).
     fn cookie_verifier(&self, dir: &FileHandle) -> FsResult<u64>;
     fn fsstat(&self) -> FsResult<FsStat>;
+    /// What the namespace supports (FSINFO, PATHCONF). Default: everything.
+    fn features(&self) -> Features {
+        Features::POSIX
+    }
     /// Flush the file's data and metadata to stable storage (COMMIT).
     fn commit(&self, fh: &FileHandle) -> FsResult<()>;
     /// Flush everything (clean shutdown).

@@ -7,7 +7,7 @@ use std::path::Path;
 use reactor::idle::IdlePolicy;
 use serde_json::{Map, Value};
 
-use super::model::{default_anon_id, default_port_num, default_queue_depth};
+use super::model::{default_anon_id, default_export_dir, default_port_num, default_queue_depth};
 use super::*;
 
 /// Short description of a JSON value for "found ...".
@@ -338,19 +338,43 @@ impl Walker {
         let m = self.strict_object(
             p,
             v,
-            &["fabric", "nfs_tcp_port", "mount_tcp_port", "tcp", "stats_socket"],
+            &["fabric", "nfs_tcp_port", "mount_tcp_port", "tcp", "stats_socket", "rpcbind"],
         )?;
         let fabric = self.req(p, m, "fabric", |w, p, v| w.list(p, v, Walker::fabric_listener));
         let nfs = self.req(p, m, "nfs_tcp_port", Walker::u16);
         let mount = self.req(p, m, "mount_tcp_port", Walker::u16);
         let tcp = self.opt(p, m, "tcp", TcpConfig::default(), Walker::tcp);
         let stats = self.opt(p, m, "stats_socket", None, |w, p, v| w.string(p, v).map(Some));
+        let rpcbind = self.opt(p, m, "rpcbind", RpcbindConfig::default(), Walker::rpcbind);
         Some(Listeners {
             fabric: fabric?,
             nfs_tcp_port: nfs?,
             mount_tcp_port: mount?,
             tcp: tcp?,
             stats_socket: stats?,
+            rpcbind: rpcbind?,
+        })
+    }
+
+    fn rpcbind(&mut self, p: &str, v: &Value) -> Option<RpcbindConfig> {
+        let m = self.strict_object(p, v, &["mode", "port"])?;
+        let d = RpcbindConfig::default();
+        let mode = self.opt(p, m, "mode", d.mode, |w, p, v| {
+            w.choice(
+                p,
+                v,
+                &[
+                    ("auto", RpcbindMode::Auto),
+                    ("register", RpcbindMode::Register),
+                    ("serve", RpcbindMode::Serve),
+                    ("off", RpcbindMode::Off),
+                ],
+            )
+        });
+        let port = self.opt(p, m, "port", d.port, Walker::u16);
+        Some(RpcbindConfig {
+            mode: mode?,
+            port: port?,
         })
     }
 
@@ -583,6 +607,7 @@ impl Walker {
                 "allow_auth_none",
                 "anon_uid",
                 "anon_gid",
+                "dir",
             ],
         )?;
         let path = self.req(p, m, "path", Walker::string);
@@ -593,6 +618,7 @@ impl Walker {
         let auth_none = self.opt(p, m, "allow_auth_none", false, Walker::boolean);
         let anon_uid = self.opt(p, m, "anon_uid", default_anon_id(), Walker::u32);
         let anon_gid = self.opt(p, m, "anon_gid", default_anon_id(), Walker::u32);
+        let dir = self.opt(p, m, "dir", default_export_dir(), Walker::string);
         Some(ExportConfig {
             path: path?,
             backend: backend?,
@@ -602,6 +628,7 @@ impl Walker {
             allow_auth_none: auth_none?,
             anon_uid: anon_uid?,
             anon_gid: anon_gid?,
+            dir: dir?,
         })
     }
 }

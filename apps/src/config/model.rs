@@ -52,6 +52,46 @@ pub struct Listeners {
     /// `server::stats::default_socket_path`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stats_socket: Option<String>,
+    /// Registration with the host's rpcbind, or answering rpcbind queries
+    /// (optional; default `auto` on port 111).
+    #[serde(default)]
+    pub rpcbind: RpcbindConfig,
+}
+
+/// What the target does about rpcbind (`server::rpcbind`), so clients find
+/// MOUNT without `mountport=`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RpcbindConfig {
+    /// Default `auto`.
+    pub mode: RpcbindMode,
+    /// rpcbind's port: where the host's is asked (over TCP, when its local
+    /// socket is missing) and where ours answers (default 111).
+    pub port: u16,
+}
+
+impl Default for RpcbindConfig {
+    fn default() -> Self {
+        RpcbindConfig {
+            mode: RpcbindMode::Auto,
+            port: 111,
+        }
+    }
+}
+
+/// `listeners.rpcbind.mode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RpcbindMode {
+    /// Register with the host's rpcbind if one answers, else answer on the
+    /// port ourselves (nothing if it is taken).
+    Auto,
+    /// Only register with the host's rpcbind.
+    Register,
+    /// Only answer on the port ourselves.
+    Serve,
+    /// Neither.
+    Off,
 }
 
 /// Limits and timeouts of the TCP services (NFS and MOUNT, each listener on
@@ -349,6 +389,16 @@ pub struct ExportConfig {
     /// The anonymous group (default 65534).
     #[serde(default = "default_anon_id")]
     pub anon_gid: u32,
+    /// The backend directory the export serves, as a path from the
+    /// backend's root (default `/`: all of it). Several exports of one
+    /// backend each serve their own subtree; missing directories are
+    /// created (mode 0755, owner root) at start.
+    #[serde(default = "default_export_dir")]
+    pub dir: String,
+}
+
+pub(super) fn default_export_dir() -> String {
+    "/".to_string()
 }
 
 pub(super) fn default_anon_id() -> u32 {

@@ -203,6 +203,16 @@ impl Config {
             0,
             MAX_TCP_SHUTDOWN_GRACE_MS,
         );
+        let rb = l.rpcbind.port;
+        if rb == 0 {
+            c.push("$.listeners.rpcbind.port".into(), "a port in 1..=65535", 0);
+        } else if rb == l.nfs_tcp_port || rb == l.mount_tcp_port {
+            c.push(
+                "$.listeners.rpcbind.port".into(),
+                "a port different from $.listeners.nfs_tcp_port and mount_tcp_port",
+                rb,
+            );
+        }
         if l.mount_tcp_port == 0 {
             c.push("$.listeners.mount_tcp_port".into(), "a port in 1..=65535", 0);
         } else if l.mount_tcp_port == l.nfs_tcp_port {
@@ -466,6 +476,14 @@ impl Config {
                     format!("{base}.path"),
                     format!("a path not exported by $.exports[{k}]"),
                     format!("{:?}", e.path),
+                );
+            }
+            let bad_part = e.dir.split('/').any(|p| p == "." || p == ".." || p.len() > 255);
+            if !e.dir.starts_with('/') || bad_part || e.dir.contains('\0') {
+                c.push(
+                    format!("{base}.dir"),
+                    "an absolute path in the backend without `.` or `..` components",
+                    format!("{:?}", e.dir),
                 );
             }
             if !self.backends.iter().any(|b| b.name() == e.backend) {

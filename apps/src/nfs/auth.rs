@@ -190,6 +190,7 @@ mod tests {
             allow_auth_none: true,
             anon_uid: 99,
             anon_gid: 98,
+            dir: "/".into(),
         };
         Export::new(&cfg, 0, FileHandle::new(&[1]).unwrap()).unwrap()
     }

@@ -15,7 +15,8 @@
 //! | `rpcvers` other than 2 | MSG_DENIED / RPC_MISMATCH (2, 2) |
 //! | `cred` or `verf` body over 400 bytes or truncated | MSG_DENIED / AUTH_ERROR AUTH_BADCRED (AUTH_BADVERF) |
 //! | program other than NFS 100003 and MOUNT 100005 | PROG_UNAVAIL |
-//! | version other than 3 | PROG_MISMATCH (3, 3) |
+//! | NFS version other than 3, MOUNT version outside 1..=3 | PROG_MISMATCH (3, 3), (1, 3) |
+//! | MOUNT v1/v2 MNT (a fixed 32-byte handle) | PROC_UNAVAIL (the rest of v1 and v2 is v3's) |
 //! | procedure out of range | PROC_UNAVAIL |
 //! | NULL (procedure 0) | SUCCESS, whatever the credential (except RPCSEC_GSS) |
 //! | flavor other than AUTH_SYS and AUTH_NONE, or AUTH_SYS body not decoding | AUTH_ERROR AUTH_BADCRED |
@@ -96,6 +97,8 @@ pub const MAX_ASSEMBLED_CALL_BYTES: usize = 16 * 1024;
 /// Bytes of the accepted-SUCCESS reply header the services write (AUTH_NONE
 /// verifier).
 pub const REPLY_HEADER_BYTES: usize = rpc::SUCCESS_REPLY_NONE_BYTES;
+/// MOUNT version 1, of which the gateway serves what v3 shares with it.
+pub const MOUNT_V1: u32 = 1;
 /// Procedures of MOUNT v3 (0..=5).
 pub const MOUNTPROC3_COUNT: u32 = 6;
 
@@ -157,7 +160,8 @@ impl NfsShared {
                 .iter()
                 .position(|(n, _)| *n == e.backend)
                 .ok_or_else(|| format!("export {}: no backend named {:?}", e.path, e.backend))?;
-            let ex = Export::new(e, b, backends[b].1.root())?;
+            let root = export::export_dir(&*backends[b].1, &e.dir).map_err(|m| format!("export {}: {m}", e.path))?;
+            let ex = Export::new(e, b, root)?;
             if let Some(o) = exports.iter().find(|o| o.id == ex.id) {
                 return Err(format!(
                     "exports {} and {}: same path or same export id",
@@ -645,12 +649,20 @@ impl NfsService {
                 return reply_header(reply, &accepted(AcceptedReply::ProgUnavail));
             }
         };
-        let vers = if hdr.prog == NFS_PROGRAM { NFS_V3 } else { MOUNT_V3 };
-        if hdr.vers != vers {
+        // MOUNT v1 and v2 share NULL, DUMP, UMNT, UMNTALL and EXPORT with v3,
+        // byte for byte (RFC 1813 appendix I); `showmount` asks v1. Their MNT
+        // (a fixed 32-byte handle) is not served.
+        let (low, high) = if hdr.prog == NFS_PROGRAM {
+            (NFS_V3, NFS_V3)
+        } else {
+            (MOUNT_V1, MOUNT_V3)
+        };
+        if !(low..=high).contains(&hdr.vers) {
             st.stats.rpc_errors += 1;
-            return reply_header(reply, &accepted(AcceptedReply::ProgMismatch { low: vers, high: vers }));
+            return reply_header(reply, &accepted(AcceptedReply::ProgMismatch { low, high }));
         }
-        if hdr.proc_ >= nprocs {
+        let old_mnt = hdr.prog == MOUNT_PROGRAM && hdr.vers != MOUNT_V3 && hdr.proc_ == p::MOUNTPROC3_MNT;
+        if hdr.proc_ >= nprocs || old_mnt {
             st.stats.rpc_errors += 1;
             return reply_header(reply, &accepted(AcceptedReply::ProcUnavail));
         }

@@ -281,36 +281,45 @@ fn setattr(sh: &NfsShared, c: &Call<'_>, reply: &mut ReplyBuilder<'_>, base: usi
     let args = SetattrArgs::decode(&mut Reader::new(c.args))?;
     let o = resolve(sh, c, args.object)?;
     let (b, id) = (backend(sh, &o), fsid(sh, &o));
-    let pre = b.getattr(&o.fh)?;
-    let mut w = out(reply, base);
-    let status = if read_only(sh, &o) {
-        Err(NFS3ERR_ROFS)
-    } else if args.guard.is_some_and(|t| t != pre.ctime) {
-        Err(NFS3ERR_NOT_SYNC)
-    } else if b.enforces_permissions() {
-        // The file system checks ownership and times as the caller; a
-        // truncation goes through a descriptor the gateway opened, so its
-        // write permission is checked here.
-        if args.attrs.size.is_some() && !may_io(b, &o, &o.fh, &pre, MAY_WRITE) {
-            Err(NFS3ERR_ACCES)
+    let ro = read_only(sh, &o);
+    // The guard and the caller's rights are checked against the attributes
+    // the change starts from, read with it where the backend can (issue 21
+    // item 8; `Backend::setattr_checked`).
+    let mut refused = false;
+    let mut check = |pre: &Attr| -> Result<(), u32> {
+        let r = if ro {
+            Err(NFS3ERR_ROFS)
+        } else if args.guard.is_some_and(|t| t != pre.ctime) {
+            Err(NFS3ERR_NOT_SYNC)
+        } else if b.enforces_permissions() {
+            // The file system checks ownership and times as the caller; a
+            // truncation goes through a descriptor the gateway opened, so its
+            // write permission is checked here.
+            if args.attrs.size.is_some() && !may_io(b, &o, &o.fh, pre, MAY_WRITE) {
+                Err(NFS3ERR_ACCES)
+            } else {
+                Ok(())
+            }
         } else {
-            Ok(())
-        }
-    } else {
-        check_setattr(&o.caller, &pre, &args.attrs)
+            check_setattr(&o.caller, pre, &args.attrs)
+        };
+        refused = r.is_err();
+        r
     };
-    if let Err(s) = status {
-        w.put_u32(s)?;
-        put_wcc(&mut w, Some(&pre), Some(&pre), id)?;
-        return Ok(w.len());
-    }
-    match b.setattr(&o.fh, &args.attrs) {
+    let (pre, res) = b.setattr_checked(&o.fh, &args.attrs, &mut check)?;
+    let mut w = out(reply, base);
+    match res {
         Ok(post) => {
             w.put_u32(NFS3_OK)?;
             put_wcc(&mut w, Some(&pre), Some(&post), id)?;
         }
-        Err(e) => {
-            w.put_u32(e.nfsstat3())?;
+        // Refused before any change: the attributes are still `pre`.
+        Err(s) if refused => {
+            w.put_u32(s)?;
+            put_wcc(&mut w, Some(&pre), Some(&pre), id)?;
+        }
+        Err(s) => {
+            w.put_u32(s)?;
             put_wcc(&mut w, Some(&pre), b.getattr(&o.fh).ok().as_ref(), id)?;
         }
     }
@@ -327,6 +336,10 @@ fn lookup(sh: &NfsShared, c: &Call<'_>, reply: &mut ReplyBuilder<'_>, base: usiz
         Err(NFS3ERR_NOTDIR)
     } else if !may(b, &o, &o.fh, &dir, MAY_EXEC) {
         Err(NFS3ERR_ACCES)
+    } else if args.name == b".." && sh.exports[o.ex].is_root(&o.fh) {
+        // The export's root is the top of its clients' tree, as `/` is
+        // (another export of the backend may hold the directory above).
+        Ok((o.fh, dir))
     } else {
         check_name(args.name).and_then(|()| b.lookup(&o.fh, args.name).map_err(|e| e.nfsstat3()))
     };
@@ -998,6 +1011,8 @@ fn readdir(
     let (b, id) = (backend(sh, &o), fsid(sh, &o));
     let ex = &sh.exports[o.ex];
     let da = b.getattr(&o.fh)?;
+    // At the export's root, `..` is the root itself (see LOOKUP).
+    let at_root = ex.is_root(&o.fh);
     let head_room = reply.head_mut().len().saturating_sub(base);
     let budget = (args.maxcount as usize).min(head_room);
     let dir_budget = if args.dircount == 0 {
@@ -1051,13 +1066,14 @@ fn readdir(
             }
             used += bytes;
             dir_used += dir_bytes;
+            let top = at_root && name == b"..";
             entries.push(Ent {
-                fileid: e.fileid,
+                fileid: if top { da.fileid } else { e.fileid },
                 cookie: e.cookie,
                 name_at: names.len() as u32,
                 name_len: name.len() as u16,
-                handle: e.handle,
-                attr: e.attr,
+                handle: if top { Some(o.fh) } else { e.handle },
+                attr: if top { Some(da) } else { e.attr },
             });
             names.extend_from_slice(name);
             true
@@ -1161,12 +1177,24 @@ fn fsinfo(sh: &NfsShared, c: &Call<'_>, reply: &mut ReplyBuilder<'_>, base: usiz
             // time_delta: nanosecond timestamps.
             w.put_u32(0)?;
             w.put_u32(1)?;
-            w.put_u32(FSF3_LINK | FSF3_SYMLINK | FSF3_HOMOGENEOUS | FSF3_CANSETTIME)?;
+            // Only what the backend does (a fixed namespace makes no links).
+            let f = b.features();
+            let mut props = FSF3_HOMOGENEOUS;
+            for (has, bit) in [
+                (f.hard_links, FSF3_LINK),
+                (f.symlinks, FSF3_SYMLINK),
+                (f.set_time, FSF3_CANSETTIME),
+            ] {
+                if has {
+                    props |= bit;
+                }
+            }
+            w.put_u32(props)?;
         }
         _ => {
             w.put_u32(NFS3_OK)?;
             put_post_op_attr(&mut w, a.as_ref(), id)?;
-            w.put_u32(LINK_MAX)?;
+            w.put_u32(if b.features().hard_links { LINK_MAX } else { 1 })?;
             w.put_u32(NAME_MAX_BYTES as u32)?;
             w.put_bool(true)?; // no_trunc
             w.put_bool(true)?; // chown_restricted

@@ -14,7 +14,9 @@
 //!    loop (shared-nothing: the engine, its fabric, its queues and its backend
 //!    channels belong to that core alone);
 //! 4. starts the TCP record-marking listeners for NFS and MOUNT
-//!    ([`tcp::TcpServer`]).
+//!    ([`tcp::TcpServer`]);
+//! 5. registers NFS and MOUNT with the host's rpcbind, or answers rpcbind
+//!    queries itself ([`rpcbind`]), so clients need no `mountport=`.
 //!
 //! [`Target::shutdown`] drains: engines refuse new connections and keep
 //! serving until every received Call is answered (bounded by
@@ -23,7 +25,9 @@
 //! `listeners.tcp.shutdown_grace_ms` to finish the Call they serve before the
 //! rest are closed (a stalled client cannot hold shutdown), the backends are
 //! synced again if TCP Calls were served meanwhile, and the process may exit.
+//! The rpcbind registrations are removed first, before anything stops.
 
+pub mod rpcbind;
 pub mod stats;
 pub mod tcp;
 
@@ -88,6 +92,7 @@ pub struct TargetStats {
 pub struct Target {
     reactor: Option<Reactor>,
     tcp: Vec<tcp::TcpServer>,
+    rpcbind: Option<rpcbind::Rpcbind>,
     shared: Arc<NfsShared>,
     engine_stats: Arc<Mutex<Vec<(usize, ResponderStats)>>>,
     /// The live statistics socket (`None` when it could not be bound).
@@ -296,6 +301,7 @@ impl Target {
         let mut addrs: Vec<IpAddr> = cfg.listeners.fabric.iter().map(|l| l.address).collect();
         addrs.sort();
         addrs.dedup();
+        let rpcbind_addrs = addrs.clone();
         let opts = tcp::TcpOptions::new(
             &cfg.listeners.tcp,
             classes.data_size + 64 * 1024,
@@ -349,9 +355,12 @@ impl Target {
                 None
             }
         };
+        let maps = rpcbind_mappings(&cfg, &rpcbind_addrs);
+        let rpcbind = rpcbind::Rpcbind::start(&cfg.listeners.rpcbind, maps, &rpcbind_addrs);
         Ok(Target {
             reactor: Some(reactor),
             tcp,
+            rpcbind: Some(rpcbind),
             shared,
             engine_stats,
             stats,
@@ -361,6 +370,11 @@ impl Target {
     /// The live statistics socket, when it is served.
     pub fn stats_socket(&self) -> Option<&std::path::Path> {
         self.stats.as_ref().map(|s| s.path())
+    }
+
+    /// What the target does about rpcbind.
+    pub fn rpcbind_state(&self) -> rpcbind::RpcbindState {
+        self.rpcbind.as_ref().map_or(rpcbind::RpcbindState::Idle, |r| r.state())
     }
 
     /// The bound TCP addresses (NFS, MOUNT per listener address).
@@ -391,6 +405,10 @@ impl Target {
     fn stop(&mut self) -> Result<TargetStats, TargetError> {
         let mut first_err = None;
         let mut cores = Vec::new();
+        // Clients stop finding us before we stop answering.
+        if let Some(mut r) = self.rpcbind.take() {
+            r.stop();
+        }
         if let Some(mut s) = self.stats.take() {
             s.stop();
         }
@@ -446,6 +464,56 @@ impl Drop for Target {
             let _ = self.stop();
         }
     }
+}
+
+/// The services rpcbind tells clients about ([`rpcbind`]): on each listener
+/// address, NFS v3 over TCP, NFS v3 over RDMA at each verbs fabric listener
+/// of that address, MOUNT v1 and v3 over TCP. One per program, version and
+/// netid (rpcbind holds one address each): the first listener wins.
+pub fn rpcbind_mappings(cfg: &Config, addrs: &[IpAddr]) -> Vec<rpcbind::wire::Mapping> {
+    use proto::nfs3::{MOUNT_PROGRAM, MOUNT_V3, NFS_PROGRAM, NFS_V3};
+    use rpcbind::wire::{Mapping, Netid};
+    let mut maps: Vec<Mapping> = Vec::new();
+    let mut add = |m: Mapping| {
+        if !maps
+            .iter()
+            .any(|o| (o.prog, o.vers, o.netid) == (m.prog, m.vers, m.netid))
+        {
+            maps.push(m);
+        }
+    };
+    for &ip in addrs {
+        let tcp = Netid::tcp_for(ip);
+        let l = &cfg.listeners;
+        add(Mapping {
+            prog: NFS_PROGRAM,
+            vers: NFS_V3,
+            netid: tcp,
+            ip,
+            port: l.nfs_tcp_port,
+        });
+        if matches!(cfg.fabric, FabricConfig::Verbs { .. }) {
+            for f in l.fabric.iter().filter(|f| f.address == ip) {
+                add(Mapping {
+                    prog: NFS_PROGRAM,
+                    vers: NFS_V3,
+                    netid: Netid::rdma_for(ip),
+                    ip,
+                    port: f.port,
+                });
+            }
+        }
+        for vers in [1, MOUNT_V3] {
+            add(Mapping {
+                prog: MOUNT_PROGRAM,
+                vers,
+                netid: tcp,
+                ip,
+                port: l.mount_tcp_port,
+            });
+        }
+    }
+    maps
 }
 
 /// Start-up hook run on every core: build this core's engines.

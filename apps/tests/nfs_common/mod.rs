@@ -458,6 +458,17 @@ macro_rules! forward_backend_namespace {
         fn setattr(&self, fh: &FileHandle, set: &SetAttr) -> FsResult<Attr> {
             self.inner.setattr(fh, set)
         }
+        fn setattr_checked(
+            &self,
+            fh: &FileHandle,
+            set: &SetAttr,
+            check: &mut dyn FnMut(&Attr) -> Result<(), u32>,
+        ) -> FsResult<(Attr, Result<Attr, u32>)> {
+            self.inner.setattr_checked(fh, set, check)
+        }
+        fn features(&self) -> rpcrdma_apps::backend::Features {
+            self.inner.features()
+        }
         fn lookup(&self, dir: &FileHandle, name: &[u8]) -> FsResult<(FileHandle, Attr)> {
             self.inner.lookup(dir, name)
         }

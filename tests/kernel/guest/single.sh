@@ -46,7 +46,7 @@ for s in $SERVERS; do
         ;;
     ours)
         start=ours_start stop=ours_stop
-        export MOUNT_PORT=20048
+        unset MOUNT_PORT # ours registers with the rpcbind knfsd's start left running
         ;;
     *)
         flunk "unknown server '$s' in SERVERS"
