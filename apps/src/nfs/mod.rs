@@ -66,17 +66,18 @@ use crate::config::{Config, PoolUsage};
 use dataplane::service::{CallView, DeferToken, ReplyBuilder, Service, ServiceError};
 use proto::error::{DecodeError, DecodeErrorKind, EncodeError};
 use proto::nfs3::{self as p, MOUNT_PROGRAM, MOUNT_V3, NFSPROC3_COUNT, NFS_PROGRAM, NFS_V3};
+use proto::nfs4::NFS_V4;
 use proto::rpc::{self, AcceptedReply, AuthStat, CallHeader, OpaqueAuth, RejectedReply, ReplyHeader};
 use proto::xdr::Writer;
 
 use crate::backend::{Backend, FsError, FsResult, IoChannel};
 
 pub mod auth;
-mod defer;
+pub(crate) mod defer;
 pub mod drc;
 pub mod export;
 mod mount;
-mod nfs3;
+pub(crate) mod nfs3;
 pub mod xdr;
 
 use auth::Cred;
@@ -95,6 +96,8 @@ pub const MAX_ASSEMBLED_CALL_BYTES: usize = 16 * 1024;
 /// Bytes of the accepted-SUCCESS reply header the services write (AUTH_NONE
 /// verifier).
 pub const REPLY_HEADER_BYTES: usize = rpc::SUCCESS_REPLY_NONE_BYTES;
+/// Procedures of NFSv4 (NULL and COMPOUND, RFC 8881 s16).
+pub const NFSPROC4_COUNT: u32 = 2;
 /// Procedures of MOUNT v3 (0..=5).
 pub const MOUNTPROC3_COUNT: u32 = 6;
 
@@ -122,6 +125,8 @@ pub struct NfsShared {
     writeback_errors: AtomicU64,
     max_io_bytes: u32,
     mounts: Mutex<VecDeque<MountEntry>>,
+    /// NFSv4 clients, sessions and opens.
+    pub(crate) v4: crate::nfs4::state::V4State,
 }
 
 /// A write verifier no other [`NfsShared`] of this or an earlier process had:
@@ -186,7 +191,13 @@ impl NfsShared {
             writeback_errors: AtomicU64::new(0),
             max_io_bytes: max_io,
             mounts: Mutex::new(VecDeque::new()),
+            v4: crate::nfs4::state::V4State::new(cfg.credits.max_per_connection, max_io),
         }))
+    }
+
+    /// The NFSv4 state (clients, sessions, opens).
+    pub fn v4(&self) -> &crate::nfs4::state::V4State {
+        &self.v4
     }
 
     /// The exports, in configuration order.
@@ -352,6 +363,8 @@ pub(crate) struct CoreState {
     pub stats: NfsStats,
     /// READs and WRITEs whose backend I/O is in flight, replies deferred.
     pub deferred: defer::Deferred,
+    /// NFSv4 counters.
+    pub v4: crate::nfs4::Nfs4Stats,
 }
 
 /// One core's NFS and MOUNT service. Owns the core's I/O channels, so it is
@@ -417,6 +430,7 @@ impl NfsService {
                 dir: nfs3::DirScratch::default(),
                 stats: NfsStats::default(),
                 deferred: defer::Deferred::new(),
+                v4: crate::nfs4::Nfs4Stats::default(),
             },
             scratch: Vec::new(),
             reads_in_call,
@@ -430,6 +444,11 @@ impl NfsService {
             deferred_max: self.st.deferred.max_in_flight as u64,
             ..self.st.stats
         }
+    }
+
+    /// This core's NFSv4 counters.
+    pub fn nfs4_stats(&self) -> crate::nfs4::Nfs4Stats {
+        self.st.v4
     }
 
     /// The shared part.
@@ -525,7 +544,10 @@ impl Service for NfsService {
 
     /// READ: the count asked for, at most the READ limit; nothing otherwise.
     fn reply_data_hint(&mut self, call: &CallView<'_>) -> usize {
-        read_count(call.head()).map_or(0, |n| n.min(self.shared.max_io_bytes) as usize)
+        let head = call.head();
+        read_count(head)
+            .or_else(|| crate::nfs4::read_hint(head))
+            .map_or(0, |n| n.min(self.shared.max_io_bytes) as usize)
     }
 
     fn handle_call(&mut self, call: &CallView<'_>, reply: &mut ReplyBuilder<'_>) -> Result<(), ServiceError> {
@@ -577,17 +599,21 @@ impl Service for NfsService {
                 return reply_header(reply, &accepted(AcceptedReply::ProgUnavail));
             }
         };
-        let vers = if hdr.prog == NFS_PROGRAM { NFS_V3 } else { MOUNT_V3 };
-        if hdr.vers != vers {
+        let (low, high) = if hdr.prog == NFS_PROGRAM { (NFS_V3, NFS_V4) } else { (MOUNT_V3, MOUNT_V3) };
+        if hdr.vers != low && hdr.vers != high {
             st.stats.rpc_errors += 1;
-            return reply_header(reply, &accepted(AcceptedReply::ProgMismatch { low: vers, high: vers }));
+            return reply_header(reply, &accepted(AcceptedReply::ProgMismatch { low, high }));
         }
+        let v4 = hdr.prog == NFS_PROGRAM && hdr.vers == NFS_V4;
+        let nprocs = if v4 { NFSPROC4_COUNT } else { nprocs };
         if hdr.proc_ >= nprocs {
             st.stats.rpc_errors += 1;
             return reply_header(reply, &accepted(AcceptedReply::ProcUnavail));
         }
         let count = |st: &mut CoreState| {
-            if hdr.prog == NFS_PROGRAM {
+            if v4 {
+                // Counted by the NFSv4 service.
+            } else if hdr.prog == NFS_PROGRAM {
                 st.stats.nfs[hdr.proc_ as usize] += 1;
             } else {
                 st.stats.mount[hdr.proc_ as usize] += 1;
@@ -609,6 +635,11 @@ impl Service for NfsService {
                 return reply_header(reply, &ReplyHeader::denied(xid, RejectedReply::AuthError(why)));
             }
         };
+        if v4 {
+            // COMPOUND (RFC 8881 s16.2): sessions give it exactly-once
+            // semantics, so the reply cache below is not used.
+            return crate::nfs4::call(shared, st, scratch, call, xid, at, cred, reply);
+        }
         // The arguments: in the head when the Call is one piece, and for WRITE
         // (whose data piece is used where it lies); otherwise reassembled.
         let mut slices = call.slices();
