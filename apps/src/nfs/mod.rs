@@ -599,7 +599,11 @@ impl Service for NfsService {
                 return reply_header(reply, &accepted(AcceptedReply::ProgUnavail));
             }
         };
-        let (low, high) = if hdr.prog == NFS_PROGRAM { (NFS_V3, NFS_V4) } else { (MOUNT_V3, MOUNT_V3) };
+        let (low, high) = if hdr.prog == NFS_PROGRAM {
+            (NFS_V3, NFS_V4)
+        } else {
+            (MOUNT_V3, MOUNT_V3)
+        };
         if hdr.vers != low && hdr.vers != high {
             st.stats.rpc_errors += 1;
             return reply_header(reply, &accepted(AcceptedReply::ProgMismatch { low, high }));

@@ -194,7 +194,10 @@ pub(crate) fn call(
     let Some((args, chunk, after)) = pieces(view, at, scratch) else {
         st.stats.rpc_errors += 1;
         st.stats.garbage_args += 1;
-        return reply_rpc(reply, &ReplyHeader::accepted(xid, OpaqueAuth::NONE, AcceptedReply::GarbageArgs));
+        return reply_rpc(
+            reply,
+            &ReplyHeader::accepted(xid, OpaqueAuth::NONE, AcceptedReply::GarbageArgs),
+        );
     };
     let base = match rpc::encode_success_reply_none(xid, reply.head_mut()) {
         Some(REPLY_HEADER_BYTES) => REPLY_HEADER_BYTES,
@@ -207,7 +210,10 @@ pub(crate) fn call(
         Err(CompoundError::Garbage) => {
             st.stats.rpc_errors += 1;
             st.stats.garbage_args += 1;
-            return reply_rpc(reply, &ReplyHeader::accepted(xid, OpaqueAuth::NONE, AcceptedReply::GarbageArgs));
+            return reply_rpc(
+                reply,
+                &ReplyHeader::accepted(xid, OpaqueAuth::NONE, AcceptedReply::GarbageArgs),
+            );
         }
         Err(CompoundError::Status { status, tag }) => {
             let n = {
@@ -281,7 +287,11 @@ pub(crate) fn call(
                                 reply.set_head_len(base + n);
                                 return Ok(());
                             }
-                            Ok(state::SeqOutcome::New { client, slots, cachethis: c }) => {
+                            Ok(state::SeqOutcome::New {
+                                client,
+                                slots,
+                                cachethis: c,
+                            }) => {
                                 cx.session = Some((sessionid, slotid, client));
                                 cachethis = c;
                                 if let Some(f) = sh.v4.fore_channel(&sessionid) {
@@ -312,7 +322,11 @@ pub(crate) fn call(
                 (opnum, res)
             }
         };
-        let slot = if opnum == OP_ILLEGAL { OP_LAST as usize + 1 } else { opnum as usize };
+        let slot = if opnum == OP_ILLEGAL {
+            OP_LAST as usize + 1
+        } else {
+            opnum as usize
+        };
         if let Some(c) = st.v4.ops.get_mut(slot) {
             *c += 1;
         }

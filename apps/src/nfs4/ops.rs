@@ -155,7 +155,14 @@ pub(super) fn sequence_res(
 }
 
 /// Run one operation (not SEQUENCE); its result body is written at `at`.
-pub(super) fn run(cx: &mut Ctx<'_>, st: &mut CoreState, op: Op<'_>, reply: &mut ReplyBuilder<'_>, at: usize, limit: usize) -> R {
+pub(super) fn run(
+    cx: &mut Ctx<'_>,
+    st: &mut CoreState,
+    op: Op<'_>,
+    reply: &mut ReplyBuilder<'_>,
+    at: usize,
+    limit: usize,
+) -> R {
     let sh = cx.sh;
     match op {
         Op::Sequence { .. } => Err(St(NFS4ERR_SEQUENCE_POS)),
@@ -581,7 +588,9 @@ fn lookup(cx: &mut Ctx<'_>, name: &[u8]) -> Result<(), St> {
     }
     let next = match real_of(cx, f)? {
         None => {
-            let Fh::Pseudo(id) = f else { return Err(St(NFS4ERR_SERVERFAULT)) };
+            let Fh::Pseudo(id) = f else {
+                return Err(St(NFS4ERR_SERVERFAULT));
+            };
             let path = fh::pseudo_path(cx.sh, id).ok_or(St(NFS4ERR_STALE))?;
             fh::pseudo_lookup(cx.sh, path, name)?
         }
@@ -688,7 +697,9 @@ fn readdir(
     let mut count = 0usize;
     match real_of(cx, f)? {
         None => {
-            let Fh::Pseudo(id) = f else { return Err(St(NFS4ERR_SERVERFAULT)) };
+            let Fh::Pseudo(id) = f else {
+                return Err(St(NFS4ERR_SERVERFAULT));
+            };
             let path = fh::pseudo_path(sh, id).ok_or(St(NFS4ERR_STALE))?;
             let verf_ours = [0u8; 8];
             if cookie != 0 && verf != verf_ours {
@@ -820,15 +831,14 @@ fn open(
             (o, a)
         }
         Claim::Null(name) => {
-            let d = cur_real(cx, if create.is_some() { NFS4ERR_ROFS } else { NFS4ERR_NOENT })
-                .or_else(|e| {
-                    // An OPEN in a pseudo directory finds nothing to open.
-                    if create.is_none() && e.0 == NFS4ERR_NOENT {
-                        Err(St(NFS4ERR_NOENT))
-                    } else {
-                        Err(e)
-                    }
-                })?;
+            let d = cur_real(cx, if create.is_some() { NFS4ERR_ROFS } else { NFS4ERR_NOENT }).or_else(|e| {
+                // An OPEN in a pseudo directory finds nothing to open.
+                if create.is_none() && e.0 == NFS4ERR_NOENT {
+                    Err(St(NFS4ERR_NOENT))
+                } else {
+                    Err(e)
+                }
+            })?;
             let b = backend(cx, &d);
             let dir = b.getattr(&d.fh)?;
             if dir.ftype != FileType::Directory {

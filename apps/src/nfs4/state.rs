@@ -191,7 +191,8 @@ impl V4State {
         }
         let mut t = self.lock();
         let found = t.clients.iter().position(|c| c.ownerid == ownerid && c.confirmed);
-        let out_flags = |confirmed: bool| EXCHGID4_FLAG_USE_NON_PNFS | if confirmed { EXCHGID4_FLAG_CONFIRMED_R } else { 0 };
+        let out_flags =
+            |confirmed: bool| EXCHGID4_FLAG_USE_NON_PNFS | if confirmed { EXCHGID4_FLAG_CONFIRMED_R } else { 0 };
         if flags & EXCHGID4_FLAG_UPD_CONFIRMED_REC_A != 0 {
             // An update of a confirmed record (case 6/7/8).
             let Some(i) = found else { return Err(NFS4ERR_NOENT) };
@@ -319,7 +320,10 @@ impl V4State {
             sequence,
             flags: 0,
             fore: granted,
-            back: ChannelAttrs { rdma_ird: None, ..*back },
+            back: ChannelAttrs {
+                rdma_ird: None,
+                ..*back
+            },
         };
         // Confirming a record replaces every other record of its owner
         // (a rebooted client's old state goes, s18.35.4 case 5).
@@ -476,7 +480,11 @@ impl V4State {
     /// RECLAIM_COMPLETE (RFC 8881 s18.51) for the whole client.
     pub fn reclaim_complete(&self, client: u64) -> Result<(), u32> {
         let mut t = self.lock();
-        let c = t.clients.iter_mut().find(|c| c.id == client).ok_or(NFS4ERR_STALE_CLIENTID)?;
+        let c = t
+            .clients
+            .iter_mut()
+            .find(|c| c.id == client)
+            .ok_or(NFS4ERR_STALE_CLIENTID)?;
         if c.reclaim_complete {
             return Err(NFS4ERR_COMPLETE_ALREADY);
         }
@@ -493,7 +501,9 @@ impl V4State {
         let now = Instant::now();
         loop {
             let conflict = t.opens.iter().find(|o| {
-                o.file == file && !(o.client == client && o.owner == owner) && (o.deny & access != 0 || deny & o.access != 0)
+                o.file == file
+                    && !(o.client == client && o.owner == owner)
+                    && (o.deny & access != 0 || deny & o.access != 0)
             });
             let Some(o) = conflict else { break };
             let other = o.client;
@@ -547,7 +557,11 @@ impl V4State {
         let i = t.opens.iter().position(|o| o.other == sid.other);
         let Some(i) = i else {
             let boot = u32::from_be_bytes([sid.other[0], sid.other[1], sid.other[2], sid.other[3]]);
-            return Err(if boot != self.boot { NFS4ERR_STALE_STATEID } else { NFS4ERR_BAD_STATEID });
+            return Err(if boot != self.boot {
+                NFS4ERR_STALE_STATEID
+            } else {
+                NFS4ERR_BAD_STATEID
+            });
         };
         let cur = t.opens[i].seqid;
         if sid.seqid == 0 || sid.seqid == cur {
@@ -596,7 +610,11 @@ impl V4State {
     /// grant the access (NFS4ERR_OPENMODE otherwise).
     pub fn check_io(&self, sid: &Stateid, file: &FileKey, write: bool) -> Result<(), u32> {
         let t = self.lock();
-        let want = if write { OPEN4_SHARE_ACCESS_WRITE } else { OPEN4_SHARE_ACCESS_READ };
+        let want = if write {
+            OPEN4_SHARE_ACCESS_WRITE
+        } else {
+            OPEN4_SHARE_ACCESS_READ
+        };
         if sid.is_special() {
             if *sid != Stateid::ANONYMOUS && !(*sid == Stateid::BYPASS && !write) {
                 return Err(NFS4ERR_BAD_STATEID);

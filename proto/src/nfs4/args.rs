@@ -86,7 +86,11 @@ impl<'a> CompoundArgs<'a> {
                 tag,
             });
         }
-        Ok(CompoundArgs { tag, minorversion, numops })
+        Ok(CompoundArgs {
+            tag,
+            minorversion,
+            numops,
+        })
     }
 }
 
@@ -147,9 +151,19 @@ pub struct ChannelAttrs {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Op<'a> {
     Access(u32),
-    Close { seqid: u32, stateid: Stateid },
-    Commit { offset: u64, count: u32 },
-    Create { ty: CreateType<'a>, name: &'a [u8], attrs: Fattr<'a> },
+    Close {
+        seqid: u32,
+        stateid: Stateid,
+    },
+    Commit {
+        offset: u64,
+        count: u32,
+    },
+    Create {
+        ty: CreateType<'a>,
+        name: &'a [u8],
+        attrs: Fattr<'a>,
+    },
     Getattr(Bitmap),
     Getfh,
     Link(&'a [u8]),
@@ -166,23 +180,58 @@ pub enum Op<'a> {
         claim: Claim<'a>,
     },
     Openattr(bool),
-    OpenDowngrade { stateid: Stateid, seqid: u32, share_access: u32, share_deny: u32 },
+    OpenDowngrade {
+        stateid: Stateid,
+        seqid: u32,
+        share_access: u32,
+        share_deny: u32,
+    },
     Putfh(&'a [u8]),
     Putpubfh,
     Putrootfh,
-    Read { stateid: Stateid, offset: u64, count: u32 },
-    Readdir { cookie: u64, verf: Verifier, dircount: u32, maxcount: u32, attrs: Bitmap },
+    Read {
+        stateid: Stateid,
+        offset: u64,
+        count: u32,
+    },
+    Readdir {
+        cookie: u64,
+        verf: Verifier,
+        dircount: u32,
+        maxcount: u32,
+        attrs: Bitmap,
+    },
     Readlink,
     Remove(&'a [u8]),
-    Rename { old: &'a [u8], new: &'a [u8] },
+    Rename {
+        old: &'a [u8],
+        new: &'a [u8],
+    },
     Restorefh,
     Savefh,
     Secinfo(&'a [u8]),
-    Setattr { stateid: Stateid, attrs: Fattr<'a> },
+    Setattr {
+        stateid: Stateid,
+        attrs: Fattr<'a>,
+    },
     Verify(Fattr<'a>),
-    Write { stateid: Stateid, offset: u64, stable: u32, data: &'a [u8] },
-    BindConnToSession { sessionid: SessionId, dir: u32, rdma_mode: bool },
-    ExchangeId { verifier: Verifier, ownerid: &'a [u8], flags: u32, state_protect: u32 },
+    Write {
+        stateid: Stateid,
+        offset: u64,
+        stable: u32,
+        data: &'a [u8],
+    },
+    BindConnToSession {
+        sessionid: SessionId,
+        dir: u32,
+        rdma_mode: bool,
+    },
+    ExchangeId {
+        verifier: Verifier,
+        ownerid: &'a [u8],
+        flags: u32,
+        state_protect: u32,
+    },
     CreateSession {
         clientid: u64,
         sequence: u32,
@@ -194,9 +243,18 @@ pub enum Op<'a> {
     DestroySession(SessionId),
     FreeStateid(Stateid),
     SecinfoNoName(u32),
-    Sequence { sessionid: SessionId, sequenceid: u32, slotid: u32, highest_slotid: u32, cachethis: bool },
+    Sequence {
+        sessionid: SessionId,
+        sequenceid: u32,
+        slotid: u32,
+        highest_slotid: u32,
+        cachethis: bool,
+    },
     /// TEST_STATEID: the count and the packed stateids (16 bytes each).
-    TestStateid { count: u32, raw: &'a [u8] },
+    TestStateid {
+        count: u32,
+        raw: &'a [u8],
+    },
     DestroyClientid(u64),
     ReclaimComplete(bool),
 }
@@ -470,7 +528,11 @@ fn cb_sec_parms(r: &mut Reader<'_>) -> Result<(), Refuse> {
                 r.opaque_var(NFS4_OPAQUE_LIMIT, "gcbp_handle_from_server")?;
                 r.opaque_var(NFS4_OPAQUE_LIMIT, "gcbp_handle_from_client")?;
             }
-            v => return Err(Refuse::Xdr(r.error(DecodeErrorKind::BadDiscriminant { value: v }, "cb_secflavor"))),
+            v => {
+                return Err(Refuse::Xdr(
+                    r.error(DecodeErrorKind::BadDiscriminant { value: v }, "cb_secflavor"),
+                ))
+            }
         }
     }
     Ok(())

@@ -132,9 +132,7 @@ pub fn decode_settable(f: &Fattr<'_>) -> Result<SetAttrs4, u32> {
                 out.mode = Some(m);
             }
             FATTR4_OWNER => out.uid = Some(numeric_id(r.string(NFS4_OPAQUE_LIMIT, "owner").map_err(x)?)?),
-            FATTR4_OWNER_GROUP => {
-                out.gid = Some(numeric_id(r.string(NFS4_OPAQUE_LIMIT, "owner_group").map_err(x)?)?)
-            }
+            FATTR4_OWNER_GROUP => out.gid = Some(numeric_id(r.string(NFS4_OPAQUE_LIMIT, "owner_group").map_err(x)?)?),
             FATTR4_TIME_ACCESS_SET => out.atime = Some(settime(&mut r)?),
             FATTR4_TIME_MODIFY_SET => out.mtime = Some(settime(&mut r)?),
             _ => return Err(NFS4ERR_ATTRNOTSUPP),

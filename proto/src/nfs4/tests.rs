@@ -80,7 +80,9 @@ fn sequence_putfh_getattr_read() {
         })
     );
     assert_eq!(ops[1], Ok(Op::Putfh(&[1, 2, 3, 4, 5])));
-    let Ok(Op::Getattr(bm)) = ops[2] else { panic!("{:?}", ops[2]) };
+    let Ok(Op::Getattr(bm)) = ops[2] else {
+        panic!("{:?}", ops[2])
+    };
     assert_eq!(bm.words, [0x0010_011a, 0x00b0_a23a, 0]);
     assert!(bm.has(FATTR4_TYPE) && bm.has(FATTR4_FSID) && bm.has(FATTR4_FILEID));
     assert!(bm.has(FATTR4_MODE) && bm.has(FATTR4_MOUNTED_ON_FILEID));
@@ -175,7 +177,10 @@ fn exchange_id_and_create_session() {
     else {
         panic!("{:?}", ops[1])
     };
-    assert_eq!((clientid, sequence, flags, cb_program), (0x1122_3344_5566_7788, 1, 2, 0x4000_0000));
+    assert_eq!(
+        (clientid, sequence, flags, cb_program),
+        (0x1122_3344_5566_7788, 1, 2, 0x4000_0000)
+    );
     assert_eq!(
         fore,
         ChannelAttrs {
@@ -193,7 +198,12 @@ fn exchange_id_and_create_session() {
 
 #[test]
 fn open_create_exclusive41_and_claims() {
-    let attrs = V::new().w(2).w(0).w(1 << (FATTR4_MODE - 32)).o(&0o644u32.to_be_bytes()).0;
+    let attrs = V::new()
+        .w(2)
+        .w(0)
+        .w(1 << (FATTR4_MODE - 32))
+        .o(&0o644u32.to_be_bytes())
+        .0;
     let open = V::new()
         .w(OP_OPEN)
         .w(0)
@@ -208,7 +218,10 @@ fn open_create_exclusive41_and_claims() {
         .w(CLAIM_NULL)
         .o(b"file.txt")
         .0;
-    let c = compound(2, &[open, V::new().w(OP_OPEN).w(0).w(1).w(0).h(1).o(b"o").w(0).w(CLAIM_FH).0]);
+    let c = compound(
+        2,
+        &[open, V::new().w(OP_OPEN).w(0).w(1).w(0).h(1).o(b"o").w(0).w(CLAIM_FH).0],
+    );
     let (h, ops) = decode_all(&c).unwrap();
     assert_eq!(h.minorversion, 2);
     let Ok(Op::Open {
@@ -222,19 +235,44 @@ fn open_create_exclusive41_and_claims() {
     else {
         panic!("{:?}", ops[0])
     };
-    assert_eq!((share_access, clientid, owner, &v, name), (3, 42, &b"open id:\x00\x01"[..], b"excl-vrf", &b"file.txt"[..]));
+    assert_eq!(
+        (share_access, clientid, owner, &v, name),
+        (3, 42, &b"open id:\x00\x01"[..], b"excl-vrf", &b"file.txt"[..])
+    );
     let s = decode_settable(&f).unwrap();
     assert_eq!(s.mode, Some(0o644));
-    assert!(matches!(ops[1], Ok(Op::Open { create: None, claim: Claim::Fh, .. })));
+    assert!(matches!(
+        ops[1],
+        Ok(Op::Open {
+            create: None,
+            claim: Claim::Fh,
+            ..
+        })
+    ));
 }
 
 #[test]
 fn write_inline_and_from_a_chunk() {
-    let w = V::new().w(OP_WRITE).w(1).b(&[3; 12]).h(8192).w(FILE_SYNC4).o(b"hello").0;
+    let w = V::new()
+        .w(OP_WRITE)
+        .w(1)
+        .b(&[3; 12])
+        .h(8192)
+        .w(FILE_SYNC4)
+        .o(b"hello")
+        .0;
     let g = V::new().w(OP_GETATTR).w(1).w(1 << FATTR4_SIZE).0;
     let c = compound(1, &[sequence(), w.clone(), g.clone()]);
     let (_, ops) = decode_all(&c).unwrap();
-    assert!(matches!(ops[1], Ok(Op::Write { offset: 8192, stable: FILE_SYNC4, data: b"hello", .. })));
+    assert!(matches!(
+        ops[1],
+        Ok(Op::Write {
+            offset: 8192,
+            stable: FILE_SYNC4,
+            data: b"hello",
+            ..
+        })
+    ));
     assert!(matches!(ops[2], Ok(Op::Getattr(_))));
     // The same COMPOUND with the data in a Read chunk: the head ends at the
     // length word, the chunk holds data and padding, the GETATTR follows.
@@ -254,7 +292,13 @@ fn write_inline_and_from_a_chunk() {
     let h = CompoundArgs::decode(&mut r).unwrap();
     let mut d = OpDecoder::new(r, h.numops, Some(b"hel"), g);
     d.next_op();
-    assert_eq!(d.next_op(), Some(Err(OpError { op: OP_WRITE, status: NFS4ERR_BADXDR })));
+    assert_eq!(
+        d.next_op(),
+        Some(Err(OpError {
+            op: OP_WRITE,
+            status: NFS4ERR_BADXDR
+        }))
+    );
     assert_eq!(d.next_op(), None);
     // The ULB locates the data in the whole Call.
     let mut call = V::new().w(9).w(0).w(2).w(100_003).w(4).w(1).w(0).w(0).w(0).w(0).0;
@@ -283,9 +327,15 @@ fn bounds_give_statuses_not_panics() {
     let many: Vec<Vec<u8>> = (0..=MAX_OPS).map(|_| V::new().w(OP_GETFH).0).collect();
     assert!(matches!(
         decode_all(&compound(1, &many)),
-        Err(CompoundError::Status { status: NFS4ERR_TOO_MANY_OPS, .. })
+        Err(CompoundError::Status {
+            status: NFS4ERR_TOO_MANY_OPS,
+            ..
+        })
     ));
-    assert_eq!(decode_all(&compound(1, &many[..MAX_OPS as usize])).unwrap().1.len(), MAX_OPS as usize);
+    assert_eq!(
+        decode_all(&compound(1, &many[..MAX_OPS as usize])).unwrap().1.len(),
+        MAX_OPS as usize
+    );
     // A tag over the bound: RESOURCE with no tag.
     let long_tag = V::new().o(&[b'x'; 257]).w(1).w(0).0;
     assert_eq!(
@@ -298,10 +348,22 @@ fn bounds_give_statuses_not_panics() {
     // A name over 255 bytes: NAMETOOLONG; the walk stops there.
     let c = compound(1, &[V::new().w(OP_LOOKUP).o(&[b'n'; 256]).0, V::new().w(OP_GETFH).0]);
     let (_, ops) = decode_all(&c).unwrap();
-    assert_eq!(ops, vec![Err(OpError { op: OP_LOOKUP, status: NFS4ERR_NAMETOOLONG })]);
+    assert_eq!(
+        ops,
+        vec![Err(OpError {
+            op: OP_LOOKUP,
+            status: NFS4ERR_NAMETOOLONG
+        })]
+    );
     // ... unless the bytes are not there: BADXDR.
     let c = compound(1, &[V::new().w(OP_LOOKUP).w(300).b(&[b'n'; 8]).0]);
-    assert_eq!(decode_all(&c).unwrap().1, vec![Err(OpError { op: OP_LOOKUP, status: NFS4ERR_BADXDR })]);
+    assert_eq!(
+        decode_all(&c).unwrap().1,
+        vec![Err(OpError {
+            op: OP_LOOKUP,
+            status: NFS4ERR_BADXDR
+        })]
+    );
     // Bitmaps: 8 words fine (extra zero), 9 too many, a bit past word 2 unknown.
     let bm = |n: u32, last: u32| {
         let mut v = V::new().w(OP_GETATTR).w(n);
@@ -311,52 +373,124 @@ fn bounds_give_statuses_not_panics() {
         compound(1, &[v.0])
     };
     assert!(matches!(decode_all(&bm(8, 0)).unwrap().1[0], Ok(Op::Getattr(_))));
-    assert_eq!(decode_all(&bm(9, 0)).unwrap().1[0], Err(OpError { op: OP_GETATTR, status: NFS4ERR_RESOURCE }));
-    assert_eq!(decode_all(&bm(4, 1)).unwrap().1[0], Err(OpError { op: OP_GETATTR, status: NFS4ERR_ATTRNOTSUPP }));
+    assert_eq!(
+        decode_all(&bm(9, 0)).unwrap().1[0],
+        Err(OpError {
+            op: OP_GETATTR,
+            status: NFS4ERR_RESOURCE
+        })
+    );
+    assert_eq!(
+        decode_all(&bm(4, 1)).unwrap().1[0],
+        Err(OpError {
+            op: OP_GETATTR,
+            status: NFS4ERR_ATTRNOTSUPP
+        })
+    );
     // A handle over NFS4_FHSIZE: BADHANDLE.
     let c = compound(1, &[V::new().w(OP_PUTFH).o(&[0; 129]).0]);
-    assert_eq!(decode_all(&c).unwrap().1[0], Err(OpError { op: OP_PUTFH, status: NFS4ERR_BADHANDLE }));
+    assert_eq!(
+        decode_all(&c).unwrap().1[0],
+        Err(OpError {
+            op: OP_PUTFH,
+            status: NFS4ERR_BADHANDLE
+        })
+    );
     // Unknown operation numbers: OP_ILLEGAL; known ones not decoded: NOTSUPP.
     for op in [0, 1, 2, 76, 10044, u32::MAX] {
         let c = compound(1, &[V::new().w(op).0]);
         let (_, ops) = decode_all(&c).unwrap();
-        assert_eq!(ops, vec![Err(OpError { op: OP_ILLEGAL, status: NFS4ERR_OP_ILLEGAL })], "op {op}");
+        assert_eq!(
+            ops,
+            vec![Err(OpError {
+                op: OP_ILLEGAL,
+                status: NFS4ERR_OP_ILLEGAL
+            })],
+            "op {op}"
+        );
     }
     for op in [OP_LOCK, OP_LAYOUTGET, OP_SETCLIENTID, OP_COPY] {
         let c = compound(1, &[V::new().w(op).0]);
         let (_, ops) = decode_all(&c).unwrap();
-        assert_eq!(ops, vec![Err(OpError { op, status: NFS4ERR_NOTSUPP })]);
+        assert_eq!(
+            ops,
+            vec![Err(OpError {
+                op,
+                status: NFS4ERR_NOTSUPP
+            })]
+        );
     }
     // WRITE data over the bound: RESOURCE; a bad stable_how: BADXDR.
     let c = compound(1, &[V::new().w(OP_WRITE).b(&[0; 16]).h(0).w(0).w(MAX_DATA_BYTES + 1).0]);
-    assert_eq!(decode_all(&c).unwrap().1[0], Err(OpError { op: OP_WRITE, status: NFS4ERR_RESOURCE }));
+    assert_eq!(
+        decode_all(&c).unwrap().1[0],
+        Err(OpError {
+            op: OP_WRITE,
+            status: NFS4ERR_RESOURCE
+        })
+    );
     let c = compound(1, &[V::new().w(OP_WRITE).b(&[0; 16]).h(0).w(3).o(b"x").0]);
-    assert_eq!(decode_all(&c).unwrap().1[0], Err(OpError { op: OP_WRITE, status: NFS4ERR_BADXDR }));
+    assert_eq!(
+        decode_all(&c).unwrap().1[0],
+        Err(OpError {
+            op: OP_WRITE,
+            status: NFS4ERR_BADXDR
+        })
+    );
     // More operations promised than present: BADXDR at the missing one.
     let mut c = compound(1, &[V::new().w(OP_GETFH).0]);
     c[15] = 2;
     let (_, ops) = decode_all(&c).unwrap();
-    assert_eq!(ops, vec![Ok(Op::Getfh), Err(OpError { op: OP_ILLEGAL, status: NFS4ERR_BADXDR })]);
+    assert_eq!(
+        ops,
+        vec![
+            Ok(Op::Getfh),
+            Err(OpError {
+                op: OP_ILLEGAL,
+                status: NFS4ERR_BADXDR
+            })
+        ]
+    );
 }
 
 #[test]
 fn settable_attributes() {
     let f = |mask: &[u32], vals: Vec<u8>| {
         let v: &'static [u8] = Box::leak(vals.into_boxed_slice());
-        decode_settable(&Fattr { mask: Bitmap::of(mask), vals: v })
+        decode_settable(&Fattr {
+            mask: Bitmap::of(mask),
+            vals: v,
+        })
     };
     let s = f(
-        &[FATTR4_SIZE, FATTR4_MODE, FATTR4_OWNER, FATTR4_OWNER_GROUP, FATTR4_TIME_ACCESS_SET, FATTR4_TIME_MODIFY_SET],
+        &[
+            FATTR4_SIZE,
+            FATTR4_MODE,
+            FATTR4_OWNER,
+            FATTR4_OWNER_GROUP,
+            FATTR4_TIME_ACCESS_SET,
+            FATTR4_TIME_MODIFY_SET,
+        ],
         V::new().h(10).w(0o600).o(b"1000").o(b"100").w(0).w(1).h(5).w(6).0,
     )
     .unwrap();
-    assert_eq!((s.size, s.mode, s.uid, s.gid), (Some(10), Some(0o600), Some(1000), Some(100)));
-    assert_eq!((s.atime, s.mtime), (Some(SetTime4::Server), Some(SetTime4::Client { secs: 5, nsecs: 6 })));
+    assert_eq!(
+        (s.size, s.mode, s.uid, s.gid),
+        (Some(10), Some(0o600), Some(1000), Some(100))
+    );
+    assert_eq!(
+        (s.atime, s.mtime),
+        (Some(SetTime4::Server), Some(SetTime4::Client { secs: 5, nsecs: 6 }))
+    );
     assert_eq!(f(&[FATTR4_OWNER], V::new().o(b"bob@example").0), Err(NFS4ERR_BADOWNER));
     assert_eq!(f(&[FATTR4_OWNER], V::new().o(b"99999999999").0), Err(NFS4ERR_BADOWNER));
     assert_eq!(f(&[FATTR4_TYPE], V::new().w(1).0), Err(NFS4ERR_INVAL));
     assert_eq!(f(&[FATTR4_ACL], V::new().w(0).0), Err(NFS4ERR_ATTRNOTSUPP));
-    assert_eq!(f(&[FATTR4_SIZE], V::new().h(1).w(0).0), Err(NFS4ERR_BADXDR), "bytes left over");
+    assert_eq!(
+        f(&[FATTR4_SIZE], V::new().h(1).w(0).0),
+        Err(NFS4ERR_BADXDR),
+        "bytes left over"
+    );
     assert_eq!(f(&[FATTR4_SIZE], V::new().w(1).0), Err(NFS4ERR_BADXDR), "short");
     assert_eq!(f(&[FATTR4_MODE], V::new().w(0o10000).0), Err(NFS4ERR_INVAL));
 }
@@ -377,12 +511,35 @@ fn truncation_at_every_offset() {
         V::new().w(OP_RENAME).o(b"a").o(b"b").0,
         V::new().w(OP_READDIR).h(0).b(&[0; 8]).w(4096).w(8192).w(1).w(3).0,
         V::new().w(OP_SETATTR).b(&[0; 16]).w(1).w(1 << FATTR4_SIZE).o(&[0; 8]).0,
-        V::new().w(OP_OPEN).w(0).w(1).w(0).h(1).o(b"o").w(1).w(GUARDED4).w(0).o(&[]).w(CLAIM_NULL).o(b"f").0,
+        V::new()
+            .w(OP_OPEN)
+            .w(0)
+            .w(1)
+            .w(0)
+            .h(1)
+            .o(b"o")
+            .w(1)
+            .w(GUARDED4)
+            .w(0)
+            .o(&[])
+            .w(CLAIM_NULL)
+            .o(b"f")
+            .0,
         V::new().w(OP_CLOSE).w(1).b(&[1; 16]).0,
         V::new().w(OP_COMMIT).h(0).w(0).0,
         V::new().w(OP_TEST_STATEID).w(2).b(&[5; 32]).0,
         V::new().w(OP_BIND_CONN_TO_SESSION).b(&SID).w(CDFC4_FORE_OR_BOTH).w(0).0,
-        V::new().w(OP_EXCHANGE_ID).b(&[0; 8]).o(b"id").w(0).w(SP4_MACH_CRED).w(1).w(1).w(0).w(0).0,
+        V::new()
+            .w(OP_EXCHANGE_ID)
+            .b(&[0; 8])
+            .o(b"id")
+            .w(0)
+            .w(SP4_MACH_CRED)
+            .w(1)
+            .w(1)
+            .w(0)
+            .w(0)
+            .0,
         V::new().w(OP_DESTROY_SESSION).b(&SID).0,
         V::new().w(OP_DESTROY_CLIENTID).h(5).0,
         V::new().w(OP_RECLAIM_COMPLETE).w(0).0,
@@ -399,7 +556,13 @@ fn truncation_at_every_offset() {
             match decode_all(&c[..cut]) {
                 Err(_) => {}
                 Ok((_, ops)) => assert!(
-                    ops.iter().any(|o| matches!(o, Err(OpError { status: NFS4ERR_BADXDR, .. }))),
+                    ops.iter().any(|o| matches!(
+                        o,
+                        Err(OpError {
+                            status: NFS4ERR_BADXDR,
+                            ..
+                        })
+                    )),
                     "cut {cut} of {v:?}: {ops:?}"
                 ),
             }
