@@ -163,14 +163,14 @@ fn nfs4_session_rules_and_slot_replay() {
     let dc = op(|e| {
         e.u32(OP_DESTROY_CLIENTID).u64(id);
     });
-    assert_eq!(c.compound(&[dc.clone()]).status, NFS4ERR_CLIENTID_BUSY);
+    assert_eq!(c.compound(std::slice::from_ref(&dc)).status, NFS4ERR_CLIENTID_BUSY);
     let r = c.compound(&[op(|e| {
         e.u32(OP_DESTROY_SESSION).fixed(&sid);
     })]);
     assert_eq!(r.status, NFS4_OK);
     let s = c.sequence(0, false);
     assert_eq!(c.compound(&[s]).status, NFS4ERR_BADSESSION);
-    assert_eq!(c.compound(&[dc.clone()]).status, NFS4_OK);
+    assert_eq!(c.compound(std::slice::from_ref(&dc)).status, NFS4_OK);
     assert_eq!(c.compound(&[dc]).status, NFS4ERR_STALE_CLIENTID);
 }
 
@@ -451,7 +451,7 @@ fn nfs4_share_reservations_between_clients() {
         stateid(e, &sa);
         stateid(e, &sb);
     });
-    let r = a.seq(&[t.clone()]);
+    let r = a.seq(std::slice::from_ref(&t));
     let mut d = r.dec();
     res(&mut d, OP_TEST_STATEID);
     assert_eq!(d.u32(), 2);

@@ -131,14 +131,13 @@ fn sessionless(op: u32) -> bool {
     )
 }
 
+/// The arguments, the Read chunk's data and the inline bytes after it.
+type Pieces<'a> = (&'a [u8], Option<&'a [u8]>, &'a [u8]);
+
 /// The pieces of the Call's arguments: contiguous (the Call in one piece,
 /// or small enough to assemble), or the inline head, the Read chunk holding
 /// WRITE data, and the inline rest.
-fn pieces<'a>(
-    call: &CallView<'a>,
-    at: usize,
-    scratch: &'a mut Vec<u8>,
-) -> Option<(&'a [u8], Option<&'a [u8]>, &'a [u8])> {
+fn pieces<'a>(call: &CallView<'a>, at: usize, scratch: &'a mut Vec<u8>) -> Option<Pieces<'a>> {
     let mut s = call.slices();
     let first = s.next().unwrap_or(&[]);
     let (second, third, fourth) = (s.next(), s.next(), s.next());

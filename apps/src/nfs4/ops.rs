@@ -831,14 +831,9 @@ fn open(
             (o, a)
         }
         Claim::Null(name) => {
-            let d = cur_real(cx, if create.is_some() { NFS4ERR_ROFS } else { NFS4ERR_NOENT }).or_else(|e| {
-                // An OPEN in a pseudo directory finds nothing to open.
-                if create.is_none() && e.0 == NFS4ERR_NOENT {
-                    Err(St(NFS4ERR_NOENT))
-                } else {
-                    Err(e)
-                }
-            })?;
+            // An OPEN by name in a pseudo directory finds nothing (or may
+            // create nothing).
+            let d = cur_real(cx, if create.is_some() { NFS4ERR_ROFS } else { NFS4ERR_NOENT })?;
             let b = backend(cx, &d);
             let dir = b.getattr(&d.fh)?;
             if dir.ftype != FileType::Directory {

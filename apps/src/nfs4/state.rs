@@ -616,7 +616,8 @@ impl V4State {
             OPEN4_SHARE_ACCESS_READ
         };
         if sid.is_special() {
-            if *sid != Stateid::ANONYMOUS && !(*sid == Stateid::BYPASS && !write) {
+            let allowed = *sid == Stateid::ANONYMOUS || (*sid == Stateid::BYPASS && !write);
+            if !allowed {
                 return Err(NFS4ERR_BAD_STATEID);
             }
             let denied = t.opens.iter().any(|o| &o.file == file && o.deny & want != 0);
@@ -665,5 +666,121 @@ impl V4State {
     /// Client records held.
     pub fn clients(&self) -> usize {
         self.lock().clients.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::FileHandle;
+
+    fn attrs(slots: u32) -> ChannelAttrs {
+        ChannelAttrs {
+            headerpadsize: 0,
+            maxrequestsize: 1 << 20,
+            maxresponsesize: 1 << 20,
+            maxresponsesize_cached: 8192,
+            maxoperations: 8,
+            maxrequests: slots,
+            rdma_ird: None,
+        }
+    }
+
+    fn client(s: &V4State, owner: &[u8]) -> (u64, SessionId) {
+        let e = s.exchange_id(*b"verifier", owner, 0).unwrap();
+        let c = s
+            .create_session(e.clientid, e.sequenceid, &attrs(64), &attrs(1))
+            .unwrap();
+        (e.clientid, c.sessionid)
+    }
+
+    #[test]
+    fn slots_bounded_by_credits_and_replies_cached() {
+        let s = V4State::new(8, 1 << 20);
+        let e = s.exchange_id(*b"verifier", b"c", 0).unwrap();
+        let c = s
+            .create_session(e.clientid, e.sequenceid, &attrs(64), &attrs(1))
+            .unwrap();
+        assert_eq!(c.fore.maxrequests, 8);
+        assert_eq!(c.fore.maxresponsesize_cached, SLOT_CACHE_BYTES);
+        // CREATE_SESSION retried: the same session.
+        let again = s
+            .create_session(e.clientid, e.sequenceid, &attrs(64), &attrs(1))
+            .unwrap();
+        assert_eq!(again.sessionid, c.sessionid);
+        let sid = c.sessionid;
+        let mut out = [0u8; 64];
+        assert!(matches!(
+            s.sequence(&sid, 1, 0, true, &mut out),
+            Ok(SeqOutcome::New { slots: 8, .. })
+        ));
+        // While the first is running, its retry waits.
+        assert_eq!(s.sequence(&sid, 1, 0, true, &mut out), Err(NFS4ERR_DELAY));
+        s.sequence_done(&sid, 0, Some(b"reply!!!"));
+        assert_eq!(s.sequence(&sid, 1, 0, true, &mut out), Ok(SeqOutcome::Replay(8)));
+        assert_eq!(&out[..8], b"reply!!!");
+        // A reply larger than the caller's room is not copied.
+        assert_eq!(
+            s.sequence(&sid, 1, 0, true, &mut out[..4]),
+            Err(NFS4ERR_RETRY_UNCACHED_REP)
+        );
+        assert_eq!(s.sequence(&sid, 3, 0, true, &mut out), Err(NFS4ERR_SEQ_MISORDERED));
+        assert_eq!(s.sequence(&sid, 1, 8, true, &mut out), Err(NFS4ERR_BADSLOT));
+        // A reply too large for the slot is remembered as not kept.
+        assert!(matches!(
+            s.sequence(&sid, 2, 0, true, &mut out),
+            Ok(SeqOutcome::New { .. })
+        ));
+        s.sequence_done(&sid, 0, Some(&vec![0u8; SLOT_CACHE_BYTES as usize + 4]));
+        assert_eq!(s.sequence(&sid, 2, 0, true, &mut out), Err(NFS4ERR_RETRY_UNCACHED_REP));
+    }
+
+    /// An expired client keeps its opens until another client's OPEN
+    /// conflicts with them (courtesy), then its state goes.
+    #[test]
+    fn expired_clients_are_courtesy_clients() {
+        let s = V4State::new(8, 1 << 20).with_lease(Duration::from_millis(30));
+        let (a, _) = client(&s, b"a");
+        let (b, sid_b) = client(&s, b"b");
+        let f = (0, FileHandle::new(&[1, 2, 3]).unwrap());
+        s.open(a, b"oa", f, OPEN4_SHARE_ACCESS_BOTH, OPEN4_SHARE_DENY_BOTH)
+            .unwrap();
+        assert_eq!(
+            s.open(b, b"ob", f, OPEN4_SHARE_ACCESS_READ, 0),
+            Err(NFS4ERR_SHARE_DENIED)
+        );
+        std::thread::sleep(Duration::from_millis(60));
+        // b renews; a has expired and keeps its state until the conflict.
+        let mut out = [0u8; 16];
+        s.sequence(&sid_b, 1, 0, false, &mut out).unwrap();
+        s.sequence_done(&sid_b, 0, None);
+        assert_eq!((s.clients(), s.opens()), (2, 1));
+        s.open(b, b"ob", f, OPEN4_SHARE_ACCESS_READ, 0).unwrap();
+        assert_eq!((s.clients(), s.opens()), (1, 1), "a's record and open went");
+    }
+
+    #[test]
+    fn stateid_seqids() {
+        let s = V4State::new(8, 1 << 20);
+        let (a, _) = client(&s, b"a");
+        let f = (0, FileHandle::new(&[9]).unwrap());
+        let g = (0, FileHandle::new(&[8]).unwrap());
+        let s1 = s.open(a, b"o", f, OPEN4_SHARE_ACCESS_READ, 0).unwrap();
+        let s2 = s.open(a, b"o", f, OPEN4_SHARE_ACCESS_WRITE, 0).unwrap();
+        assert_eq!((s1.other, s2.seqid), (s2.other, 2));
+        assert_eq!(s.check_io(&s1, &f, false), Err(NFS4ERR_OLD_STATEID));
+        assert_eq!(
+            s.check_io(&Stateid { seqid: 3, ..s2 }, &f, false),
+            Err(NFS4ERR_BAD_STATEID)
+        );
+        assert_eq!(s.check_io(&Stateid { seqid: 0, ..s2 }, &f, true), Ok(()));
+        assert_eq!(s.check_io(&s2, &g, false), Err(NFS4ERR_BAD_STATEID));
+        let mut stale = s2;
+        stale.other[0] ^= 0xff;
+        assert_eq!(s.check_io(&stale, &f, false), Err(NFS4ERR_STALE_STATEID));
+        assert_eq!(s.downgrade(&s2, &f, OPEN4_SHARE_ACCESS_READ, 0).map(|x| x.seqid), Ok(3));
+        assert_eq!(s.check_io(&Stateid { seqid: 3, ..s2 }, &f, true), Err(NFS4ERR_OPENMODE));
+        assert_eq!(s.close(&Stateid { seqid: 3, ..s2 }, &f), Ok(()));
+        assert_eq!(s.opens(), 0);
     }
 }

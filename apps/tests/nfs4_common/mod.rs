@@ -245,8 +245,8 @@ pub fn attrs(d: &mut Dec<'_>) -> Vec<(u32, u64)> {
     let mut words = [0u32; 3];
     for i in 0..n as usize {
         let w = d.u32();
-        if i < 3 {
-            words[i] = w;
+        if let Some(slot) = words.get_mut(i) {
+            *slot = w;
         }
     }
     let vals = d.opaque();
