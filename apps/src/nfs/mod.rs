@@ -1,6 +1,6 @@
 //! The NFSv3 (RFC 1813) and MOUNT v3 (RFC 1813 section 5) services of the
-//! gateway, with exports, access control and the RPC-level dispatch
-//! (RFC 5531).
+//! gateway, with exports, access control and the RPC-level dispatch (RFC
+//! 5531); NFSv4.1/4.2 COMPOUNDs go on to [`crate::nfs4`].
 //!
 //! [`NfsShared`] holds what all cores share: the exports resolved against the
 //! backends, the write verifier of this process, the READ/WRITE size limit and
@@ -15,7 +15,9 @@
 //! | `rpcvers` other than 2 | MSG_DENIED / RPC_MISMATCH (2, 2) |
 //! | `cred` or `verf` body over 400 bytes or truncated | MSG_DENIED / AUTH_ERROR AUTH_BADCRED (AUTH_BADVERF) |
 //! | program other than NFS 100003 and MOUNT 100005 | PROG_UNAVAIL |
-//! | version other than 3 | PROG_MISMATCH (3, 3) |
+//! | NFS version other than 3 and 4 | PROG_MISMATCH (3, 4) |
+//! | MOUNT version other than 3 | PROG_MISMATCH (3, 3) |
+//! | NFS version 4 | NULL here; COMPOUND in [`crate::nfs4`] (sessions, not the reply cache below) |
 //! | procedure out of range | PROC_UNAVAIL |
 //! | NULL (procedure 0) | SUCCESS, whatever the credential (except RPCSEC_GSS) |
 //! | flavor other than AUTH_SYS and AUTH_NONE, or AUTH_SYS body not decoding | AUTH_ERROR AUTH_BADCRED |

@@ -22,6 +22,12 @@ impl V4Transport for Direct {
     }
 }
 
+impl V4Transport for Tcp {
+    fn rt(&mut self, call: &[u8], _read_max: Option<u32>) -> Option<Vec<u8>> {
+        self.roundtrip(call)
+    }
+}
+
 /// Counts of how the engine carried v4 Calls.
 impl<F: Fabric> V4Transport for Engine<F> {
     fn rt(&mut self, call: &[u8], read_max: Option<u32>) -> Option<Vec<u8>> {
