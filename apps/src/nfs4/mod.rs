@@ -160,6 +160,10 @@ fn pieces<'a>(call: &CallView<'a>, at: usize, scratch: &'a mut Vec<u8>) -> Optio
 /// The `count` of a COMPOUND whose last operation is READ, for the data
 /// buffer the engine attaches before the Call runs.
 pub(crate) fn read_hint(head: &[u8]) -> Option<u32> {
+    // The version word first, so other Calls pay one comparison.
+    if head.get(16..20)? != NFS_V4.to_be_bytes() {
+        return None;
+    }
     let (h, at) = rpc::CallHeader::decode(head).ok()?;
     if (h.prog, h.vers, h.proc_) != (proto::nfs3::NFS_PROGRAM, NFS_V4, NFSPROC4_COMPOUND) {
         return None;
