@@ -45,7 +45,10 @@ impl<F: Fabric> V4Transport for Engine<F> {
             self.carried.read_chunk_calls += 1;
         }
         let wc: Vec<u32> = read_max.into_iter().collect();
-        let needs = ReplyNeeds::new(&wc, 64 * 1024).unwrap();
+        // A READ's reply without its data is small (no Reply chunk, the
+        // shape the engine places directly); anything else may be large.
+        let max_reply = if read_max.is_some() { 1024 } else { 64 * 1024 };
+        let needs = ReplyNeeds::new(&wc, max_reply).unwrap();
         let id = self
             .cli
             .submit(cb, call.len(), &items[..k], &needs)
