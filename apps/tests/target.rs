@@ -4,6 +4,7 @@
 //! and procedures, graceful shutdown, and durability plus the write verifier
 //! across a restart.
 
+mod nfs4_common;
 mod nfs_common;
 
 use std::io::{Read, Write};
@@ -93,8 +94,32 @@ fn tcp_services_answer_mount_nfs_and_rpc_errors() {
     // RPC-level errors (RFC 5531 s9): unknown program, version, procedure.
     let r = c.call(100_099, 1, 0, |_| {});
     assert_eq!(r.stat, RpcStat::ProgUnavail);
+    let r = c.call(NFS, 5, 0, |_| {});
+    assert_eq!(r.stat, RpcStat::ProgMismatch(3, 4));
     let r = c.call(NFS, 4, 0, |_| {});
-    assert_eq!(r.stat, RpcStat::ProgMismatch(3, 3));
+    assert_eq!(r.stat, RpcStat::Success, "NULL of NFSv4");
+
+    // NFSv4.1 on the same TCP listener (issue 22): a session, an OPEN that
+    // creates, a WRITE and the READ back.
+    let mut v4 = nfs4_common::V4::new(Tcp::connect(nfs), "tcp client");
+    v4.setup(8);
+    let dir = v4.walk("/export").expect("LOOKUP /export");
+    let (sid, fh) = v4
+        .open(
+            &dir,
+            nfs4_common::open(
+                "v4-over-tcp",
+                3,
+                0,
+                b"o",
+                Some((proto::nfs4::UNCHECKED4, 0o644, [0; 8])),
+            ),
+        )
+        .expect("OPEN");
+    let data = pattern(3, 100_000);
+    let (n, _, _) = v4.write(&fh, &sid, 0, proto::nfs4::FILE_SYNC4, &data).expect("WRITE");
+    assert_eq!(n as usize, data.len());
+    assert_eq!(v4.read(&fh, &sid, 0, 200_000).expect("READ"), (true, data));
     let r = c.call(NFS, 3, 22, |_| {});
     assert_eq!(r.stat, RpcStat::ProcUnavail);
     let r = c.call(MOUNT, 3, 0, |_| {});

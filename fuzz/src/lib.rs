@@ -17,7 +17,9 @@ use proto::ulb::DdpItem;
 use proto::xdr::Writer;
 use rpcrdma_apps::dump;
 
+pub mod nfs4_service;
 pub mod nfs_service;
+pub use nfs4_service::check_nfs4_service;
 pub use nfs_service::check_nfs_service;
 
 // ------------------------------------------------------------------ headers

@@ -1,6 +1,6 @@
 //! The NFSv3 (RFC 1813) and MOUNT v3 (RFC 1813 section 5) services of the
-//! gateway, with exports, access control and the RPC-level dispatch
-//! (RFC 5531).
+//! gateway, with exports, access control and the RPC-level dispatch (RFC
+//! 5531); NFSv4.1/4.2 COMPOUNDs go on to [`crate::nfs4`].
 //!
 //! [`NfsShared`] holds what all cores share: the exports resolved against the
 //! backends, the write verifier of this process, the READ/WRITE size limit and
@@ -15,8 +15,9 @@
 //! | `rpcvers` other than 2 | MSG_DENIED / RPC_MISMATCH (2, 2) |
 //! | `cred` or `verf` body over 400 bytes or truncated | MSG_DENIED / AUTH_ERROR AUTH_BADCRED (AUTH_BADVERF) |
 //! | program other than NFS 100003 and MOUNT 100005 | PROG_UNAVAIL |
-//! | NFS version other than 3, MOUNT version outside 1..=3 | PROG_MISMATCH (3, 3), (1, 3) |
+//! | NFS version other than 3 and 4, MOUNT version outside 1..=3 | PROG_MISMATCH (3, 4), (1, 3) |
 //! | MOUNT v1/v2 MNT (a fixed 32-byte handle) | PROC_UNAVAIL (the rest of v1 and v2 is v3's) |
+//! | NFS version 4 | NULL here; COMPOUND in [`crate::nfs4`] (sessions, not the reply cache below) |
 //! | procedure out of range | PROC_UNAVAIL |
 //! | NULL (procedure 0) | SUCCESS, whatever the credential (except RPCSEC_GSS) |
 //! | flavor other than AUTH_SYS and AUTH_NONE, or AUTH_SYS body not decoding | AUTH_ERROR AUTH_BADCRED |
@@ -67,6 +68,7 @@ use crate::config::{Config, PoolUsage};
 use dataplane::service::{CallView, DeferToken, ReplyBuilder, Service, ServiceError};
 use proto::error::{DecodeError, DecodeErrorKind, EncodeError};
 use proto::nfs3::{self as p, MOUNT_PROGRAM, MOUNT_V3, NFSPROC3_COUNT, NFS_PROGRAM, NFS_V3};
+use proto::nfs4::NFS_V4;
 use proto::rpc::{self, AcceptedReply, AuthStat, CallHeader, OpaqueAuth, RejectedReply, ReplyHeader};
 use proto::xdr::Writer;
 
@@ -74,11 +76,11 @@ use crate::backend::{Backend, FsError, FsResult, IoChannel};
 use crate::server::stats::{self, ProcStats};
 
 pub mod auth;
-mod defer;
+pub(crate) mod defer;
 pub mod drc;
 pub mod export;
 mod mount;
-mod nfs3;
+pub(crate) mod nfs3;
 pub mod xdr;
 
 use auth::Cred;
@@ -99,6 +101,8 @@ pub const MAX_ASSEMBLED_CALL_BYTES: usize = 16 * 1024;
 pub const REPLY_HEADER_BYTES: usize = rpc::SUCCESS_REPLY_NONE_BYTES;
 /// MOUNT version 1, of which the gateway serves what v3 shares with it.
 pub const MOUNT_V1: u32 = 1;
+/// Procedures of NFSv4 (NULL and COMPOUND, RFC 8881 s16).
+pub const NFSPROC4_COUNT: u32 = 2;
 /// Procedures of MOUNT v3 (0..=5).
 pub const MOUNTPROC3_COUNT: u32 = 6;
 
@@ -126,6 +130,8 @@ pub struct NfsShared {
     writeback_errors: AtomicU64,
     max_io_bytes: u32,
     mounts: Mutex<VecDeque<MountEntry>>,
+    /// NFSv4 clients, sessions and opens.
+    pub(crate) v4: crate::nfs4::state::V4State,
 }
 
 /// A write verifier no other [`NfsShared`] of this or an earlier process had:
@@ -191,7 +197,13 @@ impl NfsShared {
             writeback_errors: AtomicU64::new(0),
             max_io_bytes: max_io,
             mounts: Mutex::new(VecDeque::new()),
+            v4: crate::nfs4::state::V4State::new(cfg.credits.max_per_connection, max_io),
         }))
+    }
+
+    /// The NFSv4 state (clients, sessions, opens).
+    pub fn v4(&self) -> &crate::nfs4::state::V4State {
+        &self.v4
     }
 
     /// The exports, in configuration order.
@@ -357,6 +369,8 @@ pub(crate) struct CoreState {
     pub stats: NfsStats,
     /// READs and WRITEs whose backend I/O is in flight, replies deferred.
     pub deferred: defer::Deferred,
+    /// NFSv4 counters.
+    pub v4: crate::nfs4::Nfs4Stats,
 }
 
 /// One core's NFS and MOUNT service. Owns the core's I/O channels, so it is
@@ -423,6 +437,7 @@ impl NfsService {
                 dir: nfs3::DirScratch::default(),
                 stats: NfsStats::default(),
                 deferred: defer::Deferred::new(),
+                v4: crate::nfs4::Nfs4Stats::default(),
             },
             scratch: Vec::new(),
             reads_in_call,
@@ -437,6 +452,11 @@ impl NfsService {
             deferred_max: self.st.deferred.max_in_flight as u64,
             ..self.st.stats
         }
+    }
+
+    /// This core's NFSv4 counters.
+    pub fn nfs4_stats(&self) -> crate::nfs4::Nfs4Stats {
+        self.st.v4
     }
 
     /// The shared part.
@@ -532,7 +552,10 @@ impl Service for NfsService {
 
     /// READ: the count asked for, at most the READ limit; nothing otherwise.
     fn reply_data_hint(&mut self, call: &CallView<'_>) -> usize {
-        read_count(call.head()).map_or(0, |n| n.min(self.shared.max_io_bytes) as usize)
+        let head = call.head();
+        read_count(head)
+            .or_else(|| crate::nfs4::read_hint(head))
+            .map_or(0, |n| n.min(self.shared.max_io_bytes) as usize)
     }
 
     fn handle_call(&mut self, call: &CallView<'_>, reply: &mut ReplyBuilder<'_>) -> Result<(), ServiceError> {
@@ -651,9 +674,9 @@ impl NfsService {
         };
         // MOUNT v1 and v2 share NULL, DUMP, UMNT, UMNTALL and EXPORT with v3,
         // byte for byte (RFC 1813 appendix I); `showmount` asks v1. Their MNT
-        // (a fixed 32-byte handle) is not served.
+        // (a fixed 32-byte handle) is not served. NFS is versions 3 and 4.
         let (low, high) = if hdr.prog == NFS_PROGRAM {
-            (NFS_V3, NFS_V3)
+            (NFS_V3, NFS_V4)
         } else {
             (MOUNT_V1, MOUNT_V3)
         };
@@ -661,13 +684,17 @@ impl NfsService {
             st.stats.rpc_errors += 1;
             return reply_header(reply, &accepted(AcceptedReply::ProgMismatch { low, high }));
         }
+        let v4 = hdr.prog == NFS_PROGRAM && hdr.vers == NFS_V4;
+        let nprocs = if v4 { NFSPROC4_COUNT } else { nprocs };
         let old_mnt = hdr.prog == MOUNT_PROGRAM && hdr.vers != MOUNT_V3 && hdr.proc_ == p::MOUNTPROC3_MNT;
         if hdr.proc_ >= nprocs || old_mnt {
             st.stats.rpc_errors += 1;
             return reply_header(reply, &accepted(AcceptedReply::ProcUnavail));
         }
         let count = |st: &mut CoreState| {
-            if hdr.prog == NFS_PROGRAM {
+            if v4 {
+                // Counted by the NFSv4 service.
+            } else if hdr.prog == NFS_PROGRAM {
                 st.stats.nfs[hdr.proc_ as usize] += 1;
             } else {
                 st.stats.mount[hdr.proc_ as usize] += 1;
@@ -689,6 +716,11 @@ impl NfsService {
                 return reply_header(reply, &ReplyHeader::denied(xid, RejectedReply::AuthError(why)));
             }
         };
+        if v4 {
+            // COMPOUND (RFC 8881 s16.2): sessions give it exactly-once
+            // semantics, so the reply cache below is not used.
+            return crate::nfs4::call(shared, st, scratch, call, xid, at, cred, reply);
+        }
         // The arguments: in the head when the Call is one piece, and for WRITE
         // (whose data piece is used where it lies); otherwise reassembled.
         let mut slices = call.slices();

@@ -116,7 +116,7 @@ fn read_only(sh: &NfsShared, o: &Obj) -> bool {
 }
 
 /// A status for a bad name: too long, empty, or with `/` or NUL in it.
-fn check_name(name: &[u8]) -> Result<(), u32> {
+pub(crate) fn check_name(name: &[u8]) -> Result<(), u32> {
     if name.len() > NAME_MAX_BYTES {
         Err(NFS3ERR_NAMETOOLONG)
     } else if name.is_empty() || name.contains(&b'/') || name.contains(&0) {
@@ -126,12 +126,12 @@ fn check_name(name: &[u8]) -> Result<(), u32> {
     }
 }
 
-fn is_dot(name: &[u8]) -> bool {
+pub(crate) fn is_dot(name: &[u8]) -> bool {
     name == b"." || name == b".."
 }
 
 /// A name a new object may get: [`check_name`], and not `.` or `..` (EXIST).
-fn check_new_name(name: &[u8]) -> Result<(), u32> {
+pub(crate) fn check_new_name(name: &[u8]) -> Result<(), u32> {
     check_name(name)?;
     if is_dot(name) {
         return Err(NFS3ERR_EXIST);
@@ -140,7 +140,7 @@ fn check_new_name(name: &[u8]) -> Result<(), u32> {
 }
 
 /// A name an object may be removed or renamed by: not `.` or `..` (INVAL).
-fn check_old_name(name: &[u8]) -> Result<(), u32> {
+pub(crate) fn check_old_name(name: &[u8]) -> Result<(), u32> {
     check_name(name)?;
     if is_dot(name) {
         return Err(NFS3ERR_INVAL);
@@ -150,7 +150,7 @@ fn check_old_name(name: &[u8]) -> Result<(), u32> {
 
 /// Non-root callers may not give new objects another owner or a group they
 /// are not in (NFS3ERR_PERM).
-fn check_new_attrs(caller: &Caller, s: &SetAttr) -> Result<(), u32> {
+pub(crate) fn check_new_attrs(caller: &Caller, s: &SetAttr) -> Result<(), u32> {
     if caller.is_root() {
         return Ok(());
     }
@@ -162,7 +162,7 @@ fn check_new_attrs(caller: &Caller, s: &SetAttr) -> Result<(), u32> {
 
 /// The owner of an object created in `dir`: the caller, with the directory's
 /// group when the directory is set-group-ID.
-fn new_owner(caller: &Caller, dir: &Attr) -> crate::backend::Owner {
+pub(crate) fn new_owner(caller: &Caller, dir: &Attr) -> crate::backend::Owner {
     let mut o = caller.owner();
     if dir.mode & 0o2000 != 0 {
         o.gid = dir.gid;
@@ -171,7 +171,7 @@ fn new_owner(caller: &Caller, dir: &Attr) -> crate::backend::Owner {
 }
 
 /// SETATTR's permission rules (as POSIX chmod/chown/truncate/utimes).
-fn check_setattr(caller: &Caller, a: &Attr, s: &SetAttr) -> Result<(), u32> {
+pub(crate) fn check_setattr(caller: &Caller, a: &Attr, s: &SetAttr) -> Result<(), u32> {
     let owner = caller.is_root() || caller.uid == a.uid;
     if s.mode.is_some() && !owner {
         return Err(NFS3ERR_PERM);
