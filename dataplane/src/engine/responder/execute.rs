@@ -89,7 +89,7 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
             ..
         } = self;
         let send_size = *send_size;
-        let r = reqs.get(i).expect("live");
+        let r = reqs.get_mut(i).expect("live");
         // A deferral stands even beside an error: the service may have I/O
         // in flight into this Call's buffers, which must stay held until it
         // reports the Call (it can drop it then, from `resume`).
@@ -104,14 +104,14 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         if deferred {
             stats.deferred += 1;
             *deferred_calls += 1;
-            reqs.get_mut(i).expect("live").state = ReqState::Deferred;
+            r.state = ReqState::Deferred;
             return Step::Wait;
         }
         match res {
             Ok(()) => {}
             Err(ServiceError::Drop) => {
                 stats.unanswered_service_drop += 1;
-                reqs.get_mut(i).expect("live").replied = true;
+                r.replied = true;
                 self.drop_call(i, true);
                 return Step::Wait;
             }
@@ -119,7 +119,7 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
             // (`NeedReplyBufs` takes none it holds).
             Err(ServiceError::Busy) => {
                 stats.backend_waits += 1;
-                reqs.get_mut(i).expect("live").state = ReqState::NeedReplyBufs;
+                r.state = ReqState::NeedReplyBufs;
                 return self.wait(i, Queue::Backend);
             }
             // Answered with the transport's error (RFC 8166 s4.5; draft
@@ -142,13 +142,13 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         // plan `plan_reply` would make (RFC 8166 s3.5.2; draft s4.3.2):
         // header, then the reply with its DDP items left inline.
         if r.chunk_free && short_reply_fits(vers, &shape, send_max.min(send_size)) {
-            let rr = reqs.get_mut(i).expect("live");
-            rr.shape = shape;
-            rr.form = ReplyForm::Short;
-            rr.sq_need = 1;
-            rr.state = ReqState::NeedSendSlots;
+            r.shape = shape;
+            r.form = ReplyForm::Short;
+            r.sq_need = 1;
+            r.state = ReqState::NeedSendSlots;
             return Step::Continue;
         }
+        let r = &*r;
         // Plan the reply against the Call's Write list and Reply chunk.
         let Some(chunks) = r.hdr.as_ref().and_then(|h| h.chunks()) else {
             return self.control(i, Control::ErrorV1(header::V1Error::Chunk));

@@ -11,9 +11,11 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         // A request whose connection went away while it waited drains
         // instead. Checked once: a step that closes the connection returns
         // `Step::Wait`, so it cannot go away between two steps of one call.
+        // A `New` request was made from a receive on a live connection
+        // (`handle_recv`) a moment ago.
         {
             let Some(r) = self.reqs.get(i) else { return };
-            let conn_dead = self.conn(r.conn).is_none_or(|c| c.state == ConnState::Dead);
+            let conn_dead = r.state != ReqState::New && self.conn(r.conn).is_none_or(|c| c.state == ConnState::Dead);
             if conn_dead && r.state != ReqState::Draining {
                 match r.state {
                     // The service may still write into its buffers: keep them
