@@ -668,7 +668,7 @@ proptest! {
                     let reduced: u64 = p.reduced_ranges().map(|r| r.len as u64).sum();
                     prop_assert_eq!(reduced, p.reduced_len as u64);
                     let mut out = vec![0u8; p.header_len as usize];
-                    let n = encode_reply_header(&p, call, XID, 1, 0, &mut out).unwrap();
+                    let n = encode_reply_header(ReplyHeaderOut::Planned { plan: &p, call }, XID, 1, 0, &mut out).unwrap();
                     // our reply header decodes, and the requester accepts it
                     let mut send = out[..n].to_vec();
                     if p.kind == ReplyKind::Short {
@@ -682,7 +682,8 @@ proptest! {
                     }
                     // too small a buffer is an error, not a panic
                     if n > 0 {
-                        prop_assert!(encode_reply_header(&p, call, XID, 1, 0, &mut out[..n - 1]).is_err());
+                        let planned = ReplyHeaderOut::Planned { plan: &p, call };
+                        prop_assert!(encode_reply_header(planned, XID, 1, 0, &mut out[..n - 1]).is_err());
                     }
                 }
                 Err(e) => { let _ = (e.v1(), e.v2()); }
@@ -715,7 +716,17 @@ fn reply_header_with_other_chunks_is_refused() {
         let p = plan_reply(2000, &items, ha.chunks().unwrap(), vers, 1024).unwrap();
         assert_eq!(p.kind, ReplyKind::Long);
         let mut out = [0u8; 256];
-        let n = encode_reply_header(&p, ha.chunks().unwrap(), XID, 3, 0, &mut out).unwrap();
+        let n = encode_reply_header(
+            ReplyHeaderOut::Planned {
+                plan: &p,
+                call: ha.chunks().unwrap(),
+            },
+            XID,
+            3,
+            0,
+            &mut out,
+        )
+        .unwrap();
         assert_eq!(n, p.header_len as usize);
         // the good header decodes with the lengths written
         let h = decode(&out[..n], &Limits::DEFAULT).unwrap();
@@ -728,11 +739,29 @@ fn reply_header_with_other_chunks_is_refused() {
             what: "chunks differ from the plan",
         });
         assert_eq!(
-            encode_reply_header(&p, hb.chunks().unwrap(), XID, 3, 0, &mut out),
+            encode_reply_header(
+                ReplyHeaderOut::Planned {
+                    plan: &p,
+                    call: hb.chunks().unwrap()
+                },
+                XID,
+                3,
+                0,
+                &mut out
+            ),
             mismatch
         );
         assert_eq!(
-            encode_reply_header(&p, hc.chunks().unwrap(), XID, 3, 0, &mut out),
+            encode_reply_header(
+                ReplyHeaderOut::Planned {
+                    plan: &p,
+                    call: hc.chunks().unwrap()
+                },
+                XID,
+                3,
+                0,
+                &mut out
+            ),
             mismatch
         );
     }

@@ -292,7 +292,7 @@ pub fn plan_reply(
 /// inline payload after [`one_write_header_len`] bytes of header). `None`
 /// for anything else, errors included: the caller then plans the general
 /// way. The reply is then one RDMA Write of the item to `seg` and the Send
-/// of [`encode_one_write_reply_header`] followed by the reply without the
+/// of [`encode_reply_header`]'s `ReplyHeaderOut::OneWrite` header followed by the reply without the
 /// item and its XDR padding (RFC 8166 s3.4.6, s3.4.4.4, s3.5.2). Tested
 /// against `plan_reply` and `encode_reply_header` in
 /// `one_write_reply_agrees_with_plan_reply`.

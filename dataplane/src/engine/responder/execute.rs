@@ -25,7 +25,7 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         let resuming = r.state == ReqState::Resume;
         let chunk_area = r.chunk_buf.map_or(&[][..], |b| bufs.bytes(b));
         if r.state == ReqState::Execute {
-            let Some(view) = call_view(r, conns, chunk_area) else {
+            let Some(mut view) = call_view(r, conns, chunk_area) else {
                 return self.control(i, Control::ErrorV1(header::V1Error::Chunk));
             };
             // The RPC message's XID must be the transport header's
@@ -45,7 +45,7 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
             }
             let hint = service.reply_data_hint(&view);
             if hint == 0 && r.send_buf.is_some() && r.head_buf.is_some() {
-                let ran = run_service(service, fabric, bufs, conns, stages, r, i, view, false);
+                let ran = run_service(service, fabric, bufs, conns, stages, r, i, &mut view, false);
                 return self.after_service(i, ran);
             }
             r.data_hint = hint.min(u32::MAX as usize) as u32;
@@ -57,10 +57,10 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
             return self.wait(i, Queue::ReplyBufs);
         }
         let r = &*r;
-        let Some(view) = call_view(r, conns, chunk_area) else {
+        let Some(mut view) = call_view(r, conns, chunk_area) else {
             return self.control(i, Control::ErrorV1(header::V1Error::Chunk));
         };
-        let ran = run_service(service, fabric, bufs, conns, stages, r, i, view, resuming);
+        let ran = run_service(service, fabric, bufs, conns, stages, r, i, &mut view, resuming);
         self.after_service(i, ran)
     }
 
@@ -226,12 +226,12 @@ pub(super) fn run_service<F: Fabric, S: Service>(
     stages: &mut StageTimer,
     r: &Request<'_>,
     i: u32,
-    mut view: CallView<'_>,
+    view: &mut CallView<'_>,
     resuming: bool,
 ) -> Ran {
     let token = defer_token(i, r.gen);
     view.token = Some(token);
-    let head = bufs.bytes_mut(r.head_buf.expect("head"));
+    let head = r.head_buf.expect("head").bytes_mut();
     let head_room = head.len() - HEAD_PAD_BYTES;
     let data = r.data_buf.map(|b| bufs.bytes_mut(b));
     // The data item straight into the requester's Write chunk, where the
@@ -254,9 +254,9 @@ pub(super) fn run_service<F: Fabric, S: Service>(
     let mut rb = ReplyBuilder::new(&mut head[..head_room], data);
     stages.lap(LAP_SERVICE_START, r.t0);
     let res = if resuming {
-        service.resume(token, &view, &mut rb)
+        service.resume(token, view, &mut rb)
     } else {
-        service.handle_call(&view, &mut rb)
+        service.handle_call(view, &mut rb)
     };
     stages.lap(LAP_SERVICE_DONE, r.t0);
     let deferred = rb.is_deferred();

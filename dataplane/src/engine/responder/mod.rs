@@ -49,7 +49,7 @@ use proto::header::{
     RPCRDMA_VERSION_1, RPCRDMA_VERSION_2,
 };
 use proto::negotiate::{self, CallVerdict, VersionRange};
-use proto::plan::{self, ReadLimits, ReadPlan, ReplyKind, ReplyPlan};
+use proto::plan::{self, ReadLimits, ReadPlan, ReplyHeaderOut, ReplyKind, ReplyPlan};
 use proto::private_data::{self, PrivateData as Rfc8797};
 
 use crate::bufs::{Class, EngineBufs};
@@ -254,14 +254,14 @@ pub enum ReqState {
 enum ReplyForm {
     #[default]
     None,
-    /// One Send: the one-step Short header (`plan::encode_short_reply_header`),
+    /// One Send: the chunk-free Short header (`ReplyHeaderOut::ChunkFree`),
     /// then head, data and padding. A chunk-free Call whose whole reply fits
     /// the peer's inline threshold ([`short_reply_fits`]; RFC 8166 s3.5.2,
     /// draft s4.3.2).
     Short,
     /// One RDMA Write of the reply's one DDP item into `seg`, the Call's only
     /// chunk, then one Send of the one-step header
-    /// (`plan::encode_one_write_reply_header`) and the rest of the reply
+    /// (`ReplyHeaderOut::OneWrite`) and the rest of the reply
     /// (`plan::one_write_short_reply`; RFC 8166 s3.4.6). `placed`: the
     /// service wrote the item into the segment's memory already
     /// (`Fabric::remote_window`, shm), so no Write is posted.
@@ -338,9 +338,9 @@ struct Request<'p> {
     reads_total: u32,
     /// The send buffer (transport header and inline reply) and the head
     /// buffer: taken on the slot's first reply and kept by the slot across
-    /// requests (returned at shutdown).
-    send_buf: Option<BufRef>,
-    head_buf: Option<BufRef>,
+    /// requests (returned at shutdown), resolved once ([`SlotBuf`]).
+    send_buf: Option<SlotBuf<'p>>,
+    head_buf: Option<SlotBuf<'p>>,
     data_buf: Option<BufRef>,
     data_hint: u32,
     shape: ReplyShape,
@@ -398,11 +398,15 @@ impl<'p> Request<'p> {
     #[inline]
     fn take_reply_bufs(&mut self, bufs: &mut EngineBufs<'p>) -> bool {
         if self.send_buf.is_none() {
-            let Some(b) = bufs.get(Class::Send) else { return false };
+            let Some(b) = SlotBuf::take(bufs, Class::Send) else {
+                return false;
+            };
             self.send_buf = Some(b);
         }
         if self.head_buf.is_none() {
-            let Some(b) = bufs.get(Class::Send) else { return false };
+            let Some(b) = SlotBuf::take(bufs, Class::Send) else {
+                return false;
+            };
             self.head_buf = Some(b);
         }
         if self.data_hint > 0 && self.data_buf.is_none() {
@@ -410,6 +414,71 @@ impl<'p> Request<'p> {
             self.data_buf = Some(b);
         }
         true
+    }
+}
+
+/// A buffer a request slot keeps across its requests (its send and head
+/// buffers), resolved once when the slot takes it: the pool's handle, where
+/// its bytes are, and its offset in its region (what a work request names).
+/// A Call in the steady state then looks nothing up in the pool for them.
+#[derive(Clone, Copy, Debug)]
+struct SlotBuf<'p> {
+    buf: BufRef,
+    ptr: std::ptr::NonNull<u8>,
+    len: usize,
+    offset: u64,
+    pool: std::marker::PhantomData<&'p Mempool>,
+}
+
+impl<'p> SlotBuf<'p> {
+    /// A buffer of `class` from `bufs`, resolved; `None` when the class is
+    /// empty.
+    #[inline]
+    fn take(bufs: &mut EngineBufs<'p>, class: Class) -> Option<Self> {
+        let buf = bufs.get(class)?;
+        let (Some((ptr, len)), Some(offset)) = (bufs.pool.buf_ptr(buf), bufs.pool.offset(buf)) else {
+            // A handle from this pool always resolves.
+            bufs.put(buf);
+            return None;
+        };
+        Some(Self {
+            buf,
+            ptr,
+            len,
+            offset: offset as u64,
+            pool: std::marker::PhantomData,
+        })
+    }
+
+    /// `len` bytes of it, as the fabric names local memory.
+    #[inline(always)]
+    fn local(&self, len: u32) -> LocalBuf {
+        LocalBuf {
+            region: self.buf.region,
+            offset: self.offset,
+            len,
+        }
+    }
+
+    /// Its bytes.
+    #[inline(always)]
+    fn bytes(&self) -> &'p [u8] {
+        // SAFETY: `ptr` and `len` are the pool's for `buf` (`take`), inside
+        // its mapping, which lives for `'p`. The request slot holds `buf`
+        // until shutdown, and no posted work request writes it while the
+        // engine reads it (as `EngineBufs::bytes`).
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+
+    /// Its bytes, mutable.
+    #[inline(always)]
+    #[allow(clippy::mut_from_ref)]
+    fn bytes_mut(&self) -> &'p mut [u8] {
+        // SAFETY: as in `bytes`; the engine borrows each of a slot's buffers
+        // mutably at most once at a time, and not while a posted Send reads
+        // it (a slot's next reply is built after its last one completed), as
+        // `EngineBufs::bytes_mut`.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
     }
 }
 
@@ -808,7 +877,12 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
             let mut kept = Vec::new();
             for (used, r) in self.reqs.all_slots_mut() {
                 if !used {
-                    kept.extend([r.send_buf.take(), r.head_buf.take()].into_iter().flatten());
+                    kept.extend(
+                        [r.send_buf.take(), r.head_buf.take()]
+                            .into_iter()
+                            .flatten()
+                            .map(|s| s.buf),
+                    );
                 }
             }
             for b in kept {

@@ -81,7 +81,7 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         let writes = posted;
         let op = send_op(r.vers, remote_inv && fabric.caps().send_with_invalidate, h);
         if !err {
-            let wr = SendWr::new(wr_id, op, bufs.local(send_b, send_len as u32), RemoteBuf::default());
+            let wr = SendWr::new(wr_id, op, send_b.local(send_len as u32), RemoteBuf::default());
             if fabric.post_send(conn_id, &wr).is_ok() {
                 posted += 1;
             } else {
@@ -172,7 +172,7 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         let grant = c.credits.grant();
         let send_b = match self.reqs.get(i).expect("live").send_buf {
             Some(b) => b,
-            None => match self.bufs.get(Class::Send) {
+            None => match SlotBuf::take(&mut self.bufs, Class::Send) {
                 Some(b) => {
                     self.reqs.get_mut(i).expect("live").send_buf = Some(b);
                     b
@@ -185,7 +185,7 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
             id: RDMA2_PROPID_RBSIZ,
             data: &rbsiz,
         }];
-        let out = self.bufs.bytes_mut(send_b);
+        let out = send_b.bytes_mut();
         let len = match r.control {
             Control::ErrorV1(e) => header::encode(
                 &HeaderOut {
@@ -235,7 +235,7 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         let wr = SendWr::new(
             self.req_wr_id(i),
             SendOp::Send,
-            self.bufs.local(send_b, len as u32),
+            send_b.local(len as u32),
             RemoteBuf::default(),
         );
         let conn = r.conn;
@@ -266,11 +266,12 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
 /// says; returns the Send's length, `None` when the reply does not fit
 /// (the caller answers ERR_CHUNK). `chunks`: the Call's chunk lists.
 ///
-/// - `Short`: the one-step Short header, then head, data and padding.
-/// - `OneWrite`: the one-step header with the segment's length set to the
-///   item's, then the reply without the item and its XDR padding.
-/// - `Planned`: `plan::encode_reply_header`, then a Short plan's reduced
-///   reply (a Long reply's goes by RDMA Write into the Reply chunk).
+/// The header is `plan::encode_reply_header`'s for each form:
+/// - `Short`: the chunk-free header, then head, data and padding.
+/// - `OneWrite`: the header with the segment's length set to the item's,
+///   then the reply without the item and its XDR padding.
+/// - `Planned`: the plan's header, then a Short plan's reduced reply (a
+///   Long reply's goes by RDMA Write into the Reply chunk).
 #[inline(always)]
 pub(super) fn encode_reply(
     bufs: &mut EngineBufs<'_>,
@@ -279,15 +280,23 @@ pub(super) fn encode_reply(
     chunks: Option<&header::ChunkLists<'_>>,
 ) -> Option<usize> {
     let (send_b, head_b) = (r.send_buf?, r.head_buf?);
-    let out = bufs.bytes_mut(send_b);
-    let head = bufs.bytes(head_b);
+    if let ReplyForm::Planned(_) = r.form {
+        // The zero padding RDMA Writes into a Reply chunk take from the
+        // end of the head buffer (`for_each_local`).
+        let hb = head_b.bytes_mut();
+        let n = hb.len();
+        hb[n - HEAD_PAD_BYTES..].fill(0);
+    }
+    let out = send_b.bytes_mut();
+    let head = head_b.bytes();
     let data = r.data_buf.map_or(&[][..], |b| bufs.bytes(b));
     let shape = &r.shape;
     match r.form {
         ReplyForm::None => None,
         ReplyForm::Short => {
             // No flags beyond RESPONSE, which the encoder sets in v2.
-            let hdr_len = plan::encode_short_reply_header(r.vers, r.xid, grant, 0, out)?;
+            let hdr = ReplyHeaderOut::ChunkFree { vers: r.vers };
+            let hdr_len = plan::encode_reply_header(hdr, r.xid, grant, 0, out).ok()?;
             // Sizes were checked against the send buffer (`short_reply_fits`):
             // head, data, then the data's XDR padding.
             let (head_len, data_len, pad) = (shape.head_len as usize, shape.data_len as usize, shape.pad() as usize);
@@ -302,24 +311,21 @@ pub(super) fn encode_reply(
         }
         ReplyForm::OneWrite { seg, .. } => {
             let item = *shape.items().first()?;
-            let hdr_len = plan::encode_one_write_reply_header(r.vers, r.xid, grant, 0, seg, item.len, out)?;
+            let written = item.len;
+            let hdr = ReplyHeaderOut::OneWrite {
+                vers: r.vers,
+                seg,
+                written,
+            };
+            let hdr_len = plan::encode_reply_header(hdr, r.xid, grant, 0, out).ok()?;
             let item_end = item.offset as usize + item.len as usize + (item.len.wrapping_neg() & 3) as usize;
             let at = copy_stream_range(shape, head, data, 0, item.offset as usize, out, hdr_len)?;
             copy_stream_range(shape, head, data, item_end, shape.stream_len() as usize, out, at)
         }
         ReplyForm::Planned(ref plan) => {
-            // The zero padding RDMA Writes into a Reply chunk take from the
-            // end of the head buffer (`for_each_local`).
-            let hb = bufs.bytes_mut(head_b);
-            let n = hb.len();
-            hb[n - HEAD_PAD_BYTES..].fill(0);
-            let out = bufs.bytes_mut(send_b);
-            let flags = if r.vers == RPCRDMA_VERSION_2 {
-                RPCRDMA2_F_RESPONSE
-            } else {
-                0
-            };
-            let mut send_len = plan::encode_reply_header(plan, chunks?, r.xid, grant, flags, out).ok()?;
+            // No flags beyond RESPONSE, which the encoder sets in v2.
+            let hdr = ReplyHeaderOut::Planned { plan, call: chunks? };
+            let mut send_len = plan::encode_reply_header(hdr, r.xid, grant, 0, out).ok()?;
             if plan.kind == ReplyKind::Short {
                 // The reduced reply after the header (at most the inline
                 // threshold, which the plan checked).
@@ -469,14 +475,15 @@ pub(super) fn for_each_local(
     let data_len = r.shape.data_len;
     let mut at = start;
     let end = start + len;
-    // Bytes `off..off + n` of buffer `b` as the piece at `at`.
-    let mut piece = |b: BufRef, off: u32, n: u32, at: u32| {
-        let base = bufs.pool.offset(b).unwrap_or(0) as u64;
+    let head = r.head_buf.expect("head").local(0);
+    let data = r.data_buf.map(|b| bufs.local(b, 0));
+    // Bytes `off..off + n` of the buffer at `b` as the piece at `at`.
+    let mut piece = |b: LocalBuf, off: u32, n: u32, at: u32| {
         f(
             LocalBuf {
-                region: b.region,
-                offset: base + off as u64,
+                offset: b.offset + off as u64,
                 len: n,
+                ..b
             },
             at - start,
         );
@@ -484,18 +491,18 @@ pub(super) fn for_each_local(
     while at < end {
         if at < head_len {
             let n = (head_len - at).min(end - at);
-            piece(r.head_buf.expect("head"), at, n, at);
+            piece(head, at, n, at);
             at += n;
         } else if at < head_len + data_len {
             let off = at - head_len;
             let n = (data_len - off).min(end - at);
-            piece(r.data_buf.expect("data"), off, n, at);
+            piece(data.expect("data"), off, n, at);
             at += n;
         } else {
             // Padding: zero bytes; a Write into a Reply chunk needs them
             // (s3.5.3). They come from the zeroed tail of the head buffer.
             let n = (end - at).min(4);
-            piece(r.head_buf.expect("head"), send_size - HEAD_PAD_BYTES as u32, n, at);
+            piece(head, send_size - HEAD_PAD_BYTES as u32, n, at);
             at += n;
         }
     }
