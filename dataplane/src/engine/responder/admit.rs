@@ -59,6 +59,7 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
             }
             return;
         }
+        let share = self.cfg.conn_share();
         let Self {
             conns,
             reqs,
@@ -72,14 +73,25 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
             stats.ignored += 1;
             return;
         };
+        // Every received message is charged to its connection, Call or not
+        // (errors, MSGP, CONNPROP, DONE, v2 RESPONSE are answered or dropped
+        // outside the credits): one that would hold more than its share of
+        // request slots is closed, so it cannot take another connection's.
+        if c.requests >= share {
+            bufs.put(b);
+            stats.share_overruns += 1;
+            self.kill_conn(slot, true);
+            return;
+        }
         let Some(i) = reqs.alloc() else {
-            // Cannot happen when the SRQ is sized from the request slots.
+            // Cannot happen: the slots are every connection's share.
             debug_assert!(false, "request slots exhausted");
             bufs.put(b);
             stats.dropped += 1;
             return;
         };
         c.requests += 1;
+        debug_assert!(c.requests <= share, "connection {slot} over its share");
         let recv_len = wc.byte_len.min(self.recv_size);
         let r = reqs.get_mut(i).expect("allocated");
         r.start(slot, b, recv_len);

@@ -73,6 +73,9 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         let r = self.reqs.get_mut(i).expect("live");
         r.control = c;
         r.state = ReqState::NeedControlSend;
+        // The answer needs the XID and version only (kept): messages waiting
+        // to be answered hold no receive buffer.
+        call_buffers_done(r, &mut self.bufs);
         Step::Continue
     }
 
@@ -161,4 +164,17 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
             Queue::Backend => &mut self.wait_backend,
         }
     }
+}
+
+/// Request `r` is answered, or its answer is built: its received message and
+/// its Read chunk data go back to the pool now rather than when the answer's
+/// Send completes, so a peer slow to complete Sends (or posting no receives)
+/// holds its request slots only, not receive and data buffers other
+/// connections need. The reply's own buffers (send, head, data) stay until
+/// the Send completes.
+#[inline(always)]
+pub(super) fn call_buffers_done(r: &mut Request<'_>, bufs: &mut EngineBufs<'_>) {
+    // The header borrows the receive buffer: gone first.
+    r.hdr = None;
+    bufs.put_all([r.recv.take(), r.chunk_buf.take()]);
 }

@@ -118,9 +118,19 @@ pub struct ResponderConfig {
 }
 
 impl ResponderConfig {
-    /// Request slots needed: one per receive that can be outstanding.
+    /// Request slots: every connection's share ([`Self::conn_share`]), so
+    /// that no connection can take another's.
     pub fn request_slots(&self) -> u32 {
-        self.max_conns * self.credits
+        self.max_conns * self.conn_share()
+    }
+    /// Received messages one connection may hold request slots for at once:
+    /// one per credit (Calls not yet answered, RFC 8166 s3.3.1) and one per
+    /// send-queue slot (answers posted whose Send has not completed: a slot
+    /// lives until then, while the credit comes back when the reply is
+    /// posted). Every received message counts, Call or not; a connection
+    /// that would go beyond its share is closed.
+    pub fn conn_share(&self) -> u32 {
+        self.credits + self.send_depth
     }
     /// Depth of the shared receive queue.
     pub fn srq_depth(&self) -> u32 {
@@ -146,6 +156,11 @@ pub struct ResponderStats {
     pub conns_rejected: u64,
     pub conns_closed: u64,
     pub credit_overruns: u64,
+    /// Connections closed for holding more received messages than their
+    /// share of request slots ([`ResponderConfig::conn_share`]): answers
+    /// the peer does not take (it posts no receives) piling up, or
+    /// messages that are not Calls, which credits do not bound.
+    pub share_overruns: u64,
     /// Messages dropped before they counted as Calls (too short to answer,
     /// RDMA_DONE and the like): no credit, no reply owed.
     pub dropped: u64,

@@ -125,6 +125,7 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
             if grant.is_some() {
                 rr.replied = true;
                 self.stages.lap(LAP_REPLY_POSTED, rr.t0);
+                super::machine::call_buffers_done(rr, &mut self.bufs);
             }
         }
         if let Some(c) = self.conns.get_mut(conn).and_then(Option::as_mut) {
