@@ -588,7 +588,7 @@ pub enum ReplyHeaderOut<'a> {
 /// are unspecified.
 ///
 /// May be called from any core.
-#[inline]
+#[inline(always)]
 pub fn encode_reply_header(
     reply: ReplyHeaderOut<'_>,
     xid: u32,
@@ -597,45 +597,75 @@ pub fn encode_reply_header(
     buf: &mut [u8],
 ) -> Result<usize, PlanError> {
     let flags = flags | RPCRDMA2_F_RESPONSE;
-    let (vers, seg, written) = match reply {
-        ReplyHeaderOut::ChunkFree { vers } => {
-            let len = chunk_free_header_len(vers).ok_or(PlanError::UnsupportedVersion { vers })?;
-            return encode_chunk_free_header(vers, xid, credits, flags, buf).ok_or(too_small(len));
+    match reply {
+        ReplyHeaderOut::ChunkFree { vers } => chunk_free_reply_header(vers, xid, credits, flags, buf),
+        ReplyHeaderOut::OneWrite { vers, seg, written } => {
+            one_write_reply_header(vers, xid, credits, flags, seg, written, buf)
         }
-        ReplyHeaderOut::OneWrite { vers, seg, written } => (vers, seg, written),
-        ReplyHeaderOut::Planned { plan, call } => {
-            // A plan of one of the one-step shapes: the same bytes in one step
-            // (anything the word-by-word writer would refuse takes it, for its
-            // error).
-            let hdr_len = Some(plan.header_len as usize);
-            if plan.kind != ReplyKind::Short {
-                return encode_reply_header_general(plan, call, xid, credits, flags, buf);
-            }
-            if call.is_empty() && plan.write_chunks == 0 && hdr_len == chunk_free_header_len(plan.vers) {
-                if let Some(n) = encode_chunk_free_header(plan.vers, xid, credits, flags, buf) {
-                    return Ok(n);
-                }
-            }
-            let written = plan.items.first().map_or(0, |it| it.len);
-            match call.one_write_segment() {
-                Some(seg)
-                    if plan.write_chunks == 1
-                        && plan.items.len() <= 1
-                        && written <= seg.length
-                        && hdr_len == one_write_header_len(plan.vers) =>
-                {
-                    (plan.vers, seg, written)
-                }
-                _ => return encode_reply_header_general(plan, call, xid, credits, flags, buf),
-            }
-        }
-    };
+        ReplyHeaderOut::Planned { plan, call } => planned_reply_header(plan, call, xid, credits, flags, buf),
+    }
+}
+
+/// [`encode_reply_header`] of `ReplyHeaderOut::ChunkFree`; `flags` includes
+/// RESPONSE.
+#[inline(always)]
+fn chunk_free_reply_header(vers: u32, xid: u32, credits: u32, flags: u32, buf: &mut [u8]) -> Result<usize, PlanError> {
+    let len = chunk_free_header_len(vers).ok_or(PlanError::UnsupportedVersion { vers })?;
+    encode_chunk_free_header(vers, xid, credits, flags, buf).ok_or(too_small(len))
+}
+
+/// [`encode_reply_header`] of `ReplyHeaderOut::OneWrite`; `flags` includes
+/// RESPONSE.
+#[inline(always)]
+fn one_write_reply_header(
+    vers: u32,
+    xid: u32,
+    credits: u32,
+    flags: u32,
+    seg: Segment,
+    written: u32,
+    buf: &mut [u8],
+) -> Result<usize, PlanError> {
     let len = one_write_header_len(vers).ok_or(PlanError::UnsupportedVersion { vers })?;
     let seg = Segment {
         length: written.min(seg.length),
         ..seg
     };
     encode_one_write_header(vers, xid, credits, flags, 0, seg, buf).ok_or(too_small(len))
+}
+
+/// [`encode_reply_header`] of a plan: a plan of one of the one-step shapes
+/// in one step (anything the word-by-word writer would refuse takes it, for
+/// its error), the rest word by word. `flags` includes RESPONSE.
+fn planned_reply_header(
+    plan: &ReplyPlan,
+    call: &ChunkLists<'_>,
+    xid: u32,
+    credits: u32,
+    flags: u32,
+    buf: &mut [u8],
+) -> Result<usize, PlanError> {
+    let hdr_len = Some(plan.header_len as usize);
+    if plan.kind == ReplyKind::Short {
+        if call.is_empty() && plan.write_chunks == 0 && hdr_len == chunk_free_header_len(plan.vers) {
+            if let Ok(n) = chunk_free_reply_header(plan.vers, xid, credits, flags, buf) {
+                return Ok(n);
+            }
+        }
+        let written = plan.items.first().map_or(0, |it| it.len);
+        if let Some(seg) = call.one_write_segment() {
+            if plan.write_chunks == 1
+                && plan.items.len() <= 1
+                && written <= seg.length
+                && hdr_len == one_write_header_len(plan.vers)
+            {
+                if let Ok(n) = one_write_reply_header(plan.vers, xid, credits, flags, seg, written, buf) {
+                    return Ok(n);
+                }
+            }
+        }
+    }
+    encode_reply_header_general(plan, call, xid, credits, flags, buf)
 }
 
 /// The error of a header of `needed` bytes that does not fit its buffer.
@@ -732,7 +762,7 @@ pub const fn chunk_free_header_len(vers: u32) -> Option<usize> {
 /// An RDMA_MSG / RDMA2_MSG header with three empty chunk lists: v1 `xid 1
 /// credit RDMA_MSG 0 0 0`; v2 `xid 2 credit RDMA2_MSG flags 0 0 0 0`
 /// (`rdma_inv_handle` 0). `flags` is ignored in v1, which has none.
-#[inline]
+#[inline(always)]
 fn encode_chunk_free_header(vers: u32, xid: u32, credits: u32, flags: u32, buf: &mut [u8]) -> Option<usize> {
     let len = chunk_free_header_len(vers)?;
     let mut w = Writer::new(buf.get_mut(..len)?);
@@ -768,7 +798,7 @@ pub const fn one_write_header_len(vers: u32) -> Option<usize> {
 ///
 /// `flags` and `inv_handle` are ignored in v1. `None` when `buf` is shorter
 /// than [`one_write_header_len`] or the version is unknown.
-#[inline]
+#[inline(always)]
 fn encode_one_write_header(
     vers: u32,
     xid: u32,

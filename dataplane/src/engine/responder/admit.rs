@@ -171,15 +171,8 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
     /// and it has no Read to plan. Everything else takes the general decode.
     #[inline]
     pub(super) fn step_new(&mut self, i: u32) -> Step {
-        let Self {
-            reqs,
-            conns,
-            bufs,
-            stats,
-            stages,
-            ..
-        } = self;
-        let r = reqs.get_mut(i).expect("live");
+        let p = self.step_parts(i);
+        let (r, conns, bufs, stats, stages) = (p.r, p.conns, p.bufs, p.stats, p.stages);
         let conn = r.conn;
         let b = r.recv.expect("new request holds its receive");
         let msg = &bufs.bytes(b)[..r.recv_len as usize];

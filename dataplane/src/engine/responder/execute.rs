@@ -12,16 +12,8 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
     /// state), the Call's view is built once, for the hint and the service.
     #[inline]
     pub(super) fn step_execute(&mut self, i: u32) -> Step {
-        let Self {
-            reqs,
-            conns,
-            bufs,
-            service,
-            fabric,
-            stages,
-            ..
-        } = self;
-        let r = reqs.get_mut(i).expect("live");
+        let p = self.step_parts(i);
+        let (r, conns, bufs, service, fabric, stages) = (p.r, p.conns, p.bufs, p.service, p.fabric, p.stages);
         let resuming = r.state == ReqState::Resume;
         let chunk_area = r.chunk_buf.map_or(&[][..], |b| bufs.bytes(b));
         if r.state == ReqState::Execute {
@@ -79,17 +71,8 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
             shape,
             window,
         } = ran;
-        let Self {
-            reqs,
-            conns: _,
-            bufs,
-            deferred: deferred_calls,
-            stats,
-            send_size,
-            ..
-        } = self;
-        let send_size = *send_size;
-        let r = reqs.get_mut(i).expect("live");
+        let p = self.step_parts(i);
+        let (r, bufs, deferred_calls, stats, send_size) = (p.r, p.bufs, p.deferred, p.stats, p.send_size);
         // A deferral stands even beside an error: the service may have I/O
         // in flight into this Call's buffers, which must stay held until it
         // reports the Call (it can drop it then, from `resume`).
@@ -148,7 +131,6 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
             r.state = ReqState::NeedSendSlots;
             return Step::Continue;
         }
-        let r = &*r;
         // Plan the reply against the Call's Write list and Reply chunk.
         let Some(chunks) = r.hdr.as_ref().and_then(|h| h.chunks()) else {
             return self.control(i, Control::ErrorV1(header::V1Error::Chunk));
@@ -168,11 +150,10 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
                 if !in_place {
                     copy_back(bufs, r, window, shape.data_len);
                 }
-                let rr = reqs.get_mut(i).expect("live");
-                rr.shape = shape;
-                rr.form = ReplyForm::OneWrite { seg, placed: in_place };
-                rr.sq_need = if in_place { 1 } else { 2 };
-                rr.state = ReqState::NeedSendSlots;
+                r.shape = shape;
+                r.form = ReplyForm::OneWrite { seg, placed: in_place };
+                r.sq_need = if in_place { 1 } else { 2 };
+                r.state = ReqState::NeedSendSlots;
                 return Step::Continue;
             }
         }
@@ -181,11 +162,10 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         match plan::plan_reply(shape.stream_len() as usize, shape.items(), chunks, vers, send_max) {
             Ok(p) => {
                 let n_writes = p.write_ops(chunks).count() as u32;
-                let rr = reqs.get_mut(i).expect("live");
-                rr.shape = shape;
-                rr.form = ReplyForm::Planned(p);
-                rr.sq_need = n_writes + 1;
-                rr.state = ReqState::NeedSendSlots;
+                r.shape = shape;
+                r.form = ReplyForm::Planned(p);
+                r.sq_need = n_writes + 1;
+                r.state = ReqState::NeedSendSlots;
                 Step::Continue
             }
             Err(e) => {

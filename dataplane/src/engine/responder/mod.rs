@@ -381,16 +381,16 @@ impl<'p> Request<'p> {
     /// `chunk_offs`, `shape`), which is several hundred bytes and always
     /// written before it is read (`read_plan` and `chunk_offs` by `step_new`,
     /// `shape` with `form` by `after_service`).
-    #[inline]
+    #[inline(always)]
     fn start(&mut self, conn: u32, recv: BufRef, recv_len: u32) {
+        self.recv = Some(recv);
+        self.recv_len = recv_len;
         self.hdr = None;
         self.state = ReqState::New;
         self.gen = self.gen.wrapping_add(1);
         self.conn = conn;
         self.vers = 0;
         self.xid = 0;
-        self.recv = Some(recv);
-        self.recv_len = recv_len;
         self.counted = false;
         self.replied = false;
         self.chunk_buf = None;
@@ -752,12 +752,8 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         let mut work = 0;
         // While a connection is being accepted, its handshake must progress
         // promptly: poll CM every turn until it is established.
-        let cm_due = self.cm_tick == 0 || self.accepting > 0 || self.draining;
-        self.cm_tick = (self.cm_tick + 1) % CM_POLL_INTERVAL;
-        while let Some(ev) = if cm_due { self.fabric.poll_cm() } else { None } {
-            self.handle_cm(ev);
-            work += 1;
-        }
+        let urgent = self.accepting > 0 || self.draining;
+        work += super::poll_cm(self, urgent);
         self.reads_posted_this_turn = 0;
         work += self.poll_completions();
         if self.deferred > 0 {
@@ -782,13 +778,7 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
     /// Poll one batch of completions (at most [`CQ_BATCH`]) and handle each;
     /// returns how many.
     fn poll_completions(&mut self) -> usize {
-        let n = self.fabric.poll_cq(self.cq, &mut self.wcs);
-        self.polled_at = StageTimer::now();
-        for i in 0..n {
-            let wc = self.wcs[i];
-            self.handle_completion(wc);
-        }
-        n
+        super::poll_completions(self)
     }
 
     /// Resume the deferred Calls the service reports ready. Tokens of
@@ -967,3 +957,5 @@ enum Queue {
     Backend,
     SendSlots,
 }
+
+super::impl_poll_loop!(Responder<'_, F, S>, [F: Fabric, S: Service]);

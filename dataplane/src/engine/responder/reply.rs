@@ -16,19 +16,10 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
     #[inline]
     pub(super) fn step_send(&mut self, i: u32) -> Step {
         self.receives_before_grant();
-        let Self {
-            reqs,
-            conns,
-            bufs,
-            fabric,
-            cfg,
-            send_size,
-            stages,
-            ..
-        } = self;
-        let send_size = *send_size;
-        let r = reqs.get(i).expect("live");
-        let Some(c) = conns.get(r.conn).and_then(Option::as_ref) else {
+        let p = self.step_parts(i);
+        let (r, conns, bufs, fabric, cfg) = (p.r, p.conns, p.bufs, p.fabric, p.cfg);
+        let (send_size, stages, stats) = (p.send_size, p.stages, p.stats);
+        let Some(c) = conns.get_mut(r.conn).and_then(Option::as_mut) else {
             return Step::Wait;
         };
         let (conn_id, remote_inv) = (c.id, c.remote_inv);
@@ -88,16 +79,23 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
                 err = true;
             }
         }
-        // The reply is on its way: what follows is bookkeeping.
+        // The reply is on its way: what follows is bookkeeping. The credit
+        // comes back with the reply posted; the request (now Sending) and its
+        // send-queue slots with the Send's completion.
         let kind = reply_stat_kind(&r.form);
         let conn = r.conn;
-        self.reply_posted(i, conn, posted, (!err).then_some(grant));
-        let stats = &mut self.stats;
+        r.wr_out += posted;
+        r.state = ReqState::Sending;
+        c.sq_used += posted;
         stats.rdma_writes += u64::from(writes);
         if err {
             self.kill_conn(conn, true);
             return Step::Wait;
         }
+        r.replied = true;
+        stages.lap(LAP_REPLY_POSTED, r.t0);
+        super::machine::call_buffers_done(r, bufs);
+        c.credits.on_reply(grant);
         stats.sends_with_invalidate += u64::from(matches!(op, SendOp::SendWithInv { .. }));
         stats.replies += 1;
         match kind {
@@ -112,28 +110,6 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
             }
         }
         Step::Wait
-    }
-
-    /// Account a reply's `posted` work requests on request `i` (now
-    /// Sending) and on its connection `conn`; `grant` is the credit grant
-    /// the reply carries, `None` when its Send was not posted.
-    #[inline(always)]
-    pub(super) fn reply_posted(&mut self, i: u32, conn: u32, posted: u32, grant: Option<u32>) {
-        if let Some(rr) = self.reqs.get_mut(i) {
-            rr.wr_out += posted;
-            rr.state = ReqState::Sending;
-            if grant.is_some() {
-                rr.replied = true;
-                self.stages.lap(LAP_REPLY_POSTED, rr.t0);
-                super::machine::call_buffers_done(rr, &mut self.bufs);
-            }
-        }
-        if let Some(c) = self.conns.get_mut(conn).and_then(Option::as_mut) {
-            c.sq_used += posted;
-            if let Some(g) = grant {
-                c.credits.on_reply(g);
-            }
-        }
     }
 
     /// Before a reply grants credits, the receives they stand for are
@@ -187,27 +163,16 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
             data: &rbsiz,
         }];
         let out = send_b.bytes_mut();
+        // The answer's version, flags and body (RFC 8166 s4.5; draft s5.3.3,
+        // s7.2); an ERR_VERS for a version we do not speak goes in the v1
+        // layout under that version's word.
+        let (vers, flags, body) = match r.control {
+            Control::ErrorV1(e) => (RPCRDMA_VERSION_1, 0, BodyOut::ErrorV1(e)),
+            Control::ErrorV2(e) => (RPCRDMA_VERSION_2, RPCRDMA2_F_RESPONSE, BodyOut::ErrorV2(e)),
+            Control::ConnProp => (RPCRDMA_VERSION_2, RPCRDMA2_F_RESPONSE, BodyOut::ConnProp(&props)),
+            Control::ErrVersRaw(_) | Control::None => (RPCRDMA_VERSION_1, 0, BodyOut::Done),
+        };
         let len = match r.control {
-            Control::ErrorV1(e) => header::encode(
-                &HeaderOut {
-                    xid: r.xid,
-                    vers: RPCRDMA_VERSION_1,
-                    credits: grant,
-                    flags: 0,
-                    body: BodyOut::ErrorV1(e),
-                },
-                out,
-            ),
-            Control::ErrorV2(e) => header::encode(
-                &HeaderOut {
-                    xid: r.xid,
-                    vers: RPCRDMA_VERSION_2,
-                    credits: grant,
-                    flags: RPCRDMA2_F_RESPONSE,
-                    body: BodyOut::ErrorV2(e),
-                },
-                out,
-            ),
             Control::ErrVersRaw(v) => {
                 let mut w = proto::xdr::Writer::new(out);
                 header::put_prefix(&mut w, r.xid, RPCRDMA_VERSION_1, grant, header::RDMA_ERROR, 0)
@@ -217,17 +182,17 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
                     .and_then(|_| w.patch_u32(4, v))
                     .map(|_| w.len())
             }
-            Control::ConnProp => header::encode(
+            Control::None => Ok(0),
+            _ => header::encode(
                 &HeaderOut {
                     xid: r.xid,
-                    vers: RPCRDMA_VERSION_2,
+                    vers,
                     credits: grant,
-                    flags: RPCRDMA2_F_RESPONSE,
-                    body: BodyOut::ConnProp(&props),
+                    flags,
+                    body,
                 },
                 out,
             ),
-            Control::None => Ok(0),
         };
         let Ok(len) = len else {
             self.drop_call(i, false);
@@ -352,12 +317,31 @@ struct ReplyWriter<'a, 'p, 'r, F: Fabric> {
 }
 
 impl<F: Fabric> ReplyWriter<'_, '_, '_, F> {
+    /// The local pieces of bytes `start..start + len` of the request's reply
+    /// stream, as the gather list of one work request: `None` when the range is
+    /// empty or needs more than [`MAX_SGE`] pieces.
+    #[inline(always)]
+    fn gather_local(&self, start: u32, len: u32) -> Option<([LocalBuf; MAX_SGE], u8)> {
+        let mut pieces = [LocalBuf::default(); MAX_SGE];
+        let mut n = 0usize;
+        let mut overflow = false;
+        for_each_local(self.bufs, self.send_size, self.r, start, len, |lb, _| {
+            if n < MAX_SGE {
+                pieces[n] = lb;
+                n += 1;
+            } else {
+                overflow = true;
+            }
+        });
+        (!overflow && n > 0).then_some((pieces, n as u8))
+    }
+
     /// Post one RDMA Write of bytes `start..start + len` of the reply
-    /// stream (from pieces of the head and data buffers, [`gather_local`])
+    /// stream (from pieces of the head and data buffers, [`Self::gather_local`])
     /// into `target`; `false` when it cannot be posted.
     #[inline]
     fn post(&mut self, target: Segment, start: u32, len: u32) -> bool {
-        let Some((pieces, n)) = gather_local(self.bufs, self.send_size, self.r, start, len) else {
+        let Some((pieces, n)) = self.gather_local(start, len) else {
             return false;
         };
         let mut wr = SendWr::new(self.wr_id, SendOp::RdmaWrite, pieces[0], target);
@@ -401,31 +385,6 @@ pub(super) fn send_op(vers: u32, remote_inv: bool, h: &Header<'_>) -> SendOp {
         _ => None,
     };
     rkey.map_or(SendOp::Send, |rkey| SendOp::SendWithInv { rkey })
-}
-
-/// The local pieces of bytes `start..start + len` of request `r`'s reply
-/// stream, as the gather list of one work request: `None` when the range is
-/// empty or needs more than [`MAX_SGE`] pieces.
-#[inline(always)]
-pub(super) fn gather_local(
-    bufs: &EngineBufs<'_>,
-    send_size: u32,
-    r: &Request,
-    start: u32,
-    len: u32,
-) -> Option<([LocalBuf; MAX_SGE], u8)> {
-    let mut pieces = [LocalBuf::default(); MAX_SGE];
-    let mut n = 0usize;
-    let mut overflow = false;
-    for_each_local(bufs, send_size, r, start, len, |lb, _| {
-        if n < MAX_SGE {
-            pieces[n] = lb;
-            n += 1;
-        } else {
-            overflow = true;
-        }
-    });
-    (!overflow && n > 0).then_some((pieces, n as u8))
 }
 
 /// Copy bytes `s..e` of a reply stream shaped `shape` (head ++ data ++ zero
