@@ -252,7 +252,7 @@ pub fn plan_reply(
                 // chunk of a Long reply) and the chunk is echoed empty, its
                 // segment count copied (s3.4.6: "MUST copy the segment count
                 // and all segments"). It is not a chunk too short for its item.
-                let it = &if chunk.len() == 0 {
+                let it = &if chunk.is_empty() {
                     DdpItem { len: 0, ..*it }
                 } else {
                     *it
