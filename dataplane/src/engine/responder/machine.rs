@@ -187,20 +187,16 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
     }
 }
 
-/// Request `r` is answered, or its answer is built: its received message and
-/// its Read chunk data go back to the pool now rather than when the answer's
-/// Send completes, so a peer slow to complete Sends (or posting no receives)
-/// holds its request slots only, not receive and data buffers other
-/// connections need. The reply's own buffers (send, head, data) stay until
-/// the Send completes.
+/// Request `r` is answered, or its answer is built: its received message
+/// goes back to the pool now rather than when the answer's Send completes,
+/// so a peer slow to complete Sends (or posting no receives) holds request
+/// slots, not the receive buffers the shared receive queue is refilled from.
+/// Its other buffers stay until the Send completes (or it is released).
 #[inline(always)]
 pub(super) fn call_buffers_done(r: &mut Request<'_>, bufs: &mut EngineBufs<'_>) {
     // The header borrows the receive buffer: gone first.
     r.hdr = None;
     if let Some(b) = r.recv.take() {
-        bufs.put(b);
-    }
-    if let Some(b) = r.chunk_buf.take() {
         bufs.put(b);
     }
 }
