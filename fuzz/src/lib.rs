@@ -718,7 +718,14 @@ fn check_reply_plan(h: &Header<'_>, call: &ChunkLists<'_>, pp: &PlanParams) {
     // The reply header, followed for a Short reply by the reduced reply of a
     // synthetic RPC reply (XID, REPLY, then a byte pattern).
     let mut send = vec![0u8; rp.header_len as usize];
-    let n = plan::encode_reply_header(&rp, call, h.xid, 5, 0, &mut send).expect("planned header encodes");
+    let n = plan::encode_reply_header(
+        plan::ReplyHeaderOut::Planned { plan: &rp, call },
+        h.xid,
+        5,
+        0,
+        &mut send,
+    )
+    .expect("planned header encodes");
     assert_eq!(n, rp.header_len as usize);
     if rp.kind == plan::ReplyKind::Short {
         let mut reply: Vec<u8> = (0..pp.reply_len).map(|i| i as u8).collect();
