@@ -111,6 +111,7 @@ if ! command -v qemu-system-x86_64 >/dev/null && [ -x "$qemu" ] &&
     LD_LIBRARY_PATH=$CACHE/qemu-root/usr/lib/x86_64-linux-gnu ldd "$qemu" | grep -q 'libnl.*not found'; then
     [ "$(id -u)" = 0 ] || unavailable "the unpacked qemu needs libnl-3-200 and libnl-route-3-200 (install them as root)"
     stamp "apt-get install libnl-3-200 libnl-route-3-200 (for the unpacked qemu)"
+    apt-get update -qq || true
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
         libnl-3-200 libnl-route-3-200 >/dev/null || unavailable "apt-get install libnl"
 fi
