@@ -364,3 +364,22 @@ fn syntax_and_io_errors() {
         other => panic!("expected an I/O error, got {other:?}"),
     }
 }
+
+#[test]
+fn idle_fields_are_reported_against_their_documented_ranges() {
+    // issue 24 item 5: not "-5" against the type's 0..=4294967295.
+    let p = problems_after(|v| {
+        v["reactor"]["idle"] = json!({ "policy": "spin_then_sleep", "idle_loops": 1000, "max_sleep_us": -5 });
+    });
+    assert_problem(&p, "$.reactor.idle.max_sleep_us", "an integer in 1..=1000000", "-5");
+    let p = problems_after(|v| {
+        v["reactor"]["idle"] = json!({ "policy": "spin_then_wait", "spin_us": -1, "max_wait_ms": 0 });
+    });
+    assert_problem(&p, "$.reactor.idle.spin_us", "an integer in 0..=1000000", "-1");
+    assert_problem(&p, "$.reactor.idle.max_wait_ms", "an integer in 1..=10000", "0");
+    // The hybrid policy's optional fields take the shipped defaults.
+    let mut v = example_value("cores.json");
+    v["reactor"]["idle"] = json!({ "policy": "spin_then_wait" });
+    let c = Config::from_json_value(&v).unwrap();
+    assert_eq!(c.reactor.idle, reactor::idle::SPIN_THEN_WAIT);
+}

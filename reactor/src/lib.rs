@@ -65,10 +65,11 @@ mod msg;
 mod options;
 mod reactor;
 mod shared;
+pub mod waiter;
 pub mod stats;
 pub mod timer;
 
-pub use crate::core_loop::{CoreCtx, PollStatus, Poller, PollerId};
+pub use crate::core_loop::{Arm, CoreCtx, PollStatus, Poller, PollerId};
 pub use crate::error::{ReactorError, SendError, TimerError, TrySendError};
 pub use crate::handle::ReactorHandle;
 pub use crate::idle::IdlePolicy;
