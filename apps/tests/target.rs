@@ -435,3 +435,28 @@ fn hostile_peer_tcp_client_that_stops_reading_is_closed() {
     );
     drop(s);
 }
+
+#[test]
+fn tcp_connection_is_accepted_when_it_arrives() {
+    use std::time::{Duration, Instant};
+    // issue 24 item 5: the accept loop slept 50 ms whenever nothing was
+    // pending, so a new client (every mount) waited 25 ms on average for its
+    // first reply. Now the loop blocks until the connection arrives.
+    let dir = TempDir::new("target-tcp-accept");
+    let (cfg, nfs, _mnt) = target_config(&dir.0, mem_backend());
+    let t = Target::start(cfg).expect("target starts");
+    let mut firsts = Vec::new();
+    for _ in 0..15 {
+        // Let the accept loop go back to waiting.
+        std::thread::sleep(Duration::from_millis(20));
+        let at = Instant::now();
+        let mut c = root_client(Tcp::connect(nfs));
+        let r = c.call(NFS, 3, 0, |_| {});
+        assert_eq!(r.stat, RpcStat::Success, "NULL");
+        firsts.push(at.elapsed());
+    }
+    t.shutdown().expect("clean shutdown");
+    firsts.sort();
+    let median = firsts[firsts.len() / 2];
+    assert!(median < Duration::from_millis(10), "first replies: {firsts:?}");
+}

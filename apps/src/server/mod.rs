@@ -37,7 +37,7 @@ use mempool::pool::{ClassId, Mempool, PoolPlan};
 use mempool::region::{HugePageSize, RegionConfig};
 use proto::header::Limits;
 use proto::negotiate::VersionRange;
-use reactor::{CoreCtx, PollStatus, Poller, Reactor};
+use reactor::{Arm, CoreCtx, PollStatus, Poller, Reactor};
 
 use crate::backend::{self, Backend};
 use crate::nfs::{NfsService, NfsShared};
@@ -471,6 +471,12 @@ fn add_engine<F: Fabric + 'static>(
     let regions = setup.pool.regions().to_vec();
     let responder = Responder::new(cfg, fabric, service, setup.pool, &regions, core, Some(addr))
         .map_err(|e| format!("responder: {e}"))?;
+    let mut responder = responder;
+    // Interrupt mode: the fabric's completion / CM / doorbell descriptors
+    // join the core's epoll (a no-op unless the idle policy waits there).
+    for fd in responder.fabric().wake_fds() {
+        ctx.watch_fd(fd).map_err(|e| format!("epoll: {e}"))?;
+    }
     ctx.add_poller(Box::new(EnginePoller {
         responder,
         core,
@@ -500,6 +506,21 @@ impl<F: Fabric> Poller for EnginePoller<F> {
         } else {
             PollStatus::Idle
         }
+    }
+
+    /// The core is about to block: the fabric arms its notifications. Not
+    /// while backend I/O is deferred (its completions ring nothing here; the
+    /// core keeps polling for them, see `poll`).
+    fn arm(&mut self, _ctx: &mut CoreCtx) -> Arm {
+        if self.responder.deferred() == 0 && self.responder.fabric().arm_wakeup() {
+            Arm::Armed
+        } else {
+            Arm::Unsupported
+        }
+    }
+
+    fn disarm(&mut self, _ctx: &mut CoreCtx) {
+        self.responder.fabric().disarm_wakeup();
     }
 
     fn drain(&mut self, _ctx: &mut CoreCtx) -> PollStatus {
