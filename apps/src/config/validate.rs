@@ -379,6 +379,24 @@ impl Config {
                     ),
                     credits,
                 );
+            } else {
+                // At least one connection per engine at full credits
+                // (docs/CONFIG.md, "Capacity"); the target used to start
+                // anyway, with one connection per core.
+                let cap = self.capacity();
+                if cap.conns_per_core_unclamped == 0 {
+                    c.push(
+                        format!("$.pools[{r}].count"),
+                        format!(
+                            "at least {} (per-core caches {} + {} engine(s) x 2 x {} credits, for one connection per core)",
+                            cap.receive_cached + cap.engines * cap.receive_per_conn,
+                            cap.receive_cached,
+                            cap.engines,
+                            cap.credits
+                        ),
+                        pool.count,
+                    );
+                }
             }
         } else if self.credits.max_per_connection == 0 {
             c.push("$.credits.max_per_connection".into(), "at least 1", 0);

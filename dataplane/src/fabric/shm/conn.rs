@@ -588,6 +588,13 @@ impl Conn {
         cq: &mut Cq,
         events: &mut VecDeque<CmEvent>,
     ) {
+        // Every executed Send (both paths come here) may wake a sleeping
+        // peer (`doorbell`).
+        if matches!(wr.op, SendOp::Send | SendOp::SendWithInv { .. }) {
+            if let Some(peer) = self.peer.as_ref() {
+                super::doorbell::ring_if_sleeping(&peer.file, peer.bell.as_ref());
+            }
+        }
         if wr.signaled || !status.is_success() {
             cq.push(Completion {
                 wr_id: wr.wr_id,
@@ -800,11 +807,6 @@ impl Conn {
             };
             self.sq.pop_front();
             self.rnr = None;
-            if matches!(wr.op, SendOp::Send | SendOp::SendWithInv { .. }) {
-                if let Some(peer) = self.peer.as_ref() {
-                    super::doorbell::ring_if_sleeping(&peer.file, peer.bell.as_ref());
-                }
-            }
             self.complete_send(id, &wr, status, byte_len, cq, events);
         }
     }
