@@ -323,7 +323,10 @@ mod tests {
             s.after_iteration_at(false, t0 + Duration::from_micros(100)),
             IdleAction::Wait
         );
-        assert_eq!(s.after_iteration_at(true, t0 + Duration::from_micros(101)), IdleAction::Continue);
+        assert_eq!(
+            s.after_iteration_at(true, t0 + Duration::from_micros(101)),
+            IdleAction::Continue
+        );
         // The spin time counts from the first idle iteration after work.
         assert_eq!(
             s.after_iteration_at(false, t0 + Duration::from_micros(150)),

@@ -65,9 +65,9 @@ mod msg;
 mod options;
 mod reactor;
 mod shared;
-pub mod waiter;
 pub mod stats;
 pub mod timer;
+pub mod waiter;
 
 pub use crate::core_loop::{Arm, CoreCtx, PollStatus, Poller, PollerId};
 pub use crate::error::{ReactorError, SendError, TimerError, TrySendError};

@@ -165,9 +165,10 @@ impl<C> Shared<C> {
                 counters: Counters::default(),
                 wake: Wake {
                     bell: if opts.idle.waits_in_epoll() {
-                        Some(crate::waiter::Doorbell::new().map_err(|e| {
-                            ReactorError::InvalidOptions(format!("core {core}: eventfd: {e}"))
-                        })?)
+                        Some(
+                            crate::waiter::Doorbell::new()
+                                .map_err(|e| ReactorError::InvalidOptions(format!("core {core}: eventfd: {e}")))?,
+                        )
                     } else {
                         None
                     },

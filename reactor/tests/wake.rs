@@ -62,7 +62,10 @@ fn spin_then_wait_loses_no_message_wakeup() {
     let took = t0.elapsed();
     let sleeps = h.stats(0).unwrap().sleeps;
     r.shutdown().unwrap();
-    assert!(sleeps >= u64::from(rounds / 4), "the core blocked only {sleeps} times in {rounds} rounds");
+    assert!(
+        sleeps >= u64::from(rounds / 4),
+        "the core blocked only {sleeps} times in {rounds} rounds"
+    );
     // One lost wake-up costs up to 10 s (the wait bound); the rounds
     // themselves take well under that.
     assert!(took < Duration::from_secs(10), "{rounds} rounds took {took:?}");
@@ -158,7 +161,10 @@ fn spin_then_wait_loses_no_poller_doorbell_wakeup() {
     let sleeps = r.handle().stats(0).unwrap().sleeps;
     r.shutdown().unwrap();
     assert!(sleeps >= rounds / 4, "the core blocked only {sleeps} times");
-    assert!(inbox.rings.load(Ordering::Relaxed) > 0, "never rang: the test did not exercise the doorbell");
+    assert!(
+        inbox.rings.load(Ordering::Relaxed) > 0,
+        "never rang: the test did not exercise the doorbell"
+    );
     assert!(took < Duration::from_secs(10), "{rounds} rounds took {took:?}");
 }
 
@@ -194,7 +200,9 @@ fn spin_then_wait_busy_senders_do_not_ring() {
     let deadline = Instant::now() + Duration::from_secs(10);
     let mut last = 0;
     while last < posts {
-        last = rx.recv_timeout(deadline.saturating_duration_since(Instant::now())).expect("posts not seen");
+        last = rx
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            .expect("posts not seen");
     }
     r.shutdown().unwrap();
     let rings = inbox.rings.load(Ordering::Relaxed);
@@ -263,5 +271,8 @@ fn spin_then_wait_idle_core_uses_far_less_cpu_than_spinning() {
     // A spinning core takes all the CPU it is given (on a loaded 2-CPU host
     // that may be well under 100 ticks a second); a waiting one next to
     // none: at most 1 % of the 2 s (2 ticks of 10 ms).
-    assert!(wait <= 2 && wait < spin, "waiting core: {wait} ticks, spinning core: {spin} over {over:?}");
+    assert!(
+        wait <= 2 && wait < spin,
+        "waiting core: {wait} ticks, spinning core: {spin} over {over:?}"
+    );
 }

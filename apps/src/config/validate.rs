@@ -134,7 +134,12 @@ impl Config {
         {
             let idle = "$.reactor.idle";
             c.range(format!("{idle}.spin_us"), u64::from(spin_us), 0, u64::from(MAX_SPIN_US));
-            c.range(format!("{idle}.max_wait_ms"), u64::from(max_wait_ms), 1, u64::from(MAX_WAIT_MS));
+            c.range(
+                format!("{idle}.max_wait_ms"),
+                u64::from(max_wait_ms),
+                1,
+                u64::from(MAX_WAIT_MS),
+            );
             c.range(
                 format!("{idle}.fallback_sleep_us"),
                 u64::from(fallback_sleep_us),

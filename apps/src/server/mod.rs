@@ -527,9 +527,15 @@ impl RefusalLog {
     }
 
     /// Called on every poll (cheap) and before the core sleeps (`force`).
-    fn check<F: Fabric>(&mut self, core: usize, r: &mut Responder<'static, F, NfsService>, draining: bool, force: bool) {
+    fn check<F: Fabric>(
+        &mut self,
+        core: usize,
+        r: &mut Responder<'static, F, NfsService>,
+        draining: bool,
+        force: bool,
+    ) {
         self.polls = self.polls.wrapping_add(1);
-        if !force && self.polls % Self::POLLS != 0 {
+        if !force && !self.polls.is_multiple_of(Self::POLLS) {
             return;
         }
         let rejected = r.stats().conns_rejected;

@@ -105,8 +105,8 @@ mod cq;
 mod device;
 mod mr;
 mod qp;
-mod wake;
 pub mod status;
+mod wake;
 
 use std::collections::{HashMap, VecDeque};
 use std::ffi::CStr;
