@@ -43,6 +43,8 @@
 #      the plumbing without our binaries, and cannot PASS),
 #      KINTEROP_PAIR (1; 0 skips the two-guest capture run, cannot PASS),
 #      KINTEROP_BIG_MIB (256), KINTEROP_FIO_SECONDS (5), KINTEROP_PERF_SECONDS (5),
+#      KINTEROP_NCONNECT (0; 1 adds guest/nconnect.sh: nconnect 1, 4, 16 with
+#      fio 4 KiB random reads at qd 16 per connection, no RNR retries),
 #      TARGET_IDLE_LOOPS, TARGET_MAX_SLEEP_US (the target's idle policy in the
 #      guest, see guest/gen_config.py), PERF_IDLE_SLEEP_US (see guest/perf.sh),
 #      VMLAB_CACHE, VMLAB_ACCEL (see the VM tool), SOFTROCE_VM (the tool's path),
@@ -93,7 +95,7 @@ fi
     echo "FIO_SECONDS=${KINTEROP_FIO_SECONDS:-5}"
     echo "PERF_SECONDS=${KINTEROP_PERF_SECONDS:-5}"
     # tuning of the guest runs, passed through when set (see gen_config.py, perf.sh)
-    for v in TARGET_IDLE_LOOPS TARGET_MAX_SLEEP_US PERF_IDLE_SLEEP_US; do
+    for v in TARGET_IDLE_LOOPS TARGET_MAX_SLEEP_US PERF_IDLE_SLEEP_US KINTEROP_NCONNECT; do
         [ -z "${!v:-}" ] || echo "export $v='${!v}'"
     done
     [ "$PAIR" = 1 ] && echo "PAIR_PCAP=pair.pcap"
