@@ -584,11 +584,12 @@ impl<F: Fabric> Poller for EnginePoller<F> {
     }
 
     /// The core is about to block: the fabric arms its notifications. Not
-    /// while backend I/O is deferred (its completions ring nothing here; the
-    /// core keeps polling for them, see `poll`).
+    /// while a request is live (backend I/O deferred, whose completions ring
+    /// nothing here; or a request queued for a resource): the core then
+    /// sleeps in short slices and keeps polling.
     fn arm(&mut self, _ctx: &mut CoreCtx) -> Arm {
         self.refusals.check(self.core, &mut self.responder, self.draining, true);
-        if self.responder.deferred() == 0 && self.responder.fabric().arm_wakeup() {
+        if self.responder.deferred() == 0 && self.responder.in_flight() == 0 && self.responder.fabric().arm_wakeup() {
             Arm::Armed
         } else {
             Arm::Unsupported
