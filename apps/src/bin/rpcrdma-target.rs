@@ -122,6 +122,7 @@ fn main() -> std::process::ExitCode {
     }
     if args.check_config {
         println!("{}: configuration valid", args.config.display());
+        println!("{}", cfg.capacity());
         return std::process::ExitCode::SUCCESS;
     }
     match run(cfg) {
@@ -160,6 +161,8 @@ fn run(cfg: Config) -> anyhow::Result<()> {
             unaccounted = s.unaccounted(0),
             error_replies = s.error_replies,
             service_rejected = s.service_rejected,
+            conns_accepted = s.conns_accepted,
+            conns_rejected = s.conns_rejected,
             "engine totals"
         );
     }

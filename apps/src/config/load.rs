@@ -4,7 +4,7 @@
 use std::net::IpAddr;
 use std::path::Path;
 
-use reactor::idle::IdlePolicy;
+use reactor::idle::{IdlePolicy, MAX_SLEEP_US, MAX_SPIN_US, MAX_WAIT_MS, SPIN_THEN_WAIT};
 use serde_json::{Map, Value};
 
 use super::model::{default_anon_id, default_export_dir, default_port_num, default_queue_depth};
@@ -130,6 +130,19 @@ impl Walker {
 
     fn u64(&mut self, path: &str, v: &Value) -> Option<u64> {
         self.uint(path, v, u64::MAX)
+    }
+
+    /// A `u32` in the field's documented range `lo..=hi`: anything else
+    /// (negative, fractional, out of range) is reported against that range,
+    /// not against the type's.
+    fn u32_in(&mut self, path: &str, v: &Value, lo: u32, hi: u32) -> Option<u32> {
+        match v.as_u64() {
+            Some(x) if (u64::from(lo)..=u64::from(hi)).contains(&x) => Some(x as u32),
+            _ => {
+                self.push(path, format!("an integer in {lo}..={hi}"), describe(v));
+                None
+            }
+        }
     }
 
     fn string(&mut self, path: &str, v: &Value) -> Option<String> {
@@ -296,6 +309,7 @@ impl Walker {
             Spin,
             Pause,
             Sleep,
+            Wait,
         }
         let kind = self.req(p, m, "policy", |w, p, v| {
             w.choice(
@@ -305,6 +319,7 @@ impl Walker {
                     ("spin", Kind::Spin),
                     ("spin_then_pause", Kind::Pause),
                     ("spin_then_sleep", Kind::Sleep),
+                    ("spin_then_wait", Kind::Wait),
                 ],
             )
         })?;
@@ -325,10 +340,31 @@ impl Walker {
             Kind::Sleep => {
                 self.deny_unknown(p, m, &["policy", "idle_loops", "max_sleep_us"]);
                 let idle_loops = self.req(p, m, "idle_loops", Walker::u32);
-                let max_sleep_us = self.req(p, m, "max_sleep_us", Walker::u32);
+                let max_sleep_us = self.req(p, m, "max_sleep_us", |w, p, v| w.u32_in(p, v, 1, MAX_SLEEP_US));
                 Some(IdlePolicy::SpinThenSleep {
                     idle_loops: idle_loops?,
                     max_sleep_us: max_sleep_us?,
+                })
+            }
+            Kind::Wait => {
+                self.deny_unknown(p, m, &["policy", "spin_us", "max_wait_ms", "fallback_sleep_us"]);
+                let IdlePolicy::SpinThenWait {
+                    spin_us: d_spin,
+                    max_wait_ms: d_wait,
+                    fallback_sleep_us: d_fallback,
+                } = SPIN_THEN_WAIT
+                else {
+                    unreachable!("SPIN_THEN_WAIT is a SpinThenWait")
+                };
+                let spin_us = self.opt(p, m, "spin_us", d_spin, |w, p, v| w.u32_in(p, v, 0, MAX_SPIN_US));
+                let max_wait_ms = self.opt(p, m, "max_wait_ms", d_wait, |w, p, v| w.u32_in(p, v, 1, MAX_WAIT_MS));
+                let fallback_sleep_us = self.opt(p, m, "fallback_sleep_us", d_fallback, |w, p, v| {
+                    w.u32_in(p, v, 1, MAX_SLEEP_US)
+                });
+                Some(IdlePolicy::SpinThenWait {
+                    spin_us: spin_us?,
+                    max_wait_ms: max_wait_ms?,
+                    fallback_sleep_us: fallback_sleep_us?,
                 })
             }
         }

@@ -25,12 +25,14 @@
 //! (the JSON walker that reports every structural problem), `validate` (the
 //! cross-field checks).
 
+mod capacity;
 mod error;
 mod load;
 mod model;
 mod network;
 mod validate;
 
+pub use capacity::{Capacity, MAX_CONNS_PER_ENGINE};
 pub use error::{ConfigError, ConfigProblems, Problem};
 pub use model::*;
 pub use network::{parse_network, IpNetwork};

@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use reactor::idle::{IdlePolicy, MAX_SLEEP_US};
+use reactor::idle::{IdlePolicy, MAX_SLEEP_US, MAX_SPIN_US, MAX_WAIT_MS};
 use reactor::{MAX_CORES, MAX_MESSAGE_BATCH};
 
 use super::*;
@@ -122,6 +122,27 @@ impl Config {
             c.range(
                 "$.reactor.idle.max_sleep_us".into(),
                 u64::from(max_sleep_us),
+                1,
+                u64::from(MAX_SLEEP_US),
+            );
+        }
+        if let IdlePolicy::SpinThenWait {
+            spin_us,
+            max_wait_ms,
+            fallback_sleep_us,
+        } = r.idle
+        {
+            let idle = "$.reactor.idle";
+            c.range(format!("{idle}.spin_us"), u64::from(spin_us), 0, u64::from(MAX_SPIN_US));
+            c.range(
+                format!("{idle}.max_wait_ms"),
+                u64::from(max_wait_ms),
+                1,
+                u64::from(MAX_WAIT_MS),
+            );
+            c.range(
+                format!("{idle}.fallback_sleep_us"),
+                u64::from(fallback_sleep_us),
                 1,
                 u64::from(MAX_SLEEP_US),
             );
@@ -379,6 +400,24 @@ impl Config {
                     ),
                     credits,
                 );
+            } else {
+                // At least one connection per engine at full credits
+                // (docs/CONFIG.md, "Capacity"); the target used to start
+                // anyway, with one connection per core.
+                let cap = self.capacity();
+                if cap.conns_per_core_unclamped == 0 {
+                    c.push(
+                        format!("$.pools[{r}].count"),
+                        format!(
+                            "at least {} (per-core caches {} + {} engine(s) x 2 x {} credits, for one connection per core)",
+                            cap.receive_cached + cap.engines * cap.receive_per_conn,
+                            cap.receive_cached,
+                            cap.engines,
+                            cap.credits
+                        ),
+                        pool.count,
+                    );
+                }
             }
         } else if self.credits.max_per_connection == 0 {
             c.push("$.credits.max_per_connection".into(), "at least 1", 0);

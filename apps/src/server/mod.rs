@@ -43,7 +43,7 @@ use mempool::pool::{ClassId, Mempool, PoolPlan};
 use mempool::region::{HugePageSize, RegionConfig};
 use proto::header::Limits;
 use proto::negotiate::VersionRange;
-use reactor::{CoreCtx, PollStatus, Poller, Reactor};
+use reactor::{Arm, CoreCtx, PollStatus, Poller, Reactor};
 
 use crate::backend::{self, Backend};
 use crate::nfs::{NfsService, NfsShared};
@@ -239,11 +239,14 @@ impl Target {
             return Err(TargetError::Config("no core with role \"io\"".into()));
         }
         let credits = cfg.credits.max_per_connection.max(1);
-        let recv = pool_of(&cfg, PoolUsage::Receive)?;
-        let recv_budget = u64::from(recv.count).saturating_sub(cfg.cores.len() as u64 * u64::from(recv.per_core_cache));
         // An engine holds up to two receive buffers per credit per connection
-        // (posted on the SRQ, and held by a request being served).
-        let max_conns = (recv_budget / (io.len() as u64 * 2 * u64::from(credits))).clamp(1, 1024) as u32;
+        // (posted on the SRQ, and held by a request being served): see
+        // `Config::capacity` and docs/CONFIG.md.
+        let capacity = cfg.capacity();
+        if capacity.conns_per_core_unclamped == 0 {
+            return Err(TargetError::Config(capacity.to_string()));
+        }
+        let max_conns = capacity.conns_per_core as u32;
         let mut listeners = Vec::new();
         for (k, l) in cfg.listeners.fabric.iter().enumerate() {
             let core = io[k % io.len()];
@@ -590,6 +593,12 @@ fn add_engine<F: Fabric + 'static>(
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .push(cell.clone());
+    let mut responder = responder;
+    // Interrupt mode: the fabric's completion / CM / doorbell descriptors
+    // join the core's epoll (a no-op unless the idle policy waits there).
+    for fd in responder.fabric().wake_fds() {
+        ctx.watch_fd(fd).map_err(|e| format!("epoll: {e}"))?;
+    }
     ctx.add_poller(Box::new(EnginePoller {
         responder,
         core,
@@ -597,6 +606,7 @@ fn add_engine<F: Fabric + 'static>(
         stats: setup.stats.clone(),
         done: false,
         publisher: Publisher::new(cell, setup.epoch),
+        refusals: RefusalLog::new(setup.max_conns),
     }));
     Ok(())
 }
@@ -610,6 +620,7 @@ struct EnginePoller<F: Fabric> {
     stats: Arc<Mutex<Vec<(usize, ResponderStats)>>>,
     /// Live statistics: when and where this core publishes.
     publisher: Publisher,
+    refusals: RefusalLog,
 }
 
 impl<F: Fabric> EnginePoller<F> {
@@ -636,6 +647,74 @@ impl<F: Fabric> EnginePoller<F> {
     }
 }
 
+/// Logs refused connections with their reason, at most once per
+/// [`RefusalLog::EVERY`] per engine (with the count since the last line), so
+/// a client retrying in a loop cannot flood the log (issue 24 item 5).
+struct RefusalLog {
+    max_conns: u32,
+    /// `conns_rejected` already logged.
+    logged: u64,
+    last: Option<std::time::Instant>,
+    polls: u32,
+}
+
+impl RefusalLog {
+    const EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+    /// Polls between looks at the counters while the core stays busy.
+    const POLLS: u32 = 4096;
+
+    fn new(max_conns: u32) -> RefusalLog {
+        RefusalLog {
+            max_conns,
+            logged: 0,
+            last: None,
+            polls: 0,
+        }
+    }
+
+    /// Called on every poll (cheap) and before the core sleeps (`force`).
+    fn check<F: Fabric>(
+        &mut self,
+        core: usize,
+        r: &mut Responder<'static, F, NfsService>,
+        draining: bool,
+        force: bool,
+    ) {
+        self.polls = self.polls.wrapping_add(1);
+        if !force && !self.polls.is_multiple_of(Self::POLLS) {
+            return;
+        }
+        let rejected = r.stats().conns_rejected;
+        if rejected == self.logged {
+            return;
+        }
+        let now = std::time::Instant::now();
+        if self.last.is_some_and(|t| now.duration_since(t) < Self::EVERY) {
+            return;
+        }
+        let conns = r.connections();
+        let reason = if draining {
+            "the target is shutting down".to_string()
+        } else if conns as u64 >= u64::from(self.max_conns) {
+            format!(
+                "at capacity: {conns} of {} connections on this core (receive pool and credits, see --check-config and docs/CONFIG.md)",
+                self.max_conns
+            )
+        } else {
+            "the fabric failed to accept".to_string()
+        };
+        tracing::warn!(
+            core,
+            refused = rejected - self.logged,
+            conns_rejected = rejected,
+            connections = conns,
+            "connections refused: {reason}"
+        );
+        self.logged = rejected;
+        self.last = Some(now);
+    }
+}
+
 impl<F: Fabric> Poller for EnginePoller<F> {
     fn poll(&mut self, _ctx: &mut CoreCtx) -> PollStatus {
         // Backend I/O in flight (deferred replies) keeps the core polling,
@@ -645,11 +724,34 @@ impl<F: Fabric> Poller for EnginePoller<F> {
         if let Some(now) = self.publisher.due(work > 0) {
             self.publish(now);
         }
-        if work > 0 || self.responder.deferred() > 0 {
+        let busy = work > 0 || self.responder.deferred() > 0;
+        self.refusals.check(self.core, &mut self.responder, false, false);
+        if busy {
             PollStatus::Busy
         } else {
             PollStatus::Idle
         }
+    }
+
+    /// The core is about to block: the fabric arms its notifications. Not
+    /// while a request is live (backend I/O deferred, whose completions ring
+    /// nothing here; or a request queued for a resource): the core then
+    /// sleeps in short slices and keeps polling.
+    fn arm(&mut self, _ctx: &mut CoreCtx) -> Arm {
+        self.refusals.check(self.core, &mut self.responder, self.draining, true);
+        // A sleeping core publishes nothing: copy what changed first.
+        if let Some(now) = self.publisher.due_before_sleep() {
+            self.publish(now);
+        }
+        if self.responder.deferred() == 0 && self.responder.in_flight() == 0 && self.responder.fabric().arm_wakeup() {
+            Arm::Armed
+        } else {
+            Arm::Unsupported
+        }
+    }
+
+    fn disarm(&mut self, _ctx: &mut CoreCtx) {
+        self.responder.fabric().disarm_wakeup();
     }
 
     fn drain(&mut self, _ctx: &mut CoreCtx) -> PollStatus {
@@ -667,6 +769,7 @@ impl<F: Fabric> Poller for EnginePoller<F> {
             );
         }
         self.responder.poll();
+        self.refusals.check(self.core, &mut self.responder, true, false);
         if self.responder.in_flight() > 0 {
             return PollStatus::Busy;
         }
@@ -679,6 +782,8 @@ impl<F: Fabric> Poller for EnginePoller<F> {
             replies = stats.replies,
             call_errors = stats.call_errors,
             unanswered = stats.unanswered(),
+            conns_accepted = stats.conns_accepted,
+            conns_rejected = stats.conns_rejected,
             held_requests = held.requests,
             "engine stopped"
         );

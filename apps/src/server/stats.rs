@@ -461,6 +461,13 @@ impl Publisher {
         (now.saturating_sub(self.last_ns) >= gap.as_nanos() as u64 || self.last_ns == 0).then_some(now)
     }
 
+    /// Before the core blocks (`spin_then_wait`): what changed since the
+    /// last copy is due now, whatever the gap, so a reader never sees counts
+    /// older than the core's last work while it sleeps.
+    pub fn due_before_sleep(&mut self) -> Option<u64> {
+        self.dirty.then(|| self.epoch.elapsed().as_nanos() as u64)
+    }
+
     /// Publish `v` stamped `now_ns` (from [`Publisher::due`]).
     pub fn publish(&mut self, v: &CoreView<'_>, now_ns: u64) {
         encode(v, now_ns, &mut self.buf);

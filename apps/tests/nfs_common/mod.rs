@@ -88,7 +88,9 @@ pub fn config(backends: &[&str], exports: &[Ex], data_bytes: u32) -> Config {
                        "nfs_tcp_port": 2049, "mount_tcp_port": 20048 },
         "fabric": { "provider": "sim" },
         "pools": [
-            { "name": "recv", "usage": "receive", "buffer_size_bytes": 4096, "count": 256,
+            // 16 cached + 2 x 128 credits: one connection at full credits
+            // (docs/CONFIG.md, "Capacity").
+            { "name": "recv", "usage": "receive", "buffer_size_bytes": 4096, "count": 272,
               "page_size": "4K", "per_core_cache": 16 },
             { "name": "send", "usage": "send", "buffer_size_bytes": 8192, "count": 256,
               "page_size": "4K", "per_core_cache": 16 },

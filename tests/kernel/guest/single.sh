@@ -61,6 +61,8 @@ for s in $SERVERS; do
         section "$s-functional" "$G/functional.sh" "$SRC" "$s"
         section "$s-posix" "$G/posix.sh" "$SRC" "$s"
         section "$s-fio" "$G/fio.sh" "$SRC" "$s"
+        # Many connections from one client (issue 24 item 4), on request.
+        [ "${KINTEROP_NCONNECT:-0}" = 1 ] && section "$s-nconnect" "$G/nconnect.sh" "$SRC" "$s"
         if [ -x "$BIN/perf" ]; then
             section "$s-perf" "$G/perf.sh" "$s"
         elif [ -e "$BIN/rpcrdma-target" ]; then

@@ -112,13 +112,19 @@ pub struct Peer {
     deliv_tx: Producer<DELIV_WORDS>,
     /// Indexed by region id (= rkey & 0xffff).
     regions: Vec<Option<PeerRegion>>,
+    /// The peer's doorbell, rung when it sleeps (`doorbell`).
+    pub bell: Option<super::doorbell::Bell>,
 }
 
 impl Peer {
     /// Map the peer's ring file (`fds[0]`) and regions (`fds[1..]`, in the
     /// order of `hello.regions`). Everything the peer said is checked against
     /// the kernel's view (file sizes, seals) and our limits. Control path.
-    pub fn attach(hello: &super::wire::Hello, fds: Vec<OwnedFd>, cfg: &ShmConfig) -> Result<Peer, String> {
+    pub fn attach(hello: &super::wire::Hello, mut fds: Vec<OwnedFd>, cfg: &ShmConfig) -> Result<Peer, String> {
+        // A trailing descriptor is the peer's doorbell (`doorbell`).
+        let bell = (fds.len() == 2 + hello.regions.len())
+            .then(|| fds.pop().map(super::doorbell::Bell::from_peer))
+            .flatten();
         if fds.len() != 1 + hello.regions.len() {
             return Err(format!("{} descriptors for {} regions", fds.len(), hello.regions.len()));
         }
@@ -167,6 +173,7 @@ impl Peer {
             desc_rx,
             deliv_tx,
             regions,
+            bell,
         })
     }
 
@@ -341,6 +348,9 @@ impl Drop for Conn {
     fn drop(&mut self) {
         // Release: pairs with the peer's Acquire load in `Peer::closed`.
         header_word(&self.file, OFF_CLOSED).store(1, Ordering::Release);
+        if let Some(peer) = self.peer.as_ref() {
+            super::doorbell::ring_if_sleeping(&peer.file, peer.bell.as_ref());
+        }
     }
 }
 
@@ -463,6 +473,9 @@ impl Conn {
         self.state = State::Error;
         // Release: pairs with the peer's Acquire load in `Peer::closed`.
         header_word(&self.file, OFF_CLOSED).store(1, Ordering::Release);
+        if let Some(peer) = self.peer.as_ref() {
+            super::doorbell::ring_if_sleeping(&peer.file, peer.bell.as_ref());
+        }
         if let Some(s) = self.sock.take() {
             sock::shutdown(s.as_fd());
         }
@@ -575,6 +588,13 @@ impl Conn {
         cq: &mut Cq,
         events: &mut VecDeque<CmEvent>,
     ) {
+        // Every executed Send (both paths come here) may wake a sleeping
+        // peer (`doorbell`).
+        if matches!(wr.op, SendOp::Send | SendOp::SendWithInv { .. }) {
+            if let Some(peer) = self.peer.as_ref() {
+                super::doorbell::ring_if_sleeping(&peer.file, peer.bell.as_ref());
+            }
+        }
         if wr.signaled || !status.is_success() {
             cq.push(Completion {
                 wr_id: wr.wr_id,
