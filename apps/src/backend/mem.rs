@@ -585,7 +585,7 @@ impl Shared {
             ..IoDone::default()
         };
         let len = io.len as usize;
-        if io.op != IoOp::Flush && io.buf.is_null() && len != 0 {
+        if !io.op.is_flush() && io.buf.is_null() && len != 0 {
             done.result = Err(FsError::Inval);
             return done;
         }
@@ -619,7 +619,7 @@ impl Shared {
                     done.committed = Stable::FileSync;
                 }
             }
-            IoOp::Flush => {
+            IoOp::Flush | IoOp::FlushData => {
                 done.result = self.read_fs().and_then(|fs| {
                     let slot = self.resolve(&fs, &io.fh)?;
                     fs.node(slot).map(|_| 0)

@@ -573,6 +573,7 @@ impl Walker {
                 "backend",
                 "clients",
                 "read_only",
+                "async",
                 "root_squash",
                 "allow_auth_none",
                 "anon_uid",
@@ -583,6 +584,7 @@ impl Walker {
         let backend = self.req(p, m, "backend", Walker::string);
         let clients = self.req(p, m, "clients", |w, p, v| w.list(p, v, Walker::string));
         let read_only = self.opt(p, m, "read_only", false, Walker::boolean);
+        let r#async = self.opt(p, m, "async", false, Walker::boolean);
         let root_squash = self.opt(p, m, "root_squash", true, Walker::boolean);
         let auth_none = self.opt(p, m, "allow_auth_none", false, Walker::boolean);
         let anon_uid = self.opt(p, m, "anon_uid", default_anon_id(), Walker::u32);
@@ -592,6 +594,7 @@ impl Walker {
             backend: backend?,
             clients: clients?,
             read_only: read_only?,
+            r#async: r#async?,
             root_squash: root_squash?,
             allow_auth_none: auth_none?,
             anon_uid: anon_uid?,

@@ -289,6 +289,14 @@ pub struct NfsStats {
     pub deferred_reads: u64,
     pub deferred_writes: u64,
     pub deferred_max: u64,
+    /// COMMITs whose reply waited for their flush (`IORING_OP_FSYNC`)
+    /// while the core went on.
+    pub deferred_commits: u64,
+    /// FILE_SYNC and DATA_SYNC WRITEs whose flush after the write was
+    /// deferred the same way.
+    pub deferred_flushes: u64,
+    /// Metadata Calls run on the helper pool while the core went on.
+    pub offloaded: u64,
 }
 
 /// Why a procedure did not produce its normal results.
