@@ -14,6 +14,11 @@
 //!   a FILE_SYNC WRITE whose write the double reports only UNSTABLE gets a
 //!   deferred flush (`deferred_flushes`) and replies FILE_SYNC with the
 //!   written count after it.
+//! - `nfs_safety_slow_namespace_fsync_runs_off_the_core`: on a backend
+//!   whose metadata calls block (as `uring`'s), a CREATE whose directory
+//!   fsync the double holds back runs on the helper pool (`offloaded`), and
+//!   the core answers another client's READ meanwhile. Before, the CREATE
+//!   and its fsync ran on the core.
 //! - `nfs_safety_sync_export_flushes_every_namespace_change`: on a `sync`
 //!   export (the default) every namespace procedure and SETATTR asks the
 //!   backend to flush the directories and inodes it changed before
@@ -77,6 +82,9 @@ struct HoldFlush {
     release: Arc<AtomicBool>,
     weak_writes: bool,
     syncs: Arc<AtomicU64>,
+    /// Say metadata calls block (as `uring` does), and make `sync_meta`
+    /// wait for `release` too (a slow directory fsync).
+    slow_meta: bool,
 }
 
 #[derive(Debug)]
@@ -141,8 +149,15 @@ impl Backend for HoldFlush {
     fn sync_all(&self) -> FsResult<()> {
         self.inner.sync_all()
     }
+    fn metadata_blocks(&self) -> bool {
+        self.slow_meta
+    }
     fn sync_meta(&self, fh: &FileHandle) -> FsResult<()> {
         self.syncs.fetch_add(1, Ordering::Relaxed);
+        let t0 = Instant::now();
+        while self.slow_meta && !self.release.load(Ordering::Acquire) && t0.elapsed() < HOLD_AT_MOST {
+            std::thread::sleep(Duration::from_millis(1));
+        }
         self.inner.sync_meta(fh)
     }
     fn open_channel(&self, core: usize) -> FsResult<Box<dyn IoChannel>> {
@@ -157,12 +172,17 @@ impl Backend for HoldFlush {
 }
 
 fn hold_store(weak_writes: bool) -> (Store, Arc<HoldFlush>) {
+    hold_store_with(weak_writes, false)
+}
+
+fn hold_store_with(weak_writes: bool, slow_meta: bool) -> (Store, Arc<HoldFlush>) {
     let s = store(Kind::Uring, "b0");
     let h = Arc::new(HoldFlush {
         inner: s.backend.clone(),
         release: Arc::new(AtomicBool::new(false)),
         weak_writes,
         syncs: Arc::new(AtomicU64::new(0)),
+        slow_meta,
     });
     (s, h)
 }
@@ -409,4 +429,57 @@ fn nfs_safety_sync_export_flushes_every_namespace_change() {
         // Failures flush nothing.
         count("failed REMOVE", 0, &mut |c| assert_eq!(c.remove(&root, "nothing"), 2));
     }
+}
+
+#[test]
+fn nfs_safety_slow_namespace_fsync_runs_off_the_core() {
+    let (_s, h) = hold_store_with(false, true);
+    let release = h.release.clone();
+    let sh = export_shared(h, true);
+    // Set-up through a service without a defer token: it flushes inline,
+    // so let the flushes go until the engine part starts.
+    release.store(true, Ordering::Release);
+    let fh = file_with_data(&sh);
+    let mut d = root_direct(&sh);
+    let (root, _) = d.mnt("/export").expect("MNT");
+    release.store(false, Ordering::Release);
+    let mut r = Rig::new(&sh, "meta");
+
+    let create = nfs_call(0x400, 8, |e| {
+        e.dirop(&root, b"new").u32(0).sattr(&mode_attr(0o644));
+    });
+    let read = nfs_call(0x500, READ, |e| {
+        e.opaque(&fh).u64(0).u32(4096);
+    });
+    let t0 = Instant::now();
+    let ca = submit(&mut r.a, &create, 8);
+    for _ in 0..50 {
+        r.turn();
+    }
+    let cb = submit(&mut r.b, &read, READ);
+    let (mut read_at, mut create_at) = (None, None);
+    while read_at.is_none() || create_at.is_none() {
+        r.turn();
+        if let Some(d) = r.b.poll_completion() {
+            assert_eq!((d.id, d.outcome), (cb, CallOutcome::Reply));
+            assert_eq!(reply_status(&mut r.b, cb), 0, "READ");
+            read_at = Some(t0.elapsed());
+            release.store(true, Ordering::Release);
+        }
+        if let Some(d) = r.a.poll_completion() {
+            assert_eq!((d.id, d.outcome), (ca, CallOutcome::Reply));
+            assert_eq!(reply_status(&mut r.a, ca), 0, "CREATE");
+            create_at = Some(t0.elapsed());
+        }
+        assert!(t0.elapsed() < Duration::from_secs(30), "no replies");
+    }
+    let (read_at, create_at) = (read_at.unwrap(), create_at.unwrap());
+    assert!(
+        read_at < create_at && read_at < Duration::from_secs(1),
+        "the READ was answered while the CREATE's directory fsync was outstanding: READ at {read_at:?}, CREATE at {create_at:?}"
+    );
+    let st = r.srv.service().stats();
+    assert_eq!(st.offloaded, 1, "the CREATE ran on the helper pool: {st:?}");
+    assert_eq!(st.nfs[8], 1);
+    assert!(d.lookup(&root, b"new").is_ok());
 }
