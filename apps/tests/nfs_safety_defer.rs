@@ -483,3 +483,55 @@ fn nfs_safety_slow_namespace_fsync_runs_off_the_core() {
     assert_eq!(st.nfs[8], 1);
     assert!(d.lookup(&root, b"new").is_ok());
 }
+
+/// `mem`: a big WRITE to one file does not park READs of another file on
+/// another thread (core) while its data is copied. A 64 MiB write is
+/// copied (tens to hundreds of milliseconds) while a reader thread reads
+/// another file over and over: some of its READs start and finish inside
+/// the write. Before, the write held the backend's one lock for the whole
+/// copy, and no READ could finish inside it. (The allocation of the write's
+/// blocks still takes the namespace lock, briefly.)
+#[test]
+fn nfs_safety_mem_big_write_does_not_park_readers_of_another_file() {
+    use rpcrdma_apps::backend::mem::MemBackend;
+    use rpcrdma_apps::backend::{read_sync, write_sync, CreateHow};
+    const BIG: usize = 64 << 20;
+    let b: Arc<dyn Backend> = Arc::new(MemBackend::new("m", (BIG + (16 << 20)) as u64).unwrap());
+    let root = b.root();
+    let owner = Owner::default();
+    let (f, _) = b.create(&root, b"big", CreateHow::Unchecked(SetAttr::default()), owner).unwrap();
+    let (g, _) = b.create(&root, b"small", CreateHow::Unchecked(SetAttr::default()), owner).unwrap();
+    let mut ch = b.open_channel(0).unwrap();
+    write_sync(&mut *ch, &g, 0, &pattern(3, 4096), Stable::FileSync).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let t0 = Instant::now();
+    let reader = {
+        let (b, stop) = (b.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut ch = b.open_channel(1).unwrap();
+            let mut buf = vec![0u8; 4096];
+            let mut spans = Vec::new();
+            while !stop.load(Ordering::Acquire) {
+                let s = t0.elapsed();
+                read_sync(&mut *ch, &g, 0, &mut buf).unwrap();
+                spans.push((s, t0.elapsed()));
+            }
+            spans
+        })
+    };
+    let big = vec![0x5au8; BIG];
+    std::thread::sleep(Duration::from_millis(50));
+    let w0 = t0.elapsed();
+    let (n, _) = write_sync(&mut *ch, &f, 0, &big, Stable::Unstable).unwrap();
+    let w1 = t0.elapsed();
+    stop.store(true, Ordering::Release);
+    let spans = reader.join().unwrap();
+    assert_eq!(n as usize, BIG);
+    let inside = spans.iter().filter(|(s, e)| *s >= w0 && *e <= w1).count();
+    assert!(
+        inside > 0,
+        "no READ of the other file finished during the {:?} write ({} READs in all)",
+        w1 - w0,
+        spans.len()
+    );
+}
