@@ -9,6 +9,9 @@
 #      every 1 GiB (--commit-every), queue depth 4.
 # B runs alone, then with A. Prints B's p50/p99 both ways and the ratio.
 #
+# With MODE=p50 it measures the fast path instead: NULL and 4 KiB READ
+# (queue depth 1) alone on the same target, and prints their p50.
+#
 # Usage: scripts/commit-interference.sh [TARGET_BINARY]
 #   DATA_DIR  where the backend's directory goes (default: under /var/tmp,
 #             a disk, not tmpfs, so an fsync costs what it costs)
@@ -63,13 +66,27 @@ done
 common=(--fabric shm -t "$SOCK" --mount-port $((PORT_BASE + 2)) --create --no-progress)
 # B's file, filled once.
 "$PERF" read "${common[@]}" --file b.dat --file-size 64M --size 4k --duration 1 --warmup 0 --cores "$CLIENT_CPU" >/dev/null
+if [ "${MODE:-}" = p50 ]; then
+    "$PERF" null --fabric shm -t "$SOCK" --no-progress --duration "$SECS" --warmup 1 --cores "$CLIENT_CPU" --json "$WORK/null.json" >/dev/null
+    "$PERF" read "${common[@]}" --file b.dat --file-size 64M --size 4k --qd 1 \
+        --duration "$SECS" --warmup 1 --cores "$CLIENT_CPU" --json "$WORK/read.json" >/dev/null
+    python3 - "$WORK" <<'PY'
+import json, sys
+w = sys.argv[1]
+for n in ("null", "read"):
+    d = json.load(open(f"{w}/{n}.json"))
+    l = d["latency_us"]
+    print(f"{n}: p50 {l['p50']:.2f} us, p90 {l['p90']:.2f} us, p99 {l['p99']:.1f} us, ops {d['ops']}")
+PY
+    exit 0
+fi
 b_run() {
     "$PERF" read "${common[@]}" --file b.dat --file-size 64M --size 4k --qd 1 \
         --duration "$SECS" --warmup 1 --cores "$CLIENT_CPU" --json "$WORK/$1.json" >"$WORK/$1.txt"
 }
 b_run alone
 "$PERF" write "${common[@]}" --file a.dat --file-size 1G --size 1M --qd 4 --seq --commit-every 1G \
-    --duration $((SECS + 30)) --warmup 0 --timeout 120 --cores "$CLIENT_CPU" --json "$WORK/a.json" >"$WORK/a.txt" 2>&1 &
+    --duration $((SECS + 6)) --warmup 0 --timeout 120 --idle-sleep-us 20 --cores "$CLIENT_CPU" --json "$WORK/a.json" >"$WORK/a.txt" 2>&1 &
 APID=$!
 # Let A dirty the page cache before B measures.
 sleep 3
@@ -80,7 +97,7 @@ python3 - "$WORK" <<'PY'
 import json, sys
 w = sys.argv[1]
 alone, with_a, a = (json.load(open(f"{w}/{n}.json")) for n in ("alone", "with_a", "a"))
-for k in ("p50", "p99", "p999", "max"):
+for k in ("p50", "p90", "p99", "p999", "max"):
     x, y = alone["latency_us"][k], with_a["latency_us"][k]
     print(f"B {k}: alone {x:.1f} us, with A {y:.1f} us, ratio {y / x:.2f}x")
 print(f"B ops: alone {alone['ops']}, with A {with_a['ops']}; A: {a['ops']} ops (1 MiB WRITEs and COMMITs), "

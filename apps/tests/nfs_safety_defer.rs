@@ -39,8 +39,8 @@ use nfs_common::*;
 use proto::nfs3::{FILE_SYNC, UNSTABLE};
 use proto::ulb::{Nfs3Binding, UpperLayerBinding};
 use rpcrdma_apps::backend::{
-    Attr, Backend, CreateHow, DirEntry, FileHandle, FsResult, FsStat, IoChannel, IoDesc, IoDone, NodeKind,
-    Owner, SetAttr, Stable,
+    Attr, Backend, CreateHow, DirEntry, FileHandle, FsResult, FsStat, IoChannel, IoDesc, IoDone, NodeKind, Owner,
+    SetAttr, Stable,
 };
 use rpcrdma_apps::nfs::{NfsService, NfsShared};
 
@@ -276,7 +276,9 @@ impl Rig {
         let b = requester(&p, &addr, 2);
         let mut r = Rig { srv, a, b };
         let t0 = Instant::now();
-        while r.a.link() != dataplane::requester::LinkState::Ready || r.b.link() != dataplane::requester::LinkState::Ready {
+        while r.a.link() != dataplane::requester::LinkState::Ready
+            || r.b.link() != dataplane::requester::LinkState::Ready
+        {
             r.turn();
             assert!(t0.elapsed() < Duration::from_secs(30), "connect");
         }
@@ -405,7 +407,9 @@ fn nfs_safety_sync_export_flushes_every_namespace_change() {
         };
         let mut fh = Vec::new();
         let mut dir = Vec::new();
-        count("CREATE", 2, &mut |c| fh = c.mkfile(&root, "a", 0o644).expect("CREATE").0);
+        count("CREATE", 2, &mut |c| {
+            fh = c.mkfile(&root, "a", 0o644).expect("CREATE").0
+        });
         count("MKDIR", 2, &mut |c| dir = c.mkdir(&root, "d", 0o755).expect("MKDIR").0);
         count("SYMLINK", 2, &mut |c| {
             c.symlink(&dir, "l", b"../a").expect("SYMLINK");
@@ -417,8 +421,12 @@ fn nfs_safety_sync_export_flushes_every_namespace_change() {
             assert_eq!(c.setattr(&fh, &mode_attr(0o600), None).0, 0, "SETATTR");
         });
         count("LINK", 2, &mut |c| assert_eq!(c.link(&fh, &dir, "h"), 0));
-        count("RENAME in one directory", 1, &mut |c| assert_eq!(c.rename(&root, "a", &root, "b"), 0));
-        count("RENAME across", 2, &mut |c| assert_eq!(c.rename(&dir, "h", &root, "h2"), 0));
+        count("RENAME in one directory", 1, &mut |c| {
+            assert_eq!(c.rename(&root, "a", &root, "b"), 0)
+        });
+        count("RENAME across", 2, &mut |c| {
+            assert_eq!(c.rename(&dir, "h", &root, "h2"), 0)
+        });
         count("REMOVE", 1, &mut |c| assert_eq!(c.remove(&root, "h2"), 0));
         count("REMOVE two", 2, &mut |c| {
             for n in ["l", "p"] {
@@ -499,8 +507,12 @@ fn nfs_safety_mem_big_write_does_not_park_readers_of_another_file() {
     let b: Arc<dyn Backend> = Arc::new(MemBackend::new("m", (BIG + (16 << 20)) as u64).unwrap());
     let root = b.root();
     let owner = Owner::default();
-    let (f, _) = b.create(&root, b"big", CreateHow::Unchecked(SetAttr::default()), owner).unwrap();
-    let (g, _) = b.create(&root, b"small", CreateHow::Unchecked(SetAttr::default()), owner).unwrap();
+    let (f, _) = b
+        .create(&root, b"big", CreateHow::Unchecked(SetAttr::default()), owner)
+        .unwrap();
+    let (g, _) = b
+        .create(&root, b"small", CreateHow::Unchecked(SetAttr::default()), owner)
+        .unwrap();
     let mut ch = b.open_channel(0).unwrap();
     write_sync(&mut *ch, &g, 0, &pattern(3, 4096), Stable::FileSync).unwrap();
     let stop = Arc::new(AtomicBool::new(false));

@@ -356,7 +356,10 @@ impl Fs {
     /// lock it holds: no copy runs on it.
     fn block_range(&mut self, b: u32) -> &mut [u8] {
         let start = b as usize * MEM_BLOCK_BYTES as usize;
-        assert!(start + MEM_BLOCK_BYTES as usize <= self.arena.len, "block {b} outside the arena");
+        assert!(
+            start + MEM_BLOCK_BYTES as usize <= self.arena.len,
+            "block {b} outside the arena"
+        );
         // SAFETY: in bounds (checked above) of the arena's mapping; only
         // this block is borrowed, never the whole arena, as copies of other
         // files' blocks may run meanwhile through `Arena::base`; nobody
@@ -731,10 +734,12 @@ impl Shared {
                 // completion is reaped; a zero length uses a dangling,
                 // aligned pointer, valid for an empty slice.
                 let out = unsafe { std::slice::from_raw_parts_mut(ptr, len) };
-                done.result = EXTENTS.with_borrow_mut(|ext| self.read_at(&io.fh, io.offset, out, ext)).map(|(n, eof)| {
-                    done.eof = eof;
-                    n
-                });
+                done.result = EXTENTS
+                    .with_borrow_mut(|ext| self.read_at(&io.fh, io.offset, out, ext))
+                    .map(|(n, eof)| {
+                        done.eof = eof;
+                        n
+                    });
             }
             IoOp::Write(_) => {
                 // SAFETY: as for a read; a write only reads the buffer.

@@ -700,8 +700,15 @@ impl Service for NfsService {
                     } else if hdr.prog == NFS_PROGRAM && offload::wanted(shared, st, &c) {
                         let token = c.token.ok_or(ServiceError::Reject)?;
                         let cap = reply.head_mut().len();
-                        st.offload
-                            .submit(shared, token, head.get(..at).unwrap_or(&[]), args, c.peer, cap, slot.take());
+                        st.offload.submit(
+                            shared,
+                            token,
+                            head.get(..at).unwrap_or(&[]),
+                            args,
+                            c.peer,
+                            cap,
+                            slot.take(),
+                        );
                         st.deferred.submit_to_pool(token, reply);
                         st.stats.offloaded += 1;
                         Ok(0)

@@ -208,7 +208,10 @@ fn run(job: Job, st: &mut CoreState) -> Finished {
         (res, items)
     };
     let bytes = match res {
-        Ok(n) => head.get(REPLY_HEADER_BYTES..REPLY_HEADER_BYTES + n).unwrap_or(&[]).to_vec(),
+        Ok(n) => head
+            .get(REPLY_HEADER_BYTES..REPLY_HEADER_BYTES + n)
+            .unwrap_or(&[])
+            .to_vec(),
         Err(_) => Vec::new(),
     };
     Finished {
