@@ -86,6 +86,9 @@ struct Inner {
 pub(crate) struct HelperPool {
     inner: Arc<Inner>,
     threads: Mutex<Vec<JoinHandle<()>>>,
+    /// Helpers started (0 when no thread could be spawned: nothing is
+    /// offloaded then).
+    running: usize,
 }
 
 impl std::fmt::Debug for HelperPool {
@@ -116,11 +119,17 @@ impl HelperPool {
                     .spawn(move || helper(&inner))
                     .ok()
             })
-            .collect();
+            .collect::<Vec<_>>();
         HelperPool {
             inner,
+            running: threads.len(),
             threads: Mutex::new(threads),
         }
+    }
+
+    /// Whether any helper runs.
+    pub fn is_running(&self) -> bool {
+        self.running > 0
     }
 
     fn push(&self, job: Job) {
@@ -256,7 +265,7 @@ pub(crate) fn wanted(sh: &NfsShared, st: &mut CoreState, c: &Call<'_>) -> bool {
         return false;
     };
     let bi = sh.exports[ex].backend;
-    if !sh.backends[bi].1.metadata_blocks() {
+    if !sh.backends[bi].1.metadata_blocks() || !sh.helpers().is_running() {
         return false;
     }
     // The attributes of a file this core has open cost one fstat.
