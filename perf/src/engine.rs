@@ -271,6 +271,9 @@ pub struct Workload {
     pub salt: u64,
     /// `stable_how` of WRITEs.
     pub stable: u32,
+    /// After this many bytes written on a connection, its next Call is a
+    /// COMMIT of the file (0: never).
+    pub commit_every: u64,
     pub binding: Nfs3Binding,
 }
 
@@ -290,6 +293,7 @@ impl Workload {
 pub(crate) const K_NULL: u8 = 0;
 pub(crate) const K_READ: u8 = 1;
 pub(crate) const K_WRITE: u8 = 2;
+pub(crate) const K_COMMIT: u8 = 3;
 
 /// What a Call in flight is.
 #[derive(Clone, Copy, Debug, Default)]
@@ -306,7 +310,7 @@ pub(crate) struct OpMeta {
 fn submit_op<F: Fabric>(
     req: &mut Requester<'_, F>,
     wl: &Workload,
-    needs: &[ReplyNeeds; 3],
+    needs: &[ReplyNeeds; 4],
     kind: u8,
     offset: u64,
 ) -> Result<Option<CallId>, PerfError> {
@@ -317,6 +321,7 @@ fn submit_op<F: Fabric>(
     let len = match (kind, wl.kind) {
         (K_NULL, OpKind::Null { prog, vers }) => nfs::encode_null(buf, 0, prog, vers, &wl.cred).map_err(enc)?,
         (K_READ, _) => nfs::encode_read(buf, 0, &wl.cred, fh, offset, wl.io_size).map_err(enc)?,
+        (K_COMMIT, _) => nfs::encode_commit(buf, 0, &wl.cred, fh).map_err(enc)?,
         _ => {
             let at = nfs::encode_write_head(buf, 0, &wl.cred, fh, offset, wl.io_size, wl.stable).map_err(enc)?;
             if wl.verify {
@@ -363,6 +368,7 @@ pub(crate) fn check_reply_bytes(
 ) -> Result<(), ReplyError> {
     match m.kind {
         K_NULL => nfs::parse_null(reduced, Some(xid)),
+        K_COMMIT => nfs::parse_commit(reduced, Some(xid)),
         K_READ => {
             let ok = nfs::parse_read(reduced, chunk, Some(xid), wl.io_size)?;
             if ok.count != wl.io_size {
@@ -471,6 +477,8 @@ struct ConnLoad<'p, F: Fabric> {
     /// Measured submissions left (count mode).
     quota: Option<u64>,
     dead: bool,
+    /// Bytes of WRITEs submitted since the last COMMIT.
+    since_commit: u64,
 }
 
 /// What a worker hands back.
@@ -529,6 +537,7 @@ pub fn run_worker<'p, F: Fabric>(
         },
         wl.needs(NFSPROC3_READ),
         wl.needs(NFSPROC3_WRITE),
+        wl.needs(proto::nfs3::NFSPROC3_COMMIT),
     ];
     let file_size = wl.file.as_ref().map_or(0, |f| f.size);
     let slots = (plan.qd.max(1) as usize).next_power_of_two();
@@ -544,6 +553,7 @@ pub fn run_worker<'p, F: Fabric>(
             offsets: Offsets::new(file_size, wl.io_size as u64, wl.seq, c, plan.total_conns, plan.seed),
             quota: plan.quotas.as_ref().map(|q| q.get(i).copied().unwrap_or(0)),
             dead: false,
+            since_commit: 0,
         })
         .collect();
     let blocks = (file_size / wl.io_size.max(1) as u64).max(1);
@@ -641,7 +651,7 @@ fn refill<F: Fabric>(
     c: &mut ConnLoad<'_, F>,
     qd: u32,
     wl: &Workload,
-    needs: &[ReplyNeeds; 3],
+    needs: &[ReplyNeeds; 4],
     clock: &Clock,
     start_ns: u64,
 ) -> Result<(), PerfError> {
@@ -659,6 +669,7 @@ fn refill<F: Fabric>(
             break;
         }
         let (kind, offset) = match wl.kind {
+            _ if wl.commit_every > 0 && c.since_commit >= wl.commit_every => (K_COMMIT, 0),
             OpKind::Null { .. } => (K_NULL, 0),
             OpKind::Read => (K_READ, c.offsets.next_offset()),
             OpKind::Write => (K_WRITE, c.offsets.next_offset()),
@@ -672,6 +683,11 @@ fn refill<F: Fabric>(
         };
         if let Some(s) = c.sched.as_mut() {
             s.advance();
+        }
+        match kind {
+            K_WRITE => c.since_commit += u64::from(wl.io_size),
+            K_COMMIT => c.since_commit = 0,
+            _ => {}
         }
         if measured {
             if let Some(q) = c.quota.as_mut() {
@@ -914,6 +930,7 @@ mod tests {
             verify: false,
             salt: 0,
             stable: 0,
+            commit_every: 0,
             binding: Nfs3Binding::new(4096),
         };
         let n = wl.needs(NFSPROC3_NULL);

@@ -207,6 +207,10 @@ struct NfsArgs {
     /// `stable_how` of WRITEs.
     #[arg(long, value_enum, default_value = "unstable")]
     stable: StableArg,
+    /// COMMIT the file after every this many bytes written per connection
+    /// ("1G"; writes only; 0: never).
+    #[arg(long = "commit-every", default_value = "0", value_parser = parse_size)]
+    commit_every: u64,
     /// Salt of the --verify pattern.
     #[arg(long, default_value_t = 0x5eed)]
     salt: u64,
@@ -396,6 +400,7 @@ fn nfs_config(n: &NfsArgs, kind: OpKind) -> Result<RunConfig> {
             StableArg::Data => proto::nfs3::DATA_SYNC,
             StableArg::File => proto::nfs3::FILE_SYNC,
         },
+        commit_every: n.commit_every,
         salt: n.salt,
         unmount: !n.no_umount,
     });

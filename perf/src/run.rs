@@ -90,6 +90,8 @@ pub struct NfsOptions {
     pub file_size: u64,
     pub seq: bool,
     pub stable: u32,
+    /// A COMMIT after every this many bytes written per connection (0: none).
+    pub commit_every: u64,
     pub salt: u64,
     /// UMNT at the end.
     pub unmount: bool,
@@ -384,6 +386,7 @@ fn run_rpc<M: FabricMaker>(maker: &M, cfg: &RunConfig, kind: OpKind) -> Result<R
         verify: cfg.verify || cfg.verify_only,
         salt: cfg.nfs.as_ref().map_or(0, |n| n.salt),
         stable: cfg.nfs.as_ref().map_or(0, |n| n.stable),
+        commit_every: cfg.nfs.as_ref().map_or(0, |n| n.commit_every),
         binding: Nfs3Binding::new(io_size.max(1)),
     };
     if is_nfs {

@@ -682,7 +682,14 @@ pub fn run_tcp(cfg: &RunConfig, kind: OpKind) -> Result<RunOutput, PerfError> {
         salt: cfg.nfs.as_ref().map_or(0, |n| n.salt),
         stable: cfg.nfs.as_ref().map_or(0, |n| n.stable),
         binding: Nfs3Binding::new(io_size.max(1)),
+        // COMMIT every N bytes is a fabric-path option only.
+        commit_every: 0,
     };
+    if cfg.nfs.as_ref().is_some_and(|n| n.commit_every > 0) {
+        return Err(PerfError::Option(
+            "--commit-every is not supported with --transport tcp".into(),
+        ));
+    }
     if is_nfs {
         let n = cfg
             .nfs

@@ -327,6 +327,7 @@ fn cfg(m: &Mock, kind: OpKind, version: u32, size: u32) -> RunConfig {
             file_size: 1 << 20,
             seq: false,
             stable: nfs3::UNSTABLE,
+            commit_every: 0,
             salt: 11,
             unmount: true,
         }),

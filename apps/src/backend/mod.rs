@@ -11,7 +11,11 @@
 //!
 //! Metadata operations (LOOKUP, CREATE, ...) are synchronous calls on the
 //! shared [`Backend`]; they are control-path work and take the backend's own
-//! lock. Only READ, WRITE and COMMIT data go through channels.
+//! lock. Only READ, WRITE and COMMIT data go through channels. A backend
+//! whose metadata calls may block in the kernel
+//! ([`Backend::metadata_blocks`]: `uring`) has them run on the NFS layer's
+//! helper threads, never on a core; its channel may answer the attributes of
+//! a file it has open without that ([`IoChannel::getattr_cached`]).
 //!
 //! | backend | what | module |
 //! |---|---|---|
@@ -404,6 +408,20 @@ pub trait Backend: Send + Sync + fmt::Debug {
     fn may(&self, _fh: &FileHandle, _want: u32) -> FsResult<bool> {
         Err(FsError::NotSupp)
     }
+    /// Whether the metadata calls (everything but the channels' data I/O)
+    /// are system calls that may wait for a disk, so the NFS layer runs them
+    /// on its helper threads rather than on a core. Default: no.
+    fn metadata_blocks(&self) -> bool {
+        false
+    }
+    /// Make the metadata of `fh` (a directory's entries, an inode's
+    /// attributes) durable: an `fsync` on a local file system. A `sync`
+    /// export calls it after each namespace change and SETATTR, before the
+    /// reply (RFC 1813 section 1.6). Default: nothing to do (a backend whose
+    /// metadata is durable when changed, or not durable at all).
+    fn sync_meta(&self, _fh: &FileHandle) -> FsResult<()> {
+        Ok(())
+    }
     /// Apply `set` (size changes truncate or extend) and return the new attributes.
     fn setattr(&self, fh: &FileHandle, set: &SetAttr) -> FsResult<Attr>;
     /// SETATTR with its checks: `check` gets the attributes the change
@@ -495,8 +513,20 @@ pub struct IoDesc {
 pub enum IoOp {
     Read,
     Write(Stable),
-    /// Flush the file to stable storage (`buf`, `len` unused).
+    /// Flush the file's data and metadata to stable storage (`fsync`;
+    /// `buf`, `len` unused).
     Flush,
+    /// Flush the file's data, and only the metadata needed to read it back
+    /// (`fdatasync`; `buf`, `len` unused). Backends without the distinction
+    /// do a [`IoOp::Flush`].
+    FlushData,
+}
+
+impl IoOp {
+    /// A flush of either kind (no buffer).
+    pub fn is_flush(self) -> bool {
+        matches!(self, IoOp::Flush | IoOp::FlushData)
+    }
 }
 
 /// A finished I/O, from [`IoChannel::poll`].
@@ -541,6 +571,12 @@ pub trait IoChannel: fmt::Debug {
     /// rather than poll for it. Default: no (the work is done at submit).
     fn completes_later(&self) -> bool {
         false
+    }
+    /// The attributes of `fh` when this channel has the file open and can
+    /// tell them without waiting (an `fstat` of its cached descriptor);
+    /// `None` otherwise, and the caller asks the backend. Default: `None`.
+    fn getattr_cached(&mut self, _fh: &FileHandle) -> Option<FsResult<Attr>> {
+        None
     }
     /// Do `io` now, on the calling thread, and return its completion without
     /// queueing it, if this channel works that way (it does its work at

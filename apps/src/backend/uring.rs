@@ -69,6 +69,8 @@ use io_uring::{opcode, types, IoUring};
 use super::creds::{self, Acting};
 use super::personality::Personalities;
 
+mod sync;
+
 use super::{
     Attr, Backend, CreateHow, DirEntry, FileHandle, FileType, FsError, FsResult, FsStat, IoChannel, IoDesc, IoDone,
     IoOp, NodeKind, Owner, SetAttr, SetTime, Stable, Time, NAME_MAX_BYTES, PATH_MAX_BYTES,
@@ -801,6 +803,15 @@ impl Backend for UringBackend {
         self.shared.root_fh
     }
 
+    /// `open_by_handle_at`, `fstat`, `fsync`, ...: they may wait for the disk.
+    fn metadata_blocks(&self) -> bool {
+        true
+    }
+
+    fn sync_meta(&self, fh: &FileHandle) -> FsResult<()> {
+        sync::sync_meta(&self.shared, fh)
+    }
+
     fn getattr(&self, fh: &FileHandle) -> FsResult<Attr> {
         let (_, st) = self.shared.open_path(fh)?;
         Ok(attr_of(&st))
@@ -1441,7 +1452,7 @@ impl UringChannel {
         if let Some(s) = self.slots[i as usize].as_mut() {
             s.direct = direct;
         }
-        if op != IoOp::Flush {
+        if !op.is_flush() {
             if direct {
                 self.stats.direct_ios += 1;
             } else {
@@ -1467,6 +1478,9 @@ impl UringChannel {
                     .build()
             }
             IoOp::Flush => opcode::Fsync::new(types::Fd(fd)).build(),
+            IoOp::FlushData => opcode::Fsync::new(types::Fd(fd))
+                .flags(types::FsyncFlags::DATASYNC)
+                .build(),
         };
         let sqe = sqe.user_data(u64::from(i));
         let sqe = match personality {
@@ -1523,6 +1537,7 @@ impl UringChannel {
         let committed = match (s.op, &result) {
             (IoOp::Write(stable), Ok(_)) => stable,
             (IoOp::Flush, Ok(_)) => Stable::FileSync,
+            (IoOp::FlushData, Ok(_)) => Stable::DataSync,
             _ => Stable::Unstable,
         };
         IoDone {
@@ -1557,7 +1572,7 @@ impl UringChannel {
         }
         let total = done + res as u32;
         match op {
-            IoOp::Flush => Some(self.finish(i, Ok(0), false)),
+            IoOp::Flush | IoOp::FlushData => Some(self.finish(i, Ok(0), false)),
             IoOp::Write(_) => {
                 if res == 0 || total >= len {
                     return Some(self.finish(i, Ok(total), false));
@@ -1624,7 +1639,7 @@ impl IoChannel for UringChannel {
             return Err(FsError::Jukebox);
         }
         self.revalidate();
-        if io.op != IoOp::Flush {
+        if !io.op.is_flush() {
             if io.buf.is_null() && io.len != 0 {
                 self.fail_now(io.tag, FsError::Inval);
                 return Ok(());
@@ -1646,7 +1661,7 @@ impl IoChannel for UringChannel {
             }
             Ok(_) => {}
         }
-        if io.len == 0 && io.op != IoOp::Flush {
+        if io.len == 0 && !io.op.is_flush() {
             // Nothing to transfer; a read still reports eof.
             let eof = match io.op {
                 IoOp::Read => self
@@ -1697,7 +1712,7 @@ impl IoChannel for UringChannel {
             return Err(FsError::Jukebox);
         };
         let direct = self.o_direct
-            && io.op != IoOp::Flush
+            && !io.op.is_flush()
             && aligned(io.offset)
             && aligned(u64::from(io.len))
             && aligned(io.buf as u64);
@@ -1777,6 +1792,11 @@ impl IoChannel for UringChannel {
     /// Device or kernel I/O: yes.
     fn completes_later(&self) -> bool {
         true
+    }
+
+    /// An `fstat` of the cached descriptor: no handle to open, no lookup.
+    fn getattr_cached(&mut self, fh: &FileHandle) -> Option<FsResult<Attr>> {
+        sync::cached_attr(self, fh)
     }
 }
 

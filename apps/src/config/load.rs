@@ -374,7 +374,14 @@ impl Walker {
         let m = self.strict_object(
             p,
             v,
-            &["fabric", "nfs_tcp_port", "mount_tcp_port", "tcp", "stats_socket", "rpcbind"],
+            &[
+                "fabric",
+                "nfs_tcp_port",
+                "mount_tcp_port",
+                "tcp",
+                "stats_socket",
+                "rpcbind",
+            ],
         )?;
         let fabric = self.req(p, m, "fabric", |w, p, v| w.list(p, v, Walker::fabric_listener));
         let nfs = self.req(p, m, "nfs_tcp_port", Walker::u16);
@@ -639,6 +646,7 @@ impl Walker {
                 "backend",
                 "clients",
                 "read_only",
+                "async",
                 "root_squash",
                 "allow_auth_none",
                 "anon_uid",
@@ -650,6 +658,7 @@ impl Walker {
         let backend = self.req(p, m, "backend", Walker::string);
         let clients = self.req(p, m, "clients", |w, p, v| w.list(p, v, Walker::string));
         let read_only = self.opt(p, m, "read_only", false, Walker::boolean);
+        let r#async = self.opt(p, m, "async", false, Walker::boolean);
         let root_squash = self.opt(p, m, "root_squash", true, Walker::boolean);
         let auth_none = self.opt(p, m, "allow_auth_none", false, Walker::boolean);
         let anon_uid = self.opt(p, m, "anon_uid", default_anon_id(), Walker::u32);
@@ -660,6 +669,7 @@ impl Walker {
             backend: backend?,
             clients: clients?,
             read_only: read_only?,
+            r#async: r#async?,
             root_squash: root_squash?,
             allow_auth_none: auth_none?,
             anon_uid: anon_uid?,

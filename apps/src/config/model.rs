@@ -376,6 +376,11 @@ pub struct ExportConfig {
     /// Refuse writes (default `false`).
     #[serde(default)]
     pub read_only: bool,
+    /// Reply to namespace changes and SETATTR before they are on disk
+    /// (default `false`: `sync`, as RFC 1813 s1.6 asks). Unsafe: a crash of
+    /// the server loses changes the clients were told are done.
+    #[serde(default)]
+    pub r#async: bool,
     /// Map uid 0 to the anonymous user (default `true`).
     #[serde(default = "default_true")]
     pub root_squash: bool,

@@ -186,6 +186,7 @@ mod tests {
             backend: "b".into(),
             clients: vec!["0.0.0.0/0".into()],
             read_only: false,
+            r#async: false,
             root_squash: squash,
             allow_auth_none: true,
             anon_uid: 99,

@@ -76,6 +76,9 @@ pub struct Export {
     pub clients: Vec<String>,
     networks: Vec<IpNetwork>,
     pub read_only: bool,
+    /// Namespace changes and SETATTR are durable before their replies
+    /// (the default; the configuration's `async` turns it off).
+    pub sync: bool,
     pub root_squash: bool,
     pub allow_auth_none: bool,
     pub anon_uid: u32,
@@ -113,6 +116,7 @@ impl Export {
             clients: cfg.clients.clone(),
             networks,
             read_only: cfg.read_only,
+            sync: !cfg.r#async,
             root_squash: cfg.root_squash,
             allow_auth_none: cfg.allow_auth_none,
             anon_uid: cfg.anon_uid,
@@ -240,6 +244,7 @@ mod tests {
             backend: "b".into(),
             clients: clients.iter().map(|s| s.to_string()).collect(),
             read_only: false,
+            r#async: false,
             root_squash: true,
             allow_auth_none: false,
             anon_uid: 65534,

@@ -81,6 +81,7 @@ pub mod drc;
 pub mod export;
 mod mount;
 pub(crate) mod nfs3;
+mod offload;
 pub mod xdr;
 
 use auth::Cred;
@@ -132,6 +133,9 @@ pub struct NfsShared {
     mounts: Mutex<VecDeque<MountEntry>>,
     /// NFSv4 clients, sessions and opens.
     pub(crate) v4: crate::nfs4::state::V4State,
+    /// Runs metadata procedures of blocking backends off the cores
+    /// ([`offload`]); started on first use.
+    helpers: std::sync::OnceLock<offload::HelperPool>,
 }
 
 /// A write verifier no other [`NfsShared`] of this or an earlier process had:
@@ -198,6 +202,7 @@ impl NfsShared {
             max_io_bytes: max_io,
             mounts: Mutex::new(VecDeque::new()),
             v4: crate::nfs4::state::V4State::new(cfg.credits.max_per_connection, max_io),
+            helpers: std::sync::OnceLock::new(),
         }))
     }
 
@@ -241,6 +246,10 @@ impl NfsShared {
                 let v = new_write_verifier();
                 Some(if v == old { v ^ 1 } else { v })
             });
+    }
+
+    fn helpers(&self) -> &offload::HelperPool {
+        self.helpers.get_or_init(offload::HelperPool::start)
     }
 
     /// FSINFO `rtmax` and `wtmax`.
@@ -306,6 +315,14 @@ pub struct NfsStats {
     pub deferred_reads: u64,
     pub deferred_writes: u64,
     pub deferred_max: u64,
+    /// COMMITs whose reply waited for their flush (`IORING_OP_FSYNC`)
+    /// while the core went on.
+    pub deferred_commits: u64,
+    /// FILE_SYNC and DATA_SYNC WRITEs whose flush after the write was
+    /// deferred the same way.
+    pub deferred_flushes: u64,
+    /// Metadata Calls run on the helper pool while the core went on.
+    pub offloaded: u64,
 }
 
 /// Why a procedure did not produce its normal results.
@@ -367,10 +384,12 @@ pub(crate) struct CoreState {
     /// READDIR collection space (bounded by the reply's size).
     pub dir: nfs3::DirScratch,
     pub stats: NfsStats,
-    /// READs and WRITEs whose backend I/O is in flight, replies deferred.
+    /// Calls whose backend I/O or helper job is in flight, replies deferred.
     pub deferred: defer::Deferred,
     /// NFSv4 counters.
     pub v4: crate::nfs4::Nfs4Stats,
+    /// Calls on the helper pool.
+    pub offload: offload::CoreOffload,
 }
 
 /// One core's NFS and MOUNT service. Owns the core's I/O channels, so it is
@@ -438,6 +457,7 @@ impl NfsService {
                 stats: NfsStats::default(),
                 deferred: defer::Deferred::new(),
                 v4: crate::nfs4::Nfs4Stats::default(),
+                offload: offload::CoreOffload::default(),
             },
             scratch: Vec::new(),
             reads_in_call,
@@ -568,6 +588,7 @@ impl Service for NfsService {
     /// Deferred READs and WRITEs whose backend I/O finished.
     fn poll_deferred(&mut self, ready: &mut [DeferToken]) -> usize {
         let st = &mut self.st;
+        st.offload.poll(&mut st.deferred);
         st.deferred.poll_ready(&mut st.channels, ready)
     }
 
@@ -580,17 +601,23 @@ impl Service for NfsService {
         reply: &mut ReplyBuilder<'_>,
     ) -> Result<(), ServiceError> {
         let r = self.st.deferred.take(token).ok_or(ServiceError::Reject)?;
-        self.st.deferred.resumed = Some(r);
+        if !self.st.offload.begin_resume(token) {
+            self.st.deferred.resumed = Some(r);
+        }
         let t0 = self.procs.resumed(token.0);
         let res = self.handle_call_untimed(call, reply);
         self.account(t0, call, reply, &res);
         self.st.deferred.resumed = None;
+        self.st.offload.resuming = None;
         res
     }
 
     fn cancel(&mut self, token: DeferToken) {
         let _ = self.st.deferred.take(token);
         let _ = self.procs.resumed(token.0);
+        if let Some(s) = self.st.offload.cancel(token) {
+            self.drc.with(|c| c.complete(s, None));
+        }
     }
 }
 
@@ -753,7 +780,12 @@ impl NfsService {
         // got, and one still being served is dropped (RFC 1813 section 4.5;
         // see [`drc`]).
         let mut slot = None;
-        if hdr.prog == NFS_PROGRAM && drc::nfs3_cached(hdr.proc_) {
+        // A Call the helper pool ran: its results, and the cache entry it
+        // kept in progress meanwhile.
+        let pooled = st.offload.resumed_for(c.token);
+        if let Some(f) = &pooled {
+            slot = st.offload.take_drc_slot(f.token());
+        } else if hdr.prog == NFS_PROGRAM && drc::nfs3_cached(hdr.proc_) {
             let key = drc::Key::new(xid, call.peer, hdr.prog, hdr.vers, hdr.proc_, args, call.len());
             let head = reply.head_mut();
             let found = drc.with(|c| match c.begin(&key) {
@@ -782,7 +814,24 @@ impl NfsService {
             // The SUCCESS header; the procedures write after it.
             match rpc::encode_success_reply_none(xid, reply.head_mut()) {
                 Some(REPLY_HEADER_BYTES) => {
-                    if hdr.prog == NFS_PROGRAM {
+                    if let Some(f) = pooled {
+                        offload::results(f, reply, REPLY_HEADER_BYTES)
+                    } else if hdr.prog == NFS_PROGRAM && offload::wanted(shared, st, &c) {
+                        let token = c.token.ok_or(ServiceError::Reject)?;
+                        let cap = reply.head_mut().len();
+                        st.offload.submit(
+                            shared,
+                            token,
+                            head.get(..at).unwrap_or(&[]),
+                            args,
+                            c.peer,
+                            cap,
+                            slot.take(),
+                        );
+                        st.deferred.submit_to_pool(token, reply);
+                        st.stats.offloaded += 1;
+                        Ok(0)
+                    } else if hdr.prog == NFS_PROGRAM {
                         nfs3::call(shared, st, &c, reply, REPLY_HEADER_BYTES)
                     } else {
                         mount::call(shared, &c, reply, REPLY_HEADER_BYTES)

@@ -21,8 +21,8 @@ use super::xdr::*;
 use super::{Call, CoreState, Fail, NfsShared};
 use crate::backend::creds;
 use crate::backend::{
-    flush_sync, read_sync, write_sync, Attr, Backend, CreateHow, DirEntry, FileHandle, FileType, IoDesc, IoOp,
-    NodeKind, SetAttr, SetTime, Stable, FH_MAX_BYTES, NAME_MAX_BYTES, PATH_MAX_BYTES,
+    Attr, Backend, CreateHow, DirEntry, FileHandle, FileType, FsError, FsResult, IoDesc, IoDone, IoOp, NodeKind,
+    SetAttr, SetTime, Stable, FH_MAX_BYTES, NAME_MAX_BYTES, PATH_MAX_BYTES,
 };
 use proto::rpc::AuthStat;
 
@@ -107,12 +107,37 @@ fn backend<'s>(sh: &'s NfsShared, o: &Obj) -> &'s dyn Backend {
     &*sh.backends[sh.exports[o.ex].backend].1
 }
 
+/// The attributes of `o` now: from this core's channel when it has the file
+/// open (no lookup, nothing that waits), else from the backend.
+fn attr_now(sh: &NfsShared, st: &mut CoreState, o: &Obj) -> FsResult<Attr> {
+    let bi = sh.exports[o.ex].backend;
+    if let Some(a) = st.channels.get_mut(bi).and_then(|ch| ch.getattr_cached(&o.fh)) {
+        return a;
+    }
+    backend(sh, o).getattr(&o.fh)
+}
+
 fn fsid(sh: &NfsShared, o: &Obj) -> u64 {
     sh.exports[o.ex].id
 }
 
 fn read_only(sh: &NfsShared, o: &Obj) -> bool {
     sh.exports[o.ex].read_only
+}
+
+/// On a `sync` export (the default), make a namespace change or SETATTR
+/// durable before its reply (RFC 1813 section 1.6: these procedures are
+/// synchronous; the Linux server's `commit_metadata`): the directories and
+/// inodes in `fhs`, in order. The first error is the procedure's status.
+fn commit_meta(sh: &NfsShared, o: &Obj, fhs: &[&FileHandle]) -> Result<(), u32> {
+    if !sh.exports[o.ex].sync {
+        return Ok(());
+    }
+    let b = backend(sh, o);
+    for fh in fhs {
+        b.sync_meta(fh).map_err(|e| e.nfsstat3())?;
+    }
+    Ok(())
 }
 
 /// A status for a bad name: too long, empty, or with `/` or NUL in it.
@@ -238,7 +263,7 @@ pub(crate) fn call(
     // Whoever `resolve` names as the caller stops acting when the Call ends.
     let _acting = creds::Scope::enter();
     match c.proc_ {
-        NFSPROC3_GETATTR => getattr(sh, c, reply, base),
+        NFSPROC3_GETATTR => getattr(sh, st, c, reply, base),
         NFSPROC3_SETATTR => setattr(sh, c, reply, base),
         NFSPROC3_LOOKUP => lookup(sh, c, reply, base),
         NFSPROC3_ACCESS => access(sh, c, reply, base),
@@ -267,10 +292,16 @@ fn out<'r>(reply: &'r mut ReplyBuilder<'_>, base: usize) -> Writer<'r> {
 // Attributes and lookups
 // ---------------------------------------------------------------------------
 
-fn getattr(sh: &NfsShared, c: &Call<'_>, reply: &mut ReplyBuilder<'_>, base: usize) -> Result<usize, Fail> {
+fn getattr(
+    sh: &NfsShared,
+    st: &mut CoreState,
+    c: &Call<'_>,
+    reply: &mut ReplyBuilder<'_>,
+    base: usize,
+) -> Result<usize, Fail> {
     let fh = nfs_fh3(&mut Reader::new(c.args), "object")?;
     let o = resolve(sh, c, fh)?;
-    let a = backend(sh, &o).getattr(&o.fh)?;
+    let a = attr_now(sh, st, &o)?;
     let mut w = out(reply, base);
     w.put_u32(NFS3_OK)?;
     put_fattr3(&mut w, &a, fsid(sh, &o))?;
@@ -307,6 +338,8 @@ fn setattr(sh: &NfsShared, c: &Call<'_>, reply: &mut ReplyBuilder<'_>, base: usi
         r
     };
     let (pre, res) = b.setattr_checked(&o.fh, &args.attrs, &mut check)?;
+    // A `sync` export makes the change durable before it is acknowledged.
+    let res = res.and_then(|post| commit_meta(sh, &o, &[&o.fh]).map(|()| post));
     let mut w = out(reply, base);
     match res {
         Ok(post) => {
@@ -444,7 +477,7 @@ fn read(
     let resumed = st.deferred.resumed_for(c.token);
     let pre = match resumed.map(|r| r.pre) {
         Some(a) => a,
-        None => b.getattr(&o.fh)?,
+        None => attr_now(sh, st, &o)?,
     };
     let denied = match pre.ftype {
         FileType::Regular if may_io(b, &o, &o.fh, &pre, MAY_READ) => None,
@@ -500,8 +533,15 @@ fn read(
                     }
                 }
                 None => {
-                    deferred.quiesce(bi, ch);
-                    read_sync(ch, &o.fh, args.offset, &mut buf[..count])
+                    let io = IoDesc {
+                        fh: o.fh,
+                        op: IoOp::Read,
+                        offset: args.offset,
+                        buf: std::ptr::null_mut(),
+                        len: 0,
+                        tag: 0,
+                    };
+                    deferred.read_sync(bi, ch, io, &mut buf[..count])
                 }
             },
             _ => Ok((0, args.offset >= pre.size)),
@@ -511,8 +551,15 @@ fn read(
         let head = reply.head_mut();
         count = count.min(head.len().saturating_sub(at + 3));
         if count > 0 {
-            deferred.quiesce(bi, ch);
-            read_sync(ch, &o.fh, args.offset, &mut head[at..at + count])
+            let io = IoDesc {
+                fh: o.fh,
+                op: IoOp::Read,
+                offset: args.offset,
+                buf: std::ptr::null_mut(),
+                len: 0,
+                tag: 0,
+            };
+            deferred.read_sync(bi, ch, io, &mut head[at..at + count])
         } else {
             Ok((0, args.offset >= pre.size))
         }
@@ -532,7 +579,7 @@ fn read(
     let post = if b.reads_keep_attributes() {
         pre
     } else {
-        b.getattr(&o.fh).unwrap_or(pre)
+        attr_now(sh, st, &o).unwrap_or(pre)
     };
     {
         let mut w = out(reply, base);
@@ -572,7 +619,8 @@ fn stable_u32(s: Stable) -> u32 {
 /// WRITE: from the Read chunk the engine pulled (the piece after the head) or
 /// the inline arguments, without a copy. FILE_SYNC and DATA_SYNC data is
 /// durable before the reply: if the backend reports less than was asked, the
-/// file is flushed.
+/// file is flushed (`fsync`, or `fdatasync` for DATA_SYNC), deferred like
+/// the write itself where the Call may be.
 fn write(
     sh: &NfsShared,
     st: &mut CoreState,
@@ -599,24 +647,17 @@ fn write(
     if read_only(sh, &o) {
         return Err(Fail::Nfs(NFS3ERR_ROFS));
     }
-    let (b, id) = (backend(sh, &o), fsid(sh, &o));
+    let id = fsid(sh, &o);
     let bi = sh.exports[o.ex].backend;
-    let CoreState {
-        channels,
-        deferred,
-        stats,
-        ..
-    } = st;
-    let ch = &mut *channels[bi];
-    // Resuming this Call after its deferred write: its result, and the
-    // attributes from before it.
-    let resumed = deferred.resumed_for(c.token);
+    // Resuming this Call after its deferred write (or flush): its result,
+    // and the attributes from before it.
+    let resumed = st.deferred.resumed_for(c.token);
     let pre = match resumed.map(|r| r.pre) {
         Some(a) => a,
-        None => b.getattr(&o.fh)?,
+        None => attr_now(sh, st, &o)?,
     };
     let denied = match pre.ftype {
-        FileType::Regular if may_io(b, &o, &o.fh, &pre, MAY_WRITE) => None,
+        FileType::Regular if may_io(backend(sh, &o), &o, &o.fh, &pre, MAY_WRITE) => None,
         FileType::Regular => Some(NFS3ERR_ACCES),
         FileType::Directory => Some(NFS3ERR_ISDIR),
         _ => Some(NFS3ERR_INVAL),
@@ -629,10 +670,23 @@ fn write(
     }
     let n = data.len().min(sh.max_io_bytes as usize);
     let want = stable_how(h.stable);
-    let written = match resumed {
-        Some(r) => r.done.result.map(|k| (k, r.done.committed)),
-        None => match c.token.filter(|_| n > 0 && ch.completes_later() && deferred.has_room()) {
-            Some(t) => {
+    let res = {
+        let CoreState {
+            channels,
+            deferred,
+            stats,
+            ..
+        } = &mut *st;
+        let ch = &mut *channels[bi];
+        let defer_as = c.token.filter(|_| ch.completes_later() && deferred.has_room());
+        let written = match resumed {
+            // The flush that followed the write: the write's count.
+            Some(r) if r.prev.is_some() => {
+                let w = r.prev.unwrap_or(r.done);
+                w.result.and_then(|k| r.done.result.map(|_| (k, want)))
+            }
+            Some(r) => r.done.result.map(|k| (k, r.done.committed)),
+            None => {
                 let io = IoDesc {
                     fh: o.fh,
                     op: IoOp::Write(want),
@@ -642,42 +696,71 @@ fn write(
                     len: n as u32,
                     tag: 0,
                 };
-                // SAFETY: `data` lies in this Call's receive or Read-chunk
-                // buffer; the write only reads it.
-                match unsafe { deferred.submit(ch, bi, t, io, pre, reply) } {
-                    Ok(()) => {
-                        stats.deferred_writes += 1;
-                        return Ok(0);
+                match defer_as.filter(|_| n > 0) {
+                    Some(t) => {
+                        // SAFETY: `data` lies in this Call's receive or
+                        // Read-chunk buffer; the write only reads it.
+                        match unsafe { deferred.submit(ch, bi, t, io, pre, reply) } {
+                            Ok(()) => {
+                                stats.deferred_writes += 1;
+                                return Ok(0);
+                            }
+                            // As for READ: run again when the queue has room.
+                            Err(FsError::Jukebox) => return Err(Fail::Busy),
+                            Err(e) => Err(e),
+                        }
                     }
-                    // As for READ: run again when the queue has room.
-                    Err(crate::backend::FsError::Jukebox) => return Err(Fail::Busy),
-                    Err(e) => Err(e),
+                    // SAFETY: `data` is borrowed for this whole call and a
+                    // write only reads it.
+                    None => unsafe { deferred.io_sync(bi, ch, io) }.and_then(|d| d.result.map(|k| (k, d.committed))),
                 }
             }
-            None => {
-                deferred.quiesce(bi, ch);
-                write_sync(ch, &o.fh, h.offset, &data[..n], want)
+        };
+        match written {
+            Ok((k, got)) if got < want => {
+                let io = IoDesc {
+                    fh: o.fh,
+                    op: if want == Stable::FileSync {
+                        IoOp::Flush
+                    } else {
+                        IoOp::FlushData
+                    },
+                    offset: 0,
+                    buf: std::ptr::null_mut(),
+                    len: 0,
+                    tag: 0,
+                };
+                let prev = IoDone {
+                    result: Ok(k),
+                    committed: got,
+                    ..IoDone::default()
+                };
+                match defer_as {
+                    // SAFETY: a flush has no buffer.
+                    Some(t) => match unsafe { deferred.submit_after(ch, bi, t, io, pre, Some(prev), reply) } {
+                        Ok(()) => {
+                            stats.deferred_flushes += 1;
+                            return Ok(0);
+                        }
+                        Err(FsError::Jukebox) if resumed.is_none() => return Err(Fail::Busy),
+                        Err(e) => Err(e),
+                    },
+                    // SAFETY: a flush has no buffer.
+                    None => unsafe { deferred.io_sync(bi, ch, io) }.and_then(|d| d.result.map(|_| (k, want))),
+                }
             }
-        },
-    };
-    let res = written.and_then(|(k, got)| {
-        if got < want {
-            deferred.quiesce(bi, ch);
-            flush_sync(ch, &o.fh)?;
-            Ok((k, want))
-        } else {
-            Ok((k, got))
+            other => other,
         }
-    });
+    };
     // A stable WRITE that failed may have failed in its flush, which can
     // lose earlier UNSTABLE data of the file: a new verifier.
     if res.is_err() && want != Stable::Unstable {
         sh.writeback_failed();
     }
+    let post = attr_now(sh, st, &o).ok();
     let mut w = out(reply, base);
     match res {
         Ok((k, committed)) => {
-            let post = b.getattr(&o.fh).ok();
             w.put_u32(NFS3_OK)?;
             put_wcc(&mut w, Some(&pre), post.as_ref(), id)?;
             w.put_u32(k)?;
@@ -686,14 +769,16 @@ fn write(
         }
         Err(e) => {
             w.put_u32(e.nfsstat3())?;
-            put_wcc(&mut w, Some(&pre), b.getattr(&o.fh).ok().as_ref(), id)?;
+            put_wcc(&mut w, Some(&pre), post.as_ref(), id)?;
         }
     }
     Ok(w.len())
 }
 
 /// COMMIT: flush the file through this core's channel (the whole file; the
-/// range is advisory).
+/// range is advisory). Where the Call may be deferred and the channel
+/// completes later (`uring`: `IORING_OP_FSYNC`), the reply waits for the
+/// flush while the core serves other Calls.
 fn commit(
     sh: &NfsShared,
     st: &mut CoreState,
@@ -703,15 +788,49 @@ fn commit(
 ) -> Result<usize, Fail> {
     let args = CommitArgs::decode(&mut Reader::new(c.args))?;
     let o = resolve(sh, c, args.file)?;
-    let (b, id) = (backend(sh, &o), fsid(sh, &o));
-    let pre = b.getattr(&o.fh)?;
-    let mut w = out(reply, base);
+    let id = fsid(sh, &o);
+    let resumed = st.deferred.resumed_for(c.token);
+    let pre = match resumed.map(|r| r.pre) {
+        Some(a) => a,
+        None => attr_now(sh, st, &o)?,
+    };
     let res = match pre.ftype {
         FileType::Regular => {
-            let bi = sh.exports[o.ex].backend;
-            let ch = &mut *st.channels[bi];
-            st.deferred.quiesce(bi, ch);
-            flush_sync(ch, &o.fh).map_err(|e| {
+            let flushed = match resumed {
+                Some(r) => r.done.result.map(drop),
+                None => {
+                    let bi = sh.exports[o.ex].backend;
+                    let CoreState {
+                        channels,
+                        deferred,
+                        stats,
+                        ..
+                    } = &mut *st;
+                    let ch = &mut *channels[bi];
+                    let io = IoDesc {
+                        fh: o.fh,
+                        op: IoOp::Flush,
+                        offset: 0,
+                        buf: std::ptr::null_mut(),
+                        len: 0,
+                        tag: 0,
+                    };
+                    match c.token.filter(|_| ch.completes_later() && deferred.has_room()) {
+                        // SAFETY: a flush has no buffer.
+                        Some(t) => match unsafe { deferred.submit(ch, bi, t, io, pre, reply) } {
+                            Ok(()) => {
+                                stats.deferred_commits += 1;
+                                return Ok(0);
+                            }
+                            Err(FsError::Jukebox) => return Err(Fail::Busy),
+                            Err(e) => Err(e),
+                        },
+                        // SAFETY: a flush has no buffer.
+                        None => unsafe { deferred.io_sync(bi, ch, io) }.and_then(|d| d.result.map(drop)),
+                    }
+                }
+            };
+            flushed.map_err(|e| {
                 sh.writeback_failed();
                 e.nfsstat3()
             })
@@ -719,7 +838,8 @@ fn commit(
         FileType::Directory => Err(NFS3ERR_ISDIR),
         _ => Err(NFS3ERR_INVAL),
     };
-    let post = b.getattr(&o.fh).ok();
+    let post = attr_now(sh, st, &o).ok();
+    let mut w = out(reply, base);
     match res {
         Ok(()) => {
             w.put_u32(NFS3_OK)?;
@@ -822,6 +942,10 @@ fn create(sh: &NfsShared, c: &Call<'_>, reply: &mut ReplyBuilder<'_>, base: usiz
         Make::Node(Some(k), s) => b.mknod(&o.fh, where_.name, k, &s, owner),
         Make::Node(None, _) => return Err(Fail::Nfs(NFS3ERR_BADTYPE)),
     };
+    let made = made.and_then(|(fh, a)| match commit_meta(sh, &o, &[&fh, &o.fh]) {
+        Ok(()) => Ok((fh, a)),
+        Err(_) => Err(crate::backend::FsError::Io),
+    });
     let post = b.getattr(&o.fh).ok();
     match made {
         Ok((fh, a)) => {
@@ -873,6 +997,7 @@ fn remove(sh: &NfsShared, c: &Call<'_>, reply: &mut ReplyBuilder<'_>, base: usiz
             b.remove(&o.fh, args.name)
         }
         .map_err(|e| e.nfsstat3())
+        .and_then(|()| commit_meta(sh, &o, &[&o.fh]))
     });
     let post = b.getattr(&o.fh).ok();
     let mut w = out(reply, base);
@@ -937,6 +1062,13 @@ fn rename(sh: &NfsShared, c: &Call<'_>, reply: &mut ReplyBuilder<'_>, base: usiz
     let res = check().and_then(|()| {
         b.rename(&from.fh, args.from.name, &to.fh, args.to.name)
             .map_err(|e| e.nfsstat3())
+            .and_then(|()| {
+                if to.fh == from.fh {
+                    commit_meta(sh, &from, &[&from.fh])
+                } else {
+                    commit_meta(sh, &from, &[&from.fh, &to.fh])
+                }
+            })
     });
     let post_from = b.getattr(&from.fh).ok();
     let post_to = b.getattr(&to.fh).ok();
@@ -973,7 +1105,11 @@ fn link(sh: &NfsShared, c: &Call<'_>, reply: &mut ReplyBuilder<'_>, base: usize)
         }
         Ok(())
     };
-    let res = check().and_then(|()| b.link(&file.fh, &dir.fh, args.link.name).map_err(|e| e.nfsstat3()));
+    let res = check().and_then(|()| {
+        b.link(&file.fh, &dir.fh, args.link.name)
+            .map_err(|e| e.nfsstat3())
+            .and_then(|()| commit_meta(sh, &dir, &[&file.fh, &dir.fh]))
+    });
     let post_file = b.getattr(&file.fh).ok();
     let post = b.getattr(&dir.fh).ok();
     let mut w = out(reply, base);

@@ -13,8 +13,7 @@ use super::attr::{self, Obj};
 use super::fh::{self, Fh};
 use super::{Ctx, St};
 use crate::backend::{
-    flush_sync, read_sync, write_sync, Attr, Backend, CreateHow, FileHandle, FileType, NodeKind, SetAttr, SetTime,
-    Stable, Time, FH_MAX_BYTES,
+    Attr, Backend, CreateHow, FileHandle, FileType, NodeKind, SetAttr, SetTime, Stable, Time, FH_MAX_BYTES,
 };
 use crate::nfs::auth::{Caller, MAY_EXEC, MAY_READ, MAY_WRITE};
 use crate::nfs::export::fnv1a64;
@@ -392,8 +391,7 @@ pub(super) fn run(
             }
             let bi = sh.exports()[o.ex].backend;
             let ch = &mut *st.channels[bi];
-            st.deferred.quiesce(bi, ch);
-            if let Err(e) = flush_sync(ch, &o.fh) {
+            if let Err(e) = st.deferred.flush_sync(bi, ch, &o.fh) {
                 sh.writeback_failed();
                 return Err(e.into());
             }
@@ -1006,12 +1004,11 @@ fn read(
     let sh = cx.sh;
     let bi = sh.exports()[o.ex].backend;
     let ch = &mut *st.channels[bi];
-    st.deferred.quiesce(bi, ch);
     let count = count.min(sh.max_io_bytes()) as usize;
     if cx.last && reply.data_capacity() > 0 {
         let n = count.min(reply.data_capacity());
         let (got, eof) = match reply.data_mut() {
-            Some(buf) if n > 0 => read_sync(ch, &o.fh, offset, &mut buf[..n])?,
+            Some(buf) if n > 0 => st.deferred.read_sync(bi, ch, read_io(&o.fh, offset), &mut buf[..n])?,
             _ => (0, offset >= a.size),
         };
         let got = (got as usize).min(n);
@@ -1027,7 +1024,8 @@ fn read(
     let n = count.min(room & !3);
     let head = reply.head_mut();
     let (got, eof) = if n > 0 {
-        read_sync(ch, &o.fh, offset, &mut head[at + 8..at + 8 + n])?
+        st.deferred
+            .read_sync(bi, ch, read_io(&o.fh, offset), &mut head[at + 8..at + 8 + n])?
     } else {
         (0, offset >= a.size)
     };
@@ -1068,9 +1066,8 @@ fn write(
     };
     let bi = sh.exports()[o.ex].backend;
     let ch = &mut *st.channels[bi];
-    st.deferred.quiesce(bi, ch);
     let data = &data[..data.len().min(sh.max_io_bytes() as usize)];
-    let (n, committed) = match write_sync(ch, &o.fh, offset, data, want) {
+    let (n, committed) = match st.deferred.write_sync(bi, ch, &o.fh, offset, data, want) {
         Ok(v) => v,
         Err(e) => {
             if want != Stable::Unstable {
@@ -1081,7 +1078,7 @@ fn write(
     };
     let committed = if (n as usize) < data.len() && want != Stable::Unstable && committed < want {
         // A short stable write: flush what was written.
-        if let Err(e) = flush_sync(ch, &o.fh) {
+        if let Err(e) = st.deferred.flush_sync(bi, ch, &o.fh) {
             sh.writeback_failed();
             return Err(e.into());
         }
@@ -1152,4 +1149,19 @@ fn create(
     put_cinfo(&mut w, &dir, &after)?;
     attr::bitmap(&mut w, &s4.mask)?;
     Ok(w.len())
+}
+
+/// A READ of `fh` at `offset` for [`Deferred::read_sync`], which sets the
+/// buffer and its length.
+///
+/// [`Deferred::read_sync`]: crate::nfs::defer::Deferred::read_sync
+fn read_io(fh: &FileHandle, offset: u64) -> crate::backend::IoDesc {
+    crate::backend::IoDesc {
+        fh: *fh,
+        op: crate::backend::IoOp::Read,
+        offset,
+        buf: std::ptr::null_mut(),
+        len: 0,
+        tag: 0,
+    }
 }

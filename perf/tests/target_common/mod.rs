@@ -94,6 +94,7 @@ pub fn run_cfg(sock: &Path, mount_port: u16, mode: Mode, version: u32, size: u32
             file_size: 8 * MIB as u64,
             seq: false,
             stable: proto::nfs3::UNSTABLE,
+            commit_every: 0,
             salt: 77,
             unmount: true,
         }),
