@@ -508,6 +508,47 @@ pub struct IoDesc {
     pub tag: u64,
 }
 
+impl IoDesc {
+    /// A read of `len` bytes at `offset` into `buf`, tagged `tag`.
+    pub fn read(fh: &FileHandle, offset: u64, buf: &mut [u8], tag: u64) -> FsResult<IoDesc> {
+        let len = u32::try_from(buf.len()).map_err(|_| FsError::Inval)?;
+        Ok(IoDesc {
+            fh: *fh,
+            op: IoOp::Read,
+            offset,
+            buf: buf.as_mut_ptr(),
+            len,
+            tag,
+        })
+    }
+
+    /// A write of `buf` at `offset`, tagged `tag`. The channel only reads
+    /// through the pointer.
+    pub fn write(fh: &FileHandle, offset: u64, buf: &[u8], stable: Stable, tag: u64) -> FsResult<IoDesc> {
+        let len = u32::try_from(buf.len()).map_err(|_| FsError::Inval)?;
+        Ok(IoDesc {
+            fh: *fh,
+            op: IoOp::Write(stable),
+            offset,
+            buf: buf.as_ptr() as *mut u8,
+            len,
+            tag,
+        })
+    }
+
+    /// A flush of `fh` (no buffer), tagged `tag`.
+    pub fn flush(fh: &FileHandle, tag: u64) -> IoDesc {
+        IoDesc {
+            fh: *fh,
+            op: IoOp::Flush,
+            offset: 0,
+            buf: std::ptr::null_mut(),
+            len: 0,
+            tag,
+        }
+    }
+}
+
 /// The operation of an [`IoDesc`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum IoOp {
@@ -597,15 +638,7 @@ pub trait IoChannel: fmt::Debug {
 ///
 /// Runs on the channel's core; the channel must have nothing else in flight.
 pub fn read_sync(ch: &mut dyn IoChannel, fh: &FileHandle, offset: u64, buf: &mut [u8]) -> FsResult<(u32, bool)> {
-    let len = u32::try_from(buf.len()).map_err(|_| FsError::Inval)?;
-    let io = IoDesc {
-        fh: *fh,
-        op: IoOp::Read,
-        offset,
-        buf: buf.as_mut_ptr(),
-        len,
-        tag: 1,
-    };
+    let io = IoDesc::read(fh, offset, buf, 1)?;
     // SAFETY: `buf` is exclusively borrowed for this whole function.
     let done = unsafe { io_sync(ch, io)? };
     done.result.map(|n| (n, done.eof))
@@ -622,16 +655,7 @@ pub fn write_sync(
     buf: &[u8],
     stable: Stable,
 ) -> FsResult<(u32, Stable)> {
-    let len = u32::try_from(buf.len()).map_err(|_| FsError::Inval)?;
-    let io = IoDesc {
-        fh: *fh,
-        op: IoOp::Write(stable),
-        offset,
-        // The channel only reads through this pointer for a write.
-        buf: buf.as_ptr() as *mut u8,
-        len,
-        tag: 2,
-    };
+    let io = IoDesc::write(fh, offset, buf, stable, 2)?;
     // SAFETY: `buf` is borrowed for this whole function and a write only
     // reads it.
     let done = unsafe { io_sync(ch, io)? };
@@ -640,14 +664,7 @@ pub fn write_sync(
 
 /// Flush `fh` through the channel and wait.
 pub fn flush_sync(ch: &mut dyn IoChannel, fh: &FileHandle) -> FsResult<()> {
-    let io = IoDesc {
-        fh: *fh,
-        op: IoOp::Flush,
-        offset: 0,
-        buf: std::ptr::null_mut(),
-        len: 0,
-        tag: 3,
-    };
+    let io = IoDesc::flush(fh, 3);
     // SAFETY: a flush has no buffer.
     unsafe { ch.submit(io)? };
     wait_one(ch, 3)?.result.map(|_| ())

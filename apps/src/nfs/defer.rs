@@ -31,7 +31,7 @@
 //!
 //! [`CallView::defer_token`]: dataplane::service::CallView::defer_token
 
-use crate::backend::{FileHandle, IoOp, Stable};
+use crate::backend::{FileHandle, Stable};
 use dataplane::service::{DeferToken, ReplyBuilder};
 
 use crate::backend::{Attr, FsError, FsResult, IoChannel, IoDesc, IoDone};
@@ -276,16 +276,7 @@ impl Deferred {
         buf: &[u8],
         stable: Stable,
     ) -> FsResult<(u32, Stable)> {
-        let len = u32::try_from(buf.len()).map_err(|_| FsError::Inval)?;
-        let io = IoDesc {
-            fh: *fh,
-            op: IoOp::Write(stable),
-            offset,
-            // The channel only reads through this pointer for a write.
-            buf: buf.as_ptr() as *mut u8,
-            len,
-            tag: 0,
-        };
+        let io = IoDesc::write(fh, offset, buf, stable, 0)?;
         // SAFETY: `buf` is borrowed for this whole call and a write only
         // reads it.
         let done = unsafe { self.io_sync(backend, ch, io)? };
@@ -294,16 +285,8 @@ impl Deferred {
 
     /// Flush `fh` synchronously ([`Deferred::io_sync`]).
     pub fn flush_sync(&mut self, backend: usize, ch: &mut dyn IoChannel, fh: &FileHandle) -> FsResult<()> {
-        let io = IoDesc {
-            fh: *fh,
-            op: IoOp::Flush,
-            offset: 0,
-            buf: std::ptr::null_mut(),
-            len: 0,
-            tag: 0,
-        };
         // SAFETY: a flush has no buffer.
-        let done = unsafe { self.io_sync(backend, ch, io)? };
+        let done = unsafe { self.io_sync(backend, ch, IoDesc::flush(fh, 0))? };
         done.result.map(|_| ())
     }
 
