@@ -954,10 +954,19 @@ mod tests {
             while !s2.load(Ordering::Relaxed) {
                 w.write(&vec![k; WORDS]);
                 k += 1;
+                // A core publishes between polls, not back to back: leave
+                // the reader a gap now and then, as a loaded machine may
+                // otherwise preempt the writer only inside its writes.
+                if k % 16 == 0 {
+                    std::thread::yield_now();
+                }
             }
         });
         let mut seen = 0;
-        for _ in 0..200 {
+        let mut tries = 0;
+        let t0 = std::time::Instant::now();
+        while tries < 200 || (seen == 0 && t0.elapsed() < std::time::Duration::from_secs(10)) {
+            tries += 1;
             if p.read(&mut a) {
                 assert!(a.iter().all(|&x| x == a[0]), "torn read");
                 seen += 1;
