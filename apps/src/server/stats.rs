@@ -957,7 +957,7 @@ mod tests {
                 // A core publishes between polls, not back to back: leave
                 // the reader a gap now and then, as a loaded machine may
                 // otherwise preempt the writer only inside its writes.
-                if k % 16 == 0 {
+                if k.is_multiple_of(16) {
                     std::thread::yield_now();
                 }
             }
