@@ -47,6 +47,7 @@ cargo test -p rpcrdma-dataplane --features stage-timing --lib --test engine_shm 
 # The fuzz targets' checks over every seed input and its truncations, on stable
 # (the coverage-guided runs are scripts/fuzz.sh).
 echo "== fuzz seed checks"
+cargo clippy --manifest-path fuzz/Cargo.toml --all-targets --quiet -- -D warnings
 cargo test --manifest-path fuzz/Cargo.toml --quiet 2>&1 | tee -a target/test.log
 # An independent NFSv3 client (libnfs-utils) against the target over TCP.
 echo "== libnfs-utils against rpcrdma-target (tests/libnfs/run.sh)"

@@ -19,6 +19,7 @@ use rpcrdma_apps::dump;
 
 pub mod nfs4_service;
 pub mod nfs_service;
+pub mod seeds;
 pub use nfs4_service::check_nfs4_service;
 pub use nfs_service::check_nfs_service;
 
@@ -749,6 +750,88 @@ fn check_reply_plan(h: &Header<'_>, call: &ChunkLists<'_>, pp: &PlanParams) {
     }
 }
 
+
+/// NFSv3 decoders on peer input: the binding's item locators (RFC 8267) on
+/// arbitrary Calls and Replies, and each argument/result decoder on arbitrary
+/// bytes. Whatever they accept must lie inside the message.
+pub fn check_nfs3(data: &[u8]) {
+    use proto::nfs3::{Read3Args, Read3Res, Readlink3Res, Symlink3Args, Write3Args};
+    use proto::ulb::{DdpItem, Nfs3Binding, UpperLayerBinding};
+    use proto::xdr::Reader;
+    let b = Nfs3Binding::default();
+    let mut items = [DdpItem::default(); 4];
+    let inside = |it: &DdpItem| it.offset as usize + it.len as usize <= data.len();
+    if let Ok(n) = b.call_items(data, &mut items) {
+        assert!(n <= items.len());
+        assert!(items[..n].iter().all(inside), "call item outside the message");
+    }
+    for p in [6u32, 5] {
+        if let Ok(n) = b.reply_items(3, p, data, &mut items) {
+            assert!(items[..n].iter().all(inside), "reply item outside the message");
+        }
+    }
+    let at = |d: &proto::nfs3::DataAt<'_>| d.offset + d.data.len() <= data.len();
+    let _ = Read3Args::decode(&mut Reader::new(data));
+    if let Ok(w) = Write3Args::decode(&mut Reader::new(data), 1 << 20) {
+        assert!(at(&w.data) && w.data.data.len() <= 1 << 20);
+    }
+    if let Ok(s) = Symlink3Args::decode(&mut Reader::new(data), 4096) {
+        assert!(at(&s.symlink_data) && s.symlink_data.data.len() <= 4096);
+    }
+    if let Ok(r) = Read3Res::decode(&mut Reader::new(data), 1 << 20) {
+        if let Some(ok) = r.ok {
+            assert!(at(&ok.data));
+        }
+    }
+    if let Ok(r) = Readlink3Res::decode(&mut Reader::new(data), 4096) {
+        if let Some(d) = r.data {
+            assert!(at(&d));
+        }
+    }
+}
+
+/// The shm fabric's connection-setup messages, which come from another process:
+/// decoding never panics, and what decodes re-encodes to a message that decodes
+/// to the same value.
+pub fn check_shm_wire(data: &[u8]) {
+    use dataplane::shm::wire;
+    if let Ok(m) = wire::decode(data) {
+        let mut buf = [0u8; wire::MAX_MSG_LEN];
+        let n = wire::encode(&m, &mut buf);
+        assert_eq!(
+            wire::decode(&buf[..n]).ok(),
+            Some(m),
+            "shm wire message does not round-trip"
+        );
+    }
+}
+
+/// The gateway's rpcbind responder (`server::rpcbind::wire::answer`) on
+/// any datagram or TCP record: never panics; an answer is whole XDR words,
+/// carries the Call's XID and decodes as an RPC reply; a Call whose header
+/// decodes is always answered.
+pub fn check_rpcbind(data: &[u8]) {
+    use rpcrdma_apps::server::rpcbind::wire::{answer, Mapping, Netid};
+    use std::net::IpAddr;
+    let v4 = IpAddr::from([10, 0, 2, 15]);
+    let any = IpAddr::from([0, 0, 0, 0]);
+    let maps = [
+        Mapping { prog: 100_003, vers: 3, netid: Netid::Tcp, ip: v4, port: 2049 },
+        Mapping { prog: 100_003, vers: 3, netid: Netid::Rdma, ip: v4, port: 20049 },
+        Mapping { prog: 100_005, vers: 3, netid: Netid::Tcp, ip: any, port: 20048 },
+        Mapping { prog: 100_005, vers: 1, netid: Netid::Tcp6, ip: "::".parse().unwrap(), port: 20048 },
+    ];
+    let mut out = Vec::new();
+    let answered = answer(&maps, "192.0.2.1".parse().unwrap(), data, &mut out);
+    let header_ok = proto::rpc::decode_call(data).is_ok();
+    assert_eq!(answered, header_ok, "answered exactly the Calls whose header decodes");
+    if answered {
+        assert_eq!(out.len() % 4, 0, "whole XDR words");
+        let (h, _) = proto::rpc::decode_reply(&out).expect("the answer decodes as a reply");
+        assert_eq!(h.xid.to_be_bytes(), data[..4], "the Call's XID");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -893,24 +976,8 @@ mod tests {
             let n = wire::encode(&m, &mut buf);
             seeds.push(("shm_wire", name, buf[..n].to_vec()));
         }
-        let write = std::env::var("RPCRDMA_WRITE_SEEDS").is_ok();
         for (target, name, bytes) in seeds {
-            let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("seeds")
-                .join(target)
-                .join(name);
-            if write {
-                std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-                std::fs::write(&path, &bytes).unwrap();
-            } else {
-                let on_disk = std::fs::read(&path).unwrap_or_default();
-                assert_eq!(
-                    on_disk,
-                    bytes,
-                    "{} is stale: RPCRDMA_WRITE_SEEDS=1 cargo test",
-                    path.display()
-                );
-            }
+            crate::seeds::check_or_write_seed(&crate::seeds::seed_dir(target).join(name), &bytes);
         }
     }
 
@@ -952,86 +1019,5 @@ mod tests {
         let mut v = vec![0, 0];
         v.extend_from_slice(&s);
         check_record_marking(&v);
-    }
-}
-
-/// NFSv3 decoders on peer input: the binding's item locators (RFC 8267) on
-/// arbitrary Calls and Replies, and each argument/result decoder on arbitrary
-/// bytes. Whatever they accept must lie inside the message.
-pub fn check_nfs3(data: &[u8]) {
-    use proto::nfs3::{Read3Args, Read3Res, Readlink3Res, Symlink3Args, Write3Args};
-    use proto::ulb::{DdpItem, Nfs3Binding, UpperLayerBinding};
-    use proto::xdr::Reader;
-    let b = Nfs3Binding::default();
-    let mut items = [DdpItem::default(); 4];
-    let inside = |it: &DdpItem| it.offset as usize + it.len as usize <= data.len();
-    if let Ok(n) = b.call_items(data, &mut items) {
-        assert!(n <= items.len());
-        assert!(items[..n].iter().all(inside), "call item outside the message");
-    }
-    for p in [6u32, 5] {
-        if let Ok(n) = b.reply_items(3, p, data, &mut items) {
-            assert!(items[..n].iter().all(inside), "reply item outside the message");
-        }
-    }
-    let at = |d: &proto::nfs3::DataAt<'_>| d.offset + d.data.len() <= data.len();
-    let _ = Read3Args::decode(&mut Reader::new(data));
-    if let Ok(w) = Write3Args::decode(&mut Reader::new(data), 1 << 20) {
-        assert!(at(&w.data) && w.data.data.len() <= 1 << 20);
-    }
-    if let Ok(s) = Symlink3Args::decode(&mut Reader::new(data), 4096) {
-        assert!(at(&s.symlink_data) && s.symlink_data.data.len() <= 4096);
-    }
-    if let Ok(r) = Read3Res::decode(&mut Reader::new(data), 1 << 20) {
-        if let Some(ok) = r.ok {
-            assert!(at(&ok.data));
-        }
-    }
-    if let Ok(r) = Readlink3Res::decode(&mut Reader::new(data), 4096) {
-        if let Some(d) = r.data {
-            assert!(at(&d));
-        }
-    }
-}
-
-/// The shm fabric's connection-setup messages, which come from another process:
-/// decoding never panics, and what decodes re-encodes to a message that decodes
-/// to the same value.
-pub fn check_shm_wire(data: &[u8]) {
-    use dataplane::shm::wire;
-    if let Ok(m) = wire::decode(data) {
-        let mut buf = [0u8; wire::MAX_MSG_LEN];
-        let n = wire::encode(&m, &mut buf);
-        assert_eq!(
-            wire::decode(&buf[..n]).ok(),
-            Some(m),
-            "shm wire message does not round-trip"
-        );
-    }
-}
-
-/// The gateway's rpcbind responder (`server::rpcbind::wire::answer`) on
-/// any datagram or TCP record: never panics; an answer is whole XDR words,
-/// carries the Call's XID and decodes as an RPC reply; a Call whose header
-/// decodes is always answered.
-pub fn check_rpcbind(data: &[u8]) {
-    use rpcrdma_apps::server::rpcbind::wire::{answer, Mapping, Netid};
-    use std::net::IpAddr;
-    let v4 = IpAddr::from([10, 0, 2, 15]);
-    let any = IpAddr::from([0, 0, 0, 0]);
-    let maps = [
-        Mapping { prog: 100_003, vers: 3, netid: Netid::Tcp, ip: v4, port: 2049 },
-        Mapping { prog: 100_003, vers: 3, netid: Netid::Rdma, ip: v4, port: 20049 },
-        Mapping { prog: 100_005, vers: 3, netid: Netid::Tcp, ip: any, port: 20048 },
-        Mapping { prog: 100_005, vers: 1, netid: Netid::Tcp6, ip: "::".parse().unwrap(), port: 20048 },
-    ];
-    let mut out = Vec::new();
-    let answered = answer(&maps, "192.0.2.1".parse().unwrap(), data, &mut out);
-    let header_ok = matches!(proto::rpc::decode_call(data), Ok(_));
-    assert_eq!(answered, header_ok, "answered exactly the Calls whose header decodes");
-    if answered {
-        assert_eq!(out.len() % 4, 0, "whole XDR words");
-        let (h, _) = proto::rpc::decode_reply(&out).expect("the answer decodes as a reply");
-        assert_eq!(h.xid.to_be_bytes(), data[..4], "the Call's XID");
     }
 }

@@ -419,66 +419,27 @@ pub fn seeds() -> Vec<(&'static str, Vec<u8>)> {
             vec![nfs(18, &|v| fh(v, 0)), nfs(19, &|v| fh(v, 0)), nfs(20, &|v| fh(v, 0))],
         ),
     ];
-    calls
-        .into_iter()
-        .map(|(name, cs)| {
-            let mut input = vec![0x08u8];
-            for c in cs {
-                input.extend_from_slice(&(c.len() as u16).to_be_bytes());
-                input.extend_from_slice(&c);
-            }
-            (name, input)
-        })
-        .collect()
+    crate::seeds::frame_families(calls)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::path::Path;
-
-    fn dir() -> std::path::PathBuf {
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("seeds").join("nfs_service")
-    }
+    use crate::seeds::{check_or_write_seed, framed_calls, run_seeds_mutated, seed_dir};
 
     /// The committed seeds are what [`seeds`] builds (RPCRDMA_WRITE_SEEDS=1
     /// rewrites them).
     #[test]
     fn nfs_service_seeds_are_current() {
-        let write = std::env::var("RPCRDMA_WRITE_SEEDS").is_ok();
         for (name, bytes) in seeds() {
-            let path = dir().join(name);
-            if write {
-                std::fs::create_dir_all(dir()).unwrap();
-                std::fs::write(&path, &bytes).unwrap();
-            } else {
-                let on_disk = std::fs::read(&path).unwrap_or_default();
-                assert_eq!(
-                    on_disk,
-                    bytes,
-                    "{} is stale: RPCRDMA_WRITE_SEEDS=1 cargo test",
-                    path.display()
-                );
-            }
+            check_or_write_seed(&seed_dir("nfs_service").join(name), &bytes);
         }
     }
 
     /// Every seed, every truncation, and every mode byte.
     #[test]
     fn nfs_service_seeds() {
-        let mut n = 0;
-        for e in std::fs::read_dir(dir()).unwrap() {
-            let data = std::fs::read(e.unwrap().path()).unwrap();
-            for mode in [0u8, 2, 3, 0x08, 0x14, 0x1c] {
-                let mut v = data.clone();
-                v[0] = mode;
-                check_nfs_service(&v);
-            }
-            for cut in (0..data.len()).step_by(7) {
-                check_nfs_service(&data[..cut]);
-            }
-            n += 1;
-        }
+        let n = run_seeds_mutated("nfs_service", &[0u8, 2, 3, 0x08, 0x14, 0x1c], 7, check_nfs_service);
         assert!(n >= 8, "seeds missing");
     }
 
@@ -488,11 +449,8 @@ mod tests {
     fn seeds_are_answered_with_success() {
         for (name, input) in seeds() {
             let (mut svc, handles) = setup();
-            let mut rest = &input[1..];
-            while rest.len() >= 2 {
-                let n = usize::from(u16::from_be_bytes([rest[0], rest[1]]));
-                let call = substitute(&rest[2..2 + n], &handles);
-                rest = &rest[2 + n..];
+            for framed in framed_calls(&input[1..]) {
+                let call = substitute(framed, &handles);
                 let piece = [Piece::Inline {
                     start: 0,
                     len: call.len() as u32,
