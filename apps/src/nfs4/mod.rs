@@ -52,8 +52,11 @@ use crate::nfs::{CoreState, NfsShared, MAX_ASSEMBLED_CALL_BYTES, REPLY_HEADER_BY
 
 pub mod attr;
 pub mod fh;
+pub mod grace;
+pub mod lock;
 mod ops;
 pub mod state;
+mod v42;
 
 use fh::Fh;
 
@@ -120,6 +123,9 @@ pub(crate) struct Ctx<'c> {
     pub session: Option<(SessionId, u32, u64)>,
     /// Operations left after this one (READ's data buffer is for the last).
     pub last: bool,
+    /// Bytes of result an operation that failed wrote after its status
+    /// (LOCK4denied of LOCK and LOCKT).
+    pub err_body: usize,
 }
 
 /// Operations that may come without SEQUENCE when they are alone (RFC 8881
@@ -254,6 +260,7 @@ pub(crate) fn call(
         saved_sid: None,
         session: None,
         last: false,
+        err_body: 0,
     };
     let mut status = NFS4_OK;
     let mut numres = 0u32;
@@ -343,7 +350,7 @@ pub(crate) fn call(
                     head[pos + 8..pos + 12].copy_from_slice(&0u32.to_be_bytes());
                     4
                 } else {
-                    0
+                    std::mem::take(&mut cx.err_body)
                 };
                 (s, extra)
             }

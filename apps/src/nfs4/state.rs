@@ -24,6 +24,9 @@ use std::time::{Duration, Instant};
 use proto::nfs4::args::ChannelAttrs;
 use proto::nfs4::*;
 
+use super::grace::{Grace, Records};
+use super::lock::LockState;
+
 /// Lease time in seconds (`lease_time` attribute).
 pub const LEASE_SECS: u32 = 90;
 /// Client records kept.
@@ -79,14 +82,33 @@ struct Client {
 }
 
 #[derive(Debug, Clone)]
-struct Open {
-    other: [u8; NFS4_OTHER_SIZE],
-    seqid: u32,
-    client: u64,
-    owner: Vec<u8>,
-    file: FileKey,
-    access: u32,
-    deny: u32,
+pub(super) struct Open {
+    pub other: [u8; NFS4_OTHER_SIZE],
+    pub seqid: u32,
+    pub client: u64,
+    pub owner: Vec<u8>,
+    pub file: FileKey,
+    pub access: u32,
+    pub deny: u32,
+}
+
+/// What a stateid names.
+#[derive(Debug, Clone, Copy)]
+enum Found {
+    Open(usize),
+    Lock(usize),
+}
+
+/// RFC 8881 s8.2.2: seqid 0 means the current one; an older one is
+/// NFS4ERR_OLD_STATEID, a newer one NFS4ERR_BAD_STATEID.
+fn check_seqid(sid: &Stateid, cur: u32) -> Result<(), u32> {
+    if sid.seqid == 0 || sid.seqid == cur {
+        Ok(())
+    } else if sid.seqid < cur {
+        Err(NFS4ERR_OLD_STATEID)
+    } else {
+        Err(NFS4ERR_BAD_STATEID)
+    }
 }
 
 /// A file as state names it: the export and the backend handle's bytes.
@@ -120,10 +142,14 @@ pub enum SeqOutcome {
 }
 
 #[derive(Debug, Default)]
-struct Tables {
+pub(super) struct Tables {
     clients: Vec<Client>,
     sessions: Vec<Session>,
-    opens: Vec<Open>,
+    pub opens: Vec<Open>,
+    /// Lock stateids and their ranges ([`super::lock`]).
+    pub locks: Vec<LockState>,
+    /// The grace period after a restart ([`super::grace`]).
+    pub grace: Grace,
     next_client: u32,
     next_session: u32,
     next_state: u32,
@@ -140,6 +166,8 @@ pub struct V4State {
     max_request_bytes: u32,
     max_response_bytes: u32,
     lease: Duration,
+    /// The stable client records ([`super::grace`]).
+    records: Records,
 }
 
 impl V4State {
@@ -158,6 +186,65 @@ impl V4State {
             max_request_bytes: max_io_bytes + 8192,
             max_response_bytes: max_io_bytes + 8192,
             lease: Duration::from_secs(u64::from(LEASE_SECS)),
+            records: Records::none(),
+        }
+    }
+
+    /// The same keeping stable client records in `records`: when they name
+    /// clients, a grace period of one lease time begins now.
+    pub fn with_records(mut self, records: Records) -> V4State {
+        let known = records.known();
+        self.t.get_mut().unwrap_or_else(|e| e.into_inner()).grace = Grace::new(known, Instant::now() + self.lease);
+        self.records = records;
+        self
+    }
+
+    /// The stable client records.
+    pub fn records(&self) -> &Records {
+        &self.records
+    }
+
+    /// The grace rules for an OPEN or LOCK of `client` (RFC 8881 s8.4.2):
+    /// a reclaim outside the grace period, after the client's
+    /// RECLAIM_COMPLETE, or by a client the records do not name is
+    /// NFS4ERR_NO_GRACE; anything else during it is NFS4ERR_GRACE.
+    pub fn check_grace(&self, client: u64, reclaim: bool) -> Result<(), u32> {
+        let mut t = self.lock();
+        let active = t.grace.active(Instant::now());
+        if !reclaim {
+            return if active { Err(NFS4ERR_GRACE) } else { Ok(()) };
+        }
+        if !active {
+            return Err(NFS4ERR_NO_GRACE);
+        }
+        let c = t
+            .clients
+            .iter()
+            .find(|c| c.id == client)
+            .ok_or(NFS4ERR_STALE_CLIENTID)?;
+        if c.reclaim_complete || !t.grace.knows(&c.ownerid) {
+            return Err(NFS4ERR_NO_GRACE);
+        }
+        Ok(())
+    }
+
+    /// Before `client` gets state on backend `backend`: its stable record
+    /// there is durable, or NFS4ERR_DELAY while the record is written (off
+    /// the core; the client's retry finds it done).
+    pub fn record_open(&self, client: u64, backend: usize) -> Result<(), u32> {
+        let owner = {
+            let t = self.lock();
+            let c = t
+                .clients
+                .iter()
+                .find(|c| c.id == client)
+                .ok_or(NFS4ERR_STALE_CLIENTID)?;
+            c.ownerid.clone()
+        };
+        if self.records.ensure(backend, &owner) {
+            Ok(())
+        } else {
+            Err(NFS4ERR_DELAY)
         }
     }
 
@@ -181,6 +268,35 @@ impl V4State {
         // Every update leaves the tables consistent between statements that
         // can panic (none do on peer input), so a poisoned lock is used.
         self.t.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The tables, for the byte-range locks ([`super::lock`]).
+    pub(super) fn lock_tables(&self) -> MutexGuard<'_, Tables> {
+        self.lock()
+    }
+
+    /// Whether `client`'s lease has expired (or the client is gone).
+    pub(super) fn expired(&self, t: &Tables, client: u64, now: Instant) -> bool {
+        t.clients
+            .iter()
+            .find(|c| c.id == client)
+            .is_none_or(|c| now.duration_since(c.renewed) > self.lease)
+    }
+
+    /// Forget `client` with its sessions, opens and locks.
+    pub(super) fn purge(t: &mut Tables, client: u64) {
+        Self::purge_client(t, client);
+    }
+
+    /// A new stateid `other`: the boot time, a counter shared by open and
+    /// lock stateids, the client's low word.
+    pub(super) fn new_other(&self, t: &mut Tables, client: u64) -> [u8; NFS4_OTHER_SIZE] {
+        t.next_state = t.next_state.wrapping_add(1);
+        let mut other = [0u8; NFS4_OTHER_SIZE];
+        other[..4].copy_from_slice(&self.boot.to_be_bytes());
+        other[4..8].copy_from_slice(&t.next_state.to_be_bytes());
+        other[8..].copy_from_slice(&(client as u32).to_be_bytes());
+        other
     }
 
     /// EXCHANGE_ID (RFC 8881 s18.35.4), without state protection (SP4_NONE
@@ -264,6 +380,7 @@ impl V4State {
         t.clients.retain(|c| c.id != id);
         t.sessions.retain(|s| s.client != id);
         t.opens.retain(|o| o.client != id);
+        t.locks.retain(|l| l.client != id);
     }
 
     /// CREATE_SESSION (RFC 8881 s18.36.4): confirms the client, replaces
@@ -473,7 +590,12 @@ impl V4State {
         if t.sessions.iter().any(|s| s.client == id) {
             return Err(NFS4ERR_CLIENTID_BUSY);
         }
+        let owner = t.clients.iter().find(|c| c.id == id).map(|c| c.ownerid.clone());
         Self::purge_client(&mut t, id);
+        drop(t);
+        if let Some(o) = owner {
+            self.records.forget(&o);
+        }
         Ok(())
     }
 
@@ -489,6 +611,8 @@ impl V4State {
             return Err(NFS4ERR_COMPLETE_ALREADY);
         }
         c.reclaim_complete = true;
+        let owner = c.ownerid.clone();
+        t.grace.complete(&owner);
         Ok(())
     }
 
@@ -507,12 +631,7 @@ impl V4State {
             });
             let Some(o) = conflict else { break };
             let other = o.client;
-            let expired = t
-                .clients
-                .iter()
-                .find(|c| c.id == other)
-                .is_none_or(|c| now.duration_since(c.renewed) > self.lease);
-            if !expired {
+            if !self.expired(&t, other, now) {
                 return Err(NFS4ERR_SHARE_DENIED);
             }
             Self::purge_client(&mut t, other);
@@ -533,11 +652,7 @@ impl V4State {
         if t.opens.len() >= MAX_OPENS {
             return Err(NFS4ERR_RESOURCE);
         }
-        t.next_state = t.next_state.wrapping_add(1);
-        let mut other = [0u8; NFS4_OTHER_SIZE];
-        other[..4].copy_from_slice(&self.boot.to_be_bytes());
-        other[4..8].copy_from_slice(&t.next_state.to_be_bytes());
-        other[8..].copy_from_slice(&(client as u32).to_be_bytes());
+        let other = self.new_other(&mut t, client);
         t.opens.push(Open {
             other,
             seqid: 1,
@@ -553,33 +668,55 @@ impl V4State {
     /// Find an open stateid and check its seqid (RFC 8881 s8.2.2: 0 means
     /// the current one; an older one is NFS4ERR_OLD_STATEID, a newer one
     /// NFS4ERR_BAD_STATEID); one of another process is NFS4ERR_STALE_STATEID.
-    fn find_open(&self, t: &Tables, sid: &Stateid) -> Result<usize, u32> {
+    pub(super) fn find_open(&self, t: &Tables, sid: &Stateid) -> Result<usize, u32> {
         let i = t.opens.iter().position(|o| o.other == sid.other);
-        let Some(i) = i else {
-            let boot = u32::from_be_bytes([sid.other[0], sid.other[1], sid.other[2], sid.other[3]]);
-            return Err(if boot != self.boot {
-                NFS4ERR_STALE_STATEID
-            } else {
-                NFS4ERR_BAD_STATEID
-            });
-        };
-        let cur = t.opens[i].seqid;
-        if sid.seqid == 0 || sid.seqid == cur {
-            Ok(i)
-        } else if sid.seqid < cur {
-            Err(NFS4ERR_OLD_STATEID)
-        } else {
-            Err(NFS4ERR_BAD_STATEID)
+        let Some(i) = i else { return Err(self.unknown(sid)) };
+        check_seqid(sid, t.opens[i].seqid).map(|()| i)
+    }
+
+    /// Find a lock stateid, its seqid checked as [`Self::find_open`] does.
+    pub(super) fn find_lock(&self, t: &Tables, sid: &Stateid) -> Result<usize, u32> {
+        let i = t.locks.iter().position(|l| l.other == sid.other);
+        let Some(i) = i else { return Err(self.unknown(sid)) };
+        check_seqid(sid, t.locks[i].seqid).map(|()| i)
+    }
+
+    /// An open or a lock stateid.
+    fn find_any(&self, t: &Tables, sid: &Stateid) -> Result<Found, u32> {
+        match self.find_open(t, sid) {
+            Ok(i) => Ok(Found::Open(i)),
+            Err(NFS4ERR_BAD_STATEID) | Err(NFS4ERR_STALE_STATEID) if t.locks.iter().any(|l| l.other == sid.other) => {
+                self.find_lock(t, sid).map(Found::Lock)
+            }
+            Err(e) => Err(e),
         }
     }
 
-    /// CLOSE: the open goes (RFC 8881 s18.2.4).
+    /// The status of a stateid no table holds: one of an earlier boot is
+    /// stale, one of ours was freed (or never was).
+    fn unknown(&self, sid: &Stateid) -> u32 {
+        let boot = u32::from_be_bytes([sid.other[0], sid.other[1], sid.other[2], sid.other[3]]);
+        if boot != self.boot {
+            NFS4ERR_STALE_STATEID
+        } else {
+            NFS4ERR_BAD_STATEID
+        }
+    }
+
+    /// CLOSE: the open goes (RFC 8881 s18.2.4), with the lock stateids
+    /// that came through it; while one of them still holds a lock, nothing
+    /// goes and the answer is NFS4ERR_LOCKS_HELD.
     pub fn close(&self, sid: &Stateid, file: &FileKey) -> Result<(), u32> {
         let mut t = self.lock();
         let i = self.find_open(&t, sid)?;
         if &t.opens[i].file != file {
             return Err(NFS4ERR_BAD_STATEID);
         }
+        let other = t.opens[i].other;
+        if t.locks.iter().any(|l| l.open == other && !l.ranges.is_empty()) {
+            return Err(NFS4ERR_LOCKS_HELD);
+        }
+        t.locks.retain(|l| l.open != other);
         t.opens.remove(i);
         Ok(())
     }
@@ -623,8 +760,17 @@ impl V4State {
             let denied = t.opens.iter().any(|o| &o.file == file && o.deny & want != 0);
             return if denied { Err(NFS4ERR_LOCKED) } else { Ok(()) };
         }
-        let i = self.find_open(&t, sid)?;
-        let o = &t.opens[i];
+        let o = match self.find_any(&t, sid)? {
+            Found::Open(i) => &t.opens[i],
+            Found::Lock(i) => {
+                // A lock stateid acts with the access of its open.
+                let l = &t.locks[i];
+                if &l.file != file {
+                    return Err(NFS4ERR_BAD_STATEID);
+                }
+                t.opens.iter().find(|o| o.other == l.open).ok_or(NFS4ERR_BAD_STATEID)?
+            }
+        };
         if &o.file != file {
             return Err(NFS4ERR_BAD_STATEID);
         }
@@ -642,19 +788,33 @@ impl V4State {
             return NFS4ERR_BAD_STATEID;
         }
         let t = self.lock();
-        match self.find_open(&t, sid) {
-            Ok(i) if t.opens[i].client == client => NFS4_OK,
+        match self.find_any(&t, sid) {
+            Ok(Found::Open(i)) if t.opens[i].client == client => NFS4_OK,
+            Ok(Found::Lock(i)) if t.locks[i].client == client => NFS4_OK,
             Ok(_) => NFS4ERR_BAD_STATEID,
             Err(e) => e,
         }
     }
 
-    /// FREE_STATEID: an open stateid is freed by CLOSE, not here
-    /// (NFS4ERR_LOCKS_HELD, as for a stateid still in use).
+    /// FREE_STATEID (RFC 8881 s18.38): a lock stateid holding no lock goes;
+    /// one still holding locks is NFS4ERR_LOCKS_HELD, and so is an open
+    /// stateid (CLOSE frees it).
     pub fn free_stateid(&self, client: u64, sid: &Stateid) -> u32 {
-        match self.test_stateid(client, sid) {
-            NFS4_OK => NFS4ERR_LOCKS_HELD,
-            e => e,
+        if sid.is_special() {
+            return NFS4ERR_BAD_STATEID;
+        }
+        let mut t = self.lock();
+        match self.find_any(&t, sid) {
+            Ok(Found::Open(i)) if t.opens[i].client == client => NFS4ERR_LOCKS_HELD,
+            Ok(Found::Lock(i)) if t.locks[i].client == client => {
+                if !t.locks[i].ranges.is_empty() {
+                    return NFS4ERR_LOCKS_HELD;
+                }
+                t.locks.remove(i);
+                NFS4_OK
+            }
+            Ok(_) => NFS4ERR_BAD_STATEID,
+            Err(e) => e,
         }
     }
 
