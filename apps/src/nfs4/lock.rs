@@ -524,7 +524,8 @@ mod tests {
         assert_eq!(range_of(u64::MAX, 1), Ok((u64::MAX, u64::MAX)));
         assert_eq!(range_of(u64::MAX, 2), Err(NFS4ERR_INVAL));
         assert_eq!(range_of(1, u64::MAX - 1), Ok((1, u64::MAX - 1)));
-        assert_eq!(range_of(2, u64::MAX - 1), Err(NFS4ERR_INVAL));
+        assert_eq!(range_of(2, u64::MAX - 1), Ok((2, u64::MAX)), "ends at 2^64 - 1");
+        assert_eq!(range_of(3, u64::MAX - 1), Err(NFS4ERR_INVAL));
         assert_eq!(r(5, u64::MAX, true).offset_length(), (5, NFS4_LENGTH_EOF));
         assert_eq!(r(5, 9, true).offset_length(), (5, 5));
     }

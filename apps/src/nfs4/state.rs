@@ -159,13 +159,18 @@ pub(super) struct Tables {
 #[derive(Debug)]
 pub struct V4State {
     t: Mutex<Tables>,
-    /// Seconds since the epoch at start-up: in client ids, session ids and
-    /// stateids, so none of an earlier process is taken for one of ours.
+    /// Seconds since the epoch at start-up (the pseudo directories' times).
     boot: u32,
+    /// This instance's word in client ids, session ids and stateids, so
+    /// none of an earlier process (or instance) is taken for one of ours:
+    /// the start-up time in seconds, mixed with its nanoseconds and a
+    /// counter of instances (two starts within one second differ).
+    epoch: u32,
     max_slots: u32,
     max_request_bytes: u32,
     max_response_bytes: u32,
-    lease: Duration,
+    /// The lease in milliseconds (tests shorten it).
+    lease_ms: std::sync::atomic::AtomicU64,
     /// The stable client records ([`super::grace`]).
     records: Records,
 }
@@ -174,18 +179,22 @@ impl V4State {
     /// State for a server whose connections hold at most `credits` Calls and
     /// whose READ/WRITE limit is `max_io_bytes`.
     pub fn new(credits: u32, max_io_bytes: u32) -> V4State {
-        let boot = std::time::SystemTime::now()
+        static INSTANCES: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs() as u32)
-            .unwrap_or(1);
+            .unwrap_or_default();
+        let boot = (now.as_secs() as u32).max(1);
+        let n = INSTANCES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let epoch = boot ^ (now.subsec_nanos() >> 8).rotate_left(20) ^ n.wrapping_mul(0x9e37_79b9);
         V4State {
+            epoch,
             t: Mutex::new(Tables::default()),
             boot,
             max_slots: credits.clamp(1, MAX_SLOTS),
             // A WRITE's data and a COMPOUND's other operations.
             max_request_bytes: max_io_bytes + 8192,
             max_response_bytes: max_io_bytes + 8192,
-            lease: Duration::from_secs(u64::from(LEASE_SECS)),
+            lease_ms: std::sync::atomic::AtomicU64::new(1000 * u64::from(LEASE_SECS)),
             records: Records::none(),
         }
     }
@@ -194,7 +203,7 @@ impl V4State {
     /// clients, a grace period of one lease time begins now.
     pub fn with_records(mut self, records: Records) -> V4State {
         let known = records.known();
-        self.t.get_mut().unwrap_or_else(|e| e.into_inner()).grace = Grace::new(known, Instant::now() + self.lease);
+        self.t.get_mut().unwrap_or_else(|e| e.into_inner()).grace = Grace::new(known, Instant::now() + self.lease());
         self.records = records;
         self
     }
@@ -249,9 +258,21 @@ impl V4State {
     }
 
     /// The same with a lease of `lease` (tests of expiry).
-    pub fn with_lease(mut self, lease: Duration) -> V4State {
-        self.lease = lease;
+    pub fn with_lease(self, lease: Duration) -> V4State {
+        self.set_lease(lease);
         self
+    }
+
+    /// Shorten (or lengthen) the lease: tests of expiry through a running
+    /// service. The `lease_time` attribute still says [`LEASE_SECS`].
+    #[doc(hidden)]
+    pub fn set_lease(&self, lease: Duration) {
+        self.lease_ms
+            .store(lease.as_millis() as u64, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn lease(&self) -> Duration {
+        Duration::from_millis(self.lease_ms.load(std::sync::atomic::Ordering::Relaxed))
     }
 
     /// Seconds since the epoch at start-up (the pseudo directories' times).
@@ -280,7 +301,7 @@ impl V4State {
         t.clients
             .iter()
             .find(|c| c.id == client)
-            .is_none_or(|c| now.duration_since(c.renewed) > self.lease)
+            .is_none_or(|c| now.duration_since(c.renewed) > self.lease())
     }
 
     /// Forget `client` with its sessions, opens and locks.
@@ -293,7 +314,7 @@ impl V4State {
     pub(super) fn new_other(&self, t: &mut Tables, client: u64) -> [u8; NFS4_OTHER_SIZE] {
         t.next_state = t.next_state.wrapping_add(1);
         let mut other = [0u8; NFS4_OTHER_SIZE];
-        other[..4].copy_from_slice(&self.boot.to_be_bytes());
+        other[..4].copy_from_slice(&self.epoch.to_be_bytes());
         other[4..8].copy_from_slice(&t.next_state.to_be_bytes());
         other[8..].copy_from_slice(&(client as u32).to_be_bytes());
         other
@@ -342,7 +363,7 @@ impl V4State {
             return Err(NFS4ERR_RESOURCE);
         }
         t.next_client = t.next_client.wrapping_add(1);
-        let id = (u64::from(self.boot) << 32) | u64::from(t.next_client);
+        let id = (u64::from(self.epoch) << 32) | u64::from(t.next_client);
         t.clients.push(Client {
             id,
             ownerid: ownerid.to_vec(),
@@ -367,7 +388,7 @@ impl V4State {
         let Some(i) = t
             .clients
             .iter()
-            .position(|c| now.duration_since(c.renewed) > self.lease)
+            .position(|c| now.duration_since(c.renewed) > self.lease())
         else {
             return false;
         };
@@ -431,7 +452,7 @@ impl V4State {
         let mut sid = [0u8; NFS4_SESSIONID_SIZE];
         sid[..8].copy_from_slice(&clientid.to_be_bytes());
         sid[8..12].copy_from_slice(&t.next_session.to_be_bytes());
-        sid[12..].copy_from_slice(&self.boot.to_be_bytes());
+        sid[12..].copy_from_slice(&self.epoch.to_be_bytes());
         let res = CreateSessionResult {
             sessionid: sid,
             sequence,
@@ -696,7 +717,7 @@ impl V4State {
     /// stale, one of ours was freed (or never was).
     fn unknown(&self, sid: &Stateid) -> u32 {
         let boot = u32::from_be_bytes([sid.other[0], sid.other[1], sid.other[2], sid.other[3]]);
-        if boot != self.boot {
+        if boot != self.epoch {
             NFS4ERR_STALE_STATEID
         } else {
             NFS4ERR_BAD_STATEID

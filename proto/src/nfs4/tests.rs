@@ -409,7 +409,7 @@ fn bounds_give_statuses_not_panics() {
             "op {op}"
         );
     }
-    for op in [OP_LOCK, OP_LAYOUTGET, OP_SETCLIENTID, OP_COPY] {
+    for op in [OP_DELEGPURGE, OP_LAYOUTGET, OP_SETCLIENTID, OP_CLONE] {
         let c = compound(1, &[V::new().w(op).0]);
         let (_, ops) = decode_all(&c).unwrap();
         assert_eq!(
@@ -596,7 +596,7 @@ fn lock_new() -> Vec<u8> {
         .h(100)
         .h(10)
         .w(1)
-        .w(0)
+        .w(4)
         .w(1)
         .b(&[7; 12])
         .w(0)
@@ -652,7 +652,7 @@ fn locks_by_hand() {
             offset: 100,
             length: 10,
             locker: Locker::New {
-                open_seqid: 1,
+                open_seqid: 4,
                 open_stateid: Stateid {
                     seqid: 1,
                     other: [7; 12]
@@ -730,7 +730,8 @@ fn locks_by_hand() {
             NFS4ERR_BADXDR,
         ),
     ] {
-        let (_, ops) = decode_all(&compound(1, &[bad])).unwrap();
+        let c = compound(1, &[bad]);
+        let (_, ops) = decode_all(&c).unwrap();
         assert!(
             matches!(ops[0], Err(OpError { status: s, .. }) if s == status),
             "{ops:?}"
@@ -803,11 +804,14 @@ fn v42_operations_by_hand() {
     // An unknown data_content4: UNION_NOTSUPP; a netloc type outside the
     // enum: BADXDR; more source servers than we walk: RESOURCE.
     let seek = V::new().w(OP_SEEK).b(&[1; 16]).h(0).w(2).0;
-    let (_, ops) = decode_all(&compound(2, &[seek])).unwrap();
+    let c = compound(2, &[seek]);
+    let (_, ops) = decode_all(&c).unwrap();
     assert_eq!(ops[0].unwrap_err().status, NFS4ERR_UNION_NOTSUPP);
-    let (_, ops) = decode_all(&compound(2, &[copy(&[V::new().w(9).0])])).unwrap();
+    let c = compound(2, &[copy(&[V::new().w(9).0])]);
+    let (_, ops) = decode_all(&c).unwrap();
     assert_eq!(ops[0].unwrap_err().status, NFS4ERR_BADXDR);
     let many: Vec<Vec<u8>> = (0..=MAX_NETLOCS).map(|_| V::new().w(NL4_NAME).o(b"s").0).collect();
-    let (_, ops) = decode_all(&compound(2, &[copy(&many)])).unwrap();
+    let c = compound(2, &[copy(&many)]);
+    let (_, ops) = decode_all(&c).unwrap();
     assert_eq!(ops[0].unwrap_err().status, NFS4ERR_RESOURCE);
 }
