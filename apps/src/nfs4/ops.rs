@@ -45,6 +45,11 @@ fn real_of(cx: &Ctx<'_>, f: Fh) -> Result<Option<Real>, St> {
     }
 }
 
+/// `f` as an export's object (`None`: a pseudo directory).
+pub(super) fn real_of_pub(cx: &Ctx<'_>, f: Fh) -> Result<Option<Real>, St> {
+    real_of(cx, f)
+}
+
 /// The current filehandle as an export's object; a pseudo directory is
 /// `pseudo` (the status for operations that change things there).
 pub(super) fn cur_real(cx: &Ctx<'_>, pseudo: u32) -> Result<Real, St> {
