@@ -167,5 +167,12 @@ fn nfs4_2_allocate_deallocate_seek_copy_each_backend() {
             e.u64(0).u32(7);
         });
         assert_eq!(c.seq(&[putfh(&fh), bad]).status, NFS4ERR_UNION_NOTSUPP);
+        // In a minor version 1 COMPOUND these operations do not exist.
+        c.minor = 1;
+        let r = c.seq(&[putfh(&fh), alloc(&os, 0, 1)]);
+        assert_eq!(r.status, NFS4ERR_OP_ILLEGAL);
+        let mut d = r.dec();
+        res(&mut d, OP_PUTFH);
+        assert_eq!(res(&mut d, OP_ILLEGAL), NFS4ERR_OP_ILLEGAL);
     }
 }

@@ -45,7 +45,7 @@ fn hex(b: &[u8]) -> String {
 }
 
 fn unhex(s: &str) -> Option<Vec<u8>> {
-    if s.len() % 2 != 0 || s.len() > 2 * NFS4_OPAQUE_LIMIT as usize {
+    if !s.len().is_multiple_of(2) || s.len() > 2 * NFS4_OPAQUE_LIMIT as usize {
         return None;
     }
     (0..s.len())
@@ -302,6 +302,16 @@ impl Grace {
         }
     }
 
+    /// Whether the grace period has not been seen to end yet.
+    pub fn running(&self) -> bool {
+        self.until.is_some()
+    }
+
+    /// The owners the records named that did not complete a reclaim.
+    pub fn unreclaimed(&self) -> Vec<Vec<u8>> {
+        self.known.iter().filter(|k| !self.done.contains(k)).cloned().collect()
+    }
+
     /// Whether the records named `owner`.
     pub fn knows(&self, owner: &[u8]) -> bool {
         self.known.iter().any(|k| k == owner)
@@ -318,7 +328,8 @@ impl Grace {
 impl V4State {
     /// Whether the grace period runs.
     pub fn in_grace(&self) -> bool {
-        self.lock_tables().grace.active(Instant::now())
+        let mut t = self.lock_tables();
+        self.grace_active(&mut t)
     }
 }
 

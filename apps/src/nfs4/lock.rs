@@ -169,6 +169,7 @@ impl V4State {
     /// The first lock of another owner (of `client`, `owner`) on `file`
     /// conflicting with `first..=last`; locks of courtesy clients (whose
     /// lease expired) go instead, with the rest of their state.
+    #[allow(clippy::too_many_arguments)]
     fn conflict(
         &self,
         t: &mut super::state::Tables,
@@ -191,7 +192,7 @@ impl V4State {
             });
             let (other, other_owner, r) = hit?;
             if self.expired(t, other, Instant::now()) {
-                super::state::V4State::purge(t, other);
+                self.purge_expired(t, other);
                 continue;
             }
             let (offset, length) = r.offset_length();

@@ -275,6 +275,15 @@ pub(crate) fn call(
             status = NFS4ERR_REP_TOO_BIG;
             break;
         }
+        let next = match next {
+            // RFC 8178 s8: an operation a later minor version added is not
+            // one of minor version 1's.
+            Ok(op) if ca.minorversion < 2 && op.opnum() >= OP_ALLOCATE => Err(OpError {
+                op: OP_ILLEGAL,
+                status: NFS4ERR_OP_ILLEGAL,
+            }),
+            n => n,
+        };
         let (opnum, res) = match next {
             Err(OpError { op, status }) => (op, Err(St(status))),
             Ok(op) => {

@@ -219,7 +219,7 @@ impl V4State {
     /// NFS4ERR_NO_GRACE; anything else during it is NFS4ERR_GRACE.
     pub fn check_grace(&self, client: u64, reclaim: bool) -> Result<(), u32> {
         let mut t = self.lock();
-        let active = t.grace.active(Instant::now());
+        let active = self.grace_active(&mut t);
         if !reclaim {
             return if active { Err(NFS4ERR_GRACE) } else { Ok(()) };
         }
@@ -304,9 +304,30 @@ impl V4State {
             .is_none_or(|c| now.duration_since(c.renewed) > self.lease())
     }
 
-    /// Forget `client` with its sessions, opens and locks.
-    pub(super) fn purge(t: &mut Tables, client: u64) {
+    /// Forget `client`, whose lease expired, with its sessions, opens and
+    /// locks, and take it out of the stable records: state another client
+    /// may now get must not be reclaimed by it after a restart (RFC 8881
+    /// s8.4.3).
+    pub(super) fn purge_expired(&self, t: &mut Tables, client: u64) {
+        if let Some(c) = t.clients.iter().find(|c| c.id == client) {
+            self.records.forget(&c.ownerid);
+        }
         Self::purge_client(t, client);
+    }
+
+    /// Whether the grace period runs; when it has just ended, the clients
+    /// the records named that did not come back leave them.
+    pub(super) fn grace_active(&self, t: &mut Tables) -> bool {
+        let was = t.grace.running();
+        let active = t.grace.active(Instant::now());
+        if was && !active {
+            for o in t.grace.unreclaimed() {
+                if !t.clients.iter().any(|c| c.ownerid == o) {
+                    self.records.forget(&o);
+                }
+            }
+        }
+        active
     }
 
     /// A new stateid `other`: the boot time, a counter shared by open and
@@ -393,7 +414,7 @@ impl V4State {
             return false;
         };
         let id = t.clients[i].id;
-        Self::purge_client(t, id);
+        self.purge_expired(t, id);
         true
     }
 
@@ -655,7 +676,7 @@ impl V4State {
             if !self.expired(&t, other, now) {
                 return Err(NFS4ERR_SHARE_DENIED);
             }
-            Self::purge_client(&mut t, other);
+            self.purge_expired(&mut t, other);
         }
         if let Some(o) = t
             .opens
@@ -938,6 +959,54 @@ mod tests {
         assert_eq!((s.clients(), s.opens()), (2, 1));
         s.open(b, b"ob", f, OPEN4_SHARE_ACCESS_READ, 0).unwrap();
         assert_eq!((s.clients(), s.opens()), (1, 1), "a's record and open went");
+    }
+
+    /// The stable records lose a client whose expired state another client
+    /// took, and, when the grace period ends, the clients named in them
+    /// that did not come back.
+    #[test]
+    fn records_forget_expired_and_unreclaimed_clients() {
+        let dir = std::env::temp_dir().join(format!("nfs4-state-records-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let open_records = || Records::open(&dir, &[("u", true)]).unwrap();
+        let s = V4State::new(8, 1 << 20)
+            .with_lease(Duration::from_millis(40))
+            .with_records(open_records());
+        assert!(!s.in_grace());
+        let (a, _) = client(&s, b"a");
+        let (b, sid_b) = client(&s, b"b");
+        assert_eq!(s.record_open(a, 0), Err(NFS4ERR_DELAY), "written first");
+        assert!(s.records().wait_durable(5000));
+        assert_eq!(s.record_open(a, 0), Ok(()));
+        assert_eq!(s.record_open(b, 0), Err(NFS4ERR_DELAY));
+        assert!(s.records().wait_durable(5000));
+        assert_eq!(open_records().known(), vec![b"a".to_vec(), b"b".to_vec()]);
+        let f = (0, FileHandle::new(&[4]).unwrap());
+        s.open(a, b"oa", f, OPEN4_SHARE_ACCESS_BOTH, OPEN4_SHARE_DENY_BOTH)
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(80));
+        let mut out = [0u8; 16];
+        s.sequence(&sid_b, 1, 0, false, &mut out).unwrap();
+        s.sequence_done(&sid_b, 0, None);
+        s.open(b, b"ob", f, OPEN4_SHARE_ACCESS_READ, 0).unwrap();
+        assert!(s.records().wait_durable(5000));
+        assert_eq!(open_records().known(), vec![b"b".to_vec()], "a's expired state went");
+        drop(s);
+        // A restart: "b" is named; it does not come back, "c" is a new
+        // client. When the grace period ends, "b" leaves the records.
+        let s = V4State::new(8, 1 << 20)
+            .with_lease(Duration::from_millis(40))
+            .with_records(open_records());
+        assert!(s.in_grace());
+        let (c, _) = client(&s, b"c");
+        assert_eq!(s.check_grace(c, false), Err(NFS4ERR_GRACE));
+        assert_eq!(s.check_grace(c, true), Err(NFS4ERR_NO_GRACE), "not named");
+        std::thread::sleep(Duration::from_millis(60));
+        assert!(!s.in_grace());
+        assert_eq!(s.check_grace(c, false), Ok(()));
+        assert!(s.records().wait_durable(5000));
+        assert!(open_records().known().is_empty());
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
