@@ -28,14 +28,18 @@
 //! and READLINK encode their data in the head and mark it as a DDP item.
 //! Everything else goes inline or in the Reply chunk, as the engine plans.
 //!
+//! # Locks, grace, NFSv4.2
+//!
+//! Byte-range locks are in [`lock`], the stable client records and the
+//! grace period after a restart in [`grace`], ALLOCATE, DEALLOCATE, SEEK
+//! and COPY in `v42`.
+//!
 //! # Not yet
 //!
-//! Locks (LOCK, LOCKT, LOCKU, RELEASE_LOCKOWNER), delegations and the
-//! backchannel, pNFS, NFSv4.2's ALLOCATE/DEALLOCATE/SEEK/COPY/CLONE and
-//! extended attributes are NFS4ERR_NOTSUPP. READ and WRITE run
-//! synchronously on backends that complete I/O later (no deferral yet).
-//! Client records are not persisted: there is no grace period, and
-//! CLAIM_PREVIOUS is NFS4ERR_NO_GRACE. See docs/NFSV4.md.
+//! Delegations and the backchannel, pNFS, NFSv4.2's CLONE, READ_PLUS and
+//! extended attributes, and RELEASE_LOCKOWNER (NFSv4.0's) are
+//! NFS4ERR_NOTSUPP. READ and WRITE run synchronously on backends that
+//! complete I/O later (no deferral yet). See docs/NFSV4.md.
 
 use std::net::IpAddr;
 

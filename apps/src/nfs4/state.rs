@@ -1,6 +1,8 @@
 //! NFSv4.1 server state shared by every core and TCP connection: client
 //! records (EXCHANGE_ID), sessions and their slot tables with the reply
-//! cache (CREATE_SESSION, SEQUENCE), and open stateids (OPEN, CLOSE).
+//! cache (CREATE_SESSION, SEQUENCE), open stateids (OPEN, CLOSE), and the
+//! tables of byte-range locks ([`super::lock`]) and the grace period
+//! ([`super::grace`]).
 //!
 //! Everything is bounded: [`MAX_CLIENTS`] clients, [`MAX_SESSIONS`]
 //! sessions, [`MAX_OPENS`] opens (NFS4ERR_RESOURCE beyond), at most
@@ -12,8 +14,8 @@
 //!
 //! Leases (RFC 8881 s8.3): every SEQUENCE renews its client. A client whose
 //! lease expired keeps its state as a *courtesy* client until another
-//! client's OPEN conflicts with one of its opens or the client table is
-//! full; then its record, sessions and opens go.
+//! client's OPEN or LOCK conflicts with one of its opens or locks, or the
+//! client table is full; then its record, sessions, opens and locks go.
 //!
 //! One mutex guards the tables; it is held for table look-ups and a slot's
 //! reply copy only (no I/O under it).
