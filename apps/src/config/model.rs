@@ -45,6 +45,7 @@ pub struct Nfs4Config {
     /// Directory of the stable client records, one small file per `uring`
     /// or `nvme` backend (created if missing); none: no records and no
     /// grace period after a restart.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub state_dir: Option<String>,
 }
 
