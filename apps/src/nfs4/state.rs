@@ -17,10 +17,15 @@
 //! client's OPEN or LOCK conflicts with one of its opens or locks, or the
 //! client table is full; then its record, sessions, opens and locks go.
 //!
-//! One mutex guards the tables; it is held for table look-ups and a slot's
-//! reply copy only (no I/O under it).
+//! One mutex guards the clients, opens and locks; the sessions sit in
+//! 16 shards of their own (`SESSION_SHARDS`), so SEQUENCE (which renews the
+//! lease through an atomic stamp) and its reply caching never wait for
+//! OPEN or LOCK of another session. Lock order: the tables, then a shard.
+//! Both are held for look-ups and a slot's reply copy only (no I/O under
+//! them).
 
-use std::sync::{Mutex, MutexGuard};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use proto::nfs4::args::ChannelAttrs;
@@ -68,6 +73,16 @@ struct Session {
     client: u64,
     slots: Vec<Slot>,
     fore: ChannelAttrs,
+    /// The client's renewal stamp (shared with its record).
+    renewed: Arc<AtomicU64>,
+}
+
+/// Session table shards: a session's shard is its counter word modulo
+/// this, so SEQUENCE on one session never waits for another's.
+const SESSION_SHARDS: usize = 16;
+
+fn shard_of(sid: &SessionId) -> usize {
+    u32::from_be_bytes([sid[8], sid[9], sid[10], sid[11]]) as usize % SESSION_SHARDS
 }
 
 #[derive(Debug)]
@@ -79,7 +94,10 @@ struct Client {
     /// The last `csa_sequence` a CREATE_SESSION used, and its result.
     cs_seq: u32,
     cs_reply: Option<CreateSessionResult>,
-    renewed: Instant,
+    /// When a SEQUENCE last renewed the lease: milliseconds since the
+    /// state began ([`V4State::stamp`]), shared with the client's sessions
+    /// so SEQUENCE renews without the tables' lock.
+    renewed: Arc<AtomicU64>,
     reclaim_complete: bool,
 }
 
@@ -146,7 +164,6 @@ pub enum SeqOutcome {
 #[derive(Debug, Default)]
 pub(super) struct Tables {
     clients: Vec<Client>,
-    sessions: Vec<Session>,
     pub opens: Vec<Open>,
     /// Lock stateids and their ranges ([`super::lock`]).
     pub locks: Vec<LockState>,
@@ -161,6 +178,12 @@ pub(super) struct Tables {
 #[derive(Debug)]
 pub struct V4State {
     t: Mutex<Tables>,
+    /// The sessions, apart from the other tables: SEQUENCE (twice per
+    /// COMPOUND) takes only its session's shard. Lock order: `t` before a
+    /// shard, never the other way.
+    sessions: [Mutex<Vec<Session>>; SESSION_SHARDS],
+    /// The origin of the renewal stamps.
+    start: Instant,
     /// Seconds since the epoch at start-up (the pseudo directories' times).
     boot: u32,
     /// This instance's word in client ids, session ids and stateids, so
@@ -189,6 +212,8 @@ impl V4State {
         let n = INSTANCES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let epoch = boot ^ (now.subsec_nanos() >> 8).rotate_left(20) ^ n.wrapping_mul(0x9e37_79b9);
         V4State {
+            sessions: std::array::from_fn(|_| Mutex::new(Vec::new())),
+            start: Instant::now(),
             epoch,
             t: Mutex::new(Tables::default()),
             boot,
@@ -293,6 +318,27 @@ impl V4State {
         self.t.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    fn shard(&self, sid: &SessionId) -> MutexGuard<'_, Vec<Session>> {
+        self.sessions[shard_of(sid)].lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn shards(&self) -> impl Iterator<Item = MutexGuard<'_, Vec<Session>>> {
+        self.sessions
+            .iter()
+            .map(|m| m.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Now as a renewal stamp.
+    fn stamp(&self) -> u64 {
+        self.start.elapsed().as_millis() as u64
+    }
+
+    /// Whether the stamp `renewed` is older than the lease at `now`.
+    fn lapsed(&self, renewed: &AtomicU64, now: Instant) -> bool {
+        let at = self.start + Duration::from_millis(renewed.load(Ordering::Relaxed));
+        now.saturating_duration_since(at) > self.lease()
+    }
+
     /// The tables, for the byte-range locks ([`super::lock`]).
     pub(super) fn lock_tables(&self) -> MutexGuard<'_, Tables> {
         self.lock()
@@ -303,7 +349,7 @@ impl V4State {
         t.clients
             .iter()
             .find(|c| c.id == client)
-            .is_none_or(|c| now.duration_since(c.renewed) > self.lease())
+            .is_none_or(|c| self.lapsed(&c.renewed, now))
     }
 
     /// Forget `client`, whose lease expired, with its sessions, opens and
@@ -314,7 +360,7 @@ impl V4State {
         if let Some(c) = t.clients.iter().find(|c| c.id == client) {
             self.records.forget(&c.ownerid);
         }
-        Self::purge_client(t, client);
+        self.purge_client(t, client);
     }
 
     /// Whether the grace period runs; when it has just ended, the clients
@@ -370,7 +416,7 @@ impl V4State {
             let c = &mut t.clients[i];
             if c.verifier == verifier {
                 // The same incarnation again (case 2).
-                c.renewed = Instant::now();
+                c.renewed.store(self.stamp(), Ordering::Relaxed);
                 return Ok(ExchangeIdResult {
                     clientid: c.id,
                     sequenceid: c.cs_seq.wrapping_add(1),
@@ -394,7 +440,7 @@ impl V4State {
             confirmed: false,
             cs_seq: 0,
             cs_reply: None,
-            renewed: Instant::now(),
+            renewed: Arc::new(AtomicU64::new(self.stamp())),
             reclaim_complete: false,
         });
         Ok(ExchangeIdResult {
@@ -408,11 +454,7 @@ impl V4State {
     /// sessions and opens. Whether one was found.
     fn reap_one_expired(&self, t: &mut Tables) -> bool {
         let now = Instant::now();
-        let Some(i) = t
-            .clients
-            .iter()
-            .position(|c| now.duration_since(c.renewed) > self.lease())
-        else {
+        let Some(i) = t.clients.iter().position(|c| self.lapsed(&c.renewed, now)) else {
             return false;
         };
         let id = t.clients[i].id;
@@ -420,9 +462,11 @@ impl V4State {
         true
     }
 
-    fn purge_client(t: &mut Tables, id: u64) {
+    fn purge_client(&self, t: &mut Tables, id: u64) {
         t.clients.retain(|c| c.id != id);
-        t.sessions.retain(|s| s.client != id);
+        for mut shard in self.shards() {
+            shard.retain(|s| s.client != id);
+        }
         t.opens.retain(|o| o.client != id);
         t.locks.retain(|l| l.client != id);
     }
@@ -457,7 +501,7 @@ impl V4State {
         if fore.maxrequestsize < 512 || fore.maxresponsesize < 512 {
             return Err(NFS4ERR_TOOSMALL);
         }
-        if t.sessions.len() >= MAX_SESSIONS {
+        if self.shards().map(|s| s.len()).sum::<usize>() >= MAX_SESSIONS {
             return Err(NFS4ERR_NOSPC);
         }
         let slots = fore.maxrequests.min(self.max_slots);
@@ -496,7 +540,7 @@ impl V4State {
             .map(|o| o.id)
             .collect();
         for id in old {
-            Self::purge_client(&mut t, id);
+            self.purge_client(&mut t, id);
         }
         let ci = t.clients.iter().position(|c| c.id == clientid).unwrap_or(0);
         let c = &mut t.clients[ci];
@@ -504,7 +548,8 @@ impl V4State {
         c.confirmed = true;
         c.cs_seq = sequence;
         c.cs_reply = Some(res);
-        c.renewed = Instant::now();
+        c.renewed.store(self.stamp(), Ordering::Relaxed);
+        let renewed = c.renewed.clone();
         let slots = (0..slots)
             .map(|_| Slot {
                 seqid: 0,
@@ -513,11 +558,12 @@ impl V4State {
                 buf: vec![0u8; cached as usize].into_boxed_slice(),
             })
             .collect();
-        t.sessions.push(Session {
+        self.shard(&sid).push(Session {
             id: sid,
             client: clientid,
             slots,
             fore: granted,
+            renewed,
         });
         Ok(res)
     }
@@ -535,10 +581,11 @@ impl V4State {
         cachethis: bool,
         out: &mut [u8],
     ) -> Result<SeqOutcome, u32> {
-        let mut t = self.lock();
-        let Some(s) = t.sessions.iter_mut().find(|s| &s.id == sid) else {
+        let mut shard = self.shard(sid);
+        let Some(s) = shard.iter_mut().find(|s| &s.id == sid) else {
             return Err(NFS4ERR_BADSESSION);
         };
+        let renewed = s.renewed.clone();
         let client = s.client;
         let nslots = s.slots.len() as u32;
         let Some(slot) = s.slots.get_mut(slotid as usize) else {
@@ -567,9 +614,7 @@ impl V4State {
         } else {
             return Err(NFS4ERR_SEQ_MISORDERED);
         };
-        if let Some(c) = t.clients.iter_mut().find(|c| c.id == client) {
-            c.renewed = Instant::now();
-        }
+        renewed.store(self.stamp(), Ordering::Relaxed);
         Ok(out)
     }
 
@@ -577,9 +622,8 @@ impl V4State {
     /// bytes) for a retry when `cache` and it fits, else remember it was not
     /// kept.
     pub fn sequence_done(&self, sid: &SessionId, slotid: u32, reply: Option<&[u8]>) {
-        let mut t = self.lock();
-        let Some(slot) = t
-            .sessions
+        let mut shard = self.shard(sid);
+        let Some(slot) = shard
             .iter_mut()
             .find(|s| &s.id == sid)
             .and_then(|s| s.slots.get_mut(slotid as usize))
@@ -598,17 +642,17 @@ impl V4State {
 
     /// The session's granted fore channel.
     pub fn fore_channel(&self, sid: &SessionId) -> Option<ChannelAttrs> {
-        self.lock().sessions.iter().find(|s| &s.id == sid).map(|s| s.fore)
+        self.shard(sid).iter().find(|s| &s.id == sid).map(|s| s.fore)
     }
 
     /// DESTROY_SESSION (RFC 8881 s18.37). `own_slot`: the slot this
     /// COMPOUND's SEQUENCE holds when it runs in the same session.
     pub fn destroy_session(&self, sid: &SessionId, own_slot: Option<u32>) -> Result<(), u32> {
-        let mut t = self.lock();
-        let Some(i) = t.sessions.iter().position(|s| &s.id == sid) else {
+        let mut shard = self.shard(sid);
+        let Some(i) = shard.iter().position(|s| &s.id == sid) else {
             return Err(NFS4ERR_BADSESSION);
         };
-        let busy = t.sessions[i]
+        let busy = shard[i]
             .slots
             .iter()
             .enumerate()
@@ -616,13 +660,13 @@ impl V4State {
         if busy {
             return Err(NFS4ERR_DELAY);
         }
-        t.sessions.remove(i);
+        shard.remove(i);
         Ok(())
     }
 
     /// Whether the session exists (BIND_CONN_TO_SESSION).
     pub fn has_session(&self, sid: &SessionId) -> bool {
-        self.lock().sessions.iter().any(|s| &s.id == sid)
+        self.shard(sid).iter().any(|s| &s.id == sid)
     }
 
     /// DESTROY_CLIENTID (RFC 8881 s18.50).
@@ -631,11 +675,11 @@ impl V4State {
         if !t.clients.iter().any(|c| c.id == id) {
             return Err(NFS4ERR_STALE_CLIENTID);
         }
-        if t.sessions.iter().any(|s| s.client == id) {
+        if self.shards().any(|s| s.iter().any(|s| s.client == id)) {
             return Err(NFS4ERR_CLIENTID_BUSY);
         }
         let owner = t.clients.iter().find(|c| c.id == id).map(|c| c.ownerid.clone());
-        Self::purge_client(&mut t, id);
+        self.purge_client(&mut t, id);
         drop(t);
         if let Some(o) = owner {
             self.records.forget(&o);
@@ -1009,6 +1053,27 @@ mod tests {
         assert!(s.records().wait_durable(5000));
         assert!(open_records().known().is_empty());
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// SEQUENCE and its completion take only their session's shard: they
+    /// run while another thread holds the tables (OPEN, LOCK, ...).
+    #[test]
+    fn sequence_does_not_wait_for_the_tables() {
+        let s = V4State::new(8, 1 << 20);
+        let (_, sid) = client(&s, b"a");
+        let t = s.lock_tables();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::scope(|sc| {
+            sc.spawn(|| {
+                let mut out = [0u8; 16];
+                let r = s.sequence(&sid, 1, 0, false, &mut out);
+                s.sequence_done(&sid, 0, None);
+                let _ = tx.send(r.is_ok());
+            });
+            let got = rx.recv_timeout(Duration::from_secs(5));
+            drop(t);
+            assert_eq!(got, Ok(true), "SEQUENCE waited for the tables' lock");
+        });
     }
 
     #[test]
