@@ -151,6 +151,22 @@ fn nfs4_2_allocate_deallocate_seek_copy_each_backend() {
         assert_eq!(size(&mut c, &dfh), MIB as u64 - 60000);
         let (_, got) = c.read(&dfh, &ds, 0, 5536).unwrap();
         assert_eq!(got, data[60000..]);
+        // A copy larger than one Call copies: a short copy, the rest asked
+        // for again.
+        let big = rpcrdma_apps::nfs4::v42::MAX_COPY_BYTES + MIB as u64;
+        assert_eq!(c.seq(&[putfh(&dfh), alloc(&ds, 0, big)]).status, NFS4_OK);
+        let (bs, bfh) = c
+            .open(&dir, open("big", 3, 0, b"o", Some((UNCHECKED4, 0o644, [0; 8]))))
+            .unwrap();
+        let first = copy(&mut c, &dfh, &ds, &bfh, &bs, 0, 0, big, 0).unwrap();
+        assert_eq!(first, rpcrdma_apps::nfs4::v42::MAX_COPY_BYTES);
+        assert_eq!(
+            copy(&mut c, &dfh, &ds, &bfh, &bs, first, first, big - first, 0),
+            Ok(big - first)
+        );
+        assert_eq!(size(&mut c, &bfh), big);
+        let (_, got) = c.read(&bfh, &bs, 0, 4096).unwrap();
+        assert_eq!(got[..4096], data[60000..64096]);
         // Past the source's end, overlapping itself, another server.
         assert_eq!(
             copy(&mut c, &fh, &os, &dfh, &ds, MIB as u64 - 10, 0, 11, 0),

@@ -60,7 +60,7 @@ pub mod grace;
 pub mod lock;
 mod ops;
 pub mod state;
-mod v42;
+pub mod v42;
 
 use fh::Fh;
 

@@ -3,6 +3,11 @@
 //! [`Backend::allocate`], [`Backend::deallocate`], [`Backend::seek`] and
 //! [`Backend::copy`]; a backend that cannot answers NFS4ERR_NOTSUPP.
 //!
+//! A COPY copies at most [`MAX_COPY_BYTES`] per Call and says how much it
+//! copied (`wr_count`): the client asks again for the rest, and a core is
+//! never held longer than by a large WRITE (the Linux server bounds its
+//! synchronous copies the same way).
+//!
 //! Each checks its stateid as READ (SEEK, COPY's source) or WRITE
 //! (ALLOCATE, DEALLOCATE, COPY's destination) does. COPY copies the whole
 //! range before answering (no `wr_callback_id`, `cr_synchronous` true) and
@@ -22,6 +27,9 @@ use super::ops::{backend, cur_real, current_sid, w_at, Real, R};
 use super::{Ctx, St};
 use crate::backend::{Attr, FileType};
 use crate::nfs::auth::{MAY_READ, MAY_WRITE};
+
+/// Bytes one synchronous COPY copies at most.
+pub const MAX_COPY_BYTES: u64 = 4 << 20;
 
 /// The regular file `o` for I/O of the kind `write`, with the stateid
 /// valid for it.
@@ -116,7 +124,7 @@ pub(super) fn run(cx: &mut Ctx<'_>, op: Op<'_>, reply: &mut ReplyBuilder<'_>, at
             if src_offset > sa.size || (count != 0 && end > sa.size) {
                 return Err(St(NFS4ERR_INVAL));
             }
-            let n = if count == 0 { sa.size - src_offset } else { count };
+            let n = if count == 0 { sa.size - src_offset } else { count }.min(MAX_COPY_BYTES);
             if src.fh == dst.fh && n > 0 {
                 let overlap = src_offset < dst_offset.saturating_add(n) && dst_offset < src_offset + n;
                 if overlap {
