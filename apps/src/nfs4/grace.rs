@@ -172,6 +172,11 @@ impl Records {
         all
     }
 
+    /// Whether `backend` keeps a record.
+    pub fn keeps(&self, backend: usize) -> bool {
+        matches!(self.backends.get(backend), Some(Some(_)))
+    }
+
     /// Whether `owner` is durably in `backend`'s record (or the backend
     /// keeps none); when not, it is added and a write queued.
     pub fn ensure(&self, backend: usize, owner: &[u8]) -> bool {

@@ -268,6 +268,9 @@ impl V4State {
     /// there is durable, or NFS4ERR_DELAY while the record is written (off
     /// the core; the client's retry finds it done).
     pub fn record_open(&self, client: u64, backend: usize) -> Result<(), u32> {
+        if !self.records.keeps(backend) {
+            return Ok(());
+        }
         let owner = {
             let t = self.lock();
             let c = t
