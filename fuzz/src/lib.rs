@@ -1020,34 +1020,10 @@ pub fn check_rpcbind(data: &[u8]) {
     let v4 = IpAddr::from([10, 0, 2, 15]);
     let any = IpAddr::from([0, 0, 0, 0]);
     let maps = [
-        Mapping {
-            prog: 100_003,
-            vers: 3,
-            netid: Netid::Tcp,
-            ip: v4,
-            port: 2049,
-        },
-        Mapping {
-            prog: 100_003,
-            vers: 3,
-            netid: Netid::Rdma,
-            ip: v4,
-            port: 20049,
-        },
-        Mapping {
-            prog: 100_005,
-            vers: 3,
-            netid: Netid::Tcp,
-            ip: any,
-            port: 20048,
-        },
-        Mapping {
-            prog: 100_005,
-            vers: 1,
-            netid: Netid::Tcp6,
-            ip: "::".parse().unwrap(),
-            port: 20048,
-        },
+        Mapping { prog: 100_003, vers: 3, netid: Netid::Tcp, ip: v4, port: 2049 },
+        Mapping { prog: 100_003, vers: 3, netid: Netid::Rdma, ip: v4, port: 20049 },
+        Mapping { prog: 100_005, vers: 3, netid: Netid::Tcp, ip: any, port: 20048 },
+        Mapping { prog: 100_005, vers: 1, netid: Netid::Tcp6, ip: "::".parse().unwrap(), port: 20048 },
     ];
     let mut out = Vec::new();
     let answered = answer(&maps, "192.0.2.1".parse().unwrap(), data, &mut out);

@@ -108,26 +108,7 @@ fn session(svc: &mut NfsService) -> [u8; 16] {
     w(&mut a, 1);
     w(&mut a, OP_CREATE_SESSION);
     a.extend_from_slice(&clientid.to_be_bytes());
-    for x in [
-        seq,
-        0,
-        0,
-        65536,
-        65536,
-        4096,
-        16,
-        8,
-        0,
-        0,
-        4096,
-        4096,
-        0,
-        2,
-        1,
-        0,
-        0x4000_0000,
-        0,
-    ] {
+    for x in [seq, 0, 0, 65536, 65536, 4096, 16, 8, 0, 0, 4096, 4096, 0, 2, 1, 0, 0x4000_0000, 0] {
         w(&mut a, x);
     }
     let r = run(svc, 2, &a);
