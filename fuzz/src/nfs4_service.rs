@@ -459,12 +459,7 @@ mod tests {
                 std::fs::write(&path, &bytes).unwrap();
             } else {
                 let on_disk = std::fs::read(&path).unwrap_or_default();
-                assert_eq!(
-                    on_disk,
-                    bytes,
-                    "{} is stale: RPCRDMA_WRITE_SEEDS=1 cargo test",
-                    path.display()
-                );
+                assert_eq!(on_disk, bytes, "{} is stale: RPCRDMA_WRITE_SEEDS=1 cargo test", path.display());
             }
         }
     }
