@@ -585,7 +585,7 @@ fn nfs4_directory_operations_and_attributes() {
     assert_eq!(c.seq(&[putfh(&f), v(OP_VERIFY, 12)]).status, NFS4_OK);
     assert_eq!(c.seq(&[putfh(&f), v(OP_VERIFY, 13)]).status, NFS4ERR_NOT_SAME);
     assert_eq!(c.seq(&[putfh(&f), v(OP_NVERIFY, 12)]).status, NFS4ERR_SAME);
-    // OPENATTR, LOCK: NOTSUPP.
+    // OPENATTR, DELEGPURGE: NOTSUPP.
     assert_eq!(
         c.seq(&[
             putfh(&f),
@@ -600,7 +600,7 @@ fn nfs4_directory_operations_and_attributes() {
         c.seq(&[
             putfh(&f),
             op(|e| {
-                e.u32(OP_LOCK);
+                e.u32(OP_DELEGPURGE).u64(0);
             })
         ])
         .status,

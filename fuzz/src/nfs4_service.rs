@@ -188,6 +188,9 @@ pub fn seeds() -> Vec<(&'static str, Vec<u8>)> {
         v.push(n);
     }
     fn compound(seq: u32, ops: &dyn Fn(&mut Vec<u8>) -> u32) -> Vec<u8> {
+        compound_minor(1, seq, ops)
+    }
+    fn compound_minor(minor: u32, seq: u32, ops: &dyn Fn(&mut Vec<u8>) -> u32) -> Vec<u8> {
         let mut body = Vec::new();
         w(&mut body, OP_SEQUENCE);
         body.extend_from_slice(&SID_MARK);
@@ -197,7 +200,7 @@ pub fn seeds() -> Vec<(&'static str, Vec<u8>)> {
         let n = ops(&mut body) + 1;
         let mut v = Vec::new();
         opaque(&mut v, b"");
-        w(&mut v, 1);
+        w(&mut v, minor);
         w(&mut v, n);
         v.extend_from_slice(&body);
         v
@@ -328,6 +331,96 @@ pub fn seeds() -> Vec<(&'static str, Vec<u8>)> {
                     w(v, OP_REMOVE);
                     opaque(v, b"moved");
                     5
+                }),
+            ],
+        ),
+        (
+            "locks",
+            vec![compound(1, &|v| {
+                w(v, OP_PUTFH);
+                fh(v, 0);
+                w(v, OP_OPEN);
+                for x in [0, 3, 0, 0, 0] {
+                    w(v, x);
+                }
+                opaque(v, b"lock-open-owner");
+                for x in [OPEN4_CREATE, UNCHECKED4, 0, 0, CLAIM_NULL] {
+                    w(v, x);
+                }
+                opaque(v, b"locked");
+                // LOCK through the current (open) stateid, a new owner.
+                for x in [OP_LOCK, WRITE_LT, 0, 0, 0, 0, 10, 1, 0, 1] {
+                    w(v, x);
+                }
+                v.extend_from_slice(&[0; 12]);
+                for x in [0, 0, 0] {
+                    w(v, x);
+                }
+                opaque(v, b"lock-owner");
+                for x in [OP_LOCKT, READ_LT, 0, 0, 0, 10, 0, 0] {
+                    w(v, x);
+                }
+                opaque(v, b"lock-owner");
+                // LOCKU through the current (lock) stateid.
+                for x in [OP_LOCKU, WRITE_LT, 0, 1] {
+                    w(v, x);
+                }
+                v.extend_from_slice(&[0; 12]);
+                for x in [0, 0, 0, 10] {
+                    w(v, x);
+                }
+                5
+            })],
+        ),
+        (
+            "v42",
+            vec![
+                compound_minor(2, 1, &|v| {
+                    w(v, OP_PUTFH);
+                    fh(v, 1);
+                    w(v, OP_ALLOCATE);
+                    stateid0(v);
+                    for x in [0, 0, 0, 4096] {
+                        w(v, x);
+                    }
+                    w(v, OP_SEEK);
+                    stateid0(v);
+                    for x in [0, 0, NFS4_CONTENT_DATA] {
+                        w(v, x);
+                    }
+                    3
+                }),
+                compound_minor(2, 2, &|v| {
+                    w(v, OP_PUTFH);
+                    fh(v, 1);
+                    w(v, OP_SAVEFH);
+                    w(v, OP_PUTFH);
+                    fh(v, 0);
+                    w(v, OP_OPEN);
+                    for x in [0, 3, 0, 0, 0] {
+                        w(v, x);
+                    }
+                    opaque(v, b"copy-owner");
+                    for x in [OPEN4_CREATE, UNCHECKED4, 0, 0, CLAIM_NULL] {
+                        w(v, x);
+                    }
+                    opaque(v, b"copied");
+                    // COPY from the saved file (anonymous stateid) to the
+                    // current one (its open's stateid), to the source's end.
+                    w(v, OP_COPY);
+                    stateid0(v);
+                    w(v, 1);
+                    v.extend_from_slice(&[0; 12]);
+                    for x in [0, 0, 0, 0, 0, 0, 0, 1, 0] {
+                        w(v, x);
+                    }
+                    w(v, OP_DEALLOCATE);
+                    w(v, 1);
+                    v.extend_from_slice(&[0; 12]);
+                    for x in [0, 0, 0, 1] {
+                        w(v, x);
+                    }
+                    6
                 }),
             ],
         ),

@@ -1466,6 +1466,83 @@ impl Backend for MemBackend {
             done: VecDeque::with_capacity(self.queue_depth as usize),
         }))
     }
+
+    // NFSv4.2 (RFC 7862). The RAM file system keeps no holes it could
+    // report: ALLOCATE extends the size (blocks come with the data),
+    // DEALLOCATE writes zeros, SEEK finds data up to the end of the file
+    // and the hole there, COPY copies through the file locks.
+
+    fn allocate(&self, fh: &FileHandle, offset: u64, len: u64) -> FsResult<()> {
+        let a = self.regular(fh)?;
+        let end = offset.checked_add(len).ok_or(FsError::FBig)?;
+        if end > a.size {
+            self.setattr(
+                fh,
+                &SetAttr {
+                    size: Some(end),
+                    ..NO_ATTR
+                },
+            )?;
+        }
+        Ok(())
+    }
+
+    fn deallocate(&self, fh: &FileHandle, offset: u64, len: u64) -> FsResult<()> {
+        let a = self.regular(fh)?;
+        let end = offset.saturating_add(len).min(a.size);
+        let zeros = [0u8; 64 * 1024];
+        let mut at = offset;
+        while at < end {
+            let n = (end - at).min(zeros.len() as u64) as usize;
+            EXTENTS.with_borrow_mut(|ext| self.shared.write_at(fh, at, &zeros[..n], ext))?;
+            at += n as u64;
+        }
+        Ok(())
+    }
+
+    fn seek(&self, fh: &FileHandle, offset: u64, data: bool) -> FsResult<Option<u64>> {
+        let a = self.regular(fh)?;
+        if offset >= a.size {
+            return Err(FsError::Nxio);
+        }
+        Ok(Some(if data { offset } else { a.size }))
+    }
+
+    fn copy(&self, src: &FileHandle, src_off: u64, dst: &FileHandle, dst_off: u64, count: u64) -> FsResult<u64> {
+        let a = self.regular(src)?;
+        self.regular(dst)?;
+        let want = if count == 0 {
+            a.size.saturating_sub(src_off)
+        } else {
+            count
+        };
+        let mut buf = vec![0u8; 64 * 1024];
+        let mut done = 0u64;
+        while done < want {
+            let n = (want - done).min(buf.len() as u64) as usize;
+            let (got, _) =
+                EXTENTS.with_borrow_mut(|ext| self.shared.read_at(src, src_off + done, &mut buf[..n], ext))?;
+            if got == 0 {
+                break;
+            }
+            let got = got as usize;
+            EXTENTS.with_borrow_mut(|ext| self.shared.write_at(dst, dst_off + done, &buf[..got], ext))?;
+            done += got as u64;
+        }
+        Ok(done)
+    }
+}
+
+impl MemBackend {
+    /// The attributes of `fh`, a regular file (IsDir, Inval otherwise).
+    fn regular(&self, fh: &FileHandle) -> FsResult<Attr> {
+        let a = self.getattr(fh)?;
+        match a.ftype {
+            FileType::Regular => Ok(a),
+            FileType::Directory => Err(FsError::IsDir),
+            _ => Err(FsError::Inval),
+        }
+    }
 }
 
 /// One core's channel into a [`MemBackend`]: `submit` copies right away

@@ -492,6 +492,29 @@ pub trait Backend: Send + Sync + fmt::Debug {
     fn sync_all(&self) -> FsResult<()>;
     /// Open this core's data channel. Called once per core at start-up.
     fn open_channel(&self, core: usize) -> FsResult<Box<dyn IoChannel>>;
+    /// Reserve `len` bytes at `offset` of a regular file, extending its size
+    /// when they pass it (NFSv4.2 ALLOCATE, RFC 7862 s15.1). Default: NotSupp.
+    fn allocate(&self, _fh: &FileHandle, _offset: u64, _len: u64) -> FsResult<()> {
+        Err(FsError::NotSupp)
+    }
+    /// Make `len` bytes at `offset` a hole reading as zeros, the size kept
+    /// (NFSv4.2 DEALLOCATE, RFC 7862 s15.4). Default: NotSupp.
+    fn deallocate(&self, _fh: &FileHandle, _offset: u64, _len: u64) -> FsResult<()> {
+        Err(FsError::NotSupp)
+    }
+    /// The first offset at or after `offset` starting data (`data`) or a
+    /// hole; `Nxio` when `offset` is at or past the end of the file, `None`
+    /// when there is no data after it (NFSv4.2 SEEK, RFC 7862 s15.11).
+    /// Default: NotSupp.
+    fn seek(&self, _fh: &FileHandle, _offset: u64, _data: bool) -> FsResult<Option<u64>> {
+        Err(FsError::NotSupp)
+    }
+    /// Copy `count` bytes (0: to the end of `src`) from `src` at `src_off`
+    /// to `dst` at `dst_off`, durably; the bytes copied (NFSv4.2 COPY,
+    /// RFC 7862 s15.2). Default: NotSupp.
+    fn copy(&self, _src: &FileHandle, _src_off: u64, _dst: &FileHandle, _dst_off: u64, _count: u64) -> FsResult<u64> {
+        Err(FsError::NotSupp)
+    }
 }
 
 /// A data I/O request for [`IoChannel::submit`].

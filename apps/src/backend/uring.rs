@@ -1231,6 +1231,82 @@ impl Backend for UringBackend {
     fn open_channel(&self, core: usize) -> FsResult<Box<dyn IoChannel>> {
         Ok(Box::new(self.open_uring_channel(core)?))
     }
+
+    fn allocate(&self, fh: &FileHandle, offset: u64, len: u64) -> FsResult<()> {
+        let (fd, _) = self.open_regular(fh, libc::O_WRONLY)?;
+        let (off, len) = (to_off(offset)?, to_off(len)?);
+        // SAFETY: plain system call on a descriptor we own.
+        cvt(unsafe { libc::fallocate(fd.as_raw_fd(), 0, off, len) }).map(drop)
+    }
+
+    fn deallocate(&self, fh: &FileHandle, offset: u64, len: u64) -> FsResult<()> {
+        let (fd, _) = self.open_regular(fh, libc::O_WRONLY)?;
+        let (off, len) = (to_off(offset)?, to_off(len)?);
+        let mode = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
+        // SAFETY: plain system call on a descriptor we own.
+        cvt(unsafe { libc::fallocate(fd.as_raw_fd(), mode, off, len) }).map(drop)
+    }
+
+    fn seek(&self, fh: &FileHandle, offset: u64, data: bool) -> FsResult<Option<u64>> {
+        let (fd, st) = self.open_regular(fh, libc::O_RDONLY)?;
+        if offset >= st.st_size as u64 {
+            return Err(FsError::Nxio);
+        }
+        let whence = if data { libc::SEEK_DATA } else { libc::SEEK_HOLE };
+        // SAFETY: plain system call on a descriptor we own.
+        let r = unsafe { libc::lseek(fd.as_raw_fd(), to_off(offset)?, whence) };
+        match r {
+            r if r >= 0 => Ok(Some(r as u64)),
+            _ if errno() == libc::ENXIO => Ok(None),
+            _ => Err(FsError::from_errno(errno())),
+        }
+    }
+
+    fn copy(&self, src: &FileHandle, src_off: u64, dst: &FileHandle, dst_off: u64, count: u64) -> FsResult<u64> {
+        let (sfd, st) = self.open_regular(src, libc::O_RDONLY)?;
+        let (dfd, _) = self.open_regular(dst, libc::O_WRONLY)?;
+        let size = st.st_size as u64;
+        let want = if count == 0 {
+            size.saturating_sub(src_off)
+        } else {
+            count
+        };
+        let (mut si, mut di) = (to_off(src_off)?, to_off(dst_off)?);
+        let mut done = 0u64;
+        while done < want {
+            let chunk = (want - done).min(1 << 30) as usize;
+            // SAFETY: plain system call on descriptors we own; the offsets
+            // are ours to update.
+            let n = unsafe { libc::copy_file_range(sfd.as_raw_fd(), &mut si, dfd.as_raw_fd(), &mut di, chunk, 0) };
+            if n < 0 {
+                return Err(FsError::from_errno(errno()));
+            }
+            if n == 0 {
+                break;
+            }
+            done += n as u64;
+        }
+        // SAFETY: plain system call on a descriptor we own.
+        cvt(unsafe { libc::fsync(dfd.as_raw_fd()) })?;
+        Ok(done)
+    }
+}
+
+/// An offset or length as `off_t` (larger is EFBIG).
+fn to_off(v: u64) -> FsResult<libc::off_t> {
+    libc::off_t::try_from(v).map_err(|_| FsError::FBig)
+}
+
+impl UringBackend {
+    /// `fh` opened with `flags`, when it is a regular file.
+    fn open_regular(&self, fh: &FileHandle, flags: libc::c_int) -> FsResult<(OwnedFd, libc::stat)> {
+        let (_, st) = self.shared.open_path(fh)?;
+        match ftype_of(st.st_mode) {
+            FileType::Regular => self.shared.open_fh(fh, flags | libc::O_NONBLOCK),
+            FileType::Directory => Err(FsError::IsDir),
+            _ => Err(FsError::Inval),
+        }
+    }
 }
 
 // ------------------------------------------------------------ channel

@@ -236,6 +236,7 @@ impl Walker {
                 "inline",
                 "backends",
                 "exports",
+                "nfs4",
             ],
         )?;
         let cores = self.req(p, m, "cores", |w, p, v| w.list(p, v, Walker::core));
@@ -247,6 +248,7 @@ impl Walker {
         let inline = self.opt(p, m, "inline", InlineConfig::default(), Walker::inline);
         let backends = self.req(p, m, "backends", |w, p, v| w.list(p, v, Walker::backend));
         let exports = self.req(p, m, "exports", |w, p, v| w.list(p, v, Walker::export));
+        let nfs4 = self.opt(p, m, "nfs4", Nfs4Config::default(), Walker::nfs4);
         Some(Config {
             cores: cores?,
             reactor: reactor?,
@@ -257,7 +259,14 @@ impl Walker {
             inline: inline?,
             backends: backends?,
             exports: exports?,
+            nfs4: nfs4?,
         })
+    }
+
+    fn nfs4(&mut self, p: &str, v: &Value) -> Option<Nfs4Config> {
+        let m = self.strict_object(p, v, &["state_dir"])?;
+        let dir = self.opt(p, m, "state_dir", None, |w, p, v| w.string(p, v).map(Some));
+        Some(Nfs4Config { state_dir: dir? })
     }
 
     fn core(&mut self, p: &str, v: &Value) -> Option<CoreConfig> {

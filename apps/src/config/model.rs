@@ -33,6 +33,20 @@ pub struct Config {
     pub backends: Vec<BackendConfig>,
     /// Exported file systems.
     pub exports: Vec<ExportConfig>,
+    /// NFSv4 server state (optional).
+    #[serde(default)]
+    pub nfs4: Nfs4Config,
+}
+
+/// NFSv4 server state kept across restarts (docs/NFSV4.md, "Grace").
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Nfs4Config {
+    /// Directory of the stable client records, one small file per `uring`
+    /// or `nvme` backend (created if missing); none: no records and no
+    /// grace period after a restart.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub state_dir: Option<String>,
 }
 
 /// Listening endpoints.

@@ -194,6 +194,18 @@ impl NfsShared {
                 "data pool buffers of {data_max} bytes are too small for READ/WRITE"
             ));
         }
+        let mut v4 = crate::nfs4::state::V4State::new(cfg.credits.max_per_connection, max_io);
+        if let Some(dir) = &cfg.nfs4.state_dir {
+            // Stable NFSv4 client records for the backends whose files
+            // outlive the process (crate::nfs4::grace).
+            let which: Vec<(&str, bool)> = backends
+                .iter()
+                .map(|(n, b)| (n.as_str(), matches!(b.kind(), "uring" | "nvme")))
+                .collect();
+            let rec = crate::nfs4::grace::Records::open(std::path::Path::new(dir), &which)
+                .map_err(|e| format!("nfs4.state_dir {dir}: {e}"))?;
+            v4 = v4.with_records(rec);
+        }
         Ok(Arc::new(NfsShared {
             exports,
             backends,
@@ -201,7 +213,7 @@ impl NfsShared {
             writeback_errors: AtomicU64::new(0),
             max_io_bytes: max_io,
             mounts: Mutex::new(VecDeque::new()),
-            v4: crate::nfs4::state::V4State::new(cfg.credits.max_per_connection, max_io),
+            v4,
             helpers: std::sync::OnceLock::new(),
         }))
     }

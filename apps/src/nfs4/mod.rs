@@ -28,14 +28,18 @@
 //! and READLINK encode their data in the head and mark it as a DDP item.
 //! Everything else goes inline or in the Reply chunk, as the engine plans.
 //!
+//! # Locks, grace, NFSv4.2
+//!
+//! Byte-range locks are in [`lock`], the stable client records and the
+//! grace period after a restart in [`grace`], ALLOCATE, DEALLOCATE, SEEK
+//! and COPY in `v42`.
+//!
 //! # Not yet
 //!
-//! Locks (LOCK, LOCKT, LOCKU, RELEASE_LOCKOWNER), delegations and the
-//! backchannel, pNFS, NFSv4.2's ALLOCATE/DEALLOCATE/SEEK/COPY/CLONE and
-//! extended attributes are NFS4ERR_NOTSUPP. READ and WRITE run
-//! synchronously on backends that complete I/O later (no deferral yet).
-//! Client records are not persisted: there is no grace period, and
-//! CLAIM_PREVIOUS is NFS4ERR_NO_GRACE. See docs/NFSV4.md.
+//! Delegations and the backchannel, pNFS, NFSv4.2's CLONE, READ_PLUS and
+//! extended attributes, and RELEASE_LOCKOWNER (NFSv4.0's) are
+//! NFS4ERR_NOTSUPP. READ and WRITE run synchronously on backends that
+//! complete I/O later (no deferral yet). See docs/NFSV4.md.
 
 use std::net::IpAddr;
 
@@ -52,8 +56,11 @@ use crate::nfs::{CoreState, NfsShared, MAX_ASSEMBLED_CALL_BYTES, REPLY_HEADER_BY
 
 pub mod attr;
 pub mod fh;
+pub mod grace;
+pub mod lock;
 mod ops;
 pub mod state;
+pub mod v42;
 
 use fh::Fh;
 
@@ -120,6 +127,9 @@ pub(crate) struct Ctx<'c> {
     pub session: Option<(SessionId, u32, u64)>,
     /// Operations left after this one (READ's data buffer is for the last).
     pub last: bool,
+    /// Bytes of result an operation that failed wrote after its status
+    /// (LOCK4denied of LOCK and LOCKT).
+    pub err_body: usize,
 }
 
 /// Operations that may come without SEQUENCE when they are alone (RFC 8881
@@ -254,6 +264,7 @@ pub(crate) fn call(
         saved_sid: None,
         session: None,
         last: false,
+        err_body: 0,
     };
     let mut status = NFS4_OK;
     let mut numres = 0u32;
@@ -268,6 +279,15 @@ pub(crate) fn call(
             status = NFS4ERR_REP_TOO_BIG;
             break;
         }
+        let next = match next {
+            // RFC 8178 s8: an operation a later minor version added is not
+            // one of minor version 1's.
+            Ok(op) if ca.minorversion < 2 && op.opnum() >= OP_ALLOCATE => Err(OpError {
+                op: OP_ILLEGAL,
+                status: NFS4ERR_OP_ILLEGAL,
+            }),
+            n => n,
+        };
         let (opnum, res) = match next {
             Err(OpError { op, status }) => (op, Err(St(status))),
             Ok(op) => {
@@ -343,7 +363,7 @@ pub(crate) fn call(
                     head[pos + 8..pos + 12].copy_from_slice(&0u32.to_be_bytes());
                     4
                 } else {
-                    0
+                    std::mem::take(&mut cx.err_body)
                 };
                 (s, extra)
             }

@@ -20,17 +20,17 @@ use crate::nfs::export::fnv1a64;
 use crate::nfs::nfs3::{check_new_attrs, check_new_name, check_old_name, check_setattr, new_owner};
 use crate::nfs::CoreState;
 
-type R = Result<usize, St>;
+pub(super) type R = Result<usize, St>;
 
 /// An object of an export, with who the Call acts as there.
 #[derive(Clone, Copy, Debug)]
-struct Real {
-    ex: usize,
-    fh: FileHandle,
-    caller: Caller,
+pub(super) struct Real {
+    pub ex: usize,
+    pub fh: FileHandle,
+    pub caller: Caller,
 }
 
-fn cur(cx: &Ctx<'_>) -> Result<Fh, St> {
+pub(super) fn cur(cx: &Ctx<'_>) -> Result<Fh, St> {
     cx.cur.ok_or(St(NFS4ERR_NOFILEHANDLE))
 }
 
@@ -45,13 +45,18 @@ fn real_of(cx: &Ctx<'_>, f: Fh) -> Result<Option<Real>, St> {
     }
 }
 
+/// `f` as an export's object (`None`: a pseudo directory).
+pub(super) fn real_of_pub(cx: &Ctx<'_>, f: Fh) -> Result<Option<Real>, St> {
+    real_of(cx, f)
+}
+
 /// The current filehandle as an export's object; a pseudo directory is
 /// `pseudo` (the status for operations that change things there).
-fn cur_real(cx: &Ctx<'_>, pseudo: u32) -> Result<Real, St> {
+pub(super) fn cur_real(cx: &Ctx<'_>, pseudo: u32) -> Result<Real, St> {
     real_of(cx, cur(cx)?)?.ok_or(St(pseudo))
 }
 
-fn backend<'s>(cx: &Ctx<'s>, o: &Real) -> &'s dyn Backend {
+pub(super) fn backend<'s>(cx: &Ctx<'s>, o: &Real) -> &'s dyn Backend {
     let sh = cx.sh;
     &*sh.backends()[sh.exports()[o.ex].backend].1
 }
@@ -104,7 +109,7 @@ fn put_fattr(cx: &Ctx<'_>, w: &mut Writer<'_>, f: Fh, a: &Attr, req: &Bitmap) ->
     Ok(())
 }
 
-fn w_at<'r>(reply: &'r mut ReplyBuilder<'_>, at: usize, limit: usize) -> Writer<'r> {
+pub(super) fn w_at<'r>(reply: &'r mut ReplyBuilder<'_>, at: usize, limit: usize) -> Writer<'r> {
     Writer::new(&mut reply.head_mut()[at..limit])
 }
 
@@ -533,6 +538,30 @@ pub(super) fn run(
             }
             Ok(w.len())
         }
+        Op::Lock {
+            locktype,
+            reclaim,
+            offset,
+            length,
+            locker,
+        } => super::lock::op_lock(cx, reply, at, limit, locktype, reclaim, (offset, length), locker),
+        Op::Lockt {
+            locktype,
+            offset,
+            length,
+            owner,
+        } => super::lock::op_lockt(cx, reply, at, limit, locktype, (offset, length), owner.owner),
+        Op::Locku {
+            stateid,
+            offset,
+            length,
+            ..
+        } => super::lock::op_locku(cx, reply, at, limit, stateid, (offset, length)),
+        // RFC 8881 s18.45: NFSv4.0 only.
+        Op::ReleaseLockowner(_) => Err(St(NFS4ERR_NOTSUPP)),
+        Op::Allocate { .. } | Op::Deallocate { .. } | Op::Seek { .. } | Op::Copy { .. } => {
+            super::v42::run(cx, op, reply, at, limit)
+        }
         Op::FreeStateid(sid) => {
             let client = cx.session.map(|s| s.2).unwrap_or(0);
             match sh.v4.free_stateid(client, &sid) {
@@ -543,7 +572,7 @@ pub(super) fn run(
     }
 }
 
-fn put_stateid(w: &mut Writer<'_>, s: &Stateid) -> Result<(), St> {
+pub(super) fn put_stateid(w: &mut Writer<'_>, s: &Stateid) -> Result<(), St> {
     w.put_u32(s.seqid)?;
     w.put_bytes(&s.other)?;
     Ok(())
@@ -551,7 +580,7 @@ fn put_stateid(w: &mut Writer<'_>, s: &Stateid) -> Result<(), St> {
 
 /// The stateid an operation names: the current stateid for the special
 /// "current" value (RFC 8881 s16.2.3.1.2).
-fn current_sid(cx: &Ctx<'_>, s: Stateid) -> Result<Stateid, St> {
+pub(super) fn current_sid(cx: &Ctx<'_>, s: Stateid) -> Result<Stateid, St> {
     if s == Stateid::CURRENT {
         cx.cur_sid.ok_or(St(NFS4ERR_BAD_STATEID))
     } else {
@@ -820,10 +849,17 @@ fn open(
     }
     let mut attrset = Bitmap::default();
     let mut cinfo = None;
+    // The grace rules, then the client's stable record on the backend
+    // (super::grace).
+    sh.v4.check_grace(client, matches!(claim, Claim::Previous(_)))?;
+    if let Some(Fh::Real { ex, .. }) = cx.cur {
+        sh.v4.record_open(client, sh.exports()[ex].backend)?;
+    }
     let (o, a) = match claim {
-        Claim::Previous(_) => return Err(St(NFS4ERR_NO_GRACE)),
+        // No delegation was ever granted, so none is reclaimed.
+        Claim::Previous(d) if d != OPEN_DELEGATE_NONE => return Err(St(NFS4ERR_RECLAIM_BAD)),
         Claim::Deleg(_) => return Err(St(NFS4ERR_NOTSUPP)),
-        Claim::Fh => {
+        Claim::Fh | Claim::Previous(_) => {
             let o = cur_real(cx, NFS4ERR_ISDIR)?;
             let a = backend(cx, &o).getattr(&o.fh)?;
             (o, a)

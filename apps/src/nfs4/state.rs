@@ -1,6 +1,8 @@
 //! NFSv4.1 server state shared by every core and TCP connection: client
 //! records (EXCHANGE_ID), sessions and their slot tables with the reply
-//! cache (CREATE_SESSION, SEQUENCE), and open stateids (OPEN, CLOSE).
+//! cache (CREATE_SESSION, SEQUENCE), open stateids (OPEN, CLOSE), and the
+//! tables of byte-range locks ([`super::lock`]) and the grace period
+//! ([`super::grace`]).
 //!
 //! Everything is bounded: [`MAX_CLIENTS`] clients, [`MAX_SESSIONS`]
 //! sessions, [`MAX_OPENS`] opens (NFS4ERR_RESOURCE beyond), at most
@@ -12,17 +14,25 @@
 //!
 //! Leases (RFC 8881 s8.3): every SEQUENCE renews its client. A client whose
 //! lease expired keeps its state as a *courtesy* client until another
-//! client's OPEN conflicts with one of its opens or the client table is
-//! full; then its record, sessions and opens go.
+//! client's OPEN or LOCK conflicts with one of its opens or locks, or the
+//! client table is full; then its record, sessions, opens and locks go.
 //!
-//! One mutex guards the tables; it is held for table look-ups and a slot's
-//! reply copy only (no I/O under it).
+//! One mutex guards the clients, opens and locks; the sessions sit in
+//! 16 shards of their own (`SESSION_SHARDS`), so SEQUENCE (which renews the
+//! lease through an atomic stamp) and its reply caching never wait for
+//! OPEN or LOCK of another session. Lock order: the tables, then a shard.
+//! Both are held for look-ups and a slot's reply copy only (no I/O under
+//! them).
 
-use std::sync::{Mutex, MutexGuard};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use proto::nfs4::args::ChannelAttrs;
 use proto::nfs4::*;
+
+use super::grace::{Grace, Records};
+use super::lock::LockState;
 
 /// Lease time in seconds (`lease_time` attribute).
 pub const LEASE_SECS: u32 = 90;
@@ -63,6 +73,16 @@ struct Session {
     client: u64,
     slots: Vec<Slot>,
     fore: ChannelAttrs,
+    /// The client's renewal stamp (shared with its record).
+    renewed: Arc<AtomicU64>,
+}
+
+/// Session table shards: a session's shard is its counter word modulo
+/// this, so SEQUENCE on one session never waits for another's.
+const SESSION_SHARDS: usize = 16;
+
+fn shard_of(sid: &SessionId) -> usize {
+    u32::from_be_bytes([sid[8], sid[9], sid[10], sid[11]]) as usize % SESSION_SHARDS
 }
 
 #[derive(Debug)]
@@ -74,19 +94,41 @@ struct Client {
     /// The last `csa_sequence` a CREATE_SESSION used, and its result.
     cs_seq: u32,
     cs_reply: Option<CreateSessionResult>,
-    renewed: Instant,
+    /// When a SEQUENCE last renewed the lease: milliseconds since the
+    /// state began ([`V4State::stamp`]), shared with the client's sessions
+    /// so SEQUENCE renews without the tables' lock.
+    renewed: Arc<AtomicU64>,
     reclaim_complete: bool,
 }
 
 #[derive(Debug, Clone)]
-struct Open {
-    other: [u8; NFS4_OTHER_SIZE],
-    seqid: u32,
-    client: u64,
-    owner: Vec<u8>,
-    file: FileKey,
-    access: u32,
-    deny: u32,
+pub(super) struct Open {
+    pub other: [u8; NFS4_OTHER_SIZE],
+    pub seqid: u32,
+    pub client: u64,
+    pub owner: Vec<u8>,
+    pub file: FileKey,
+    pub access: u32,
+    pub deny: u32,
+}
+
+/// What a stateid names.
+#[derive(Debug, Clone, Copy)]
+enum Found {
+    Open(usize),
+    Lock(usize),
+}
+
+/// RFC 8881 s8.2.2: seqid 0 means the current one; an older one is
+/// NFS4ERR_OLD_STATEID, a newer one NFS4ERR_BAD_STATEID.
+fn check_seqid(sid: &Stateid, cur: u32) -> Result<(), u32> {
+    if sid.seqid == 0 || sid.seqid == cur {
+        Ok(())
+    } else if sid.seqid < cur {
+        Err(NFS4ERR_OLD_STATEID)
+    } else {
+        Err(NFS4ERR_BAD_STATEID)
+    }
 }
 
 /// A file as state names it: the export and the backend handle's bytes.
@@ -120,10 +162,13 @@ pub enum SeqOutcome {
 }
 
 #[derive(Debug, Default)]
-struct Tables {
+pub(super) struct Tables {
     clients: Vec<Client>,
-    sessions: Vec<Session>,
-    opens: Vec<Open>,
+    pub opens: Vec<Open>,
+    /// Lock stateids and their ranges ([`super::lock`]).
+    pub locks: Vec<LockState>,
+    /// The grace period after a restart ([`super::grace`]).
+    pub grace: Grace,
     next_client: u32,
     next_session: u32,
     next_state: u32,
@@ -133,38 +178,131 @@ struct Tables {
 #[derive(Debug)]
 pub struct V4State {
     t: Mutex<Tables>,
-    /// Seconds since the epoch at start-up: in client ids, session ids and
-    /// stateids, so none of an earlier process is taken for one of ours.
+    /// The sessions, apart from the other tables: SEQUENCE (twice per
+    /// COMPOUND) takes only its session's shard. Lock order: `t` before a
+    /// shard, never the other way.
+    sessions: [Mutex<Vec<Session>>; SESSION_SHARDS],
+    /// The origin of the renewal stamps.
+    start: Instant,
+    /// Seconds since the epoch at start-up (the pseudo directories' times).
     boot: u32,
+    /// This instance's word in client ids, session ids and stateids, so
+    /// none of an earlier process (or instance) is taken for one of ours:
+    /// the start-up time in seconds, mixed with its nanoseconds and a
+    /// counter of instances (two starts within one second differ).
+    epoch: u32,
     max_slots: u32,
     max_request_bytes: u32,
     max_response_bytes: u32,
-    lease: Duration,
+    /// The lease in milliseconds (tests shorten it).
+    lease_ms: std::sync::atomic::AtomicU64,
+    /// The stable client records ([`super::grace`]).
+    records: Records,
 }
 
 impl V4State {
     /// State for a server whose connections hold at most `credits` Calls and
     /// whose READ/WRITE limit is `max_io_bytes`.
     pub fn new(credits: u32, max_io_bytes: u32) -> V4State {
-        let boot = std::time::SystemTime::now()
+        static INSTANCES: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs() as u32)
-            .unwrap_or(1);
+            .unwrap_or_default();
+        let boot = (now.as_secs() as u32).max(1);
+        let n = INSTANCES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let epoch = boot ^ (now.subsec_nanos() >> 8).rotate_left(20) ^ n.wrapping_mul(0x9e37_79b9);
         V4State {
+            sessions: std::array::from_fn(|_| Mutex::new(Vec::new())),
+            start: Instant::now(),
+            epoch,
             t: Mutex::new(Tables::default()),
             boot,
             max_slots: credits.clamp(1, MAX_SLOTS),
             // A WRITE's data and a COMPOUND's other operations.
             max_request_bytes: max_io_bytes + 8192,
             max_response_bytes: max_io_bytes + 8192,
-            lease: Duration::from_secs(u64::from(LEASE_SECS)),
+            lease_ms: std::sync::atomic::AtomicU64::new(1000 * u64::from(LEASE_SECS)),
+            records: Records::none(),
+        }
+    }
+
+    /// The same keeping stable client records in `records`: when they name
+    /// clients, a grace period of one lease time begins now.
+    pub fn with_records(mut self, records: Records) -> V4State {
+        let known = records.known();
+        self.t.get_mut().unwrap_or_else(|e| e.into_inner()).grace = Grace::new(known, Instant::now() + self.lease());
+        self.records = records;
+        self
+    }
+
+    /// The stable client records.
+    pub fn records(&self) -> &Records {
+        &self.records
+    }
+
+    /// The grace rules for an OPEN or LOCK of `client` (RFC 8881 s8.4.2):
+    /// a reclaim outside the grace period, after the client's
+    /// RECLAIM_COMPLETE, or by a client the records do not name is
+    /// NFS4ERR_NO_GRACE; anything else during it is NFS4ERR_GRACE.
+    pub fn check_grace(&self, client: u64, reclaim: bool) -> Result<(), u32> {
+        let mut t = self.lock();
+        let active = self.grace_active(&mut t);
+        if !reclaim {
+            return if active { Err(NFS4ERR_GRACE) } else { Ok(()) };
+        }
+        if !active {
+            return Err(NFS4ERR_NO_GRACE);
+        }
+        let c = t
+            .clients
+            .iter()
+            .find(|c| c.id == client)
+            .ok_or(NFS4ERR_STALE_CLIENTID)?;
+        if c.reclaim_complete || !t.grace.knows(&c.ownerid) {
+            return Err(NFS4ERR_NO_GRACE);
+        }
+        Ok(())
+    }
+
+    /// Before `client` gets state on backend `backend`: its stable record
+    /// there is durable, or NFS4ERR_DELAY while the record is written (off
+    /// the core; the client's retry finds it done).
+    pub fn record_open(&self, client: u64, backend: usize) -> Result<(), u32> {
+        if !self.records.keeps(backend) {
+            return Ok(());
+        }
+        let owner = {
+            let t = self.lock();
+            let c = t
+                .clients
+                .iter()
+                .find(|c| c.id == client)
+                .ok_or(NFS4ERR_STALE_CLIENTID)?;
+            c.ownerid.clone()
+        };
+        if self.records.ensure(backend, &owner) {
+            Ok(())
+        } else {
+            Err(NFS4ERR_DELAY)
         }
     }
 
     /// The same with a lease of `lease` (tests of expiry).
-    pub fn with_lease(mut self, lease: Duration) -> V4State {
-        self.lease = lease;
+    pub fn with_lease(self, lease: Duration) -> V4State {
+        self.set_lease(lease);
         self
+    }
+
+    /// Shorten (or lengthen) the lease: tests of expiry through a running
+    /// service. The `lease_time` attribute still says [`LEASE_SECS`].
+    #[doc(hidden)]
+    pub fn set_lease(&self, lease: Duration) {
+        self.lease_ms
+            .store(lease.as_millis() as u64, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn lease(&self) -> Duration {
+        Duration::from_millis(self.lease_ms.load(std::sync::atomic::Ordering::Relaxed))
     }
 
     /// Seconds since the epoch at start-up (the pseudo directories' times).
@@ -181,6 +319,77 @@ impl V4State {
         // Every update leaves the tables consistent between statements that
         // can panic (none do on peer input), so a poisoned lock is used.
         self.t.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn shard(&self, sid: &SessionId) -> MutexGuard<'_, Vec<Session>> {
+        self.sessions[shard_of(sid)].lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn shards(&self) -> impl Iterator<Item = MutexGuard<'_, Vec<Session>>> {
+        self.sessions
+            .iter()
+            .map(|m| m.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Now as a renewal stamp.
+    fn stamp(&self) -> u64 {
+        self.start.elapsed().as_millis() as u64
+    }
+
+    /// Whether the stamp `renewed` is older than the lease at `now`.
+    fn lapsed(&self, renewed: &AtomicU64, now: Instant) -> bool {
+        let at = self.start + Duration::from_millis(renewed.load(Ordering::Relaxed));
+        now.saturating_duration_since(at) > self.lease()
+    }
+
+    /// The tables, for the byte-range locks ([`super::lock`]).
+    pub(super) fn lock_tables(&self) -> MutexGuard<'_, Tables> {
+        self.lock()
+    }
+
+    /// Whether `client`'s lease has expired (or the client is gone).
+    pub(super) fn expired(&self, t: &Tables, client: u64, now: Instant) -> bool {
+        t.clients
+            .iter()
+            .find(|c| c.id == client)
+            .is_none_or(|c| self.lapsed(&c.renewed, now))
+    }
+
+    /// Forget `client`, whose lease expired, with its sessions, opens and
+    /// locks, and take it out of the stable records: state another client
+    /// may now get must not be reclaimed by it after a restart (RFC 8881
+    /// s8.4.3).
+    pub(super) fn purge_expired(&self, t: &mut Tables, client: u64) {
+        if let Some(c) = t.clients.iter().find(|c| c.id == client) {
+            self.records.forget(&c.ownerid);
+        }
+        self.purge_client(t, client);
+    }
+
+    /// Whether the grace period runs; when it has just ended, the clients
+    /// the records named that did not come back leave them.
+    pub(super) fn grace_active(&self, t: &mut Tables) -> bool {
+        let was = t.grace.running();
+        let active = t.grace.active(Instant::now());
+        if was && !active {
+            for o in t.grace.unreclaimed() {
+                if !t.clients.iter().any(|c| c.ownerid == o) {
+                    self.records.forget(&o);
+                }
+            }
+        }
+        active
+    }
+
+    /// A new stateid `other`: the boot time, a counter shared by open and
+    /// lock stateids, the client's low word.
+    pub(super) fn new_other(&self, t: &mut Tables, client: u64) -> [u8; NFS4_OTHER_SIZE] {
+        t.next_state = t.next_state.wrapping_add(1);
+        let mut other = [0u8; NFS4_OTHER_SIZE];
+        other[..4].copy_from_slice(&self.epoch.to_be_bytes());
+        other[4..8].copy_from_slice(&t.next_state.to_be_bytes());
+        other[8..].copy_from_slice(&(client as u32).to_be_bytes());
+        other
     }
 
     /// EXCHANGE_ID (RFC 8881 s18.35.4), without state protection (SP4_NONE
@@ -210,7 +419,7 @@ impl V4State {
             let c = &mut t.clients[i];
             if c.verifier == verifier {
                 // The same incarnation again (case 2).
-                c.renewed = Instant::now();
+                c.renewed.store(self.stamp(), Ordering::Relaxed);
                 return Ok(ExchangeIdResult {
                     clientid: c.id,
                     sequenceid: c.cs_seq.wrapping_add(1),
@@ -226,7 +435,7 @@ impl V4State {
             return Err(NFS4ERR_RESOURCE);
         }
         t.next_client = t.next_client.wrapping_add(1);
-        let id = (u64::from(self.boot) << 32) | u64::from(t.next_client);
+        let id = (u64::from(self.epoch) << 32) | u64::from(t.next_client);
         t.clients.push(Client {
             id,
             ownerid: ownerid.to_vec(),
@@ -234,7 +443,7 @@ impl V4State {
             confirmed: false,
             cs_seq: 0,
             cs_reply: None,
-            renewed: Instant::now(),
+            renewed: Arc::new(AtomicU64::new(self.stamp())),
             reclaim_complete: false,
         });
         Ok(ExchangeIdResult {
@@ -248,22 +457,21 @@ impl V4State {
     /// sessions and opens. Whether one was found.
     fn reap_one_expired(&self, t: &mut Tables) -> bool {
         let now = Instant::now();
-        let Some(i) = t
-            .clients
-            .iter()
-            .position(|c| now.duration_since(c.renewed) > self.lease)
-        else {
+        let Some(i) = t.clients.iter().position(|c| self.lapsed(&c.renewed, now)) else {
             return false;
         };
         let id = t.clients[i].id;
-        Self::purge_client(t, id);
+        self.purge_expired(t, id);
         true
     }
 
-    fn purge_client(t: &mut Tables, id: u64) {
+    fn purge_client(&self, t: &mut Tables, id: u64) {
         t.clients.retain(|c| c.id != id);
-        t.sessions.retain(|s| s.client != id);
+        for mut shard in self.shards() {
+            shard.retain(|s| s.client != id);
+        }
         t.opens.retain(|o| o.client != id);
+        t.locks.retain(|l| l.client != id);
     }
 
     /// CREATE_SESSION (RFC 8881 s18.36.4): confirms the client, replaces
@@ -296,7 +504,7 @@ impl V4State {
         if fore.maxrequestsize < 512 || fore.maxresponsesize < 512 {
             return Err(NFS4ERR_TOOSMALL);
         }
-        if t.sessions.len() >= MAX_SESSIONS {
+        if self.shards().map(|s| s.len()).sum::<usize>() >= MAX_SESSIONS {
             return Err(NFS4ERR_NOSPC);
         }
         let slots = fore.maxrequests.min(self.max_slots);
@@ -314,7 +522,7 @@ impl V4State {
         let mut sid = [0u8; NFS4_SESSIONID_SIZE];
         sid[..8].copy_from_slice(&clientid.to_be_bytes());
         sid[8..12].copy_from_slice(&t.next_session.to_be_bytes());
-        sid[12..].copy_from_slice(&self.boot.to_be_bytes());
+        sid[12..].copy_from_slice(&self.epoch.to_be_bytes());
         let res = CreateSessionResult {
             sessionid: sid,
             sequence,
@@ -335,7 +543,7 @@ impl V4State {
             .map(|o| o.id)
             .collect();
         for id in old {
-            Self::purge_client(&mut t, id);
+            self.purge_client(&mut t, id);
         }
         let ci = t.clients.iter().position(|c| c.id == clientid).unwrap_or(0);
         let c = &mut t.clients[ci];
@@ -343,7 +551,8 @@ impl V4State {
         c.confirmed = true;
         c.cs_seq = sequence;
         c.cs_reply = Some(res);
-        c.renewed = Instant::now();
+        c.renewed.store(self.stamp(), Ordering::Relaxed);
+        let renewed = c.renewed.clone();
         let slots = (0..slots)
             .map(|_| Slot {
                 seqid: 0,
@@ -352,11 +561,12 @@ impl V4State {
                 buf: vec![0u8; cached as usize].into_boxed_slice(),
             })
             .collect();
-        t.sessions.push(Session {
+        self.shard(&sid).push(Session {
             id: sid,
             client: clientid,
             slots,
             fore: granted,
+            renewed,
         });
         Ok(res)
     }
@@ -374,10 +584,11 @@ impl V4State {
         cachethis: bool,
         out: &mut [u8],
     ) -> Result<SeqOutcome, u32> {
-        let mut t = self.lock();
-        let Some(s) = t.sessions.iter_mut().find(|s| &s.id == sid) else {
+        let mut shard = self.shard(sid);
+        let Some(s) = shard.iter_mut().find(|s| &s.id == sid) else {
             return Err(NFS4ERR_BADSESSION);
         };
+        let renewed = s.renewed.clone();
         let client = s.client;
         let nslots = s.slots.len() as u32;
         let Some(slot) = s.slots.get_mut(slotid as usize) else {
@@ -406,9 +617,7 @@ impl V4State {
         } else {
             return Err(NFS4ERR_SEQ_MISORDERED);
         };
-        if let Some(c) = t.clients.iter_mut().find(|c| c.id == client) {
-            c.renewed = Instant::now();
-        }
+        renewed.store(self.stamp(), Ordering::Relaxed);
         Ok(out)
     }
 
@@ -416,9 +625,8 @@ impl V4State {
     /// bytes) for a retry when `cache` and it fits, else remember it was not
     /// kept.
     pub fn sequence_done(&self, sid: &SessionId, slotid: u32, reply: Option<&[u8]>) {
-        let mut t = self.lock();
-        let Some(slot) = t
-            .sessions
+        let mut shard = self.shard(sid);
+        let Some(slot) = shard
             .iter_mut()
             .find(|s| &s.id == sid)
             .and_then(|s| s.slots.get_mut(slotid as usize))
@@ -437,17 +645,17 @@ impl V4State {
 
     /// The session's granted fore channel.
     pub fn fore_channel(&self, sid: &SessionId) -> Option<ChannelAttrs> {
-        self.lock().sessions.iter().find(|s| &s.id == sid).map(|s| s.fore)
+        self.shard(sid).iter().find(|s| &s.id == sid).map(|s| s.fore)
     }
 
     /// DESTROY_SESSION (RFC 8881 s18.37). `own_slot`: the slot this
     /// COMPOUND's SEQUENCE holds when it runs in the same session.
     pub fn destroy_session(&self, sid: &SessionId, own_slot: Option<u32>) -> Result<(), u32> {
-        let mut t = self.lock();
-        let Some(i) = t.sessions.iter().position(|s| &s.id == sid) else {
+        let mut shard = self.shard(sid);
+        let Some(i) = shard.iter().position(|s| &s.id == sid) else {
             return Err(NFS4ERR_BADSESSION);
         };
-        let busy = t.sessions[i]
+        let busy = shard[i]
             .slots
             .iter()
             .enumerate()
@@ -455,13 +663,13 @@ impl V4State {
         if busy {
             return Err(NFS4ERR_DELAY);
         }
-        t.sessions.remove(i);
+        shard.remove(i);
         Ok(())
     }
 
     /// Whether the session exists (BIND_CONN_TO_SESSION).
     pub fn has_session(&self, sid: &SessionId) -> bool {
-        self.lock().sessions.iter().any(|s| &s.id == sid)
+        self.shard(sid).iter().any(|s| &s.id == sid)
     }
 
     /// DESTROY_CLIENTID (RFC 8881 s18.50).
@@ -470,10 +678,15 @@ impl V4State {
         if !t.clients.iter().any(|c| c.id == id) {
             return Err(NFS4ERR_STALE_CLIENTID);
         }
-        if t.sessions.iter().any(|s| s.client == id) {
+        if self.shards().any(|s| s.iter().any(|s| s.client == id)) {
             return Err(NFS4ERR_CLIENTID_BUSY);
         }
-        Self::purge_client(&mut t, id);
+        let owner = t.clients.iter().find(|c| c.id == id).map(|c| c.ownerid.clone());
+        self.purge_client(&mut t, id);
+        drop(t);
+        if let Some(o) = owner {
+            self.records.forget(&o);
+        }
         Ok(())
     }
 
@@ -489,6 +702,8 @@ impl V4State {
             return Err(NFS4ERR_COMPLETE_ALREADY);
         }
         c.reclaim_complete = true;
+        let owner = c.ownerid.clone();
+        t.grace.complete(&owner);
         Ok(())
     }
 
@@ -507,15 +722,10 @@ impl V4State {
             });
             let Some(o) = conflict else { break };
             let other = o.client;
-            let expired = t
-                .clients
-                .iter()
-                .find(|c| c.id == other)
-                .is_none_or(|c| now.duration_since(c.renewed) > self.lease);
-            if !expired {
+            if !self.expired(&t, other, now) {
                 return Err(NFS4ERR_SHARE_DENIED);
             }
-            Self::purge_client(&mut t, other);
+            self.purge_expired(&mut t, other);
         }
         if let Some(o) = t
             .opens
@@ -533,11 +743,7 @@ impl V4State {
         if t.opens.len() >= MAX_OPENS {
             return Err(NFS4ERR_RESOURCE);
         }
-        t.next_state = t.next_state.wrapping_add(1);
-        let mut other = [0u8; NFS4_OTHER_SIZE];
-        other[..4].copy_from_slice(&self.boot.to_be_bytes());
-        other[4..8].copy_from_slice(&t.next_state.to_be_bytes());
-        other[8..].copy_from_slice(&(client as u32).to_be_bytes());
+        let other = self.new_other(&mut t, client);
         t.opens.push(Open {
             other,
             seqid: 1,
@@ -553,33 +759,55 @@ impl V4State {
     /// Find an open stateid and check its seqid (RFC 8881 s8.2.2: 0 means
     /// the current one; an older one is NFS4ERR_OLD_STATEID, a newer one
     /// NFS4ERR_BAD_STATEID); one of another process is NFS4ERR_STALE_STATEID.
-    fn find_open(&self, t: &Tables, sid: &Stateid) -> Result<usize, u32> {
+    pub(super) fn find_open(&self, t: &Tables, sid: &Stateid) -> Result<usize, u32> {
         let i = t.opens.iter().position(|o| o.other == sid.other);
-        let Some(i) = i else {
-            let boot = u32::from_be_bytes([sid.other[0], sid.other[1], sid.other[2], sid.other[3]]);
-            return Err(if boot != self.boot {
-                NFS4ERR_STALE_STATEID
-            } else {
-                NFS4ERR_BAD_STATEID
-            });
-        };
-        let cur = t.opens[i].seqid;
-        if sid.seqid == 0 || sid.seqid == cur {
-            Ok(i)
-        } else if sid.seqid < cur {
-            Err(NFS4ERR_OLD_STATEID)
-        } else {
-            Err(NFS4ERR_BAD_STATEID)
+        let Some(i) = i else { return Err(self.unknown(sid)) };
+        check_seqid(sid, t.opens[i].seqid).map(|()| i)
+    }
+
+    /// Find a lock stateid, its seqid checked as [`Self::find_open`] does.
+    pub(super) fn find_lock(&self, t: &Tables, sid: &Stateid) -> Result<usize, u32> {
+        let i = t.locks.iter().position(|l| l.other == sid.other);
+        let Some(i) = i else { return Err(self.unknown(sid)) };
+        check_seqid(sid, t.locks[i].seqid).map(|()| i)
+    }
+
+    /// An open or a lock stateid.
+    fn find_any(&self, t: &Tables, sid: &Stateid) -> Result<Found, u32> {
+        match self.find_open(t, sid) {
+            Ok(i) => Ok(Found::Open(i)),
+            Err(NFS4ERR_BAD_STATEID) | Err(NFS4ERR_STALE_STATEID) if t.locks.iter().any(|l| l.other == sid.other) => {
+                self.find_lock(t, sid).map(Found::Lock)
+            }
+            Err(e) => Err(e),
         }
     }
 
-    /// CLOSE: the open goes (RFC 8881 s18.2.4).
+    /// The status of a stateid no table holds: one of an earlier boot is
+    /// stale, one of ours was freed (or never was).
+    fn unknown(&self, sid: &Stateid) -> u32 {
+        let boot = u32::from_be_bytes([sid.other[0], sid.other[1], sid.other[2], sid.other[3]]);
+        if boot != self.epoch {
+            NFS4ERR_STALE_STATEID
+        } else {
+            NFS4ERR_BAD_STATEID
+        }
+    }
+
+    /// CLOSE: the open goes (RFC 8881 s18.2.4), with the lock stateids
+    /// that came through it; while one of them still holds a lock, nothing
+    /// goes and the answer is NFS4ERR_LOCKS_HELD.
     pub fn close(&self, sid: &Stateid, file: &FileKey) -> Result<(), u32> {
         let mut t = self.lock();
         let i = self.find_open(&t, sid)?;
         if &t.opens[i].file != file {
             return Err(NFS4ERR_BAD_STATEID);
         }
+        let other = t.opens[i].other;
+        if t.locks.iter().any(|l| l.open == other && !l.ranges.is_empty()) {
+            return Err(NFS4ERR_LOCKS_HELD);
+        }
+        t.locks.retain(|l| l.open != other);
         t.opens.remove(i);
         Ok(())
     }
@@ -623,8 +851,17 @@ impl V4State {
             let denied = t.opens.iter().any(|o| &o.file == file && o.deny & want != 0);
             return if denied { Err(NFS4ERR_LOCKED) } else { Ok(()) };
         }
-        let i = self.find_open(&t, sid)?;
-        let o = &t.opens[i];
+        let o = match self.find_any(&t, sid)? {
+            Found::Open(i) => &t.opens[i],
+            Found::Lock(i) => {
+                // A lock stateid acts with the access of its open.
+                let l = &t.locks[i];
+                if &l.file != file {
+                    return Err(NFS4ERR_BAD_STATEID);
+                }
+                t.opens.iter().find(|o| o.other == l.open).ok_or(NFS4ERR_BAD_STATEID)?
+            }
+        };
         if &o.file != file {
             return Err(NFS4ERR_BAD_STATEID);
         }
@@ -642,19 +879,33 @@ impl V4State {
             return NFS4ERR_BAD_STATEID;
         }
         let t = self.lock();
-        match self.find_open(&t, sid) {
-            Ok(i) if t.opens[i].client == client => NFS4_OK,
+        match self.find_any(&t, sid) {
+            Ok(Found::Open(i)) if t.opens[i].client == client => NFS4_OK,
+            Ok(Found::Lock(i)) if t.locks[i].client == client => NFS4_OK,
             Ok(_) => NFS4ERR_BAD_STATEID,
             Err(e) => e,
         }
     }
 
-    /// FREE_STATEID: an open stateid is freed by CLOSE, not here
-    /// (NFS4ERR_LOCKS_HELD, as for a stateid still in use).
+    /// FREE_STATEID (RFC 8881 s18.38): a lock stateid holding no lock goes;
+    /// one still holding locks is NFS4ERR_LOCKS_HELD, and so is an open
+    /// stateid (CLOSE frees it).
     pub fn free_stateid(&self, client: u64, sid: &Stateid) -> u32 {
-        match self.test_stateid(client, sid) {
-            NFS4_OK => NFS4ERR_LOCKS_HELD,
-            e => e,
+        if sid.is_special() {
+            return NFS4ERR_BAD_STATEID;
+        }
+        let mut t = self.lock();
+        match self.find_any(&t, sid) {
+            Ok(Found::Open(i)) if t.opens[i].client == client => NFS4ERR_LOCKS_HELD,
+            Ok(Found::Lock(i)) if t.locks[i].client == client => {
+                if !t.locks[i].ranges.is_empty() {
+                    return NFS4ERR_LOCKS_HELD;
+                }
+                t.locks.remove(i);
+                NFS4_OK
+            }
+            Ok(_) => NFS4ERR_BAD_STATEID,
+            Err(e) => e,
         }
     }
 
@@ -757,6 +1008,75 @@ mod tests {
         assert_eq!((s.clients(), s.opens()), (2, 1));
         s.open(b, b"ob", f, OPEN4_SHARE_ACCESS_READ, 0).unwrap();
         assert_eq!((s.clients(), s.opens()), (1, 1), "a's record and open went");
+    }
+
+    /// The stable records lose a client whose expired state another client
+    /// took, and, when the grace period ends, the clients named in them
+    /// that did not come back.
+    #[test]
+    fn records_forget_expired_and_unreclaimed_clients() {
+        let dir = std::env::temp_dir().join(format!("nfs4-state-records-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let open_records = || Records::open(&dir, &[("u", true)]).unwrap();
+        let s = V4State::new(8, 1 << 20)
+            .with_lease(Duration::from_millis(40))
+            .with_records(open_records());
+        assert!(!s.in_grace());
+        let (a, _) = client(&s, b"a");
+        let (b, sid_b) = client(&s, b"b");
+        assert_eq!(s.record_open(a, 0), Err(NFS4ERR_DELAY), "written first");
+        assert!(s.records().wait_durable(5000));
+        assert_eq!(s.record_open(a, 0), Ok(()));
+        assert_eq!(s.record_open(b, 0), Err(NFS4ERR_DELAY));
+        assert!(s.records().wait_durable(5000));
+        assert_eq!(open_records().known(), vec![b"a".to_vec(), b"b".to_vec()]);
+        let f = (0, FileHandle::new(&[4]).unwrap());
+        s.open(a, b"oa", f, OPEN4_SHARE_ACCESS_BOTH, OPEN4_SHARE_DENY_BOTH)
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(80));
+        let mut out = [0u8; 16];
+        s.sequence(&sid_b, 1, 0, false, &mut out).unwrap();
+        s.sequence_done(&sid_b, 0, None);
+        s.open(b, b"ob", f, OPEN4_SHARE_ACCESS_READ, 0).unwrap();
+        assert!(s.records().wait_durable(5000));
+        assert_eq!(open_records().known(), vec![b"b".to_vec()], "a's expired state went");
+        drop(s);
+        // A restart: "b" is named; it does not come back, "c" is a new
+        // client. When the grace period ends, "b" leaves the records.
+        let s = V4State::new(8, 1 << 20)
+            .with_lease(Duration::from_millis(40))
+            .with_records(open_records());
+        assert!(s.in_grace());
+        let (c, _) = client(&s, b"c");
+        assert_eq!(s.check_grace(c, false), Err(NFS4ERR_GRACE));
+        assert_eq!(s.check_grace(c, true), Err(NFS4ERR_NO_GRACE), "not named");
+        std::thread::sleep(Duration::from_millis(60));
+        assert!(!s.in_grace());
+        assert_eq!(s.check_grace(c, false), Ok(()));
+        assert!(s.records().wait_durable(5000));
+        assert!(open_records().known().is_empty());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// SEQUENCE and its completion take only their session's shard: they
+    /// run while another thread holds the tables (OPEN, LOCK, ...).
+    #[test]
+    fn sequence_does_not_wait_for_the_tables() {
+        let s = V4State::new(8, 1 << 20);
+        let (_, sid) = client(&s, b"a");
+        let t = s.lock_tables();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::scope(|sc| {
+            sc.spawn(|| {
+                let mut out = [0u8; 16];
+                let r = s.sequence(&sid, 1, 0, false, &mut out);
+                s.sequence_done(&sid, 0, None);
+                let _ = tx.send(r.is_ok());
+            });
+            let got = rx.recv_timeout(Duration::from_secs(5));
+            drop(t);
+            assert_eq!(got, Ok(true), "SEQUENCE waited for the tables' lock");
+        });
     }
 
     #[test]

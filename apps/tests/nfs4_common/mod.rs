@@ -405,6 +405,15 @@ impl<T: V4Transport> V4<T> {
 
     /// EXCHANGE_ID, CREATE_SESSION (asking for `slots`), RECLAIM_COMPLETE.
     pub fn setup(&mut self, slots: u32) {
+        self.session(slots);
+        let r = self.seq(&[op(|e| {
+            e.u32(OP_RECLAIM_COMPLETE).bool(false);
+        })]);
+        assert_eq!(r.status, NFS4_OK, "RECLAIM_COMPLETE");
+    }
+
+    /// EXCHANGE_ID and CREATE_SESSION (asking for `slots`).
+    pub fn session(&mut self, slots: u32) {
         let (owner, verf) = (self.owner.clone(), self.verifier);
         let r = self.compound(&[op(|e| {
             e.u32(OP_EXCHANGE_ID)
@@ -439,10 +448,6 @@ impl<T: V4Transport> V4<T> {
         let _ops = d.u32();
         self.slots = d.u32();
         self.seq = vec![0; self.slots as usize];
-        let r = self.seq(&[op(|e| {
-            e.u32(OP_RECLAIM_COMPLETE).bool(false);
-        })]);
-        assert_eq!(r.status, NFS4_OK, "RECLAIM_COMPLETE");
     }
 
     /// The handle of `path` (from the root, component by component).

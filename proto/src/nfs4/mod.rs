@@ -60,6 +60,9 @@ pub const MAX_TEST_STATEIDS: u32 = 64;
 pub const MAX_CB_SEC_PARMS: u32 = 16;
 /// `sec_oid4` entries of an SSV state protection walked.
 pub const MAX_SEC_OIDS: u32 = 16;
+/// `netloc4` entries of COPY's `ca_source_server` walked (inter-server
+/// copy is NFS4ERR_NOTSUPP; the list is only stepped over).
+pub const MAX_NETLOCS: u32 = 16;
 
 /// `NFS4_VERIFIER_SIZE`.
 pub const NFS4_VERIFIER_SIZE: usize = 8;
@@ -259,6 +262,14 @@ pub const NFS4ERR_DIRDELEG_UNAVAIL: u32 = 10084;
 pub const NFS4ERR_REJECT_DELEG: u32 = 10085;
 pub const NFS4ERR_RETURNCONFLICT: u32 = 10086;
 pub const NFS4ERR_DELEG_REVOKED: u32 = 10087;
+// NFSv4.2 (RFC 7862 s11.1).
+pub const NFS4ERR_PARTNER_NOTSUPP: u32 = 10088;
+pub const NFS4ERR_PARTNER_NO_AUTH: u32 = 10089;
+pub const NFS4ERR_UNION_NOTSUPP: u32 = 10090;
+pub const NFS4ERR_OFFLOAD_DENIED: u32 = 10091;
+pub const NFS4ERR_WRONG_LFS: u32 = 10092;
+pub const NFS4ERR_BADLABEL: u32 = 10093;
+pub const NFS4ERR_OFFLOAD_NO_REQS: u32 = 10094;
 
 // ---------------------------------------------------------------------------
 // Types and enums
@@ -274,6 +285,25 @@ pub const NF4SOCK: u32 = 6;
 pub const NF4FIFO: u32 = 7;
 pub const NF4ATTRDIR: u32 = 8;
 pub const NF4NAMEDATTR: u32 = 9;
+
+/// `nfs_lock_type4` (RFC 8881 s18.10): the W variants ask the client to
+/// be told when a blocked lock may be granted; they are granted or denied
+/// at once as the others are.
+pub const READ_LT: u32 = 1;
+pub const WRITE_LT: u32 = 2;
+pub const READW_LT: u32 = 3;
+pub const WRITEW_LT: u32 = 4;
+/// A lock's `length4` reaching the end of every file (RFC 8881 s18.10.4).
+pub const NFS4_LENGTH_EOF: u64 = u64::MAX;
+
+/// `data_content4` of SEEK (RFC 7862 s15.11).
+pub const NFS4_CONTENT_DATA: u32 = 0;
+pub const NFS4_CONTENT_HOLE: u32 = 1;
+
+/// `netloc_type4` (RFC 7862 s15.2: COPY's source servers).
+pub const NL4_NAME: u32 = 1;
+pub const NL4_URL: u32 = 2;
+pub const NL4_NETADDR: u32 = 3;
 
 /// `stable_how4`.
 pub const UNSTABLE4: u32 = 0;

@@ -409,7 +409,7 @@ fn bounds_give_statuses_not_panics() {
             "op {op}"
         );
     }
-    for op in [OP_LOCK, OP_LAYOUTGET, OP_SETCLIENTID, OP_COPY] {
+    for op in [OP_DELEGPURGE, OP_LAYOUTGET, OP_SETCLIENTID, OP_CLONE] {
         let c = compound(1, &[V::new().w(op).0]);
         let (_, ops) = decode_all(&c).unwrap();
         assert_eq!(
@@ -547,6 +547,22 @@ fn truncation_at_every_offset() {
         V::new().w(OP_FREE_STATEID).b(&[0; 16]).0,
         V::new().w(OP_ACCESS).w(0x3f).0,
         V::new().w(OP_VERIFY).w(1).w(1 << FATTR4_SIZE).o(&[0; 8]).0,
+        lock_new(),
+        lock_exist(),
+        V::new().w(OP_LOCKT).w(READ_LT).h(0).h(10).h(5).o(b"lo").0,
+        V::new()
+            .w(OP_LOCKU)
+            .w(WRITE_LT)
+            .w(0)
+            .b(&[2; 16])
+            .h(4)
+            .h(NFS4_LENGTH_EOF)
+            .0,
+        V::new().w(OP_RELEASE_LOCKOWNER).h(5).o(b"lo").0,
+        V::new().w(OP_ALLOCATE).b(&[1; 16]).h(0).h(4096).0,
+        V::new().w(OP_DEALLOCATE).b(&[1; 16]).h(4096).h(8192).0,
+        V::new().w(OP_SEEK).b(&[1; 16]).h(100).w(NFS4_CONTENT_HOLE).0,
+        copy(&[V::new().w(NL4_NETADDR).o(b"tcp").o(b"10.0.0.1.8.1").0]),
     ];
     for v in &vectors {
         let c = compound(1, std::slice::from_ref(v));
@@ -568,4 +584,234 @@ fn truncation_at_every_offset() {
             }
         }
     }
+}
+
+/// LOCK with `open_to_lock_owner4`: WRITE_LT, not a reclaim, 10 bytes at
+/// 100, open stateid seqid 1 other 0x07..., lock owner (5, "lock-owner").
+fn lock_new() -> Vec<u8> {
+    V::new()
+        .w(OP_LOCK)
+        .w(WRITE_LT)
+        .w(0)
+        .h(100)
+        .h(10)
+        .w(1)
+        .w(4)
+        .w(1)
+        .b(&[7; 12])
+        .w(0)
+        .h(5)
+        .o(b"lock-owner")
+        .0
+}
+
+/// LOCK with `exist_lock_owner4`: READW_LT, a reclaim, to the end of file.
+fn lock_exist() -> Vec<u8> {
+    V::new()
+        .w(OP_LOCK)
+        .w(READW_LT)
+        .w(1)
+        .h(0)
+        .h(NFS4_LENGTH_EOF)
+        .w(0)
+        .w(3)
+        .b(&[9; 12])
+        .w(0)
+        .0
+}
+
+/// COPY of 4096 bytes from 0 to 8192, synchronous, with `servers`.
+fn copy(servers: &[Vec<u8>]) -> Vec<u8> {
+    let mut v = V::new()
+        .w(OP_COPY)
+        .w(1)
+        .b(&[1; 12])
+        .w(2)
+        .b(&[2; 12])
+        .h(0)
+        .h(8192)
+        .h(4096)
+        .w(0)
+        .w(1)
+        .w(servers.len() as u32);
+    for s in servers {
+        v = v.b(s);
+    }
+    v.0
+}
+
+#[test]
+fn locks_by_hand() {
+    let c = compound(1, &[lock_new(), lock_exist()]);
+    let (_, ops) = decode_all(&c).unwrap();
+    assert_eq!(
+        ops[0],
+        Ok(Op::Lock {
+            locktype: WRITE_LT,
+            reclaim: false,
+            offset: 100,
+            length: 10,
+            locker: Locker::New {
+                open_seqid: 4,
+                open_stateid: Stateid {
+                    seqid: 1,
+                    other: [7; 12]
+                },
+                lock_seqid: 0,
+                owner: LockOwner {
+                    clientid: 5,
+                    owner: b"lock-owner"
+                },
+            },
+        })
+    );
+    assert_eq!(
+        ops[1],
+        Ok(Op::Lock {
+            locktype: READW_LT,
+            reclaim: true,
+            offset: 0,
+            length: NFS4_LENGTH_EOF,
+            locker: Locker::Exist {
+                lock_stateid: Stateid {
+                    seqid: 3,
+                    other: [9; 12]
+                },
+                lock_seqid: 0,
+            },
+        })
+    );
+    let c = compound(
+        1,
+        &[
+            V::new().w(OP_LOCKT).w(READ_LT).h(0).h(10).h(5).o(b"lo").0,
+            V::new().w(OP_LOCKU).w(WRITE_LT).w(4).b(&[2; 16]).h(4).h(6).0,
+            V::new().w(OP_RELEASE_LOCKOWNER).h(5).o(b"lo").0,
+        ],
+    );
+    let (_, ops) = decode_all(&c).unwrap();
+    let owner = LockOwner {
+        clientid: 5,
+        owner: b"lo",
+    };
+    assert_eq!(
+        ops,
+        vec![
+            Ok(Op::Lockt {
+                locktype: READ_LT,
+                offset: 0,
+                length: 10,
+                owner
+            }),
+            Ok(Op::Locku {
+                locktype: WRITE_LT,
+                seqid: 4,
+                stateid: Stateid {
+                    seqid: u32::from_be_bytes([2; 4]),
+                    other: [2; 12]
+                },
+                offset: 4,
+                length: 6
+            }),
+            Ok(Op::ReleaseLockowner(owner)),
+        ]
+    );
+    // A lock type outside the enum is not the XDR; an owner over the
+    // opaque limit is RESOURCE.
+    for (bad, status) in [
+        (V::new().w(OP_LOCKT).w(0).h(0).h(1).h(5).o(b"lo").0, NFS4ERR_BADXDR),
+        (V::new().w(OP_LOCKT).w(5).h(0).h(1).h(5).o(b"lo").0, NFS4ERR_BADXDR),
+        (
+            V::new().w(OP_LOCKT).w(1).h(0).h(1).h(5).o(&[1; 1025]).0,
+            NFS4ERR_RESOURCE,
+        ),
+        (
+            V::new().w(OP_LOCK).w(1).w(0).h(0).h(1).w(2).b(&[0; 16]).w(0).0,
+            NFS4ERR_BADXDR,
+        ),
+    ] {
+        let c = compound(1, &[bad]);
+        let (_, ops) = decode_all(&c).unwrap();
+        assert!(
+            matches!(ops[0], Err(OpError { status: s, .. }) if s == status),
+            "{ops:?}"
+        );
+    }
+}
+
+#[test]
+fn v42_operations_by_hand() {
+    let c = compound(
+        2,
+        &[
+            V::new().w(OP_ALLOCATE).b(&[1; 16]).h(0).h(4096).0,
+            V::new().w(OP_DEALLOCATE).b(&[1; 16]).h(4096).h(8192).0,
+            V::new().w(OP_SEEK).b(&[1; 16]).h(100).w(NFS4_CONTENT_DATA).0,
+            copy(&[]),
+            copy(&[
+                V::new().w(NL4_NAME).o(b"server").0,
+                V::new().w(NL4_URL).o(b"nfs://x/").0,
+            ]),
+        ],
+    );
+    let (h, ops) = decode_all(&c).unwrap();
+    assert_eq!(h.minorversion, 2);
+    let sid = Stateid {
+        seqid: 0x0101_0101,
+        other: [1; 12],
+    };
+    assert_eq!(
+        ops[..3],
+        [
+            Ok(Op::Allocate {
+                stateid: sid,
+                offset: 0,
+                length: 4096
+            }),
+            Ok(Op::Deallocate {
+                stateid: sid,
+                offset: 4096,
+                length: 8192
+            }),
+            Ok(Op::Seek {
+                stateid: sid,
+                offset: 100,
+                what: NFS4_CONTENT_DATA
+            }),
+        ]
+    );
+    let want = Op::Copy {
+        src_stateid: Stateid {
+            seqid: 1,
+            other: [1; 12],
+        },
+        dst_stateid: Stateid {
+            seqid: 2,
+            other: [2; 12],
+        },
+        src_offset: 0,
+        dst_offset: 8192,
+        count: 4096,
+        consecutive: false,
+        synchronous: true,
+        source_servers: 0,
+    };
+    assert_eq!(ops[3], Ok(want));
+    match ops[4] {
+        Ok(Op::Copy { source_servers, .. }) => assert_eq!(source_servers, 2),
+        ref o => panic!("{o:?}"),
+    }
+    // An unknown data_content4: UNION_NOTSUPP; a netloc type outside the
+    // enum: BADXDR; more source servers than we walk: RESOURCE.
+    let seek = V::new().w(OP_SEEK).b(&[1; 16]).h(0).w(2).0;
+    let c = compound(2, &[seek]);
+    let (_, ops) = decode_all(&c).unwrap();
+    assert_eq!(ops[0].unwrap_err().status, NFS4ERR_UNION_NOTSUPP);
+    let c = compound(2, &[copy(&[V::new().w(9).0])]);
+    let (_, ops) = decode_all(&c).unwrap();
+    assert_eq!(ops[0].unwrap_err().status, NFS4ERR_BADXDR);
+    let many: Vec<Vec<u8>> = (0..=MAX_NETLOCS).map(|_| V::new().w(NL4_NAME).o(b"s").0).collect();
+    let c = compound(2, &[copy(&many)]);
+    let (_, ops) = decode_all(&c).unwrap();
+    assert_eq!(ops[0].unwrap_err().status, NFS4ERR_RESOURCE);
 }
