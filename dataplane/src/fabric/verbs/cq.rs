@@ -23,9 +23,24 @@ impl VerbsFabric {
                     if let Some(e) = c.sq.pop_front() {
                         opcode = e.opcode;
                         report = e.signaled || !st.is_success();
+                        if e.internal {
+                            c.sq_internal -= 1;
+                        }
                     }
-                } else if c.srq.is_none() {
-                    c.rq_out = c.rq_out.saturating_sub(1);
+                } else {
+                    if c.srq.is_none() {
+                        c.rq_out = c.rq_out.saturating_sub(1);
+                    }
+                    // A window the peer invalidated (Send with Invalidate)
+                    // is free to bind again on this QP.
+                    if st.is_success() && wc.wc_flags & self.inv_flags != 0 {
+                        // SAFETY: both members of the union are u32.
+                        let k = unsafe { wc.imm_data_invalidated_rkey_union.invalidated_rkey };
+                        if let Some(p) = c.windows.iter().position(|w| w.0 == k) {
+                            let (k, mw) = c.windows.swap_remove(p);
+                            c.free_mws.push((mw, k));
+                        }
+                    }
                 }
                 let dead = c.state == State::Error;
                 if !st.is_success() && !dead {
