@@ -9,7 +9,7 @@ use std::sync::OnceLock;
 use dataplane::responder::Responder;
 use dataplane::sim::{SimConfig, SimFabric, SimNetwork};
 use dataplane::{
-    CmEvent, Completion, ConnId, CqId, Fabric, LocalBuf, QpConfig, RecvWr, SendOp, SendWr, WcOpcode, WrId,
+    Access, CmEvent, Completion, ConnId, CqId, Fabric, LocalBuf, QpConfig, RecvWr, RegionAccess, SendOp, SendWr, WcOpcode, WrId,
 };
 use engine_common::*;
 use mempool::pool::PoolCache;
@@ -193,9 +193,8 @@ fn setup(
     )
     .unwrap();
     let mut fab = net.endpoint();
-    let mut rkeys = vec![0; p.regions.len()];
     for r in &p.regions {
-        rkeys[r.id() as usize] = fab.register_region(r).unwrap().rkey;
+        fab.register_region(r, RegionAccess::Exposable).unwrap();
     }
     let cq = fab.create_cq(64).unwrap();
     let conn = fab
@@ -209,6 +208,17 @@ fn setup(
             &[],
         )
         .unwrap();
+    // The raw peer offers each region whole (Read and Write) to this one
+    // connection, as a careless requester might.
+    let mut rkeys = vec![0; p.regions.len()];
+    for r in &p.regions {
+        let whole = LocalBuf {
+            region: r.id(),
+            offset: 0,
+            len: r.len() as u32,
+        };
+        rkeys[r.id() as usize] = fab.expose(conn, whole, Access::ReadWrite).unwrap().handle;
+    }
     let mut raw = Raw {
         fab,
         cq,

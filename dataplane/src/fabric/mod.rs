@@ -70,6 +70,19 @@ pub enum Access {
     Read,
     /// The peer may RDMA-Write it (a Write or Reply chunk).
     Write,
+    /// Both (a buffer the peer reads and writes; tests, tools).
+    ReadWrite,
+}
+
+impl Access {
+    /// Whether a window opened for `self` allows an operation needing `op`
+    /// ([`Access::Read`] for an RDMA Read, [`Access::Write`] for a Write).
+    pub const fn allows(self, op: Access) -> bool {
+        matches!(
+            (self, op),
+            (Access::ReadWrite, _) | (Access::Read, Access::Read) | (Access::Write, Access::Write)
+        )
+    }
 }
 
 /// The handle of a window that is not exposed: a [`Fabric::expose`] never

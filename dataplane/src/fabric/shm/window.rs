@@ -46,6 +46,7 @@ fn access_code(a: Access) -> u64 {
     match a {
         Access::Read => ACCESS_READ,
         Access::Write => ACCESS_WRITE,
+        Access::ReadWrite => ACCESS_READ | ACCESS_WRITE,
     }
 }
 
@@ -75,10 +76,10 @@ pub fn lookup(file: &SharedFile, off: usize, count: u32, key: u32, access: Acces
         return None;
     }
     let e = off + slot as usize * WINDOW_BYTES;
-    let want = u64::from(key) << 32 | access_code(access);
     // Acquire: pairs with the owner's Release store that opened the window,
     // so words 1-3 below are the ones it wrote before.
-    if word(file, e).load(Ordering::Acquire) != want {
+    let w0 = word(file, e).load(Ordering::Acquire);
+    if w0 >> 32 != u64::from(key) || w0 & access_code(access) != access_code(access) {
         return None;
     }
     let region = word(file, e + 8).load(Ordering::Relaxed);
@@ -86,7 +87,7 @@ pub fn lookup(file: &SharedFile, off: usize, count: u32, key: u32, access: Acces
     let len = word(file, e + 24).load(Ordering::Relaxed);
     // Seqlock re-check: the entry was not closed or reused while read.
     fence(Ordering::Acquire);
-    if word(file, e).load(Ordering::Relaxed) != want || region > u64::from(u16::MAX) {
+    if word(file, e).load(Ordering::Relaxed) != w0 || region > u64::from(u16::MAX) {
         return None;
     }
     Some(Open {

@@ -45,6 +45,7 @@ impl VerbsFabric {
         let flags = match access {
             Access::Read => a::IBV_ACCESS_REMOTE_READ.0,
             Access::Write => a::IBV_ACCESS_REMOTE_WRITE.0,
+            Access::ReadWrite => a::IBV_ACCESS_REMOTE_READ.0 | a::IBV_ACCESS_REMOTE_WRITE.0,
         };
         // SAFETY: ibv_send_wr is plain old data (integers, pointers, unions of
         // those); zero is valid and the fields used are set below.

@@ -566,7 +566,7 @@ impl Net {
         let slot = self.window_index(ep, q, seg.handle)?;
         let w = self.eps[ep].windows[slot].as_ref()?;
         let end = seg.offset.checked_add(len)?;
-        if w.access != access || len > u64::from(seg.length) || seg.offset < w.start || end > w.start + w.len {
+        if !w.access.allows(access) || len > u64::from(seg.length) || seg.offset < w.start || end > w.start + w.len {
             return None;
         }
         let mr = self.eps[ep].regs[w.region].as_ref()?;
