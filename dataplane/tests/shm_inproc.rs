@@ -253,9 +253,11 @@ fn gather_write_read_and_send_with_invalidate() {
     b.write(100, b"abc");
     b.write(200, b"defg");
     b.write(300, b"h");
+    // A window of a's for b to invalidate.
+    let inv = a.f.expose(ca, a.buf(1 << 20, 64), Access::Write).unwrap().handle;
     let mut wr = SendWr::new(
         WrId::new(2, 0),
-        SendOp::SendWithInv { rkey: 0xdead_beef },
+        SendOp::SendWithInv { rkey: inv },
         b.buf(100, 3),
         RemoteBuf::default(),
     );
@@ -265,7 +267,7 @@ fn gather_write_read_and_send_with_invalidate() {
     b.f.post_send(cb, &wr).unwrap();
     assert_eq!(b.wait(1)[0].byte_len, 8);
     let rc = a.wait(1);
-    assert_eq!((rc[0].byte_len, rc[0].invalidated_rkey), (8, Some(0xdead_beef)));
+    assert_eq!((rc[0].byte_len, rc[0].invalidated_rkey), (8, Some(inv)));
     assert_eq!(a.read(0, 8), b"abcdefgh");
 
     // RDMA Write into a, RDMA Read from a.

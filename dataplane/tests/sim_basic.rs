@@ -484,7 +484,8 @@ fn invalidating_an_unknown_rkey_is_remote_invalid_request() {
     net.run_until_idle(1000).unwrap();
     assert_eq!(find(&c.drain(), RECV, 0).status, WcStatus::RemoteInvalidRequest);
     assert_eq!(find(&s.drain(), SEND, 0).status, WcStatus::RemoteInvalidRequest);
-    assert!(c.fab.rkey_valid(c.keys.rkey), "the real key is untouched");
+    assert!(c.fab.rkey_valid(c.window), "the real key is untouched");
+    assert!(!c.fab.rkey_valid(c.keys.rkey), "a region key is never a window");
 }
 
 #[test]
