@@ -259,6 +259,11 @@ impl Peer {
         Some(unsafe { self.file.as_ptr().add(at) })
     }
 
+    /// How many of the peer's regions are mapped here.
+    pub fn regions_mapped(&self) -> usize {
+        self.regions.iter().flatten().count()
+    }
+
     fn closed(&self) -> bool {
         // Acquire: pairs with the peer's Release store of its closed word in
         // `Conn::fail` (or its drop): deliveries it published before closing

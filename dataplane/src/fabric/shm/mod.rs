@@ -374,6 +374,20 @@ impl ShmFabric {
         &self.cfg
     }
 
+    /// The key region `region` was registered with, if it was (tests: a
+    /// hostile peer presenting a region's real key). Owning core.
+    pub fn region_key(&self, region: u16) -> Option<u32> {
+        self.regions.rkey(region)
+    }
+
+    /// How many of the peer's regions connection `conn` mapped (`None`
+    /// before the peer's ring file and regions arrived): a responder's peer
+    /// maps none. Owning core.
+    pub fn peer_regions_mapped(&self, conn: ConnId) -> Option<usize> {
+        let c = self.conns.get(self.conns.index(conn.0)?)?;
+        c.peer.as_ref().map(conn::Peer::regions_mapped)
+    }
+
     /// Connections currently held (live or waiting to be reaped). Any time.
     pub fn conn_count(&self) -> usize {
         self.conns.len()

@@ -760,6 +760,12 @@ impl SimFabric {
     pub fn rkey_valid(&self, rkey: u32) -> bool {
         self.net.borrow().rkey_valid(self.ep, rkey)
     }
+
+    /// The keys region `region` was registered with, if it was (tests: a
+    /// hostile peer presenting a region's real key).
+    pub fn region_keys(&self, region: u16) -> Option<MrKeys> {
+        self.net.borrow().region_keys(self.ep, region)
+    }
 }
 
 impl Fabric for SimFabric {

@@ -528,6 +528,10 @@ impl Net {
         Ok(offset)
     }
 
+    pub(super) fn region_keys(&self, ep: usize, region: u16) -> Option<MrKeys> {
+        self.eps[ep].regs.get(region as usize)?.as_ref().map(|m| m.keys)
+    }
+
     pub(super) fn rkey_valid(&self, ep: usize, rkey: u32) -> bool {
         let slot = ((rkey >> 8) & 0xffff) as usize;
         self.eps[ep]
