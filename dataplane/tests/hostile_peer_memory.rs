@@ -436,3 +436,79 @@ fn hostile_peer_shm_client_maps_nothing_of_the_responders() {
     });
     assert_eq!(raw.f.peer_regions_mapped(conn), Some(0));
 }
+
+/// One requester fabric with two connections to one target (as verbs has:
+/// one protection domain for every connection of a process): a window
+/// exposed to connection A is closed to connection B, for Writes and Reads.
+fn window_is_open_to_its_connection_only<B: Bed>(bed: &B) {
+    let addr = bed.addr();
+    let mut t = Raw::new(bed.endpoint(), 210, RegionAccess::Local);
+    t.f.listen(&addr).expect("listen");
+    let mut q = Raw::new(bed.endpoint(), 211, RegionAccess::Exposable);
+    let mut tc: Vec<ConnId> = Vec::new();
+    let mut qc: Vec<ConnId> = Vec::new();
+    for _ in 0..3 {
+        let qp = q.qp();
+        let c = q.f.connect(&addr, &qp, &[]).expect("connect");
+        q.post_recvs(c, 4);
+        qc.push(c);
+        let (mut up_t, mut up_q) = (false, false);
+        wait_until(bed, "the connection", || {
+            while let Some(ev) = t.f.poll_cm() {
+                match ev {
+                    CmEvent::ConnectRequest { req, .. } => {
+                        let qp = t.qp();
+                        let a = t.f.accept(req, &qp, &[]).expect("accept");
+                        t.post_recvs(a, 4);
+                        tc.push(a);
+                    }
+                    CmEvent::Established { .. } => up_t = true,
+                    _ => {}
+                }
+            }
+            up_q |= matches!(q.f.poll_cm(), Some(CmEvent::Established { .. }));
+            up_t && up_q
+        });
+    }
+    let chunk = q.buf(64 << 10, LEN);
+    q.fill(64 << 10, 0x77, LEN);
+    for (k, op) in [SendOp::RdmaRead, SendOp::RdmaWrite].into_iter().enumerate() {
+        let access = if op == SendOp::RdmaRead {
+            dataplane::Access::Read
+        } else {
+            dataplane::Access::Write
+        };
+        let seg = q.f.expose(qc[0], chunk, access).expect("expose");
+        let remote = RemoteBuf { length: LEN, ..seg };
+        t.fill(1 << 20, 0x99, LEN);
+        let st = rdma(bed, &mut t, tc[1 + k], op, remote, &mut || q.poll());
+        assert_eq!(st, WcStatus::RemoteAccess, "{op:?} with connection A's window on another connection");
+        assert_eq!(q.bytes(64 << 10, LEN), vec![0x77; LEN as usize], "A's chunk is untouched");
+        assert_eq!(t.bytes(1 << 20, LEN), vec![0x99; LEN as usize], "nothing was read");
+        let st = rdma(bed, &mut t, tc[0], SendOp::RdmaRead, remote, &mut || q.poll());
+        let want = if op == SendOp::RdmaRead {
+            WcStatus::Success
+        } else {
+            // A Write window does not open the buffer to Reads.
+            WcStatus::RemoteAccess
+        };
+        assert_eq!(st, want, "a Read through A's {access:?} window on A's connection");
+        if want == WcStatus::RemoteAccess {
+            // That error ended A's connection: the last check.
+            assert_eq!(k, 1);
+            return;
+        }
+        q.f.hide(qc[0], seg.handle);
+    }
+    unreachable!("the Write round ends the test");
+}
+
+#[test]
+fn hostile_peer_sim_a_window_is_closed_to_the_processes_other_connections() {
+    window_is_open_to_its_connection_only(&sim(5));
+}
+
+#[test]
+fn hostile_peer_shm_a_window_is_closed_to_the_processes_other_connections() {
+    window_is_open_to_its_connection_only(&ShmBed::new("win"));
+}
