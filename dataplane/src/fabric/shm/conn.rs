@@ -505,7 +505,7 @@ impl Conn {
             ring_cap: cap,
             layout,
             slot_bytes: cfg.recv_slot_bytes,
-            windows: Windows::new(layout.windows, cfg.max_windows),
+            windows: Windows::new(layout.windows, cfg.max_windows, super::new_salt()),
             desc_tx,
             deliv_rx,
             peer: None,

@@ -293,7 +293,7 @@ static NEXT_SALT: AtomicU32 = AtomicU32::new(0);
 
 /// A 16-bit key salt, different for every fabric of this process and unlikely
 /// to repeat across processes.
-fn new_salt() -> u16 {
+pub(super) fn new_salt() -> u16 {
     let n = NEXT_SALT.fetch_add(1, Ordering::Relaxed);
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

@@ -122,13 +122,14 @@ pub struct Windows {
 
 impl Windows {
     /// The table of `count` entries at `off` of our ring file (zeroed: all
-    /// closed). Control path.
-    pub fn new(off: usize, count: u32) -> Windows {
+    /// closed); the first key's generation is `seed` (made non-zero), so
+    /// keys do not start alike on every connection. Control path.
+    pub fn new(off: usize, count: u32, seed: u16) -> Windows {
         Windows {
             off,
             free: (0..count).rev().collect(),
             issued: vec![0; count as usize].into_boxed_slice(),
-            gen: 1,
+            gen: seed.max(1),
         }
     }
 

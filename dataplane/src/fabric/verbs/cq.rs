@@ -112,8 +112,12 @@ impl VerbsFabric {
         if depth == 0 || depth > max {
             return Err(FabricError::Other(format!("CQ depth must be in 1..={max}")));
         }
+        // The send CQ also takes the completions of the provider's own
+        // window binds and invalidations (reported to no one, but they
+        // occupy entries until polled).
+        let send_depth = depth.saturating_mul(INTERNAL_SQ_FACTOR).min(max).max(depth);
         // SAFETY: `self.ctx` is open; no completion channel, vector 0.
-        let send = unsafe { sys::ibv_create_cq(self.ctx, depth as c_int, ptr::null_mut(), ptr::null_mut(), 0) };
+        let send = unsafe { sys::ibv_create_cq(self.ctx, send_depth as c_int, ptr::null_mut(), ptr::null_mut(), 0) };
         if send.is_null() {
             return Err(errno("ibv_create_cq"));
         }
