@@ -43,7 +43,8 @@ struct Side {
 fn side(id: u16) -> Side {
     let mut f = ShmFabric::new(ShmConfig::default()).expect("fabric");
     let region = Arc::new(Region::create(id, 4 << 20, &RegionConfig::default()).expect("region"));
-    f.register_region(&region, dataplane::RegionAccess::Exposable).expect("register");
+    f.register_region(&region, dataplane::RegionAccess::Exposable)
+        .expect("register");
     let cq = f.create_cq(1024).expect("cq");
     Side { f, cq, region }
 }
@@ -231,10 +232,9 @@ fn write_vs_memcpy(c: &mut Criterion) {
     pin(0);
     let src_off = 2 * MIB as u64;
     let dst_off = 2 * MIB as u64;
-    let remote = a
-        .f
-        .expose(ca, buf(&a, dst_off, MIB as u32), dataplane::Access::Write)
-        .expect("expose");
+    let remote =
+        a.f.expose(ca, buf(&a, dst_off, MIB as u32), dataplane::Access::Write)
+            .expect("expose");
     let wr = SendWr::new(WrId::new(3, 0), SendOp::RdmaWrite, buf(&b, src_off, MIB as u32), remote);
     let mut wc = [wc0(); 4];
     let mut g = c.benchmark_group("shm");

@@ -45,7 +45,9 @@ impl End {
             ..RegionConfig::default()
         };
         let region = Arc::new(Region::create(id, REGION_LEN, &rcfg).map_err(|e| e.to_string())?);
-        let keys = f.register_region(&region, access).map_err(|e| format!("register: {e}"))?;
+        let keys = f
+            .register_region(&region, access)
+            .map_err(|e| format!("register: {e}"))?;
         let cq = f.create_cq(256).map_err(|e| format!("cq: {e}"))?;
         Ok(End {
             f,
@@ -125,7 +127,9 @@ fn qp(cq: CqId) -> QpConfig {
 /// Connect `a` to `b` (listening on `addr`); both post 4 receives. Returns
 /// (a's conn, b's conn).
 fn connect(a: &mut End, b: &mut End, addr: &str) -> Result<(ConnId, ConnId), String> {
-    let ca = a.f.connect(addr, &qp(a.cq), b"x").map_err(|e| format!("connect: {e}"))?;
+    let ca =
+        a.f.connect(addr, &qp(a.cq), b"x")
+            .map_err(|e| format!("connect: {e}"))?;
     for k in 0..4 {
         let wr = RecvWr {
             wr_id: WrId::new(1, k),
@@ -135,17 +139,20 @@ fn connect(a: &mut End, b: &mut End, addr: &str) -> Result<(ConnId, ConnId), Str
     }
     let mut req = None;
     wait(&mut [a, b], "connect request", |e| {
-        if let Some(i) = e[1].events.iter().position(|v| matches!(v, CmEvent::ConnectRequest { .. })) {
+        if let Some(i) = e[1]
+            .events
+            .iter()
+            .position(|v| matches!(v, CmEvent::ConnectRequest { .. }))
+        {
             if let CmEvent::ConnectRequest { req: r, .. } = e[1].events.remove(i) {
                 req = Some(r);
             }
         }
         req.is_some()
     })?;
-    let cb = b
-        .f
-        .accept(req.ok_or("request")?, &qp(b.cq), b"")
-        .map_err(|e| format!("accept: {e}"))?;
+    let cb =
+        b.f.accept(req.ok_or("request")?, &qp(b.cq), b"")
+            .map_err(|e| format!("accept: {e}"))?;
     for k in 0..4 {
         let wr = RecvWr {
             wr_id: WrId::new(1, k),
@@ -198,7 +205,12 @@ fn rdma(
 /// `from` posted before (a window bind or invalidation) before what `to`
 /// does next, as a Call's Send does.
 fn announce(from: &mut End, to: &mut End, conn: ConnId, tag: u64) -> Result<(), String> {
-    let wr = SendWr::new(WrId::new(6, tag), SendOp::Send, from.buf(0x7_0000, 8), RemoteBuf::default());
+    let wr = SendWr::new(
+        WrId::new(6, tag),
+        SendOp::Send,
+        from.buf(0x7_0000, 8),
+        RemoteBuf::default(),
+    );
     from.f.post_send(conn, &wr).map_err(|e| format!("post send: {e}"))?;
     wait(&mut [from, to], "the announcing Send received", |e| {
         e[1].wcs
@@ -226,7 +238,10 @@ fn run(addr: &str) -> Result<(), String> {
     let (c1, _) = connect(&mut raw, &mut rsp, addr)?;
     let st = rdma(&mut raw, &mut rsp, c1, SendOp::RdmaWrite, 0, real, 1)?;
     check(st == WcStatus::RemoteAccess, &format!("RDMA Write: {st:?}"))?;
-    check(rsp.bytes(theirs_at, LEN) == vec![0x11; LEN as usize], "the responder's bytes are untouched")?;
+    check(
+        rsp.bytes(theirs_at, LEN) == vec![0x11; LEN as usize],
+        "the responder's bytes are untouched",
+    )?;
     let (c2, _) = connect(&mut raw, &mut rsp, addr)?;
     let st = rdma(&mut raw, &mut rsp, c2, SendOp::RdmaRead, 0, real, 2)?;
     check(st == WcStatus::RemoteAccess, &format!("RDMA Read: {st:?}"))?;
@@ -247,19 +262,37 @@ fn run(addr: &str) -> Result<(), String> {
     let st = rdma(&mut rsp, &mut req, rb, SendOp::RdmaWrite, 0x3_0000, seg, 3)?;
     check(
         st == WcStatus::RemoteAccess,
-        &format!("Write with connection A's window rkey {:#x} on connection B: {st:?}", seg.handle),
+        &format!(
+            "Write with connection A's window rkey {:#x} on connection B: {st:?}",
+            seg.handle
+        ),
     )?;
-    check(req.bytes(chunk_at, LEN) == vec![0x22; LEN as usize], "A's chunk is untouched")?;
+    check(
+        req.bytes(chunk_at, LEN) == vec![0x22; LEN as usize],
+        "A's chunk is untouched",
+    )?;
     rsp.fill(0x4_0000, 0x44, LEN);
     let st = rdma(&mut rsp, &mut req, ra, SendOp::RdmaWrite, 0x4_0000, seg, 4)?;
-    check(st == WcStatus::Success, &format!("Write through A's window on A's connection: {st:?}"))?;
-    check(req.bytes(chunk_at, LEN) == vec![0x44; LEN as usize], "the Write landed in A's chunk")?;
+    check(
+        st == WcStatus::Success,
+        &format!("Write through A's window on A's connection: {st:?}"),
+    )?;
+    check(
+        req.bytes(chunk_at, LEN) == vec![0x44; LEN as usize],
+        "the Write landed in A's chunk",
+    )?;
     req.f.hide(qa, seg.handle);
     announce(&mut req, &mut rsp, qa, 2)?;
     rsp.fill(0x5_0000, 0x55, LEN);
     let st = rdma(&mut rsp, &mut req, ra, SendOp::RdmaWrite, 0x5_0000, seg, 5)?;
-    check(st == WcStatus::RemoteAccess, &format!("Write after the window was hidden: {st:?}"))?;
-    check(req.bytes(chunk_at, LEN) == vec![0x44; LEN as usize], "A's chunk is untouched since")?;
+    check(
+        st == WcStatus::RemoteAccess,
+        &format!("Write after the window was hidden: {st:?}"),
+    )?;
+    check(
+        req.bytes(chunk_at, LEN) == vec![0x44; LEN as usize],
+        "A's chunk is untouched since",
+    )?;
     Ok(())
 }
 

@@ -9,7 +9,8 @@ use std::sync::OnceLock;
 use dataplane::responder::Responder;
 use dataplane::sim::{SimConfig, SimFabric, SimNetwork};
 use dataplane::{
-    Access, CmEvent, Completion, ConnId, CqId, Fabric, LocalBuf, QpConfig, RecvWr, RegionAccess, SendOp, SendWr, WcOpcode, WrId,
+    Access, CmEvent, Completion, ConnId, CqId, Fabric, LocalBuf, QpConfig, RecvWr, RegionAccess, SendOp, SendWr,
+    WcOpcode, WrId,
 };
 use engine_common::*;
 use mempool::pool::PoolCache;

@@ -171,7 +171,14 @@ fn wait_until(bed: &impl Bed, what: &str, mut step: impl FnMut() -> bool) {
 
 /// One RDMA `op` of `LEN` bytes by `raw` on `conn` against `remote`; its
 /// completion status.
-fn rdma<B: Bed>(bed: &B, raw: &mut Raw<B::F>, conn: ConnId, op: SendOp, remote: RemoteBuf, also: &mut dyn FnMut()) -> WcStatus {
+fn rdma<B: Bed>(
+    bed: &B,
+    raw: &mut Raw<B::F>,
+    conn: ConnId,
+    op: SendOp,
+    remote: RemoteBuf,
+    also: &mut dyn FnMut(),
+) -> WcStatus {
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let id = WrId::new(9, NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
     let wr = SendWr::new(id, op, raw.buf(1 << 20, LEN), remote);
@@ -300,7 +307,11 @@ fn chunk_buffers_are_private<B: Bed>(bed: &B, test: usize, op: SendOp) {
         a.poll();
         b.poll();
         t.poll();
-        if let Some(i) = t.wcs.iter().position(|w| w.conn == ca && w.opcode == dataplane::WcOpcode::Recv) {
+        if let Some(i) = t
+            .wcs
+            .iter()
+            .position(|w| w.conn == ca && w.opcode == dataplane::WcOpcode::Recv)
+        {
             call = Some(t.wcs.remove(i));
         }
         call.is_some()
@@ -315,7 +326,14 @@ fn chunk_buffers_are_private<B: Bed>(bed: &B, test: usize, op: SendOp) {
     };
     let seg = match op {
         SendOp::RdmaRead => chunks.reads.segments().next().expect("a Read chunk").target,
-        _ => chunks.writes.iter().next().expect("a Write chunk").iter().next().expect("a segment"),
+        _ => chunks
+            .writes
+            .iter()
+            .next()
+            .expect("a Write chunk")
+            .iter()
+            .next()
+            .expect("a segment"),
     };
     let remote = RemoteBuf {
         handle: seg.handle,
@@ -346,7 +364,12 @@ fn chunk_buffers_are_private<B: Bed>(bed: &B, test: usize, op: SendOp) {
     let at = 1u64 << 20;
     // SAFETY: inside t's region; no work request covers it now.
     unsafe { std::ptr::copy_nonoverlapping(err.as_ptr(), t.region.as_ptr().add(at as usize), err.len()) };
-    let wr = SendWr::new(WrId::new(8, 0), SendOp::Send, t.buf(at, err.len() as u32), RemoteBuf::default());
+    let wr = SendWr::new(
+        WrId::new(8, 0),
+        SendOp::Send,
+        t.buf(at, err.len() as u32),
+        RemoteBuf::default(),
+    );
     t.f.post_send(ca, &wr).expect("reply");
     let mut done = None;
     wait_until(bed, "A's Call answered", || {
@@ -358,7 +381,11 @@ fn chunk_buffers_are_private<B: Bed>(bed: &B, test: usize, op: SendOp) {
     });
     let done = done.expect("completion");
     assert_eq!(done.id, id);
-    assert!(matches!(done.outcome, CallOutcome::TransportErrorV1(_)), "{:?}", done.outcome);
+    assert!(
+        matches!(done.outcome, CallOutcome::TransportErrorV1(_)),
+        "{:?}",
+        done.outcome
+    );
     // After its Call: A's own connection, A's handle: closed.
     assert_eq!(
         rdma(bed, &mut t, ca, op, remote, &mut || {
@@ -482,8 +509,16 @@ fn window_is_open_to_its_connection_only<B: Bed>(bed: &B) {
         let remote = RemoteBuf { length: LEN, ..seg };
         t.fill(1 << 20, 0x99, LEN);
         let st = rdma(bed, &mut t, tc[1 + k], op, remote, &mut || q.poll());
-        assert_eq!(st, WcStatus::RemoteAccess, "{op:?} with connection A's window on another connection");
-        assert_eq!(q.bytes(64 << 10, LEN), vec![0x77; LEN as usize], "A's chunk is untouched");
+        assert_eq!(
+            st,
+            WcStatus::RemoteAccess,
+            "{op:?} with connection A's window on another connection"
+        );
+        assert_eq!(
+            q.bytes(64 << 10, LEN),
+            vec![0x77; LEN as usize],
+            "A's chunk is untouched"
+        );
         assert_eq!(t.bytes(1 << 20, LEN), vec![0x99; LEN as usize], "nothing was read");
         let st = rdma(bed, &mut t, tc[0], SendOp::RdmaRead, remote, &mut || q.poll());
         let want = if op == SendOp::RdmaRead {

@@ -784,7 +784,10 @@ fn path_listener_and_caps() {
     assert!(caps.send_with_invalidate && caps.srq);
     assert_eq!(a.f.remote_addr(1, 4096).unwrap(), 4096);
     assert!(a.f.remote_addr(7, 0).is_err());
-    assert!(a.f.register_region(&a.region.clone(), RegionAccess::Exposable).is_err(), "double registration");
+    assert!(
+        a.f.register_region(&a.region.clone(), RegionAccess::Exposable).is_err(),
+        "double registration"
+    );
     let dir = std::env::temp_dir().join(format!(
         "rpcrdma-shm-{}-{}",
         std::process::id(),

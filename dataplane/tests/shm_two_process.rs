@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 
 use dataplane::shm::{ShmConfig, ShmFabric};
 use dataplane::{
-    Access, CmEvent, Completion, ConnId, CqId, Fabric, LocalBuf, QpConfig, RecvWr, RegionAccess, RemoteBuf, SendOp, SendWr, WcOpcode,
-    WcStatus, WrId,
+    Access, CmEvent, Completion, ConnId, CqId, Fabric, LocalBuf, QpConfig, RecvWr, RegionAccess, RemoteBuf, SendOp,
+    SendWr, WcOpcode, WcStatus, WrId,
 };
 use mempool::region::{Region, RegionConfig};
 

@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use dataplane::sim::{self, SimFabric, SimNetwork};
 use dataplane::{
-    Access, CmEvent, Completion, ConnId, CqId, Fabric, LocalBuf, MrKeys, QpConfig, RegionAccess, RemoteBuf, WcOpcode, WcStatus,
-    WrId, NO_WINDOW,
+    Access, CmEvent, Completion, ConnId, CqId, Fabric, LocalBuf, MrKeys, QpConfig, RegionAccess, RemoteBuf, WcOpcode,
+    WcStatus, WrId, NO_WINDOW,
 };
 use mempool::region::{Region, RegionConfig};
 

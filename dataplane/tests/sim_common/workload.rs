@@ -9,7 +9,8 @@ use std::sync::Arc;
 
 use dataplane::sim::{ConnState, SimConfig, SimNetwork, SimRng, SimStats};
 use dataplane::{
-    CmEvent, Completion, ConnId, Fabric, LocalBuf, QpConfig, RecvWr, RemoteBuf, SendOp, SendWr, SrqId, WcOpcode, WcStatus, WrId,
+    CmEvent, Completion, ConnId, Fabric, LocalBuf, QpConfig, RecvWr, RemoteBuf, SendOp, SendWr, SrqId, WcOpcode,
+    WcStatus, WrId,
 };
 use mempool::region::Region;
 

@@ -105,7 +105,12 @@ impl<'p, F: Fabric> Requester<'p, F> {
             .reads
             .iter()
             .map(|r| (Some(cb.buf), r.range.start, r.range.len, Access::Read))
-            .chain(plan.write_chunks.iter().enumerate().map(|(k, &w)| (wbufs[k], 0, w, Access::Write)))
+            .chain(
+                plan.write_chunks
+                    .iter()
+                    .enumerate()
+                    .map(|(k, &w)| (wbufs[k], 0, w, Access::Write)),
+            )
             .chain(plan.reply_chunk.map(|l| (rbuf, 0, l, Access::Write)));
         let (nr, nw) = (plan.reads.len(), plan.write_chunks.len());
         for (k, (b, at, len, access)) in wants.enumerate() {

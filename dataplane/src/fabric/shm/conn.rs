@@ -210,10 +210,7 @@ impl Peer {
                 ));
             }
             let len = ri.len.min(region.len() as u64);
-            regions[ri.id as usize] = Some(PeerRegion {
-                len,
-                region,
-            });
+            regions[ri.id as usize] = Some(PeerRegion { len, region });
         }
         Ok(Peer {
             file,
@@ -817,7 +814,10 @@ impl Conn {
             }
             let (status, len, inv) = match kind {
                 KIND_SEND | KIND_SEND_INV if byte_len <= wr.buf.len.min(self.slot_bytes) => {
-                    let Some(dst) = regions.resolve(&LocalBuf { len: byte_len, ..wr.buf }) else {
+                    let Some(dst) = regions.resolve(&LocalBuf {
+                        len: byte_len,
+                        ..wr.buf
+                    }) else {
                         return self.protocol_error(id, events);
                     };
                     let at = self.layout.area + (seq & (self.ring_cap - 1)) as usize * self.slot_bytes as usize;
@@ -1006,9 +1006,7 @@ fn execute(wr: &SendWr, peer: &mut Peer, regions: &RegionTable, cfg: &ShmConfig)
             let cap = (desc[0] >> 32) as u32;
             let seq = desc[2] as u32;
             let inv_ok = match wr.op {
-                SendOp::SendWithInv { rkey } => {
-                    window::is_open(&peer.file, peer.layout.windows, peer.windows, rkey)
-                }
+                SendOp::SendWithInv { rkey } => window::is_open(&peer.file, peer.layout.windows, peer.windows, rkey),
                 _ => true,
             };
             let (kind, inv, status) = match peer.slot(seq, total) {

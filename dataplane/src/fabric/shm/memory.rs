@@ -44,7 +44,9 @@ impl ShmFabric {
             .and_then(|r| r.as_ref())
             .ok_or(FabricError::NotRegistered { region: buf.region })?;
         if !r.exposable {
-            return Err(FabricError::Unsupported("exposing a region registered for local access"));
+            return Err(FabricError::Unsupported(
+                "exposing a region registered for local access",
+            ));
         }
         if self.regions.resolve(&buf).is_none() {
             return Err(FabricError::BadAddress(format!("{buf:?} is outside its region")));

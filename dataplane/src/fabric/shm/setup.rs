@@ -41,7 +41,14 @@ impl ShmFabric {
         fds.push(c.file.fd());
         // Only exposable regions: a responder's memory is never mapped by a
         // peer (RFC 8166 s8.1).
-        fds.extend(self.regions.by_id.iter().flatten().filter(|r| r.exposable).map(|r| r.region.fd()));
+        fds.extend(
+            self.regions
+                .by_id
+                .iter()
+                .flatten()
+                .filter(|r| r.exposable)
+                .map(|r| r.region.fd()),
+        );
         sock::send_msg(s.as_fd(), &self.msg[..n], &fds)
     }
 

@@ -125,8 +125,9 @@ use std::sync::Arc;
 use rdma_mummy_sys as sys;
 
 use crate::fabric::{
-    Access, Caps, CmEvent, Completion, ConnId, ConnReqId, CqId, Fabric, FabricError, ListenerId, LocalBuf, MrKeys, PrivateData,
-    QpConfig, RecvWr, RegionAccess, RemoteBuf, SendOp, SendWr, SrqId, WcOpcode, WcStatus, WrId, MAX_PRIVATE_DATA, MAX_SGE,
+    Access, Caps, CmEvent, Completion, ConnId, ConnReqId, CqId, Fabric, FabricError, ListenerId, LocalBuf, MrKeys,
+    PrivateData, QpConfig, RecvWr, RegionAccess, RemoteBuf, SendOp, SendWr, SrqId, WcOpcode, WcStatus, WrId,
+    MAX_PRIVATE_DATA, MAX_SGE,
 };
 use crate::queue::GenSlab as Slab;
 

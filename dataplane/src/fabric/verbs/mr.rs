@@ -17,7 +17,9 @@ impl VerbsFabric {
         let ci = self.conns.index(conn.0).ok_or(FabricError::NotConnected(conn))?;
         let (mr, addr) = self.resolve(&buf)?;
         if !self.mrs[buf.region as usize].as_ref().is_some_and(|m| m.exposable) {
-            return Err(FabricError::Unsupported("exposing a region registered for local access"));
+            return Err(FabricError::Unsupported(
+                "exposing a region registered for local access",
+            ));
         }
         let c = self.conns.get_mut(ci).ok_or(FabricError::NotConnected(conn))?;
         if !matches!(c.state, State::Established | State::Accepting) || c.qp.is_null() {

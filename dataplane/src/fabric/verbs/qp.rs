@@ -69,7 +69,11 @@ impl VerbsFabric {
             attr.recv_cq = cq.recv;
             attr.srq = c.srq.map_or(ptr::null_mut(), |s| self.srqs[s].srq);
             // Room for the provider's window binds and invalidations too.
-            attr.cap.max_send_wr = c.cfg.send_depth.saturating_mul(INTERNAL_SQ_FACTOR).min(self.limits.max_qp_wr.max(c.cfg.send_depth));
+            attr.cap.max_send_wr = c
+                .cfg
+                .send_depth
+                .saturating_mul(INTERNAL_SQ_FACTOR)
+                .min(self.limits.max_qp_wr.max(c.cfg.send_depth));
             attr.cap.max_recv_wr = if c.srq.is_some() { 0 } else { c.cfg.recv_depth };
             attr.cap.max_send_sge = (MAX_SGE as u32).min(self.limits.max_sge.max(1));
             attr.cap.max_recv_sge = 1;
@@ -207,8 +211,12 @@ impl VerbsFabric {
         }
         destroy_conn_id(c.id, !c.qp.is_null());
         // The QP's windows go with it.
-        let dead: Vec<*mut sys::ibv_mw> =
-            c.windows.iter().map(|w| w.1).chain(c.free_mws.iter().map(|w| w.0)).collect();
+        let dead: Vec<*mut sys::ibv_mw> = c
+            .windows
+            .iter()
+            .map(|w| w.1)
+            .chain(c.free_mws.iter().map(|w| w.0))
+            .collect();
         if !dead.is_empty() {
             self.mws.retain(|m| !dead.contains(m));
             for mw in dead {

@@ -25,8 +25,8 @@ use super::rng::SimRng;
 use super::{ConnState, FaultKind, SimConfig, SimStats, TraceEvent};
 use super::{LISTEN_BACKLOG, MAX_QUEUE_DEPTH, SIM_MAX_INLINE, SIM_MAX_MSG_SIZE};
 use crate::fabric::{
-    Access, CmEvent, Completion, ConnId, ConnReqId, CqId, FabricError, ListenerId, LocalBuf, MrKeys, PrivateData, QpConfig,
-    RecvWr, RegionAccess, RemoteBuf, SendOp, SendWr, SrqId, WcOpcode, WcStatus, MAX_SGE,
+    Access, CmEvent, Completion, ConnId, ConnReqId, CqId, FabricError, ListenerId, LocalBuf, MrKeys, PrivateData,
+    QpConfig, RecvWr, RegionAccess, RemoteBuf, SendOp, SendWr, SrqId, WcOpcode, WcStatus, MAX_SGE,
 };
 
 /// RNR retry count meaning "retry forever" (IB: the 3-bit field's value 7).
@@ -471,7 +471,9 @@ impl Net {
             .and_then(Option::as_ref)
             .ok_or(FabricError::NotRegistered { region: buf.region })?;
         if !mr.exposable {
-            return Err(FabricError::Unsupported("exposing a region registered for local access"));
+            return Err(FabricError::Unsupported(
+                "exposing a region registered for local access",
+            ));
         }
         if !in_bounds(mr.region.len(), buf.offset, u64::from(buf.len)) {
             return Err(FabricError::BadAddress(format!("{buf:?} is outside its region")));
@@ -507,7 +509,11 @@ impl Net {
         let Ok(q) = self.qp_of(ep, conn) else { return };
         let e = &mut self.eps[ep];
         let slot = ((rkey >> 8) & 0xffff) as usize;
-        if e.windows.get(slot).and_then(Option::as_ref).is_some_and(|w| w.rkey == rkey && w.qp == q) {
+        if e.windows
+            .get(slot)
+            .and_then(Option::as_ref)
+            .is_some_and(|w| w.rkey == rkey && w.qp == q)
+        {
             e.windows[slot] = None;
             e.free_windows.push(slot);
         }
