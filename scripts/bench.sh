@@ -8,6 +8,7 @@
 # and prefer the ratios printed at the end (engine vs floor, write vs memcpy).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+bash scripts/build-deps.sh
 filter=${1:-}
 args=(--warm-up-time "${WARMUP:-2}" --measurement-time "${MEASURE:-5}")
 [ -n "$filter" ] && args+=("$filter")

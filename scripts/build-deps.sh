@@ -5,7 +5,8 @@
 # with cmake; bindgen needs libclang and clang's own headers). Debian's
 # packages, as root; as another user it names what to install and fails.
 # Every script that runs cargo on a fresh machine calls it first
-# (scripts/test.sh, scripts/quickstart.sh, tests/*/run.sh), so each runs
+# (scripts/test.sh, quickstart.sh, bench.sh, fuzz.sh, callgrind-engine.sh,
+# perf-lib.sh and tests/*/run.sh, libnfs included), so each runs
 # alone. Usage: bash scripts/build-deps.sh
 set -euo pipefail
 need=()

@@ -38,6 +38,7 @@ fi
 export RUSTC_BOOTSTRAP=1
 sanitizer=${FUZZ_SANITIZER:-address}
 
+bash "$root/scripts/build-deps.sh"
 if ! cargo fuzz --version >/dev/null 2>&1; then
     echo "== installing cargo-fuzz ${CARGO_FUZZ_VERSION:-0.13.2}"
     cargo install cargo-fuzz --locked --version "${CARGO_FUZZ_VERSION:-0.13.2}"

@@ -18,6 +18,7 @@ PERF="$TDIR/release/perf"
 TARGET="$TDIR/release/rpcrdma-target"
 
 build_perf_and_target() {
+    bash scripts/build-deps.sh
     cargo build --release "$@" -p rpcrdma-apps --bin rpcrdma-target -p rpcrdma-perf --bin perf
 }
 

@@ -13,6 +13,9 @@
 //! 4. passthrough again: the whole namespace equals the model;
 //! 5. the char device with passthrough off (block device underneath).
 //!
+//! Phase 1 also checks what `df` and `cp` onto the device file see: FSSTAT,
+//! FSINFO's features, SETATTR truncation (issue 21 item 11).
+//!
 //! Prints `nvme_check: PASS ...` last when everything held; exits 1 otherwise.
 //! `--iopoll yes|no` also checks whether the passthrough ring polls the device.
 
@@ -22,7 +25,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, ensure, Context, Result};
 use rpcrdma_apps::backend::nvme::{IoMode, NvmeBackend, NvmeChannel};
-use rpcrdma_apps::backend::{flush_sync, Backend, FileHandle, IoChannel, IoDesc, IoDone, IoOp, Stable};
+use rpcrdma_apps::backend::{
+    flush_sync, Backend, FileHandle, FsError, IoChannel, IoDesc, IoDone, IoOp, SetAttr, Stable,
+};
 
 const QUEUE_DEPTH: u32 = 32;
 const BATCH: usize = 8;
@@ -390,6 +395,38 @@ fn open(dev: &Path, passthrough: bool, want: IoMode, size: u64, lba: u64) -> Res
     Ok(Opened { be, ch, fh, size, lba })
 }
 
+/// What `df` and `cp` onto the device file see (issue 21 item 11): FSINFO
+/// features without links, FSSTAT within the capacity, a truncation (cp opens
+/// its target O_TRUNC) accepted with the size left at the capacity, growth
+/// refused.
+fn namespace_answers(be: &NvmeBackend, fh: &FileHandle, size: u64) -> Result<()> {
+    let f = be.features();
+    ensure!(
+        !f.hard_links && !f.symlinks,
+        "features {f:?}: no links on a fixed namespace"
+    );
+    let st = be.fsstat().map_err(|e| anyhow!("fsstat: {e}"))?;
+    ensure!(st.total_bytes == size, "fsstat total {} != {size}", st.total_bytes);
+    ensure!(
+        st.free_bytes <= st.total_bytes && st.avail_bytes == st.free_bytes,
+        "fsstat free {} avail {} of {}",
+        st.free_bytes,
+        st.avail_bytes,
+        st.total_bytes
+    );
+    println!("  fsstat: total {} free {}", st.total_bytes, st.free_bytes);
+    let set = |s| SetAttr {
+        size: Some(s),
+        ..Default::default()
+    };
+    for s in [0, 4096, size] {
+        let a = be.setattr(fh, &set(s)).map_err(|e| anyhow!("setattr size {s}: {e}"))?;
+        ensure!(a.size == size, "setattr size {s} left size {}", a.size);
+    }
+    ensure!(be.setattr(fh, &set(size + 1)) == Err(FsError::FBig), "growth refused");
+    Ok(())
+}
+
 fn main() -> Result<()> {
     let mut args: Vec<String> = std::env::args().skip(1).collect();
     let mut want_iopoll = None;
@@ -435,6 +472,7 @@ fn main() -> Result<()> {
     sweep(&mut o.ch, &o.fh, o.size, &mut c, true)?;
     workload(&mut o.ch, &o.fh, o.size, o.lba, &mut c, 40)?;
     o.be.commit(&o.fh).map_err(|e| anyhow!("commit: {e}"))?;
+    namespace_answers(&o.be, &o.fh, size)?;
     println!("  ok: {} I/Os so far", c.ops);
     drop(o);
 

@@ -19,4 +19,5 @@ pub mod config;
 pub mod dump;
 pub mod dump_samples;
 pub mod nfs;
+pub mod nfs4;
 pub mod server;

@@ -204,16 +204,15 @@ fn namespace_changes_are_refused() {
         err(be.create(&root, b".", CreateHow::Unchecked(none), o)),
         FsError::Exist
     );
-    // UNCHECKED on an existing name opens it; a truncation is refused.
+    // UNCHECKED on an existing name opens it; a truncation leaves the
+    // capacity (as O_TRUNC on a block device).
     assert_eq!(be.create(&root, b"a.img", CreateHow::Unchecked(none), o).unwrap().0, a);
     let trunc = SetAttr {
         size: Some(0),
         ..Default::default()
     };
-    assert_eq!(
-        err(be.create(&root, b"a.img", CreateHow::Unchecked(trunc), o)),
-        FsError::Inval
-    );
+    let (fh, at) = be.create(&root, b"a.img", CreateHow::Unchecked(trunc), o).unwrap();
+    assert_eq!((fh, at.size), (a, A_BYTES));
     assert_eq!(err(be.create(&a, b"x", CreateHow::Unchecked(none), o)), FsError::NotDir);
 
     assert_eq!(err(be.mkdir(&root, b"d", &none, o)), FsError::NotSupp);
@@ -239,13 +238,14 @@ fn namespace_changes_are_refused() {
     assert_eq!(be.rename(&a, b"x", &root, b"y"), Err(FsError::NotDir));
     assert_eq!(be.readlink(&a, &mut [0u8; 16]), Err(FsError::Inval));
 
-    // Size: only the capacity itself.
+    // Size: the capacity; less is accepted and changes nothing.
     let set = |size| SetAttr {
         size: Some(size),
         ..Default::default()
     };
     assert_eq!(be.setattr(&a, &set(A_BYTES + 1)), Err(FsError::FBig));
-    assert_eq!(be.setattr(&a, &set(A_BYTES - 1)), Err(FsError::Inval));
+    assert_eq!(be.setattr(&a, &set(A_BYTES - 1)).unwrap().size, A_BYTES);
+    assert_eq!(be.setattr(&a, &set(0)).unwrap().size, A_BYTES);
     assert_eq!(be.setattr(&a, &set(A_BYTES)).unwrap().size, A_BYTES);
     assert_eq!(be.setattr(&root, &set(0)), Err(FsError::IsDir));
     // Mode, owner, times: in memory, gone after a reopen.

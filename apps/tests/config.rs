@@ -192,9 +192,30 @@ fn duplicate_cpus_and_no_io_core() {
 #[test]
 fn credits_bounds() {
     let p = problems_after(|v| v["credits"]["max_per_connection"] = json!(0));
-    assert_problem(&p, "$.credits.max_per_connection", "1..=4096", "0");
-    let p = problems_after(|v| v["credits"]["max_per_connection"] = json!(4097));
-    assert_problem(&p, "$.credits.max_per_connection", "$.pools[0].count", "4097");
+    assert_problem(&p, "$.credits.max_per_connection", "1..=16512", "0");
+    let p = problems_after(|v| v["credits"]["max_per_connection"] = json!(16513));
+    assert_problem(&p, "$.credits.max_per_connection", "$.pools[0].count", "16513");
+}
+
+#[test]
+fn shipped_configs_take_64_connections_per_core_and_too_small_pools_are_refused() {
+    // issue 24 item 5: cores.json took 15 connections per core, and a config
+    // whose receive pool could not give one validated and started anyway.
+    for name in ["cores.json", "single-nic.json", "many-core.json"] {
+        let c = Config::load(config_path(name)).unwrap();
+        let cap = c.capacity();
+        assert!(cap.conns_per_core >= 64, "{name}: {cap}");
+        assert_eq!(cap.srq_depth, cap.conns_per_core * cap.credits, "{name}");
+        assert!(cap.to_string().contains("connections per core"), "{name}: {cap}");
+    }
+    let c = Config::load(config_path("cores.json")).unwrap().capacity();
+    assert_eq!((c.conns_per_core, c.credits, c.receive_budget), (64, 128, 16384));
+    // 2 cores x 64 cached + 1 engine x 2 x 128 = 384 buffers for one connection.
+    let p = problems_after(|v| v["pools"][0]["count"] = json!(383));
+    assert_problem(&p, "$.pools[0].count", "at least 384", "383");
+    let mut v = example_value("cores.json");
+    v["pools"][0]["count"] = json!(384);
+    assert_eq!(Config::from_json_value(&v).unwrap().capacity().conns_per_core, 1);
 }
 
 #[test]
@@ -363,4 +384,23 @@ fn syntax_and_io_errors() {
         }
         other => panic!("expected an I/O error, got {other:?}"),
     }
+}
+
+#[test]
+fn idle_fields_are_reported_against_their_documented_ranges() {
+    // issue 24 item 5: not "-5" against the type's 0..=4294967295.
+    let p = problems_after(|v| {
+        v["reactor"]["idle"] = json!({ "policy": "spin_then_sleep", "idle_loops": 1000, "max_sleep_us": -5 });
+    });
+    assert_problem(&p, "$.reactor.idle.max_sleep_us", "an integer in 1..=1000000", "-5");
+    let p = problems_after(|v| {
+        v["reactor"]["idle"] = json!({ "policy": "spin_then_wait", "spin_us": -1, "max_wait_ms": 0 });
+    });
+    assert_problem(&p, "$.reactor.idle.spin_us", "an integer in 0..=1000000", "-1");
+    assert_problem(&p, "$.reactor.idle.max_wait_ms", "an integer in 1..=10000", "0");
+    // The hybrid policy's optional fields take the shipped defaults.
+    let mut v = example_value("cores.json");
+    v["reactor"]["idle"] = json!({ "policy": "spin_then_wait" });
+    let c = Config::from_json_value(&v).unwrap();
+    assert_eq!(c.reactor.idle, reactor::idle::SPIN_THEN_WAIT);
 }

@@ -43,11 +43,20 @@ fn programs_versions_procedures() {
     let (_s, mut c, _) = client();
     assert_eq!(c.call(100_000, 2, 0, |_| {}).stat, RpcStat::ProgUnavail, "portmapper");
     assert_eq!(c.call(100_227, 3, 0, |_| {}).stat, RpcStat::ProgUnavail, "NFS_ACL");
-    for v in [2, 4] {
-        assert_eq!(c.call(NFS, v, 0, |_| {}).stat, RpcStat::ProgMismatch(3, 3));
+    // NFS versions 3 and 4 (issue 22) are served.
+    for v in [2, 5] {
+        assert_eq!(c.call(NFS, v, 0, |_| {}).stat, RpcStat::ProgMismatch(3, 4));
     }
+    // MOUNT v1 and v2 (showmount asks v1): what they share with v3, not MNT.
+    for v in [0, 4] {
+        assert_eq!(c.call(MOUNT, v, 0, |_| {}).stat, RpcStat::ProgMismatch(1, 3));
+    }
+    assert_eq!(c.call(NFS, 4, 0, |_| {}).stat, RpcStat::Success);
+    assert_eq!(c.call(NFS, 4, 2, |_| {}).stat, RpcStat::ProcUnavail);
     for v in [1, 2] {
-        assert_eq!(c.call(MOUNT, v, 0, |_| {}).stat, RpcStat::ProgMismatch(3, 3));
+        assert_eq!(c.call(MOUNT, v, 0, |_| {}).stat, RpcStat::Success);
+        assert_eq!(c.call(MOUNT, v, 1, |_| {}).stat, RpcStat::ProcUnavail, "v{v} MNT");
+        assert_eq!(c.call(MOUNT, v, 5, |_| {}).stat, RpcStat::Success, "v{v} EXPORT");
     }
     assert_eq!(c.call(NFS, 3, 22, |_| {}).stat, RpcStat::ProcUnavail);
     assert_eq!(c.call(NFS, 3, u32::MAX, |_| {}).stat, RpcStat::ProcUnavail);

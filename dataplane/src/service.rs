@@ -196,6 +196,14 @@ impl<'a> ReplyBuilder<'a> {
     pub fn head_len(&self) -> usize {
         self.head_len
     }
+    /// Bytes of the data item attached ([`ReplyBuilder::set_data`]; 0 without one).
+    pub fn data_len(&self) -> usize {
+        if self.data_used {
+            self.data_len
+        } else {
+            0
+        }
+    }
     /// Capacity of the data buffer (0 when the engine has none for this call).
     pub fn data_capacity(&self) -> usize {
         self.data.as_ref().map_or(0, |d| d.len())

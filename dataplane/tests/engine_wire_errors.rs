@@ -6,7 +6,7 @@ mod engine_common;
 
 use std::sync::OnceLock;
 
-use dataplane::responder::Responder;
+use dataplane::responder::{Responder, ResponderConfig};
 use dataplane::sim::{SimConfig, SimFabric, SimNetwork};
 use dataplane::{
     Access, CmEvent, Completion, ConnId, CqId, Fabric, LocalBuf, QpConfig, RecvWr, RegionAccess, SendOp, SendWr,
@@ -20,7 +20,7 @@ use proto::negotiate::VersionRange;
 const CREDITS: u32 = 4;
 
 fn pools_for(test: usize) -> &'static Pools {
-    static P: [OnceLock<Pools>; 11] = [const { OnceLock::new() }; 11];
+    static P: [OnceLock<Pools>; 13] = [const { OnceLock::new() }; 13];
     // Two connection slots: the SRQ holds receives for both, so one greedy peer
     // can take the other's share — the case the overrun check exists for.
     // Test 9 receives 4 KiB messages (version 2's default inline size).
@@ -183,8 +183,19 @@ fn setup(
 ) -> (SimNetwork, Responder<'static, SimFabric, TestService>, Raw<'static>) {
     let p = pools_for(test);
     let net = SimNetwork::new(SimConfig::with_seed(seed));
-    let srv = Responder::new(
-        responder_cfg(p, versions, CREDITS, 2),
+    let srv = responder_on(&net, p, responder_cfg(p, versions, CREDITS, 2));
+    let raw = raw_peer(&net, p, 16, 1);
+    (net, srv, raw)
+}
+
+/// A responder configured by `cfg` listening at "srv" on `net`.
+fn responder_on(
+    net: &SimNetwork,
+    p: &'static Pools,
+    cfg: ResponderConfig,
+) -> Responder<'static, SimFabric, TestService> {
+    Responder::new(
+        cfg,
         net.endpoint(),
         TestService::default(),
         p.pool,
@@ -192,7 +203,13 @@ fn setup(
         0,
         Some("srv"),
     )
-    .unwrap();
+    .unwrap()
+}
+
+/// A raw peer connected (or connecting) to "srv" on `net` with `receives`
+/// receive buffers posted (none: every Send to it stalls in RNR retries),
+/// taking buffers through the pool's per-core caches of `core` (1 or 2).
+fn raw_peer(net: &SimNetwork, p: &'static Pools, receives: usize, core: usize) -> Raw<'static> {
     let mut fab = net.endpoint();
     for r in &p.regions {
         fab.register_region(r, RegionAccess::Exposable).unwrap();
@@ -224,9 +241,9 @@ fn setup(
         fab,
         cq,
         conn,
-        cache: p.pool.cache(p.recv, 1).unwrap(),
-        send_cache: p.pool.cache(p.send, 1).unwrap(),
-        data_cache: p.pool.cache(p.data, 1).unwrap(),
+        cache: p.pool.cache(p.recv, core).unwrap(),
+        send_cache: p.pool.cache(p.send, core).unwrap(),
+        data_cache: p.pool.cache(p.data, core).unwrap(),
         p,
         received: vec![],
         invalidated: vec![],
@@ -234,7 +251,7 @@ fn setup(
         established: false,
         rkeys,
     };
-    for _ in 0..16 {
+    for _ in 0..receives {
         let (lb, _) = raw.buf();
         // Post with the buffer's handle as wr_id so the completion finds it.
         let handle = buf_ref_of(p, lb);
@@ -248,7 +265,7 @@ fn setup(
             )
             .unwrap();
     }
-    (net, srv, raw)
+    raw
 }
 
 /// Recover the pool handle of a buffer from its (region, offset).
@@ -724,4 +741,127 @@ fn hostile_peer_reply_grants_only_receives_already_posted() {
     assert_eq!(raw.received.len() as u32, CREDITS * 3 + 1, "{s:?}");
     assert_eq!(s.grants_ahead_of_receives, 0, "{s:?}");
     assert_eq!(srv.shutdown(1000), Default::default());
+}
+
+/// Connect both raw peers, then run `rounds` turns of the responder and
+/// both peers.
+fn pump_two(
+    net: &SimNetwork,
+    srv: &mut Responder<'static, SimFabric, TestService>,
+    a: &mut Raw<'static>,
+    b: &mut Raw<'static>,
+    rounds: usize,
+) {
+    for _ in 0..10_000 {
+        if a.established && b.established {
+            break;
+        }
+        srv.poll();
+        a.poll();
+        b.poll();
+        net.step();
+    }
+    assert!(a.established && b.established, "raw peers never connected");
+    for _ in 0..rounds {
+        srv.poll();
+        a.poll();
+        b.poll();
+        if net.run_until_idle(10_000).is_err() {
+            break;
+        }
+    }
+}
+
+/// A hostile peer and a well-behaved one on a responder whose connections
+/// have a share of `credits + send_depth` request slots each; the hostile
+/// one posts no receives, so every answer to it stalls in RNR retries and
+/// holds its request slot. Returns the responder's statistics once the
+/// well-behaved peer's `rounds` rounds of `CREDITS` NULL Calls are each
+/// answered (asserted), and that the hostile peer was disconnected.
+fn hostile_beside_a_good_peer(
+    test: usize,
+    seed: u64,
+    send_depth: u32,
+    hostile: impl Fn(&mut Raw<'static>, u32),
+    sends: u32,
+) -> (dataplane::responder::ResponderStats, bool) {
+    let p = pools_for(test);
+    let net = SimNetwork::new(SimConfig::with_seed(seed));
+    let cfg = ResponderConfig {
+        send_depth,
+        ..responder_cfg(p, VersionRange::ALL, CREDITS, 2)
+    };
+    let mut srv = responder_on(&net, p, cfg);
+    let mut bad = raw_peer(&net, p, 0, 1);
+    let mut good = raw_peer(&net, p, 32, 2);
+    pump_two(&net, &mut srv, &mut bad, &mut good, 5);
+    for k in 0..sends {
+        hostile(&mut bad, XID + k);
+        pump_two(&net, &mut srv, &mut bad, &mut good, 2);
+    }
+    let mut sent = 0;
+    for round in 0..4 {
+        for k in 0..CREDITS {
+            good.send(&v1_null(XID + 1000 + round * CREDITS + k, CREDITS));
+            sent += 1;
+        }
+        pump_two(&net, &mut srv, &mut bad, &mut good, 5);
+        assert_eq!(
+            good.received.len(),
+            sent,
+            "round {round}: every Call of the good peer answered"
+        );
+    }
+    for m in &good.received {
+        let h = header::decode(m, &Limits::DEFAULT).expect("a reply");
+        assert!(matches!(h.body, Body::Msg { .. }), "an RPC reply, not an error: {h:?}");
+    }
+    let s = srv.stats();
+    assert!(bad.received.is_empty(), "the hostile peer posts no receives");
+    let bad_closed = bad.disconnected;
+    assert_eq!(srv.shutdown(1000), Default::default(), "every buffer back");
+    (s, bad_closed)
+}
+
+/// Messages that are not Calls (version errors, headers that do not decode,
+/// RDMA_MSGP) from a peer that posts no receives: each answer stalls in RNR
+/// retries holding a request slot. They are charged to that connection,
+/// which is closed once it holds more than its share (credits + send-queue
+/// depth); the other connection's Calls are all answered. Before, these
+/// messages bypassed credit accounting and took request slots sized for
+/// credits alone: the 9th one exhausted them (a debug build's
+/// `debug_assert!` fired; a release build dropped other connections' Calls).
+#[test]
+fn hostile_peer_messages_that_are_not_calls_are_charged_to_their_connection() {
+    let junk = |raw: &mut Raw<'static>, xid: u32| match xid % 3 {
+        // An unknown version: ERR_VERS (RFC 8166 s4.5).
+        0 => raw.send(&words(&[xid, 7, CREDITS, 0, 0, 0, 0])),
+        // An unknown procedure: ERR_CHUNK.
+        1 => raw.send(&words(&[xid, 1, CREDITS, 9, 0, 0, 0])),
+        // RDMA_MSGP: ERR_CHUNK (s4.6).
+        _ => raw.send(&words(&[xid, 1, CREDITS, 2, 4, 1024, 0, 0, 0, xid, 0])),
+    };
+    let (s, closed) = hostile_beside_a_good_peer(11, 21, 8, junk, 4 * CREDITS);
+    assert!(s.share_overruns >= 1, "{s:?}");
+    assert!(closed, "the hostile connection is closed");
+    assert_eq!(
+        s.calls,
+        4 * CREDITS as u64,
+        "only the good peer's Calls count as Calls: {s:?}"
+    );
+}
+
+/// A slow-to-complete peer (it posts no receives) sends Calls within its
+/// credits, one at a time: each is answered, which returns its credit, but
+/// the answer's Send never completes and its request slot stays taken. It
+/// cannot take more slots than its share (credits + send-queue depth): the
+/// other connection's Calls are all answered. Before, request slots were
+/// sized for credits alone, so such a peer took every slot (the 9th Call hit
+/// the `debug_assert!` on exhausted slots).
+#[test]
+fn hostile_peer_slow_to_complete_cannot_borrow_slots_beyond_its_share() {
+    let call = |raw: &mut Raw<'static>, xid: u32| raw.send(&v1_null(xid, CREDITS));
+    let (s, closed) = hostile_beside_a_good_peer(12, 22, 8, call, 4 * CREDITS);
+    assert!(closed, "the slow peer is closed once it holds its whole share: {s:?}");
+    assert!(s.share_overruns + s.credit_overruns >= 1, "{s:?}");
 }

@@ -17,7 +17,9 @@ use proto::ulb::DdpItem;
 use proto::xdr::Writer;
 use rpcrdma_apps::dump;
 
+pub mod nfs4_service;
 pub mod nfs_service;
+pub use nfs4_service::check_nfs4_service;
 pub use nfs_service::check_nfs_service;
 
 // ------------------------------------------------------------------ headers
@@ -716,7 +718,14 @@ fn check_reply_plan(h: &Header<'_>, call: &ChunkLists<'_>, pp: &PlanParams) {
     // The reply header, followed for a Short reply by the reduced reply of a
     // synthetic RPC reply (XID, REPLY, then a byte pattern).
     let mut send = vec![0u8; rp.header_len as usize];
-    let n = plan::encode_reply_header(&rp, call, h.xid, 5, 0, &mut send).expect("planned header encodes");
+    let n = plan::encode_reply_header(
+        plan::ReplyHeaderOut::Planned { plan: &rp, call },
+        h.xid,
+        5,
+        0,
+        &mut send,
+    )
+    .expect("planned header encodes");
     assert_eq!(n, rp.header_len as usize);
     if rp.kind == plan::ReplyKind::Short {
         let mut reply: Vec<u8> = (0..pp.reply_len).map(|i| i as u8).collect();
@@ -998,5 +1007,31 @@ pub fn check_shm_wire(data: &[u8]) {
             Some(m),
             "shm wire message does not round-trip"
         );
+    }
+}
+
+/// The gateway's rpcbind responder (`server::rpcbind::wire::answer`) on
+/// any datagram or TCP record: never panics; an answer is whole XDR words,
+/// carries the Call's XID and decodes as an RPC reply; a Call whose header
+/// decodes is always answered.
+pub fn check_rpcbind(data: &[u8]) {
+    use rpcrdma_apps::server::rpcbind::wire::{answer, Mapping, Netid};
+    use std::net::IpAddr;
+    let v4 = IpAddr::from([10, 0, 2, 15]);
+    let any = IpAddr::from([0, 0, 0, 0]);
+    let maps = [
+        Mapping { prog: 100_003, vers: 3, netid: Netid::Tcp, ip: v4, port: 2049 },
+        Mapping { prog: 100_003, vers: 3, netid: Netid::Rdma, ip: v4, port: 20049 },
+        Mapping { prog: 100_005, vers: 3, netid: Netid::Tcp, ip: any, port: 20048 },
+        Mapping { prog: 100_005, vers: 1, netid: Netid::Tcp6, ip: "::".parse().unwrap(), port: 20048 },
+    ];
+    let mut out = Vec::new();
+    let answered = answer(&maps, "192.0.2.1".parse().unwrap(), data, &mut out);
+    let header_ok = matches!(proto::rpc::decode_call(data), Ok(_));
+    assert_eq!(answered, header_ok, "answered exactly the Calls whose header decodes");
+    if answered {
+        assert_eq!(out.len() % 4, 0, "whole XDR words");
+        let (h, _) = proto::rpc::decode_reply(&out).expect("the answer decodes as a reply");
+        assert_eq!(h.xid.to_be_bytes(), data[..4], "the Call's XID");
     }
 }

@@ -68,7 +68,7 @@ fn config() -> Config {
 
 /// A fresh service over a small tree; returns it and the NFS handles of the
 /// root, a file, a directory and a symlink.
-fn setup() -> (NfsService, Vec<Vec<u8>>) {
+pub(crate) fn setup() -> (NfsService, Vec<Vec<u8>>) {
     let b = Arc::new(MemBackend::new("m", 256 * 1024).expect("mem backend"));
     let root = b.root();
     let owner = Owner { uid: 1000, gid: 1000 };
@@ -103,7 +103,7 @@ fn setup() -> (NfsService, Vec<Vec<u8>>) {
 }
 
 /// Replace every handle placeholder in `call` by the handle it names.
-fn substitute(call: &[u8], handles: &[Vec<u8>]) -> Vec<u8> {
+pub(crate) fn substitute(call: &[u8], handles: &[Vec<u8>]) -> Vec<u8> {
     let mut out = Vec::with_capacity(call.len() + 64);
     let mut i = 0;
     while i < call.len() {
@@ -123,7 +123,7 @@ fn substitute(call: &[u8], handles: &[Vec<u8>]) -> Vec<u8> {
 
 /// Run one Call and check the reply's invariants; `head` and `data` are the
 /// reply buffers (their lengths are the capacities given to the service).
-fn one_call(svc: &mut NfsService, msg: &[u8], peer: Option<IpAddr>, head: &mut [u8], data: &mut [u8]) {
+pub(crate) fn one_call(svc: &mut NfsService, msg: &[u8], peer: Option<IpAddr>, head: &mut [u8], data: &mut [u8]) {
     let (head_cap, data_cap) = (head.len(), data.len());
     let piece = [Piece::Inline {
         start: 0,

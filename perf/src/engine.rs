@@ -271,6 +271,9 @@ pub struct Workload {
     pub salt: u64,
     /// `stable_how` of WRITEs.
     pub stable: u32,
+    /// After this many bytes written on a connection, its next Call is a
+    /// COMMIT of the file (0: never).
+    pub commit_every: u64,
     pub binding: Nfs3Binding,
 }
 
@@ -287,18 +290,19 @@ impl Workload {
     }
 }
 
-const K_NULL: u8 = 0;
-const K_READ: u8 = 1;
-const K_WRITE: u8 = 2;
+pub(crate) const K_NULL: u8 = 0;
+pub(crate) const K_READ: u8 = 1;
+pub(crate) const K_WRITE: u8 = 2;
+pub(crate) const K_COMMIT: u8 = 3;
 
 /// What a Call in flight is.
 #[derive(Clone, Copy, Debug, Default)]
-struct OpMeta {
-    t0_ns: u64,
-    offset: u64,
-    kind: u8,
+pub(crate) struct OpMeta {
+    pub(crate) t0_ns: u64,
+    pub(crate) offset: u64,
+    pub(crate) kind: u8,
     /// Submitted and not finished.
-    live: bool,
+    pub(crate) live: bool,
 }
 
 /// Build and submit one Call of `kind` at `offset`. `Ok(None)`: the requester
@@ -306,7 +310,7 @@ struct OpMeta {
 fn submit_op<F: Fabric>(
     req: &mut Requester<'_, F>,
     wl: &Workload,
-    needs: &[ReplyNeeds; 3],
+    needs: &[ReplyNeeds; 4],
     kind: u8,
     offset: u64,
 ) -> Result<Option<CallId>, PerfError> {
@@ -317,6 +321,7 @@ fn submit_op<F: Fabric>(
     let len = match (kind, wl.kind) {
         (K_NULL, OpKind::Null { prog, vers }) => nfs::encode_null(buf, 0, prog, vers, &wl.cred).map_err(enc)?,
         (K_READ, _) => nfs::encode_read(buf, 0, &wl.cred, fh, offset, wl.io_size).map_err(enc)?,
+        (K_COMMIT, _) => nfs::encode_commit(buf, 0, &wl.cred, fh).map_err(enc)?,
         _ => {
             let at = nfs::encode_write_head(buf, 0, &wl.cred, fh, offset, wl.io_size, wl.stable).map_err(enc)?;
             if wl.verify {
@@ -349,10 +354,23 @@ fn submit_op<F: Fabric>(
 /// Check a finished Call's reply. Returns an error description for a failed
 /// operation.
 fn check_reply(v: &ReplyView<'_>, xid: u32, wl: &Workload, m: &OpMeta) -> Result<(), ReplyError> {
+    check_reply_bytes(v.reduced, v.write_chunk(0), xid, wl, m)
+}
+
+/// Check a finished Call's reply given as the (reduced) reply and the data
+/// of its first Write chunk, if any (TCP: the whole reply, no chunk).
+pub(crate) fn check_reply_bytes(
+    reduced: &[u8],
+    chunk: Option<&[u8]>,
+    xid: u32,
+    wl: &Workload,
+    m: &OpMeta,
+) -> Result<(), ReplyError> {
     match m.kind {
-        K_NULL => nfs::parse_null(v.reduced, Some(xid)),
+        K_NULL => nfs::parse_null(reduced, Some(xid)),
+        K_COMMIT => nfs::parse_commit(reduced, Some(xid)),
         K_READ => {
-            let ok = nfs::parse_read(v.reduced, v.write_chunk(0), Some(xid), wl.io_size)?;
+            let ok = nfs::parse_read(reduced, chunk, Some(xid), wl.io_size)?;
             if ok.count != wl.io_size {
                 return Err(ReplyError::Bad("short READ"));
             }
@@ -362,7 +380,7 @@ fn check_reply(v: &ReplyView<'_>, xid: u32, wl: &Workload, m: &OpMeta) -> Result
             Ok(())
         }
         _ => {
-            let ok = nfs::parse_write(v.reduced, Some(xid))?;
+            let ok = nfs::parse_write(reduced, Some(xid))?;
             if ok.count != wl.io_size {
                 return Err(ReplyError::Bad("short WRITE"));
             }
@@ -459,6 +477,8 @@ struct ConnLoad<'p, F: Fabric> {
     /// Measured submissions left (count mode).
     quota: Option<u64>,
     dead: bool,
+    /// Bytes of WRITEs submitted since the last COMMIT.
+    since_commit: u64,
 }
 
 /// What a worker hands back.
@@ -517,6 +537,7 @@ pub fn run_worker<'p, F: Fabric>(
         },
         wl.needs(NFSPROC3_READ),
         wl.needs(NFSPROC3_WRITE),
+        wl.needs(proto::nfs3::NFSPROC3_COMMIT),
     ];
     let file_size = wl.file.as_ref().map_or(0, |f| f.size);
     let slots = (plan.qd.max(1) as usize).next_power_of_two();
@@ -532,6 +553,7 @@ pub fn run_worker<'p, F: Fabric>(
             offsets: Offsets::new(file_size, wl.io_size as u64, wl.seq, c, plan.total_conns, plan.seed),
             quota: plan.quotas.as_ref().map(|q| q.get(i).copied().unwrap_or(0)),
             dead: false,
+            since_commit: 0,
         })
         .collect();
     let blocks = (file_size / wl.io_size.max(1) as u64).max(1);
@@ -629,7 +651,7 @@ fn refill<F: Fabric>(
     c: &mut ConnLoad<'_, F>,
     qd: u32,
     wl: &Workload,
-    needs: &[ReplyNeeds; 3],
+    needs: &[ReplyNeeds; 4],
     clock: &Clock,
     start_ns: u64,
 ) -> Result<(), PerfError> {
@@ -647,6 +669,7 @@ fn refill<F: Fabric>(
             break;
         }
         let (kind, offset) = match wl.kind {
+            _ if wl.commit_every > 0 && c.since_commit >= wl.commit_every => (K_COMMIT, 0),
             OpKind::Null { .. } => (K_NULL, 0),
             OpKind::Read => (K_READ, c.offsets.next_offset()),
             OpKind::Write => (K_WRITE, c.offsets.next_offset()),
@@ -660,6 +683,11 @@ fn refill<F: Fabric>(
         };
         if let Some(s) = c.sched.as_mut() {
             s.advance();
+        }
+        match kind {
+            K_WRITE => c.since_commit += u64::from(wl.io_size),
+            K_COMMIT => c.since_commit = 0,
+            _ => {}
         }
         if measured {
             if let Some(q) = c.quota.as_mut() {
@@ -762,31 +790,56 @@ impl<'p, F: Fabric> Session<'p, F> {
     }
 }
 
+/// One NFSv3 Call at a time over any transport (setup and checks): a
+/// [`Session`] over a fabric, or [`crate::tcpload::TcpSession`].
+pub trait NfsCaller {
+    /// Encode a Call of procedure `proc_` with `encode` (XID 0: the caller
+    /// sets it), send it, wait for its reply and hand `parse` the reply (the
+    /// reduced reply and the first Write chunk's data over RPC-over-RDMA, the
+    /// whole reply and `None` over TCP) and the Call's XID. `binding` bounds
+    /// the sizes.
+    fn nfs_call<T>(
+        &mut self,
+        binding: &Nfs3Binding,
+        proc_: u32,
+        encode: impl FnOnce(&mut [u8]) -> Result<usize, EncodeError>,
+        parse: impl FnOnce(&[u8], Option<&[u8]>, u32) -> Result<T, ReplyError>,
+    ) -> Result<T, PerfError>;
+}
+
+impl<F: Fabric> NfsCaller for Session<'_, F> {
+    fn nfs_call<T>(
+        &mut self,
+        binding: &Nfs3Binding,
+        proc_: u32,
+        encode: impl FnOnce(&mut [u8]) -> Result<usize, EncodeError>,
+        parse: impl FnOnce(&[u8], Option<&[u8]>, u32) -> Result<T, ReplyError>,
+    ) -> Result<T, PerfError> {
+        let needs = ReplyNeeds::from_ulb(binding, NFS_V3, proc_);
+        self.call(binding, &needs, encode, |v, xid| {
+            parse(v.reduced, v.write_chunk(0), xid)
+        })
+    }
+}
+
 /// Fill `[0, size)` of `fh` with the pattern of `salt` by WRITEs of `chunk`
 /// bytes (FILE_SYNC). Main thread.
-pub fn fill_file<F: Fabric>(
-    s: &mut Session<'_, F>,
-    wl: &Workload,
-    fh: &[u8],
-    size: u64,
-    chunk: u32,
-) -> Result<(), PerfError> {
+pub fn fill_file<C: NfsCaller>(s: &mut C, wl: &Workload, fh: &[u8], size: u64, chunk: u32) -> Result<(), PerfError> {
     let binding = Nfs3Binding::new(chunk.max(wl.io_size));
-    let needs = ReplyNeeds::from_ulb(&binding, NFS_V3, NFSPROC3_WRITE);
     let mut off = 0u64;
     while off < size {
         let n = (size - off).min(chunk as u64) as u32;
         let want = n;
-        s.call(
+        s.nfs_call(
             &binding,
-            &needs,
+            NFSPROC3_WRITE,
             |buf| {
                 let at = nfs::encode_write_head(buf, 0, &wl.cred, fh, off, n, proto::nfs3::FILE_SYNC)?;
                 pattern::fill(&mut buf[at..at + n as usize], off, wl.salt);
                 Ok(nfs::write_call_len(at, n))
             },
-            |v, xid| {
-                let ok = nfs::parse_write(v.reduced, Some(xid))?;
+            |reply, _, xid| {
+                let ok = nfs::parse_write(reply, Some(xid))?;
                 if ok.count != want {
                     return Err(ReplyError::Bad("short WRITE while filling the file"));
                 }
@@ -800,12 +853,11 @@ pub fn fill_file<F: Fabric>(
 
 /// Read back the blocks marked in `written` (bitmap of `io_size` blocks) and
 /// check their pattern. Returns the number of blocks checked. Main thread.
-pub fn verify_blocks<F: Fabric>(s: &mut Session<'_, F>, wl: &Workload, written: &[u64]) -> Result<u64, PerfError> {
+pub fn verify_blocks<C: NfsCaller>(s: &mut C, wl: &Workload, written: &[u64]) -> Result<u64, PerfError> {
     let file = wl
         .file
         .as_ref()
         .ok_or_else(|| PerfError::Other("no file to verify".into()))?;
-    let needs = ReplyNeeds::from_ulb(&wl.binding, NFS_V3, NFSPROC3_READ);
     let mut n = 0;
     for (w, &bits) in written.iter().enumerate() {
         for b in 0..64 {
@@ -813,12 +865,12 @@ pub fn verify_blocks<F: Fabric>(s: &mut Session<'_, F>, wl: &Workload, written: 
                 continue;
             }
             let off = (w as u64 * 64 + b) * wl.io_size as u64;
-            s.call(
+            s.nfs_call(
                 &wl.binding,
-                &needs,
+                NFSPROC3_READ,
                 |buf| nfs::encode_read(buf, 0, &wl.cred, &file.fh, off, wl.io_size),
-                |v, xid| {
-                    let ok = nfs::parse_read(v.reduced, v.write_chunk(0), Some(xid), wl.io_size)?;
+                |reply, chunk, xid| {
+                    let ok = nfs::parse_read(reply, chunk, Some(xid), wl.io_size)?;
                     match pattern::check(ok.data, off, wl.salt) {
                         _ if ok.count != wl.io_size => Err(ReplyError::Bad("short READ in the read-back check")),
                         Some(_) => Err(ReplyError::Bad("data read back differs from what was written")),
@@ -878,6 +930,7 @@ mod tests {
             verify: false,
             salt: 0,
             stable: 0,
+            commit_every: 0,
             binding: Nfs3Binding::new(4096),
         };
         let n = wl.needs(NFSPROC3_NULL);

@@ -1,7 +1,8 @@
 //! # rpcrdma-perf
 //!
 //! The load generator behind the `perf` binary: RPC NULL and NFSv3 READ/WRITE
-//! over RPC-over-RDMA (versions 1 and 2) through [`dataplane::requester`], and
+//! over RPC-over-RDMA (versions 1 and 2) through [`dataplane::requester`] or
+//! over TCP with record marking, and
 //! the fabric's own ping-pong without RPC (the floor every other figure is
 //! compared with).
 //!
@@ -15,6 +16,8 @@
 //! | [`pattern`] | the data pattern of `--verify` |
 //! | [`nfs`] | NFSv3, MOUNT and portmap encoders and decoders |
 //! | [`tcp`] | RPC over TCP with record marking (MOUNT, portmap) |
+//! | [`tcpload`] | `--transport tcp`: the loads over TCP with record marking |
+//! | [`cpu`] | CPU per operation of perf and of the target |
 //! | [`engine`] | pools, connections and the per-thread load loop over the requester |
 //! | [`raw`] | the fabric ping-pong (`perf raw`) |
 //! | [`run`] | a whole run: setup, threads, warm-up, measurement, result |
@@ -25,6 +28,7 @@
 #![deny(missing_debug_implementations)]
 
 pub mod args;
+pub mod cpu;
 pub mod engine;
 pub mod hdrlog;
 pub mod nfs;
@@ -35,6 +39,7 @@ pub mod run;
 pub mod schedule;
 pub mod stats;
 pub mod tcp;
+pub mod tcpload;
 
 /// Errors of the perf library.
 #[derive(Debug, thiserror::Error)]

@@ -53,6 +53,14 @@ enum FabricArg {
     Verbs,
 }
 
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum TransportArg {
+    /// RPC-over-RDMA over --fabric.
+    Rdma,
+    /// ONC RPC with record marking to the NFS TCP port.
+    Tcp,
+}
+
 #[derive(Clone, Copy, Debug, ValueEnum)]
 enum AuthArg {
     None,
@@ -69,11 +77,14 @@ enum StableArg {
 /// Options of every load.
 #[derive(Args, Debug, Clone)]
 struct Common {
+    /// Transport: RPC-over-RDMA over --fabric, or RPC over TCP to the NFS TCP port.
+    #[arg(long, value_enum, default_value = "rdma")]
+    transport: TransportArg,
     /// Fabric provider [default: verbs when an RDMA device is present, else shm].
     #[arg(long, value_enum)]
     fabric: Option<FabricArg>,
     /// Target address: a socket path for shm (default /tmp/rpcrdma/fabric.sock),
-    /// ip[:port] for verbs (default 127.0.0.1:20049).
+    /// ip[:port] for verbs (default 127.0.0.1:20049) and tcp (default 127.0.0.1:2049).
     #[arg(long, short = 't')]
     target: Option<String>,
     /// RPC-over-RDMA version.
@@ -126,6 +137,10 @@ struct Common {
     /// polling starves the fabric (Soft-RoCE in an emulated VM); adds latency.
     #[arg(long = "idle-sleep-us", default_value_t = 0)]
     idle_sleep_us: u32,
+    /// The target's process id: its CPU time (/proc/PID/stat) over the measured
+    /// time is reported per operation next to perf's own.
+    #[arg(long = "target-pid")]
+    target_pid: Option<u32>,
     /// Seed of the random offsets and read/write choices.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -192,6 +207,10 @@ struct NfsArgs {
     /// `stable_how` of WRITEs.
     #[arg(long, value_enum, default_value = "unstable")]
     stable: StableArg,
+    /// COMMIT the file after every this many bytes written per connection
+    /// ("1G"; writes only; 0: never).
+    #[arg(long = "commit-every", default_value = "0", value_parser = parse_size)]
+    commit_every: u64,
     /// Salt of the --verify pattern.
     #[arg(long, default_value_t = 0x5eed)]
     salt: u64,
@@ -262,6 +281,9 @@ struct CompareArgs {
 }
 
 fn fabric_of(c: &Common) -> FabricKind {
+    if c.transport == TransportArg::Tcp {
+        return FabricKind::Tcp;
+    }
     match c.fabric {
         Some(FabricArg::Shm) => FabricKind::Shm,
         Some(FabricArg::Verbs) => FabricKind::Verbs,
@@ -304,6 +326,7 @@ fn base_config(c: &Common, mode: Mode, size: u32) -> RunConfig {
         progress: c.progress || (!c.no_progress && run::stderr_is_tty()),
         timeout: c.timeout,
         idle_sleep_us: c.idle_sleep_us,
+        target_pid: c.target_pid,
     }
 }
 
@@ -341,6 +364,7 @@ fn mount_target(n: &NfsArgs, fabric: FabricKind, target: &str) -> Result<MountTa
         }
         None => {
             let host = match fabric {
+                FabricKind::Tcp => perf::tcpload::tcp_addr(target)?.ip(),
                 FabricKind::Verbs => target
                     .parse::<SocketAddr>()
                     .map(|s| s.ip())
@@ -376,6 +400,7 @@ fn nfs_config(n: &NfsArgs, kind: OpKind) -> Result<RunConfig> {
             StableArg::Data => proto::nfs3::DATA_SYNC,
             StableArg::File => proto::nfs3::FILE_SYNC,
         },
+        commit_every: n.commit_every,
         salt: n.salt,
         unmount: !n.no_umount,
     });
@@ -475,6 +500,9 @@ fn compare(a: &CompareArgs) -> Result<i32> {
 fn raw_cmd(a: &RawArgs) -> Result<i32> {
     let size = u32::try_from(a.size).context("--size too large")?;
     let fabric = fabric_of(&a.common);
+    if fabric == FabricKind::Tcp {
+        bail!("raw is the fabric's own ping-pong: not with --transport tcp");
+    }
     if a.serve {
         let Some(addr) = a.listen.clone().or_else(|| a.common.target.clone()) else {
             bail!("--serve needs --listen ADDR");

@@ -154,6 +154,26 @@ pub fn encode_read(
     Ok(w.len())
 }
 
+/// NFSv3 COMMIT of the whole file (offset 0, count 0).
+pub fn encode_commit(out: &mut [u8], xid: u32, cred: &Cred, fh: &[u8]) -> Result<usize, EncodeError> {
+    let mut w = Writer::new(out);
+    header(&mut w, xid, NFS_PROGRAM, NFS_V3, nfs3::NFSPROC3_COMMIT, cred)?;
+    w.put_opaque_var(fh)?;
+    w.put_u64(0)?;
+    w.put_u32(0)?;
+    Ok(w.len())
+}
+
+/// A COMMIT reply: NFS3_OK (its `wcc_data` and verifier are not checked).
+pub fn parse_commit(reply: &[u8], xid: Option<u32>) -> Result<(), ReplyError> {
+    let at = rpc_results(reply, xid)?;
+    let mut r = Reader::new(&reply[at..]);
+    match status(&mut r)? {
+        NFS3_OK => Ok(()),
+        s => Err(ReplyError::Nfs(s)),
+    }
+}
+
 /// NFSv3 WRITE up to the data's length word: returns where the `count` data
 /// bytes go. The caller writes (or leaves) the data there; the Call is
 /// [`write_call_len`] bytes long. The XDR padding after the data is zeroed.

@@ -15,11 +15,12 @@ use std::sync::{Barrier, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use proto::nfs3::{NFS3ERR_NOENT, NFSPROC3_CREATE, NFSPROC3_GETATTR, NFSPROC3_LOOKUP, NFS_PROGRAM, NFS_V3};
-use proto::plan::ReplyNeeds;
 use proto::ulb::Nfs3Binding;
 
+use crate::cpu::{CpuSample, CpuUse};
 use crate::engine::{
-    self, Clock, FabricMaker, NfsFile, OpKind, Pools, Progress, Recorder, Session, ShmMaker, WorkerPlan, Workload,
+    self, Clock, FabricMaker, NfsCaller, NfsFile, OpKind, Pools, Progress, Recorder, Session, ShmMaker, WorkerPlan,
+    Workload,
 };
 use crate::hdrlog::Interval;
 use crate::nfs::{self, Cred};
@@ -32,6 +33,10 @@ use crate::{raw, PerfError};
 pub enum FabricKind {
     Shm,
     Verbs,
+    /// Not a fabric: ONC RPC over TCP with record marking (RFC 5531 s11)
+    /// to the NFS TCP port (`--transport tcp`), for comparing the same
+    /// target's two transports ([`crate::tcpload`]).
+    Tcp,
 }
 
 impl FabricKind {
@@ -46,6 +51,7 @@ impl FabricKind {
         match self {
             FabricKind::Shm => "shm",
             FabricKind::Verbs => "verbs",
+            FabricKind::Tcp => "tcp",
         }
     }
     /// The target address when none is given: rpcrdma-target's shm socket
@@ -54,6 +60,7 @@ impl FabricKind {
         match self {
             FabricKind::Shm => "/tmp/rpcrdma/fabric.sock",
             FabricKind::Verbs => "127.0.0.1:20049",
+            FabricKind::Tcp => "127.0.0.1:2049",
         }
     }
 }
@@ -83,6 +90,8 @@ pub struct NfsOptions {
     pub file_size: u64,
     pub seq: bool,
     pub stable: u32,
+    /// A COMMIT after every this many bytes written per connection (0: none).
+    pub commit_every: u64,
     pub salt: u64,
     /// UMNT at the end.
     pub unmount: bool,
@@ -130,6 +139,9 @@ pub struct RunConfig {
     /// hosts where busy polling starves the fabric itself (Soft-RoCE under
     /// emulation); 0 = always spin (the default: sleeping adds latency).
     pub idle_sleep_us: u32,
+    /// The target's process id: its CPU time over the measured window is
+    /// reported next to perf's own ([`crate::cpu`]).
+    pub target_pid: Option<u32>,
 }
 
 /// What a run produced.
@@ -229,7 +241,7 @@ impl RunConfig {
         Ok(())
     }
 
-    fn cred(&self) -> Result<Cred, PerfError> {
+    pub(crate) fn cred(&self) -> Result<Cred, PerfError> {
         match self.auth {
             Auth::None => Ok(Cred::none()),
             Auth::Sys { uid, gid } => {
@@ -239,12 +251,12 @@ impl RunConfig {
     }
 
     /// The connections of worker `w` (round-robin over the cores).
-    fn worker_conns(&self, w: usize, workers: usize) -> Vec<u32> {
+    pub(crate) fn worker_conns(&self, w: usize, workers: usize) -> Vec<u32> {
         (0..self.conns).filter(|c| *c as usize % workers == w).collect()
     }
 
     /// Count mode: measured operations of each connection.
-    fn quota(&self, conn: u32) -> Option<u64> {
+    pub(crate) fn quota(&self, conn: u32) -> Option<u64> {
         self.count.map(|n| {
             let c = self.conns as u64;
             n / c + u64::from((conn as u64) < n % c)
@@ -261,22 +273,26 @@ pub fn run(cfg: &RunConfig) -> Result<RunOutput, PerfError> {
         FabricKind::Verbs => run_with(&engine::VerbsMaker::default(), cfg),
         #[cfg(not(feature = "verbs"))]
         FabricKind::Verbs => Err(PerfError::Option("this build has no verbs provider".into())),
+        FabricKind::Tcp => match cfg.mode {
+            Mode::Rpc(kind) => crate::tcpload::run_tcp(cfg, kind),
+            Mode::Raw { .. } => Err(PerfError::Option("raw runs over a fabric, not TCP".into())),
+        },
     }
 }
 
 /// Shared between the main thread and the workers.
-struct Shared {
+pub(crate) struct Shared {
     connected: Barrier,
     go: Barrier,
-    start_ns: AtomicU64,
-    abort: AtomicBool,
-    finished: AtomicUsize,
-    progress: Vec<Progress>,
-    errors: Mutex<Vec<PerfError>>,
+    pub(crate) start_ns: AtomicU64,
+    pub(crate) abort: AtomicBool,
+    pub(crate) finished: AtomicUsize,
+    pub(crate) progress: Vec<Progress>,
+    pub(crate) errors: Mutex<Vec<PerfError>>,
 }
 
 impl Shared {
-    fn new(workers: usize) -> Self {
+    pub(crate) fn new(workers: usize) -> Self {
         Shared {
             connected: Barrier::new(workers + 1),
             go: Barrier::new(workers + 1),
@@ -288,7 +304,7 @@ impl Shared {
         }
     }
 
-    fn fail(&self, e: PerfError) {
+    pub(crate) fn fail(&self, e: PerfError) {
         self.abort.store(true, Ordering::Relaxed);
         if let Ok(mut v) = self.errors.lock() {
             v.push(e);
@@ -297,7 +313,7 @@ impl Shared {
 
     /// Worker side of the start: report setup done (or failed), wait for the
     /// start time. `None` when the run is aborted.
-    fn wait_start(&self) -> Option<u64> {
+    pub(crate) fn wait_start(&self) -> Option<u64> {
         self.connected.wait();
         self.go.wait();
         // Acquire pairs with the main thread's Release store before `go`.
@@ -306,7 +322,7 @@ impl Shared {
 }
 
 /// Counts a worker as finished when it returns, whichever way.
-struct Finished<'a>(&'a AtomicUsize);
+pub(crate) struct Finished<'a>(pub(crate) &'a AtomicUsize);
 
 impl Drop for Finished<'_> {
     fn drop(&mut self) {
@@ -348,7 +364,7 @@ pub fn run_with<M: FabricMaker>(maker: &M, cfg: &RunConfig) -> Result<RunOutput,
     }
 }
 
-fn workers_of(cfg: &RunConfig) -> usize {
+pub(crate) fn workers_of(cfg: &RunConfig) -> usize {
     cfg.cores.len().min(cfg.conns as usize)
 }
 
@@ -370,6 +386,7 @@ fn run_rpc<M: FabricMaker>(maker: &M, cfg: &RunConfig, kind: OpKind) -> Result<R
         verify: cfg.verify || cfg.verify_only,
         salt: cfg.nfs.as_ref().map_or(0, |n| n.salt),
         stable: cfg.nfs.as_ref().map_or(0, |n| n.stable),
+        commit_every: cfg.nfs.as_ref().map_or(0, |n| n.commit_every),
         binding: Nfs3Binding::new(io_size.max(1)),
     };
     if is_nfs {
@@ -385,7 +402,7 @@ fn run_rpc<M: FabricMaker>(maker: &M, cfg: &RunConfig, kind: OpKind) -> Result<R
     }
     let shared = Shared::new(workers);
     let clock = Clock::new(Instant::now());
-    let outs: Vec<Option<engine::WorkerOut>> = std::thread::scope(|sc| {
+    let (outs, cpu): (Vec<Option<engine::WorkerOut>>, CpuWindow) = std::thread::scope(|sc| {
         let handles: Vec<_> = (0..workers)
             .map(|w| {
                 let (shared, pools, wl) = (&shared, &pools, &wl);
@@ -468,8 +485,8 @@ fn run_rpc<M: FabricMaker>(maker: &M, cfg: &RunConfig, kind: OpKind) -> Result<R
                 })
             })
             .collect();
-        start_and_watch(&shared, clock, cfg, workers);
-        handles.into_iter().map(|h| h.join().unwrap_or(None)).collect()
+        let cpu = start_and_watch(&shared, clock, cfg, workers);
+        (handles.into_iter().map(|h| h.join().unwrap_or(None)).collect(), cpu)
     });
     if let Some(e) = shared
         .errors
@@ -536,6 +553,7 @@ fn run_rpc<M: FabricMaker>(maker: &M, cfg: &RunConfig, kind: OpKind) -> Result<R
         rec,
         clock,
         verified,
+        &cpu,
     );
     out.transport = transport;
     out.target_lost = lost;
@@ -555,19 +573,43 @@ fn add_stats(a: &mut dataplane::requester::RequesterStats, b: &dataplane::reques
     a.fallbacks_to_v1 += b.fallbacks_to_v1;
 }
 
+/// CPU readings at the start and the end of the measured time.
+pub(crate) type CpuWindow = (CpuSample, CpuSample);
+
 /// The main thread's part of the start, then the progress line until the
-/// workers are done.
-fn start_and_watch(shared: &Shared, clock: Clock, cfg: &RunConfig, workers: usize) {
+/// workers are done. Reads the CPU times of perf and of the target
+/// (`cfg.target_pid`) when the measured time starts and when it ends (or the
+/// workers finish, in count mode).
+pub(crate) fn start_and_watch(shared: &Shared, clock: Clock, cfg: &RunConfig, workers: usize) -> CpuWindow {
     shared.connected.wait();
     // Release pairs with the workers' Acquire loads after `go`.
     shared.start_ns.store(clock.now_ns(), Ordering::Release);
     shared.go.wait();
     let show = cfg.progress;
     let t0 = Instant::now();
+    let measure_at = t0 + cfg.warmup;
+    let measure_end = cfg.count.is_none().then(|| measure_at + cfg.duration);
+    let mut cpu = (CpuSample::default(), CpuSample::default());
     let mut last_ops = 0u64;
     let mut last_t = t0;
     while shared.finished.load(Ordering::Acquire) < workers {
-        std::thread::sleep(Duration::from_millis(50));
+        let now = Instant::now();
+        let next = [
+            Some(measure_at).filter(|_| cpu.0.at.is_none()),
+            measure_end.filter(|_| cpu.1.at.is_none()),
+        ]
+        .into_iter()
+        .flatten()
+        .find(|t| *t >= now);
+        let step = next.map_or(Duration::from_millis(50), |t| (t - now).min(Duration::from_millis(50)));
+        std::thread::sleep(step);
+        let now = Instant::now();
+        if cpu.0.at.is_none() && now >= measure_at {
+            cpu.0 = CpuSample::now(cfg.target_pid);
+        }
+        if cpu.1.at.is_none() && measure_end.is_some_and(|e| now >= e) {
+            cpu.1 = CpuSample::now(cfg.target_pid);
+        }
         if show && last_t.elapsed() >= Duration::from_secs(1) {
             let ops: u64 = shared.progress.iter().map(|p| p.ops.load(Ordering::Relaxed)).sum();
             let errs: u64 = shared.progress.iter().map(|p| p.errors.load(Ordering::Relaxed)).sum();
@@ -582,13 +624,20 @@ fn start_and_watch(shared: &Shared, clock: Clock, cfg: &RunConfig, workers: usiz
             last_t = Instant::now();
         }
     }
+    if cpu.0.at.is_none() {
+        cpu.0 = CpuSample::now(cfg.target_pid);
+    }
+    if cpu.1.at.is_none() {
+        cpu.1 = CpuSample::now(cfg.target_pid);
+    }
     if show {
         eprintln!();
     }
+    cpu
 }
 
 #[allow(clippy::too_many_arguments)]
-fn finish(
+pub(crate) fn finish(
     cfg: &RunConfig,
     op: &str,
     fabric: &str,
@@ -597,14 +646,16 @@ fn finish(
     rec: Recorder,
     clock: Clock,
     verified_blocks: Option<u64>,
+    cpu: &CpuWindow,
 ) -> RunOutput {
     let duration_s = match cfg.count {
         Some(_) => (rec.last_ns.saturating_sub(rec.start_ns)) as f64 / 1e9,
         None => cfg.duration.as_secs_f64(),
     };
-    let result = RunResult::new(
+    let mut result = RunResult::new(
         op, fabric, version, size, cfg.qd, cfg.conns, duration_s, rec.ops, rec.errors, &rec.hist,
     );
+    result.cpu = CpuUse::between(&cpu.0, &cpu.1, rec.ops);
     let start = clock.at(rec.start_ns);
     let base_time = SystemTime::now() - start.elapsed();
     let intervals = rec
@@ -651,21 +702,20 @@ fn session<'p, M: FabricMaker>(
 }
 
 /// LOOKUP (or CREATE) the file, and fill it when reads need its content.
-fn prepare_file<F: dataplane::Fabric>(
-    s: &mut Session<'_, F>,
+pub(crate) fn prepare_file<C: NfsCaller>(
+    s: &mut C,
     wl: &Workload,
     cfg: &RunConfig,
     n: &NfsOptions,
     root: &[u8],
 ) -> Result<NfsFile, PerfError> {
     let b = &wl.binding;
-    let needs = |p| ReplyNeeds::from_ulb(b, NFS_V3, p);
-    let lookup = |s: &mut Session<'_, F>| {
-        s.call(
+    let lookup = |s: &mut C| {
+        s.nfs_call(
             b,
-            &needs(NFSPROC3_LOOKUP),
+            NFSPROC3_LOOKUP,
             |buf| nfs::encode_lookup(buf, 0, &wl.cred, root, &n.file),
-            |v, xid| nfs::parse_lookup(v.reduced, Some(xid)),
+            |r, _, xid| nfs::parse_lookup(r, Some(xid)),
         )
     };
     let (fh, attr) = match lookup(s) {
@@ -673,11 +723,11 @@ fn prepare_file<F: dataplane::Fabric>(
         Err(PerfError::Nfs {
             status: NFS3ERR_NOENT, ..
         }) if n.create => {
-            s.call(
+            s.nfs_call(
                 b,
-                &needs(NFSPROC3_CREATE),
+                NFSPROC3_CREATE,
                 |buf| nfs::encode_create(buf, 0, &wl.cred, root, &n.file, 0o644),
-                |v, xid| nfs::parse_create(v.reduced, Some(xid)),
+                |r, _, xid| nfs::parse_create(r, Some(xid)),
             )?;
             lookup(s)?
         }
@@ -694,11 +744,11 @@ fn prepare_file<F: dataplane::Fabric>(
     };
     let attr = match attr {
         Some(a) => a,
-        None => s.call(
+        None => s.nfs_call(
             b,
-            &needs(NFSPROC3_GETATTR),
+            NFSPROC3_GETATTR,
             |buf| nfs::encode_getattr(buf, 0, &wl.cred, &fh),
-            |v, xid| nfs::parse_getattr(v.reduced, Some(xid)),
+            |r, _, xid| nfs::parse_getattr(r, Some(xid)),
         )?,
     };
     if attr.ftype != nfs::NF3REG {
@@ -735,7 +785,7 @@ fn run_raw<M: FabricMaker>(
     };
     let shared = Shared::new(workers);
     let clock = Clock::new(Instant::now());
-    let recs: Vec<Option<Recorder>> = std::thread::scope(|sc| {
+    let (recs, cpu): (Vec<Option<Recorder>>, CpuWindow) = std::thread::scope(|sc| {
         let echo = loopback.then(|| {
             let (listening_tx, listening_rx) = std::sync::mpsc::channel::<()>();
             let (stop, addr) = (&stop, &addr);
@@ -807,7 +857,7 @@ fn run_raw<M: FabricMaker>(
                 })
             })
             .collect();
-        start_and_watch(&shared, clock, cfg, workers);
+        let cpu = start_and_watch(&shared, clock, cfg, workers);
         let recs = handles.into_iter().map(|h| h.join().unwrap_or(None)).collect();
         stop.store(true, Ordering::Relaxed);
         if let Some((h, _)) = echo {
@@ -817,7 +867,7 @@ fn run_raw<M: FabricMaker>(
                 Ok(Ok(_)) => {}
             }
         }
-        recs
+        (recs, cpu)
     });
     if let Some(e) = shared
         .errors
@@ -832,7 +882,17 @@ fn run_raw<M: FabricMaker>(
     for r in recs.iter().flatten() {
         rec.merge(r);
     }
-    Ok(finish(cfg, "raw", maker.name(), 0, cfg.size as u64, rec, clock, None))
+    Ok(finish(
+        cfg,
+        "raw",
+        maker.name(),
+        0,
+        cfg.size as u64,
+        rec,
+        clock,
+        None,
+        &cpu,
+    ))
 }
 
 fn clock_nonce() -> u32 {
@@ -863,6 +923,7 @@ pub fn serve_raw(
         FabricKind::Verbs => raw::echo(&engine::VerbsMaker::default(), addr, size, qd, stop, touch, || {}),
         #[cfg(not(feature = "verbs"))]
         FabricKind::Verbs => Err(PerfError::Option("this build has no verbs provider".into())),
+        FabricKind::Tcp => Err(PerfError::Option("raw runs over a fabric, not TCP".into())),
     }
 }
 
@@ -904,6 +965,7 @@ mod tests {
             progress: false,
             timeout: Duration::from_secs(1),
             idle_sleep_us: 0,
+            target_pid: None,
         }
     }
 

@@ -88,10 +88,10 @@ impl LatencyUs {
 pub struct RunResult {
     /// `null`, `read`, `write`, `mixed` or `raw`.
     pub op: String,
-    /// `shm` or `verbs`.
+    /// `shm`, `verbs`, or `tcp` (`--transport tcp`).
     pub fabric: String,
-    /// Negotiated RPC-over-RDMA version (1 or 2); 0 for `raw`, which has no
-    /// RPC-over-RDMA header.
+    /// Negotiated RPC-over-RDMA version (1 or 2); 0 for `raw` and `tcp`,
+    /// which have no RPC-over-RDMA header.
     pub version: u32,
     /// I/O size (READ/WRITE data, raw message size); 0 for NULL.
     pub size_bytes: u64,
@@ -108,6 +108,10 @@ pub struct RunResult {
     pub iops: f64,
     pub mb_per_s: f64,
     pub latency_us: LatencyUs,
+    /// CPU used by perf and the target over the measured time (RPC runs;
+    /// the target's with `--target-pid`). Absent in older files.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<crate::cpu::CpuUse>,
 }
 
 impl RunResult {
@@ -139,6 +143,7 @@ impl RunResult {
             iops,
             mb_per_s,
             latency_us: LatencyUs::from_hist(hist),
+            cpu: None,
         }
     }
 
@@ -159,6 +164,8 @@ impl RunResult {
         let cores = cores.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(",");
         let vers = if self.op == "raw" {
             String::new()
+        } else if self.fabric == "tcp" {
+            " transport=tcp".to_string()
         } else {
             format!(" rpcrdma=v{}", self.version)
         };
@@ -186,7 +193,7 @@ impl RunResult {
             p99 = l.p99,
             p999 = l.p999,
             p9999 = l.p9999,
-        )
+        ) + &self.cpu.as_ref().map(|c| c.line()).unwrap_or_default()
     }
 }
 
@@ -228,6 +235,19 @@ fn rows(r: &RunResult) -> Vec<(&'static str, Cell)> {
         ("lat p99.9 (us)", Cell::Num(l.p999)),
         ("lat p99.99 (us)", Cell::Num(l.p9999)),
         ("lat max (us)", Cell::Num(l.max)),
+        (
+            "cpu client (us/op)",
+            r.cpu
+                .as_ref()
+                .map_or(Cell::Text("-".into()), |c| Cell::Num(c.client_us_per_op)),
+        ),
+        (
+            "cpu target (us/op)",
+            r.cpu
+                .as_ref()
+                .and_then(|c| c.target_us_per_op)
+                .map_or(Cell::Text("-".into()), Cell::Num),
+        ),
     ]
 }
 
@@ -302,8 +322,26 @@ pub fn compare_rows(results: &[(String, RunResult)]) -> String {
     };
     let fmt_ratio = |v: f64, b: f64| ratio(v, b).map_or_else(|| "-".to_string(), |q| format!("x{q:.2}"));
     let header = [
-        "file", "op", "vers", "size", "qd", "conns", "iops", "MB/s", "mean_us", "p50_us", "p99_us", "p99.9_us",
-        "max_us", "errors", "mean/1st", "p50/1st", "iops/1st",
+        "file",
+        "op",
+        "fabric",
+        "vers",
+        "size",
+        "qd",
+        "conns",
+        "iops",
+        "MB/s",
+        "mean_us",
+        "p50_us",
+        "p99_us",
+        "p99.9_us",
+        "max_us",
+        "errors",
+        "cli_us/op",
+        "tgt_us/op",
+        "mean/1st",
+        "p50/1st",
+        "iops/1st",
     ];
     let rows: Vec<Vec<String>> = results
         .iter()
@@ -312,6 +350,7 @@ pub fn compare_rows(results: &[(String, RunResult)]) -> String {
             vec![
                 name.clone(),
                 r.op.clone(),
+                r.fabric.clone(),
                 r.version.to_string(),
                 crate::args::size_label(r.size_bytes),
                 r.queue_depth.to_string(),
@@ -324,6 +363,13 @@ pub fn compare_rows(results: &[(String, RunResult)]) -> String {
                 format!("{:.2}", l.p999),
                 format!("{:.1}", l.max),
                 r.errors.to_string(),
+                r.cpu
+                    .as_ref()
+                    .map_or_else(|| "-".into(), |c| format!("{:.2}", c.client_us_per_op)),
+                r.cpu
+                    .as_ref()
+                    .and_then(|c| c.target_us_per_op)
+                    .map_or_else(|| "-".into(), |u| format!("{u:.2}")),
                 fmt_ratio(l.mean, first.latency_us.mean),
                 fmt_ratio(l.p50, first.latency_us.p50),
                 fmt_ratio(r.iops, first.iops),
@@ -442,6 +488,19 @@ mod tests {
         let mut missing = v.clone();
         missing.as_object_mut().unwrap().remove("ops");
         assert!(RunResult::from_json(&missing.to_string()).is_err());
+        // The optional `cpu` record round-trips and shows in the summary.
+        let mut with_cpu = r.clone();
+        with_cpu.cpu = Some(crate::cpu::CpuUse {
+            wall_s: 2.0,
+            client_s: 1.0,
+            client_us_per_op: 1000.0,
+            target_s: None,
+            target_us_per_op: None,
+        });
+        let text = with_cpu.to_json();
+        assert!(text.contains("\"client_us_per_op\""), "{text}");
+        assert_eq!(RunResult::from_json(&text).unwrap(), with_cpu);
+        assert!(with_cpu.summary(&[0]).contains("cpu: client=1000.00us/op"));
     }
 
     #[test]
@@ -478,11 +537,13 @@ mod tests {
         assert!(lines[0].starts_with("file") && lines[0].ends_with("iops/1st"));
         assert!(lines[1].starts_with("raw ") && lines[1].ends_with("x1.00"), "{t}");
         let cells: Vec<&str> = lines[2].split_whitespace().collect();
-        assert_eq!(&cells[..6], &["read-4k", "read", "1", "4KiB", "4", "1"]);
-        assert_eq!(cells[6], "250");
-        assert_eq!(cells[13], "2");
+        assert_eq!(&cells[..7], &["read-4k", "read", "shm", "1", "4KiB", "4", "1"]);
+        assert_eq!(cells[7], "250");
+        assert_eq!(cells[14], "2");
+        // No CPU figures in these results.
+        assert_eq!(&cells[15..17], &["-", "-"]);
         // p50 2000 ns (highest equivalent 2001) against 1000: about x2; IOPS x0.25.
-        assert_eq!(&cells[15..], &["x2.00", "x0.25"]);
+        assert_eq!(&cells[18..], &["x2.00", "x0.25"]);
         assert_eq!(compare_rows(&[]), "");
     }
 

@@ -166,6 +166,12 @@ impl TcpRpc {
 
     /// Send one Call as a single-fragment record and read one Reply record.
     pub fn call(&mut self, msg: &[u8]) -> Result<Vec<u8>, PerfError> {
+        self.call_max(msg, MAX_REPLY_BYTES)
+    }
+
+    /// [`TcpRpc::call`] accepting a reply record of up to `max` bytes (an
+    /// NFS READ reply).
+    pub fn call_max(&mut self, msg: &[u8], max: usize) -> Result<Vec<u8>, PerfError> {
         let mark = RecordMark::new(true, msg.len() as u32).map_err(|e| rpc_err("record mark", e))?;
         let mut out = Vec::with_capacity(RM_BYTES + msg.len());
         out.extend_from_slice(&mark.to_bytes());
@@ -173,14 +179,19 @@ impl TcpRpc {
         self.stream
             .write_all(&out)
             .map_err(|e| PerfError::io("sending an RPC over TCP", e))?;
-        read_record(&mut self.stream)
+        read_record_max(&mut self.stream, max)
     }
 }
 
 /// Read one record-marked message (at most [`MAX_REPLY_BYTES`]).
 pub fn read_record<R: Read>(r: &mut R) -> Result<Vec<u8>, PerfError> {
-    let mut re = RecordReassembler::new(MAX_REPLY_BYTES);
-    let mut record = vec![0u8; MAX_REPLY_BYTES];
+    read_record_max(r, MAX_REPLY_BYTES)
+}
+
+/// Read one record-marked message of at most `max` bytes.
+pub fn read_record_max<R: Read>(r: &mut R, max: usize) -> Result<Vec<u8>, PerfError> {
+    let mut re = RecordReassembler::new(max);
+    let mut record = vec![0u8; max];
     // Read exactly: each fragment's mark, then its body, never past the record.
     let mut mark = [0u8; RM_BYTES];
     loop {
@@ -192,6 +203,11 @@ pub fn read_record<R: Read>(r: &mut R) -> Result<Vec<u8>, PerfError> {
             return Ok(record);
         }
         let m = RecordMark::from_bytes(mark);
+        // The reassembler checked the announced length against `max` when
+        // it took the mark: the allocation is bounded by `max`.
+        if m.len() as usize > max {
+            return Err(rpc_err("record", format!("fragment of {} bytes over {max}", m.len())));
+        }
         let mut body = vec![0u8; m.len() as usize];
         r.read_exact(&mut body)
             .map_err(|e| PerfError::io("reading an RPC record", e))?;

@@ -327,12 +327,14 @@ fn cfg(m: &Mock, kind: OpKind, version: u32, size: u32) -> RunConfig {
             file_size: 1 << 20,
             seq: false,
             stable: nfs3::UNSTABLE,
+            commit_every: 0,
             salt: 11,
             unmount: true,
         }),
         progress: false,
         timeout: Duration::from_secs(10),
         idle_sleep_us: 5,
+        target_pid: None,
     }
 }
 

@@ -57,3 +57,67 @@ fn null_read_write_mixed_against_the_target() {
     t.shutdown().expect("clean shutdown");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `--transport tcp` against the same target's NFS TCP port: NULL, and
+/// READ / WRITE / mixed with `--verify` at 4 KiB and 1 MiB, qd 1 and 4, with
+/// the CPU of both sides measured (the target is this process).
+#[test]
+fn tcp_transport_against_the_target() {
+    use perf::run::FabricKind;
+    let dir = tmpdir("tcp");
+    let (cfg, mount_port) = target_config(&dir);
+    let t = Target::start(cfg).expect("target starts");
+    let nfs = t.tcp_addrs()[0];
+    let sock = dir.join("fabric.sock");
+    // Count mode: on a loaded machine (other tests, guests) a debug build's
+    // 1 MiB Calls may not finish one within a measured second.
+    let tcp_cfg = |mode, size, qd| {
+        let mut c = run_cfg(&sock, mount_port, mode, 1, size);
+        c.fabric = FabricKind::Tcp;
+        c.target = nfs.to_string();
+        c.qd = qd;
+        c.target_pid = Some(std::process::id());
+        c.count = Some(if size >= MIB as u32 { 16 } else { 200 });
+        c
+    };
+    let mut c = tcp_cfg(Mode::Rpc(run::NULL_DEFAULT), 0, 4);
+    c.nfs = None;
+    c.auth = Auth::None;
+    let out = run::run(&c).expect("null over tcp");
+    assert_eq!(
+        (out.result.errors, out.result.fabric.as_str()),
+        (0, "tcp"),
+        "{:?}",
+        out.result
+    );
+    assert_eq!(out.result.ops, 200);
+    let cpu = out.result.cpu.as_ref().expect("cpu measured");
+    assert!(cpu.client_us_per_op > 0.0 && cpu.target_us_per_op.is_some(), "{cpu:?}");
+    for (kind, size, qd) in [
+        (OpKind::Write, 4096, 4),
+        (OpKind::Read, 4096, 1),
+        (OpKind::Write, MIB as u32, 4),
+        (OpKind::Read, MIB as u32, 4),
+        (OpKind::Mixed { read_pct: 50 }, 65536, 4),
+    ] {
+        let c = tcp_cfg(Mode::Rpc(kind), size, qd);
+        let out = run::run(&c).expect("run over tcp");
+        let r = &out.result;
+        let what = format!("{kind:?} {size} qd{qd}: {r:?}");
+        assert_eq!(r.errors, 0, "{what}");
+        assert_eq!(Some(r.ops), c.count, "{what}");
+        if kind == OpKind::Write {
+            assert!(out.verified_blocks.unwrap_or(0) > 0, "{what}");
+        }
+    }
+    // Written over TCP, read back over the fabric: one backend, two paths.
+    let mut c = run_cfg(&sock, mount_port, Mode::Rpc(OpKind::Read), 1, 4096);
+    c.verify = false;
+    c.verify_only = true;
+    let out = run::run_with(&ShmMaker::default(), &c).expect("read back over shm");
+    assert_eq!(out.result.errors, 0, "{:?}", out.result);
+    let counts = t.tcp_counts();
+    assert!(counts.calls > 0 && counts.bad_records == 0, "{counts:?}");
+    t.shutdown().expect("clean shutdown");
+    let _ = std::fs::remove_dir_all(&dir);
+}

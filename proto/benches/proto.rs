@@ -12,7 +12,9 @@
 use criterion::{black_box, criterion_group, criterion_main, Criterion};
 use proto::header::{decode, Limits, Segment};
 use proto::nfs3::{Read3Args, NFSPROC3_READ, NFS_PROGRAM, NFS_V3};
-use proto::plan::{encode_call_header, encode_reply_header, plan_call, plan_reply, CallParams, ReplyNeeds};
+use proto::plan::{
+    encode_call_header, encode_reply_header, plan_call, plan_reply, CallParams, ReplyHeaderOut, ReplyNeeds,
+};
 use proto::rpc::{self, CallHeader, OpaqueAuth, AUTH_SYS};
 use proto::ulb::DdpItem;
 use proto::xdr::{Reader, Writer};
@@ -110,7 +112,8 @@ fn bench(c: &mut Criterion) {
                 for op in p.write_ops(&call) {
                     wrote += black_box(op).target.length;
                 }
-                let n = encode_reply_header(&p, &call, XID, 32, 0, &mut out).unwrap();
+                let n = encode_reply_header(ReplyHeaderOut::Planned { plan: &p, call: &call }, XID, 32, 0, &mut out)
+                    .unwrap();
                 black_box(&out);
                 (wrote, n)
             })

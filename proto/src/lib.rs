@@ -12,6 +12,7 @@
 //! | [`private_data`] | RDMA-CM private data | RFC 8797 |
 //! | [`negotiate`] | v1/v2 version negotiation as a state machine | draft -09 s7 |
 //! | [`ulb`] | Upper-Layer Bindings and the NFSv3 binding | RFC 8166 s6, RFC 8267 |
+//! | [`nfs4`] | NFSv4.1/4.2 constants, COMPOUND decoding into bounded views, the NFSv4 binding's Call items | RFC 8881, RFC 7862, RFC 8267 s6 |
 //! | [`plan`] | chunk planning for requester and responder (Call, Read list, Reply, reassembly) | RFC 8166 s3.4-3.5 |
 //!
 //! Functions here may be called from any core; nothing holds shared state.
@@ -22,6 +23,7 @@ pub mod error;
 pub mod header;
 pub mod negotiate;
 pub mod nfs3;
+pub mod nfs4;
 pub mod plan;
 pub mod private_data;
 pub mod rpc;

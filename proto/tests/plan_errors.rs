@@ -114,17 +114,42 @@ fn write_chunk_too_small() {
                 length_needed: 101
             })
         );
-        // An empty Write chunk (zero segments) holds nothing.
-        let b = build(vers, msg(&[], &[&[]], None), &rpc(64, 0));
+    }
+}
+
+/// An empty Write chunk (a zero segment count; by definition of length zero,
+/// RFC 8166 s3.4.6) is not a chunk too short for its item: the item stays in
+/// the reply, inline here, and the chunk is echoed with its segment count
+/// (zero) copied, as s3.4.6 requires of every Write chunk. Later items still
+/// go into their own chunks. Before, the Call was answered with ERR_CHUNK
+/// (RDMA2_ERR_WRITE_RESOURCE in v2).
+#[test]
+fn hostile_peer_empty_write_chunk_leaves_its_item_inline_and_is_echoed() {
+    for vers in [1, 2] {
+        let b = build(vers, msg(&[], &[&[], &[seg(7, 64, 0x40)]], None), &rpc(64, 0));
         let h = decode(&b, &Limits::DEFAULT).unwrap();
-        let e = plan_reply(400, &[DdpItem { offset: 12, len: 1 }], h.chunks().unwrap(), vers, 4096);
-        assert_eq!(
-            e,
-            Err(PlanError::WriteResource {
-                chunk_index: 1,
-                length_needed: 1
-            })
-        );
+        let call = *h.chunks().unwrap();
+        let items = [DdpItem { offset: 12, len: 100 }, DdpItem { offset: 200, len: 60 }];
+        let p = plan_reply(400, &items, &call, vers, 4096).expect("planned, not refused");
+        assert_eq!(p.kind, ReplyKind::Short);
+        // Only the second item (60 bytes, no padding) left the inline reply.
+        assert_eq!(p.reduced_len, 400 - 60);
+        let inline: Vec<_> = p.reduced_ranges().map(|r| (r.start, r.len)).collect();
+        assert_eq!(inline.iter().map(|r| r.1).sum::<u32>(), 340);
+        assert!(inline.iter().all(|&(s, l)| s + l <= 200 || s >= 260), "{inline:?}");
+        let ops: Vec<_> = p
+            .write_ops(&call)
+            .map(|o| (o.target.handle, o.src.start, o.src.len))
+            .collect();
+        assert_eq!(ops, vec![(7, 200, 60)], "one RDMA Write, into the second chunk");
+        // The reply's header: both Write chunks echoed, the first empty.
+        let mut out = [0u8; 256];
+        let n = encode_reply_header(ReplyHeaderOut::Planned { plan: &p, call: &call }, 9, 3, 0, &mut out).unwrap();
+        let mut reply = out[..n].to_vec();
+        reply.extend_from_slice(&9u32.to_be_bytes());
+        let r = decode(&reply, &Limits::DEFAULT).expect("the reply decodes");
+        let chunks: Vec<Vec<Segment>> = r.chunks().unwrap().writes.iter().map(|c| c.iter().collect()).collect();
+        assert_eq!(chunks, vec![vec![], vec![seg(7, 60, 0x40)]]);
     }
 }
 
@@ -668,7 +693,7 @@ proptest! {
                     let reduced: u64 = p.reduced_ranges().map(|r| r.len as u64).sum();
                     prop_assert_eq!(reduced, p.reduced_len as u64);
                     let mut out = vec![0u8; p.header_len as usize];
-                    let n = encode_reply_header(&p, call, XID, 1, 0, &mut out).unwrap();
+                    let n = encode_reply_header(ReplyHeaderOut::Planned { plan: &p, call }, XID, 1, 0, &mut out).unwrap();
                     // our reply header decodes, and the requester accepts it
                     let mut send = out[..n].to_vec();
                     if p.kind == ReplyKind::Short {
@@ -682,7 +707,8 @@ proptest! {
                     }
                     // too small a buffer is an error, not a panic
                     if n > 0 {
-                        prop_assert!(encode_reply_header(&p, call, XID, 1, 0, &mut out[..n - 1]).is_err());
+                        let planned = ReplyHeaderOut::Planned { plan: &p, call };
+                        prop_assert!(encode_reply_header(planned, XID, 1, 0, &mut out[..n - 1]).is_err());
                     }
                 }
                 Err(e) => { let _ = (e.v1(), e.v2()); }
@@ -715,7 +741,17 @@ fn reply_header_with_other_chunks_is_refused() {
         let p = plan_reply(2000, &items, ha.chunks().unwrap(), vers, 1024).unwrap();
         assert_eq!(p.kind, ReplyKind::Long);
         let mut out = [0u8; 256];
-        let n = encode_reply_header(&p, ha.chunks().unwrap(), XID, 3, 0, &mut out).unwrap();
+        let n = encode_reply_header(
+            ReplyHeaderOut::Planned {
+                plan: &p,
+                call: ha.chunks().unwrap(),
+            },
+            XID,
+            3,
+            0,
+            &mut out,
+        )
+        .unwrap();
         assert_eq!(n, p.header_len as usize);
         // the good header decodes with the lengths written
         let h = decode(&out[..n], &Limits::DEFAULT).unwrap();
@@ -728,11 +764,29 @@ fn reply_header_with_other_chunks_is_refused() {
             what: "chunks differ from the plan",
         });
         assert_eq!(
-            encode_reply_header(&p, hb.chunks().unwrap(), XID, 3, 0, &mut out),
+            encode_reply_header(
+                ReplyHeaderOut::Planned {
+                    plan: &p,
+                    call: hb.chunks().unwrap()
+                },
+                XID,
+                3,
+                0,
+                &mut out
+            ),
             mismatch
         );
         assert_eq!(
-            encode_reply_header(&p, hc.chunks().unwrap(), XID, 3, 0, &mut out),
+            encode_reply_header(
+                ReplyHeaderOut::Planned {
+                    plan: &p,
+                    call: hc.chunks().unwrap()
+                },
+                XID,
+                3,
+                0,
+                &mut out
+            ),
             mismatch
         );
     }

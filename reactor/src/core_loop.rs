@@ -7,7 +7,10 @@
 //!    and run them in order;
 //! 3. poll every poller once;
 //! 4. account the iteration as busy (any message, timer or `Busy` poller) or
-//!    idle, then apply the idle policy (see [`crate::idle`]).
+//!    idle, then apply the idle policy (see [`crate::idle`]). Under
+//!    spin-then-wait, an idle core first *arms* (its `sleeping` flag, then
+//!    every poller's [`Poller::arm`]); the next iteration is the re-check, and
+//!    if it is idle too the core blocks in its `epoll` (`crate::waiter`).
 //!
 //! Everything in this module runs on the owning core thread; `CoreCtx` is
 //! neither `Send` nor `Sync`.
@@ -18,11 +21,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::error::{ReactorError, SendError, TimerError, TrySendError};
-use crate::idle::{IdleAction, IdleState};
+use crate::idle::{IdleAction, IdlePolicy, IdleState};
 use crate::msg::Message;
 use crate::shared::{bump, duration_ns, set_current_core, Shared};
 use crate::stats::CoreStats;
 use crate::timer::{TimerId, TimerWheel};
+use crate::waiter::Waiter;
 
 /// Result of one [`Poller::poll`] call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,6 +58,33 @@ pub trait Poller {
     fn drain(&mut self, ctx: &mut CoreCtx) -> PollStatus {
         self.poll(ctx)
     }
+
+    /// Spin-then-wait: the core is about to block. Make sure that new work
+    /// for this poller makes a descriptor it registered with
+    /// [`CoreCtx::watch_fd`] readable (request a completion notification,
+    /// tell peers that we sleep), clearing what made it readable before.
+    /// The core polls every poller once more after arming, so work that
+    /// arrived before arming is found then; the poller need not look for it
+    /// here. [`Arm::Unsupported`] (the default) makes the core sleep in short
+    /// slices instead of blocking.
+    fn arm(&mut self, _ctx: &mut CoreCtx) -> Arm {
+        Arm::Unsupported
+    }
+
+    /// The core woke up (or found work while armed): undo what
+    /// [`Poller::arm`] told peers (for instance, that we sleep), so that
+    /// they stop ringing. Called once after every `arm`.
+    fn disarm(&mut self, _ctx: &mut CoreCtx) {}
+}
+
+/// What [`Poller::arm`] achieved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Arm {
+    /// New work will make a watched descriptor readable.
+    Armed,
+    /// This poller has no way to signal new work (or cannot now): the core
+    /// must come back to poll it soon.
+    Unsupported,
 }
 
 impl<F> Poller for F
@@ -90,6 +121,8 @@ pub struct CoreCtx {
     removed_pollers: Vec<PollerId>,
     locals: Vec<(TypeId, Box<dyn Any>)>,
     stats: CoreStats,
+    /// The core's epoll (spin-then-wait only).
+    waiter: Option<Waiter>,
 }
 
 impl CoreCtx {
@@ -237,6 +270,30 @@ impl CoreCtx {
         v.downcast::<T>().ok().map(|b| *b)
     }
 
+    /// Adds `fd` to the descriptors this core's wait watches (readable,
+    /// level-triggered) under spin-then-wait; a no-op under other policies.
+    /// The poller that owns `fd` clears it in [`Poller::arm`] and must
+    /// [`CoreCtx::unwatch_fd`] it before closing it.
+    pub fn watch_fd(&mut self, fd: std::os::fd::RawFd) -> std::io::Result<()> {
+        match self.waiter.as_mut() {
+            Some(w) => w.watch(fd),
+            None => Ok(()),
+        }
+    }
+
+    /// Stops watching `fd` (see [`CoreCtx::watch_fd`]).
+    pub fn unwatch_fd(&mut self, fd: std::os::fd::RawFd) {
+        if let Some(w) = self.waiter.as_mut() {
+            w.unwatch(fd);
+        }
+    }
+
+    /// Whether this core blocks in its epoll when idle (spin-then-wait), so
+    /// that pollers' [`Poller::arm`] matters.
+    pub fn waits_in_epoll(&self) -> bool {
+        self.waiter.is_some()
+    }
+
     /// This core's counters as of now (exact, unlike the published copy).
     pub fn stats(&self) -> CoreStats {
         self.stats
@@ -257,6 +314,9 @@ pub(crate) struct Core {
     batch: Vec<Message<CoreCtx>>,
     expired: Vec<(TimerId, TimerFn)>,
     idle: IdleState,
+    /// Spin-then-wait: armed in the previous iteration; `Some(all pollers
+    /// armed)`.
+    armed: Option<bool>,
 }
 
 impl Core {
@@ -270,7 +330,17 @@ impl Core {
         let opts = &shared.opts;
         let wheel = TimerWheel::new(opts.timer_slots, opts.max_timers).map_err(ReactorError::InvalidOptions)?;
         let cpu = shared.cores[core].cpu;
+        let waiter = match &shared.cores[core].wake.bell {
+            Some(bell) => {
+                let mut w = Waiter::new().map_err(|e| ReactorError::InvalidOptions(format!("epoll: {e}")))?;
+                w.watch(bell.raw_fd())
+                    .map_err(|e| ReactorError::InvalidOptions(format!("epoll: {e}")))?;
+                Some(w)
+            }
+            None => None,
+        };
         let mut ctx = CoreCtx {
+            waiter,
             core,
             cpu,
             now: Instant::now(),
@@ -297,6 +367,7 @@ impl Core {
             batch: vec![Message::EMPTY; opts.message_batch],
             expired: Vec::with_capacity(opts.max_timers),
             idle: IdleState::new(opts.idle),
+            armed: None,
             pollers: list,
             ctx,
         })
@@ -423,14 +494,31 @@ impl Core {
                 }
             }
 
-            // 6. Idle policy. A core without pollers has nothing to poll
+            // 6. Idle policy. Spin-then-wait armed in the previous
+            // iteration: this one was the re-check. Work found: back to
+            // spinning. None: block until a watched source fires.
+            if let Some(all_armed) = self.armed.take() {
+                if !busy && !draining {
+                    self.wait(all_armed, next_tick_at);
+                    let t_now = Instant::now();
+                    self.ctx.stats.idle_ns += duration_ns(t_now.saturating_duration_since(t_prev));
+                    t_prev = t_now;
+                }
+                self.disarm();
+                continue;
+            }
+            // A core without pollers has nothing to poll
             // (the target's admin core): it waits for a message or its next
             // timer tick, without spinning first or waking in slices, so it
             // does not take time from whatever else runs on its CPU.
             let action = if self.pollers.is_empty() && !busy && shared.opts.idle.may_sleep() {
-                IdleAction::Sleep(POLLERLESS_MAX_SLEEP)
+                if shared.opts.idle.waits_in_epoll() {
+                    IdleAction::Wait
+                } else {
+                    IdleAction::Sleep(POLLERLESS_MAX_SLEEP)
+                }
             } else {
-                self.idle.after_iteration(busy)
+                self.idle.after_iteration_at(busy, t_now)
             };
             match action {
                 IdleAction::Continue => {}
@@ -442,7 +530,7 @@ impl Core {
                 }
                 // While draining, idle cores only wait for the others to
                 // finish: yield instead of sleeping so shutdown is prompt.
-                IdleAction::Sleep(_) if draining => std::thread::yield_now(),
+                IdleAction::Sleep(_) | IdleAction::Wait if draining => std::thread::yield_now(),
                 IdleAction::Sleep(max) => {
                     self.sleep(max, next_tick_at);
                     // The sleep is idle time whatever the next iteration
@@ -451,6 +539,7 @@ impl Core {
                     self.ctx.stats.idle_ns += duration_ns(t_now.saturating_duration_since(t_prev));
                     t_prev = t_now;
                 }
+                IdleAction::Wait => self.armed = Some(self.arm()),
             }
         }
         self.publish_stats();
@@ -488,6 +577,69 @@ impl Core {
             self.pollers.retain(|(id, _)| !removed.contains(id));
             self.ctx.removed_pollers = removed;
             self.ctx.removed_pollers.clear();
+        }
+    }
+
+    /// Spin-then-wait, first half: tell senders that this core sleeps, then
+    /// arm every poller. Returns whether all of them could arm. The next loop
+    /// iteration is the re-check (see `crate::waiter` for the handshake).
+    fn arm(&mut self) -> bool {
+        let slot = &self.ctx.shared.cores[self.ctx.core];
+        // SeqCst store: ordered before the re-check's loads of the ring and
+        // of every poller's sources (pairs with the SeqCst fence a sender
+        // makes between its enqueue and its load of `sleeping`).
+        slot.wake.sleeping.store(true, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        let mut all = true;
+        for (_, p) in self.pollers.iter_mut() {
+            all &= p.arm(&mut self.ctx) == Arm::Armed;
+        }
+        all
+    }
+
+    /// Undoes [`Core::arm`].
+    fn disarm(&mut self) {
+        let shared = self.ctx.shared.clone();
+        let slot = &shared.cores[self.ctx.core];
+        slot.wake.sleeping.store(false, Ordering::Relaxed);
+        for (_, p) in self.pollers.iter_mut() {
+            p.disarm(&mut self.ctx);
+        }
+        // Cleared after `sleeping`: a sender that saw the flag before it was
+        // cleared may ring once more; that only costs one spurious wake.
+        if let Some(b) = &slot.wake.bell {
+            b.clear();
+        }
+    }
+
+    /// Spin-then-wait, second half: block in the core's epoll until a
+    /// watched source is ready, the next timer tick (if timers are armed),
+    /// `max_wait_ms`, or — when some poller could not arm — the fallback
+    /// sleep.
+    fn wait(&mut self, all_armed: bool, next_tick_at: Instant) {
+        let IdlePolicy::SpinThenWait {
+            max_wait_ms,
+            fallback_sleep_us,
+            ..
+        } = self.ctx.shared.opts.idle
+        else {
+            return;
+        };
+        let mut d = if all_armed {
+            Duration::from_millis(u64::from(max_wait_ms))
+        } else {
+            Duration::from_micros(u64::from(fallback_sleep_us))
+        };
+        if !self.ctx.wheel.is_empty() {
+            d = d.min(next_tick_at.saturating_duration_since(Instant::now()));
+        }
+        if d.is_zero() || self.ctx.shared.control.stopping.load(Ordering::Relaxed) {
+            return;
+        }
+        self.ctx.stats.sleeps += 1;
+        self.publish_stats();
+        if let Some(w) = &self.ctx.waiter {
+            w.wait(d);
         }
     }
 

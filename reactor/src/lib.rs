@@ -67,8 +67,9 @@ mod reactor;
 mod shared;
 pub mod stats;
 pub mod timer;
+pub mod waiter;
 
-pub use crate::core_loop::{CoreCtx, PollStatus, Poller, PollerId};
+pub use crate::core_loop::{Arm, CoreCtx, PollStatus, Poller, PollerId};
 pub use crate::error::{ReactorError, SendError, TimerError, TrySendError};
 pub use crate::handle::ReactorHandle;
 pub use crate::idle::IdlePolicy;

@@ -97,6 +97,20 @@ pub(crate) struct Counters {
 pub(crate) struct Wake {
     pub(crate) sleeping: AtomicBool,
     pub(crate) thread: OnceLock<Thread>,
+    /// The core's epoll doorbell (spin-then-wait only; see `waiter`).
+    pub(crate) bell: Option<crate::waiter::Doorbell>,
+}
+
+impl Wake {
+    /// Wakes the core: rings its epoll doorbell (spin-then-wait) or unparks
+    /// its thread (spin-then-sleep).
+    pub(crate) fn wake(&self) {
+        if let Some(b) = &self.bell {
+            b.ring();
+        } else if let Some(t) = self.thread.get() {
+            t.unpark();
+        }
+    }
 }
 
 /// What other threads may touch of one core. `C` is the context message
@@ -149,7 +163,17 @@ impl<C> Shared<C> {
                 cpu,
                 ring,
                 counters: Counters::default(),
-                wake: Wake::default(),
+                wake: Wake {
+                    bell: if opts.idle.waits_in_epoll() {
+                        Some(
+                            crate::waiter::Doorbell::new()
+                                .map_err(|e| ReactorError::InvalidOptions(format!("core {core}: eventfd: {e}")))?,
+                        )
+                    } else {
+                        None
+                    },
+                    ..Wake::default()
+                },
                 stats: SharedStats::default(),
                 stopped: AtomicBool::new(false),
             });
@@ -225,9 +249,7 @@ impl<C> Shared<C> {
             // its emptiness check of the ring.
             fence(Ordering::SeqCst);
             if dst.wake.sleeping.load(Ordering::Relaxed) {
-                if let Some(t) = dst.wake.thread.get() {
-                    t.unpark();
-                }
+                dst.wake.wake();
             }
         }
         Ok(())
@@ -279,9 +301,7 @@ impl<C> Shared<C> {
 
     fn wake_all(&self) {
         for c in self.cores.iter() {
-            if let Some(t) = c.wake.thread.get() {
-                t.unpark();
-            }
+            c.wake.wake();
         }
     }
 

@@ -43,6 +43,8 @@
 #      the plumbing without our binaries, and cannot PASS),
 #      KINTEROP_PAIR (1; 0 skips the two-guest capture run, cannot PASS),
 #      KINTEROP_BIG_MIB (256), KINTEROP_FIO_SECONDS (5), KINTEROP_PERF_SECONDS (5),
+#      KINTEROP_NCONNECT (0; 1 adds guest/nconnect.sh: nconnect 1, 4, 16 with
+#      fio 4 KiB random reads at qd 16 per connection, no RNR retries),
 #      TARGET_IDLE_LOOPS, TARGET_MAX_SLEEP_US (the target's idle policy in the
 #      guest, see guest/gen_config.py), PERF_IDLE_SLEEP_US (see guest/perf.sh),
 #      VMLAB_CACHE, VMLAB_ACCEL (see the VM tool), SOFTROCE_VM (the tool's path),
@@ -93,7 +95,7 @@ fi
     echo "FIO_SECONDS=${KINTEROP_FIO_SECONDS:-5}"
     echo "PERF_SECONDS=${KINTEROP_PERF_SECONDS:-5}"
     # tuning of the guest runs, passed through when set (see gen_config.py, perf.sh)
-    for v in TARGET_IDLE_LOOPS TARGET_MAX_SLEEP_US PERF_IDLE_SLEEP_US; do
+    for v in TARGET_IDLE_LOOPS TARGET_MAX_SLEEP_US PERF_IDLE_SLEEP_US KINTEROP_NCONNECT; do
         [ -z "${!v:-}" ] || echo "export $v='${!v}'"
     done
     [ "$PAIR" = 1 ] && echo "PAIR_PCAP=pair.pcap"
@@ -111,6 +113,7 @@ if ! command -v qemu-system-x86_64 >/dev/null && [ -x "$qemu" ] &&
     LD_LIBRARY_PATH=$CACHE/qemu-root/usr/lib/x86_64-linux-gnu ldd "$qemu" | grep -q 'libnl.*not found'; then
     [ "$(id -u)" = 0 ] || unavailable "the unpacked qemu needs libnl-3-200 and libnl-route-3-200 (install them as root)"
     stamp "apt-get install libnl-3-200 libnl-route-3-200 (for the unpacked qemu)"
+    apt-get update -qq || true
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
         libnl-3-200 libnl-route-3-200 >/dev/null || unavailable "apt-get install libnl"
 fi

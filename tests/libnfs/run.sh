@@ -33,6 +33,7 @@ if ! command -v nfs-cp >/dev/null; then
         die "apt-get install libnfs-utils"
 fi
 
+bash scripts/build-deps.sh || die "build dependencies (scripts/build-deps.sh)"
 echo "== build rpcrdma-target ($PROFILE)"
 if [ "$PROFILE" = release ]; then
     cargo build --release --quiet -p rpcrdma-apps --bin rpcrdma-target || die "cargo build"

@@ -12,7 +12,10 @@
 #      nvme_check on each namespace (passthrough on /dev/ngXn1 with
 #      interrupt completions reaped by polling the CQ, O_DIRECT on
 #      /dev/nvmeXn1), then reloads it with poll_queues=1 and runs it again
-#      (passthrough ring with IORING_SETUP_IOPOLL);
+#      (passthrough ring with IORING_SETUP_IOPOLL); each run also checks what
+#      df and cp onto a device file see (FSSTAT within the capacity, no links
+#      in the features, a truncation accepted with the size left, growth
+#      refused: issue 21 item 11);
 #   4. prints the guest's output and a final "nvme: PASS" when all four runs
 #      passed; exits 1 when one failed, 3 when the VM could not be had at all
 #      (tool, image or qemu missing): CI reports that as skipped.
@@ -61,6 +64,7 @@ if [ -z "$REAL" ]; then
     if LD_LIBRARY_PATH=$Q/usr/lib/x86_64-linux-gnu ldd "$REAL" | grep -q 'libnl.*not found'; then
         echo "== installing libnl-3-200 libnl-route-3-200 for the unpacked qemu"
         [ "$(id -u)" = 0 ] || unavailable "qemu needs libnl-3-200 and libnl-route-3-200; install them (root)"
+        apt-get update -qq || true
         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
             libnl-3-200 libnl-route-3-200 >/dev/null || unavailable "apt-get install libnl"
     fi

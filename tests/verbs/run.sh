@@ -51,6 +51,7 @@ if ! command -v qemu-system-x86_64 >/dev/null && [ -x "$QEMU" ] &&
     LD_LIBRARY_PATH=$CACHE/qemu-root/usr/lib/x86_64-linux-gnu ldd "$QEMU" | grep -q 'libnl.*not found'; then
     echo "== installing libnl-3-200 libnl-route-3-200 for the unpacked qemu"
     [ "$(id -u)" = 0 ] || unavailable "qemu needs libnl-3-200 and libnl-route-3-200; install them (root)"
+    apt-get update -qq || true
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
         libnl-3-200 libnl-route-3-200 >/dev/null || unavailable "apt-get install libnl"
 fi

@@ -23,11 +23,20 @@
 //! entries that were there before and still are, whatever else changed. The
 //! cookie of a removed entry still resumes at the next position.
 //!
-//! All state is behind one reader-writer lock: reads (READ, GETATTR, LOOKUP,
-//! READDIR) share it, everything that changes the file system takes it
-//! exclusively. [`MemChannel::submit`] does the copy between the caller's
-//! buffer and the arena right away and queues the completion for
-//! [`IoChannel::poll`]. Data is as stable as this backend gets once it is in
+//! The namespace, the inodes and the block maps are behind one
+//! reader-writer lock: reads (READ, GETATTR, LOOKUP, READDIR) share it,
+//! everything that changes them takes it exclusively, briefly. The data of
+//! each regular file has a lock of its own ([`FileLock`]): a READ or WRITE
+//! takes it, finds its blocks (a WRITE allocates the missing ones) under the
+//! namespace lock, lets that lock go, and copies with only the file's lock
+//! held. So a 1 MiB write holds up readers of that file only, not readers
+//! on other cores (issue 21 item 5). Whatever frees a file's blocks
+//! (truncate, the last unlink) waits for the file's lock while it holds the
+//! namespace lock, so no copy is still running on a block that is given to
+//! another file; a copier never waits for the namespace lock while it holds
+//! a file's lock, so the order is always namespace, then file.
+//! [`MemChannel::submit`] does the copy between the caller's buffer and the
+//! arena right away and queues the completion for [`IoChannel::poll`]. Data is as stable as this backend gets once it is in
 //! the arena, so writes complete as `FileSync`; it does not survive the
 //! process. Access times are not updated by reads (as with `noatime`).
 
@@ -36,6 +45,7 @@ use std::fmt;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
+use super::creds::{self, kill_setid};
 use super::{
     Attr, Backend, CreateHow, DirEntry, FileHandle, FileType, FsError, FsResult, FsStat, IoChannel, IoDesc, IoDone,
     IoOp, NodeKind, Owner, SetAttr, SetTime, Stable, Time, NAME_MAX_BYTES, PATH_MAX_BYTES,
@@ -106,12 +116,17 @@ struct Node {
     body: Body,
 }
 
+/// The lock of one file's data (see the module docs).
+type FileLock = Arc<RwLock<()>>;
+
 enum Body {
     File {
         /// File block number -> arena block number.
         blocks: BlockMap,
         /// Verifier of an exclusive create.
         verifier: Option<[u8; 8]>,
+        /// Held while the file's data is copied.
+        lock: FileLock,
     },
     Dir(Dir),
     Symlink(Vec<u8>),
@@ -317,7 +332,9 @@ impl Fs {
             return;
         };
         s.generation = s.generation.wrapping_add(1).max(1);
-        if let Body::File { blocks, .. } = node.body {
+        if let Body::File { blocks, lock, .. } = node.body {
+            // A copy still running on these blocks finishes first.
+            drop(lock.write());
             blocks.for_each(|b| self.free_blocks.push(b));
         }
         self.free_slots.push(slot);
@@ -335,9 +352,20 @@ impl Fs {
         Ok(())
     }
 
+    /// Block `b` of the arena, to zero. The caller holds the namespace lock
+    /// exclusively and the block belongs to no file, or to a file whose
+    /// lock it holds: no copy runs on it.
     fn block_range(&mut self, b: u32) -> &mut [u8] {
         let start = b as usize * MEM_BLOCK_BYTES as usize;
-        &mut self.arena[start..start + MEM_BLOCK_BYTES as usize]
+        assert!(
+            start + MEM_BLOCK_BYTES as usize <= self.arena.len,
+            "block {b} outside the arena"
+        );
+        // SAFETY: in bounds (checked above) of the arena's mapping; only
+        // this block is borrowed, never the whole arena, as copies of other
+        // files' blocks may run meanwhile through `Arena::base`; nobody
+        // else touches this block (see above) while `&mut self` lives.
+        unsafe { std::slice::from_raw_parts_mut(self.arena.base().add(start), MEM_BLOCK_BYTES as usize) }
     }
 
     /// Set a regular file's size: blocks wholly past the new end are freed
@@ -349,8 +377,8 @@ impl Fs {
         }
         let node = self.node_mut(slot)?;
         let old_size = node.size;
-        let blocks = match &mut node.body {
-            Body::File { blocks, .. } => blocks,
+        let (blocks, lock) = match &mut node.body {
+            Body::File { blocks, lock, .. } => (blocks, lock.clone()),
             Body::Dir(_) => return Err(FsError::IsDir),
             _ => return Err(FsError::Inval),
         };
@@ -358,6 +386,9 @@ impl Fs {
         if new_size >= old_size {
             return Ok(());
         }
+        // Blocks are freed or zeroed: a copy still running on them
+        // finishes first (no new one starts: this holds the namespace lock).
+        let _quiet = lock.write().map_err(|_| FsError::ServerFault)?;
         let keep = new_size.div_ceil(MEM_BLOCK_BYTES);
         let mut gone = Vec::new();
         blocks.truncate(keep, |b| gone.push(b));
@@ -374,22 +405,46 @@ impl Fs {
         Ok(())
     }
 
+    /// Apply `set`, with the kernel's rules for the caller ([`creds::current`];
+    /// issue 21 item 6): a truncation by a caller without CAP_FSETID (not
+    /// root) clears the set-id bits; a change of owner or group of a
+    /// non-directory clears them (from the new mode, when one is given,
+    /// as the Linux server does); a new mode keeps S_ISGID only for root or
+    /// a caller in the file's group. Permission to make the change is
+    /// checked by the NFS layer.
     fn apply_set(&mut self, slot: u32, set: &SetAttr) -> FsResult<()> {
         let now = Time::now();
+        let caller = creds::unprivileged_caller();
         if let Some(size) = set.size {
             self.truncate(slot, size)?;
             let node = self.node_mut(slot)?;
             node.mtime = now;
+            if let Some(c) = caller {
+                node.mode = kill_setid(node.mode, c.in_group(node.gid));
+            }
         }
         let node = self.node_mut(slot)?;
-        if let Some(mode) = set.mode {
-            node.mode = mode & 0o7777;
-        }
+        let chown = (set.uid.is_some() || set.gid.is_some()) && node.ftype() != FileType::Directory;
         if let Some(uid) = set.uid {
             node.uid = uid;
         }
         if let Some(gid) = set.gid {
             node.gid = gid;
+        }
+        // Root, or a caller in the file's (new) group, keeps a plain S_ISGID.
+        let keeps_sgid = caller.is_none_or(|c| c.in_group(node.gid));
+        if chown {
+            node.mode = kill_setid(node.mode, keeps_sgid);
+        }
+        if let Some(mode) = set.mode {
+            let mut mode = mode & 0o7777;
+            if chown {
+                mode = kill_setid(mode, keeps_sgid);
+            }
+            if caller.is_some_and(|c| !c.in_group(node.gid)) {
+                mode &= !S_ISGID;
+            }
+            node.mode = mode;
         }
         if let Some(t) = time_of(set.atime, now) {
             node.atime = t;
@@ -417,6 +472,14 @@ impl Fs {
                 node.mode |= S_ISGID;
             }
         }
+        // A new file keeps S_ISGID (with group execute) only for a creator
+        // in its group, as the kernel's inode_init_owner.
+        if !is_dir
+            && node.mode & (S_ISGID | creds::S_IXGRP) == (S_ISGID | creds::S_IXGRP)
+            && creds::unprivileged_caller().is_some_and(|c| !c.in_group(node.gid))
+        {
+            node.mode &= !S_ISGID;
+        }
         let slot = self.alloc_slot(node)?;
         let parent = self.node_mut(dir)?;
         if is_dir {
@@ -441,40 +504,44 @@ impl Fs {
         }
     }
 
-    fn read(&self, slot: u32, offset: u64, out: &mut [u8]) -> FsResult<(u32, bool)> {
+    /// The file lock and the pieces of a READ of `len` bytes at `offset`:
+    /// `(arena offset or a hole, length)` in order into `ext`, the bytes
+    /// read and whether they reach the end of the file.
+    fn read_plan(&self, slot: u32, offset: u64, len: usize, ext: &mut Vec<Extent>) -> FsResult<(FileLock, u32, bool)> {
+        ext.clear();
         let node = self.node(slot)?;
-        let blocks = match &node.body {
-            Body::File { blocks, .. } => blocks,
+        let (blocks, lock) = match &node.body {
+            Body::File { blocks, lock, .. } => (blocks, lock.clone()),
             Body::Dir(_) => return Err(FsError::IsDir),
             _ => return Err(FsError::Inval),
         };
         if offset >= node.size {
-            return Ok((0, true));
+            return Ok((lock, 0, true));
         }
-        let n = (node.size - offset).min(out.len() as u64) as usize;
-        let out = &mut out[..n];
+        let n = (node.size - offset).min(len as u64) as usize;
         // Walk the byte range block by block; missing blocks are holes.
         let mut done = 0usize;
         while done < n {
             let pos = offset + done as u64;
             let in_block = (pos % MEM_BLOCK_BYTES) as usize;
             let chunk = (MEM_BLOCK_BYTES as usize - in_block).min(n - done);
-            let dst = &mut out[done..done + chunk];
-            match blocks.get(pos / MEM_BLOCK_BYTES) {
-                Some(b) => {
-                    let start = b as usize * MEM_BLOCK_BYTES as usize + in_block;
-                    dst.copy_from_slice(&self.arena[start..start + chunk]);
-                }
-                None => dst.fill(0),
-            }
+            let at = blocks
+                .get(pos / MEM_BLOCK_BYTES)
+                .map(|b| b as usize * MEM_BLOCK_BYTES as usize + in_block);
+            ext.push(Extent { at, len: chunk });
             done += chunk;
         }
         let eof = offset + n as u64 >= node.size;
-        Ok((n as u32, eof))
+        Ok((lock, n as u32, eof))
     }
 
-    fn write(&mut self, slot: u32, offset: u64, data: &[u8]) -> FsResult<u32> {
-        let end = offset.checked_add(data.len() as u64).ok_or(FsError::FBig)?;
+    /// Allocate the blocks a WRITE of `len` bytes at `offset` needs, set the
+    /// size and times as after it, and put its pieces (arena offset, length)
+    /// in order into `ext`; the caller copies the data, holding the file's
+    /// lock. Fails with nothing changed when the arena has too few blocks.
+    fn write_plan(&mut self, slot: u32, offset: u64, len: usize, ext: &mut Vec<Extent>) -> FsResult<u32> {
+        ext.clear();
+        let end = offset.checked_add(len as u64).ok_or(FsError::FBig)?;
         if end > MEM_MAX_FILE_BYTES {
             return Err(FsError::FBig);
         }
@@ -484,7 +551,7 @@ impl Fs {
             Body::Dir(_) => return Err(FsError::IsDir),
             _ => return Err(FsError::Inval),
         };
-        if data.is_empty() {
+        if len == 0 {
             return Ok(0);
         }
         // Reserve every missing block first, so a full arena fails the whole
@@ -497,11 +564,11 @@ impl Fs {
             return Err(FsError::NoSpc);
         }
         let mut done = 0usize;
-        while done < data.len() {
+        while done < len {
             let pos = offset + done as u64;
             let fbn = pos / MEM_BLOCK_BYTES;
             let in_block = (pos % MEM_BLOCK_BYTES) as usize;
-            let chunk = (MEM_BLOCK_BYTES as usize - in_block).min(data.len() - done);
+            let chunk = (MEM_BLOCK_BYTES as usize - in_block).min(len - done);
             let existing = match &self.node(slot)?.body {
                 Body::File { blocks, .. } => blocks.get(fbn),
                 _ => return Err(FsError::ServerFault),
@@ -521,7 +588,10 @@ impl Fs {
                     b
                 }
             };
-            self.block_range(b)[in_block..in_block + chunk].copy_from_slice(&data[done..done + chunk]);
+            ext.push(Extent {
+                at: Some(b as usize * MEM_BLOCK_BYTES as usize + in_block),
+                len: chunk,
+            });
             done += chunk;
         }
         let node = self.node_mut(slot)?;
@@ -529,8 +599,26 @@ impl Fs {
         let now = Time::now();
         node.mtime = now;
         node.ctime = now;
-        Ok(data.len() as u32)
+        // A writer without CAP_FSETID (not root) clears the set-id bits, as
+        // the kernel's file_remove_privs (issue 21 item 6).
+        if let Some(c) = creds::unprivileged_caller() {
+            node.mode = kill_setid(node.mode, c.in_group(node.gid));
+        }
+        Ok(len as u32)
     }
+}
+
+/// One piece of a READ or WRITE: where it lies in the arena (`None`: a hole,
+/// read as zeros) and its length.
+#[derive(Clone, Copy, Debug)]
+struct Extent {
+    at: Option<usize>,
+    len: usize,
+}
+
+thread_local! {
+    /// The pieces of the I/O being done on this thread (no allocation per I/O).
+    static EXTENTS: std::cell::RefCell<Vec<Extent>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 impl Shared {
@@ -579,13 +667,96 @@ impl Shared {
         Ok((self.handle(fs, slot), fs.node(slot)?.attr(slot)))
     }
 
+    /// READ `out.len()` bytes at `offset` of `fh`: the blocks are found
+    /// under the namespace lock, copied under the file's lock only.
+    fn read_at(&self, fh: &FileHandle, offset: u64, out: &mut [u8], ext: &mut Vec<Extent>) -> FsResult<(u32, bool)> {
+        loop {
+            let fs = self.read_fs()?;
+            let slot = self.resolve(&fs, fh)?;
+            let lock = match &fs.node(slot)?.body {
+                Body::File { lock, .. } => lock.clone(),
+                Body::Dir(_) => return Err(FsError::IsDir),
+                _ => return Err(FsError::Inval),
+            };
+            // A writer is copying into this file: wait for it without the
+            // namespace lock, then look again.
+            let _file = match lock.try_read() {
+                Ok(g) => g,
+                Err(std::sync::TryLockError::WouldBlock) => {
+                    drop(fs);
+                    drop(lock.read().map_err(|_| FsError::ServerFault)?);
+                    continue;
+                }
+                Err(std::sync::TryLockError::Poisoned(_)) => return Err(FsError::ServerFault),
+            };
+            let (_, n, eof) = fs.read_plan(slot, offset, out.len(), ext)?;
+            let base = fs.arena.base();
+            drop(fs);
+            let mut done = 0usize;
+            for e in ext.iter() {
+                let dst = &mut out[done..done + e.len];
+                match e.at {
+                    // SAFETY: `at..at + len` is inside the arena (a block of
+                    // this file, from its block map). The file's read lock
+                    // is held: no writer copies into it, and nothing frees
+                    // it (freeing takes the file's write lock), until this
+                    // copy is done.
+                    Some(at) => dst.copy_from_slice(unsafe { std::slice::from_raw_parts(base.add(at), e.len) }),
+                    None => dst.fill(0),
+                }
+                done += e.len;
+            }
+            return Ok((n, eof));
+        }
+    }
+
+    /// WRITE `data` at `offset` of `fh`: blocks allocated and the size set
+    /// under the namespace lock, the data copied under the file's lock only.
+    fn write_at(&self, fh: &FileHandle, offset: u64, data: &[u8], ext: &mut Vec<Extent>) -> FsResult<u32> {
+        loop {
+            let mut fs = self.write_fs()?;
+            let slot = self.resolve(&fs, fh)?;
+            let lock = match &fs.node(slot)?.body {
+                Body::File { lock, .. } => lock.clone(),
+                Body::Dir(_) => return Err(FsError::IsDir),
+                _ => return Err(FsError::Inval),
+            };
+            // The file's lock before anything changes: a reader that sees
+            // the new size must also see the data.
+            let _file = match lock.try_write() {
+                Ok(g) => g,
+                Err(std::sync::TryLockError::WouldBlock) => {
+                    drop(fs);
+                    drop(lock.write().map_err(|_| FsError::ServerFault)?);
+                    continue;
+                }
+                Err(std::sync::TryLockError::Poisoned(_)) => return Err(FsError::ServerFault),
+            };
+            let n = fs.write_plan(slot, offset, data.len(), ext)?;
+            let base = fs.arena.base();
+            drop(fs);
+            let mut done = 0usize;
+            for e in ext.iter() {
+                if let Some(at) = e.at {
+                    // SAFETY: `at..at + len` is inside the arena, a block
+                    // `write_plan` gave this file. The file's write lock is
+                    // held: nobody else reads or writes it, and nothing
+                    // frees it, until this copy is done.
+                    unsafe { std::ptr::copy_nonoverlapping(data[done..].as_ptr(), base.add(at), e.len) };
+                }
+                done += e.len;
+            }
+            return Ok(n);
+        }
+    }
+
     fn do_io(&self, io: &IoDesc) -> IoDone {
         let mut done = IoDone {
             tag: io.tag,
             ..IoDone::default()
         };
         let len = io.len as usize;
-        if io.op != IoOp::Flush && io.buf.is_null() && len != 0 {
+        if !io.op.is_flush() && io.buf.is_null() && len != 0 {
             done.result = Err(FsError::Inval);
             return done;
         }
@@ -596,30 +767,27 @@ impl Shared {
         };
         match io.op {
             IoOp::Read => {
-                done.result = self.read_fs().and_then(|fs| {
-                    let slot = self.resolve(&fs, &io.fh)?;
-                    // SAFETY: the submit contract makes `buf` valid for
-                    // reads and writes of `len` bytes and exclusively ours
-                    // until the completion is reaped; a zero length uses a
-                    // dangling, aligned pointer, valid for an empty slice.
-                    let out = unsafe { std::slice::from_raw_parts_mut(ptr, len) };
-                    let (n, eof) = fs.read(slot, io.offset, out)?;
-                    done.eof = eof;
-                    Ok(n)
-                });
+                // SAFETY: the submit contract makes `buf` valid for reads and
+                // writes of `len` bytes and exclusively ours until the
+                // completion is reaped; a zero length uses a dangling,
+                // aligned pointer, valid for an empty slice.
+                let out = unsafe { std::slice::from_raw_parts_mut(ptr, len) };
+                done.result = EXTENTS
+                    .with_borrow_mut(|ext| self.read_at(&io.fh, io.offset, out, ext))
+                    .map(|(n, eof)| {
+                        done.eof = eof;
+                        n
+                    });
             }
             IoOp::Write(_) => {
-                done.result = self.write_fs().and_then(|mut fs| {
-                    let slot = self.resolve(&fs, &io.fh)?;
-                    // SAFETY: as for a read; a write only reads the buffer.
-                    let data = unsafe { std::slice::from_raw_parts(ptr as *const u8, len) };
-                    fs.write(slot, io.offset, data)
-                });
+                // SAFETY: as for a read; a write only reads the buffer.
+                let data = unsafe { std::slice::from_raw_parts(ptr as *const u8, len) };
+                done.result = EXTENTS.with_borrow_mut(|ext| self.write_at(&io.fh, io.offset, data, ext));
                 if done.result.is_ok() {
                     done.committed = Stable::FileSync;
                 }
             }
-            IoOp::Flush => {
+            IoOp::Flush | IoOp::FlushData => {
                 done.result = self.read_fs().and_then(|fs| {
                     let slot = self.resolve(&fs, &io.fh)?;
                     fs.node(slot).map(|_| 0)
@@ -752,7 +920,10 @@ struct Arena {
 // SAFETY: `Arena` owns its mapping exclusively (like `Box<[u8]>`); access
 // goes through `&`/`&mut` borrows of it, which the borrow checker orders.
 unsafe impl Send for Arena {}
-// SAFETY: as above; `&Arena` only gives out `&[u8]`.
+// SAFETY: `&Arena` gives out its base pointer; every access through it is a
+// copy of one file's blocks under that file's lock, or a block borrowed
+// under the namespace lock held exclusively (see the module docs), so no
+// two threads touch one block unordered.
 unsafe impl Sync for Arena {}
 
 impl Arena {
@@ -789,6 +960,14 @@ impl Arena {
         let _ = unsafe { libc::madvise(start.cast(), len, libc::MADV_HUGEPAGE) };
         let ptr = std::ptr::NonNull::new(start).ok_or(FsError::NoSpc)?;
         Ok(Arena { ptr, len, map, map_len })
+    }
+}
+
+impl Arena {
+    /// The start of the arena, for copies made without a borrow of it (under
+    /// a file's lock; see [`Shared::read_at`]).
+    fn base(&self) -> *mut u8 {
+        self.ptr.as_ptr()
     }
 }
 
@@ -910,6 +1089,24 @@ impl Backend for MemBackend {
         Ok(fs.node(slot)?.attr(slot))
     }
 
+    /// The read, the checks and the change under one hold of the lock: no
+    /// other change lands between them (issue 21 item 8).
+    fn setattr_checked(
+        &self,
+        fh: &FileHandle,
+        set: &SetAttr,
+        check: &mut dyn FnMut(&Attr) -> Result<(), u32>,
+    ) -> FsResult<(Attr, Result<Attr, u32>)> {
+        let mut fs = self.shared.write_fs()?;
+        let slot = self.shared.resolve(&fs, fh)?;
+        let pre = fs.node(slot)?.attr(slot);
+        if let Err(s) = check(&pre) {
+            return Ok((pre, Err(s)));
+        }
+        let post = fs.apply_set(slot, set).and_then(|()| Ok(fs.node(slot)?.attr(slot)));
+        Ok((pre, post.map_err(|e| e.nfsstat3())))
+    }
+
     fn lookup(&self, dir: &FileHandle, name: &[u8]) -> FsResult<(FileHandle, Attr)> {
         let fs = self.shared.read_fs()?;
         let d = self.shared.resolve(&fs, dir)?;
@@ -976,6 +1173,7 @@ impl Backend for MemBackend {
             Body::File {
                 blocks: BlockMap::default(),
                 verifier,
+                lock: FileLock::default(),
             },
         );
         let slot = fs.add_node(d, name, node)?;
@@ -1181,6 +1379,12 @@ impl Backend for MemBackend {
         }
         if existing.is_some() {
             return Err(FsError::Exist);
+        }
+        // Hard links as the kernel's protected_hardlinks (issue 21 item 6).
+        if let Some(c) = creds::unprivileged_caller() {
+            if !c.may_hardlink(node.ftype() == FileType::Regular, node.mode, node.uid, node.gid) {
+                return Err(FsError::Perm);
+            }
         }
         let node = fs.node_mut(slot)?;
         node.nlink += 1;

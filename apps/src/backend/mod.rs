@@ -11,7 +11,11 @@
 //!
 //! Metadata operations (LOOKUP, CREATE, ...) are synchronous calls on the
 //! shared [`Backend`]; they are control-path work and take the backend's own
-//! lock. Only READ, WRITE and COMMIT data go through channels.
+//! lock. Only READ, WRITE and COMMIT data go through channels. A backend
+//! whose metadata calls may block in the kernel
+//! ([`Backend::metadata_blocks`]: `uring`) has them run on the NFS layer's
+//! helper threads, never on a core; its channel may answer the attributes of
+//! a file it has open without that ([`IoChannel::getattr_cached`]).
 //!
 //! | backend | what | module |
 //! |---|---|---|
@@ -25,8 +29,10 @@
 
 use std::fmt;
 
+pub mod creds;
 pub mod mem;
 pub mod nvme;
+pub mod personality;
 pub mod uring;
 
 /// Largest NFSv3 file handle (RFC 1813 s2.5, `NFS3_FHSIZE`).
@@ -338,6 +344,27 @@ pub struct FsStat {
     pub block_size: u32,
 }
 
+/// What a backend's namespace supports: FSINFO's `properties` (RFC 1813
+/// s3.3.19) and PATHCONF's `linkmax` (s3.3.20) say so to clients.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Features {
+    /// LINK makes hard links (`FSF3_LINK`; else PATHCONF `linkmax` is 1).
+    pub hard_links: bool,
+    /// SYMLINK makes symbolic links (`FSF3_SYMLINK`).
+    pub symlinks: bool,
+    /// SETATTR sets times to what the client asks (`FSF3_CANSETTIME`).
+    pub set_time: bool,
+}
+
+impl Features {
+    /// A POSIX file system: all of them.
+    pub const POSIX: Features = Features {
+        hard_links: true,
+        symlinks: true,
+        set_time: true,
+    };
+}
+
 /// `stable_how` (RFC 1813 s3.3.7).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Default)]
 pub enum Stable {
@@ -366,8 +393,59 @@ pub trait Backend: Send + Sync + fmt::Debug {
     fn reads_keep_attributes(&self) -> bool {
         false
     }
+    /// Whether the file system itself checks each operation against the
+    /// caller's credentials ([`creds::current`]), POSIX ACLs included, as
+    /// the Linux server lets it: the NFS layer then asks [`Backend::may`]
+    /// rather than reading mode bits, and leaves ownership, set-id and
+    /// sticky-directory rules to the file system. Default: no (the NFS layer
+    /// checks mode bits and the backend applies the rest in user space).
+    fn enforces_permissions(&self) -> bool {
+        false
+    }
+    /// Whether the current caller may `want` (`MAY_READ` 4, `MAY_WRITE` 2,
+    /// `MAY_EXEC` 1, or'ed) on `fh`, as the file system decides. Called only
+    /// when [`Backend::enforces_permissions`].
+    fn may(&self, _fh: &FileHandle, _want: u32) -> FsResult<bool> {
+        Err(FsError::NotSupp)
+    }
+    /// Whether the metadata calls (everything but the channels' data I/O)
+    /// are system calls that may wait for a disk, so the NFS layer runs them
+    /// on its helper threads rather than on a core. Default: no.
+    fn metadata_blocks(&self) -> bool {
+        false
+    }
+    /// Make the metadata of `fh` (a directory's entries, an inode's
+    /// attributes) durable: an `fsync` on a local file system. A `sync`
+    /// export calls it after each namespace change and SETATTR, before the
+    /// reply (RFC 1813 section 1.6). Default: nothing to do (a backend whose
+    /// metadata is durable when changed, or not durable at all).
+    fn sync_meta(&self, _fh: &FileHandle) -> FsResult<()> {
+        Ok(())
+    }
     /// Apply `set` (size changes truncate or extend) and return the new attributes.
     fn setattr(&self, fh: &FileHandle, set: &SetAttr) -> FsResult<Attr>;
+    /// SETATTR with its checks: `check` gets the attributes the change
+    /// starts from (the guard's ctime, RFC 1813 s3.3.2, and the caller's
+    /// rights are checked against them) and may refuse it with an
+    /// `nfsstat3`. Returns those attributes (the reply's pre-operation
+    /// attributes) and the new ones, or the refusal or failure.
+    ///
+    /// The default reads, checks and changes one after the other, so
+    /// another change may land in between (the guard then passes on a
+    /// ctime that is no longer current); a backend that can does all three
+    /// atomically (`mem`, under its lock).
+    fn setattr_checked(
+        &self,
+        fh: &FileHandle,
+        set: &SetAttr,
+        check: &mut dyn FnMut(&Attr) -> Result<(), u32>,
+    ) -> FsResult<(Attr, Result<Attr, u32>)> {
+        let pre = self.getattr(fh)?;
+        if let Err(s) = check(&pre) {
+            return Ok((pre, Err(s)));
+        }
+        Ok((pre, self.setattr(fh, set).map_err(|e| e.nfsstat3())))
+    }
     /// Look `name` up in `dir` (`.` and `..` included).
     fn lookup(&self, dir: &FileHandle, name: &[u8]) -> FsResult<(FileHandle, Attr)>;
     /// Copy the link target into `out`; returns its length.
@@ -404,6 +482,10 @@ pub trait Backend: Send + Sync + fmt::Debug {
     /// Changes whenever the directory's entries change (`cookieverf3`).
     fn cookie_verifier(&self, dir: &FileHandle) -> FsResult<u64>;
     fn fsstat(&self) -> FsResult<FsStat>;
+    /// What the namespace supports (FSINFO, PATHCONF). Default: everything.
+    fn features(&self) -> Features {
+        Features::POSIX
+    }
     /// Flush the file's data and metadata to stable storage (COMMIT).
     fn commit(&self, fh: &FileHandle) -> FsResult<()>;
     /// Flush everything (clean shutdown).
@@ -426,13 +508,66 @@ pub struct IoDesc {
     pub tag: u64,
 }
 
+impl IoDesc {
+    /// A read of `len` bytes at `offset` into `buf`, tagged `tag`.
+    pub fn read(fh: &FileHandle, offset: u64, buf: &mut [u8], tag: u64) -> FsResult<IoDesc> {
+        let len = u32::try_from(buf.len()).map_err(|_| FsError::Inval)?;
+        Ok(IoDesc {
+            fh: *fh,
+            op: IoOp::Read,
+            offset,
+            buf: buf.as_mut_ptr(),
+            len,
+            tag,
+        })
+    }
+
+    /// A write of `buf` at `offset`, tagged `tag`. The channel only reads
+    /// through the pointer.
+    pub fn write(fh: &FileHandle, offset: u64, buf: &[u8], stable: Stable, tag: u64) -> FsResult<IoDesc> {
+        let len = u32::try_from(buf.len()).map_err(|_| FsError::Inval)?;
+        Ok(IoDesc {
+            fh: *fh,
+            op: IoOp::Write(stable),
+            offset,
+            buf: buf.as_ptr() as *mut u8,
+            len,
+            tag,
+        })
+    }
+
+    /// A flush of `fh` (no buffer), tagged `tag`.
+    pub fn flush(fh: &FileHandle, tag: u64) -> IoDesc {
+        IoDesc {
+            fh: *fh,
+            op: IoOp::Flush,
+            offset: 0,
+            buf: std::ptr::null_mut(),
+            len: 0,
+            tag,
+        }
+    }
+}
+
 /// The operation of an [`IoDesc`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum IoOp {
     Read,
     Write(Stable),
-    /// Flush the file to stable storage (`buf`, `len` unused).
+    /// Flush the file's data and metadata to stable storage (`fsync`;
+    /// `buf`, `len` unused).
     Flush,
+    /// Flush the file's data, and only the metadata needed to read it back
+    /// (`fdatasync`; `buf`, `len` unused). Backends without the distinction
+    /// do a [`IoOp::Flush`].
+    FlushData,
+}
+
+impl IoOp {
+    /// A flush of either kind (no buffer).
+    pub fn is_flush(self) -> bool {
+        matches!(self, IoOp::Flush | IoOp::FlushData)
+    }
 }
 
 /// A finished I/O, from [`IoChannel::poll`].
@@ -478,6 +613,12 @@ pub trait IoChannel: fmt::Debug {
     fn completes_later(&self) -> bool {
         false
     }
+    /// The attributes of `fh` when this channel has the file open and can
+    /// tell them without waiting (an `fstat` of its cached descriptor);
+    /// `None` otherwise, and the caller asks the backend. Default: `None`.
+    fn getattr_cached(&mut self, _fh: &FileHandle) -> Option<FsResult<Attr>> {
+        None
+    }
     /// Do `io` now, on the calling thread, and return its completion without
     /// queueing it, if this channel works that way (it does its work at
     /// submit) and has nothing queued; `None` otherwise, and the caller
@@ -497,15 +638,7 @@ pub trait IoChannel: fmt::Debug {
 ///
 /// Runs on the channel's core; the channel must have nothing else in flight.
 pub fn read_sync(ch: &mut dyn IoChannel, fh: &FileHandle, offset: u64, buf: &mut [u8]) -> FsResult<(u32, bool)> {
-    let len = u32::try_from(buf.len()).map_err(|_| FsError::Inval)?;
-    let io = IoDesc {
-        fh: *fh,
-        op: IoOp::Read,
-        offset,
-        buf: buf.as_mut_ptr(),
-        len,
-        tag: 1,
-    };
+    let io = IoDesc::read(fh, offset, buf, 1)?;
     // SAFETY: `buf` is exclusively borrowed for this whole function.
     let done = unsafe { io_sync(ch, io)? };
     done.result.map(|n| (n, done.eof))
@@ -522,16 +655,7 @@ pub fn write_sync(
     buf: &[u8],
     stable: Stable,
 ) -> FsResult<(u32, Stable)> {
-    let len = u32::try_from(buf.len()).map_err(|_| FsError::Inval)?;
-    let io = IoDesc {
-        fh: *fh,
-        op: IoOp::Write(stable),
-        offset,
-        // The channel only reads through this pointer for a write.
-        buf: buf.as_ptr() as *mut u8,
-        len,
-        tag: 2,
-    };
+    let io = IoDesc::write(fh, offset, buf, stable, 2)?;
     // SAFETY: `buf` is borrowed for this whole function and a write only
     // reads it.
     let done = unsafe { io_sync(ch, io)? };
@@ -540,14 +664,7 @@ pub fn write_sync(
 
 /// Flush `fh` through the channel and wait.
 pub fn flush_sync(ch: &mut dyn IoChannel, fh: &FileHandle) -> FsResult<()> {
-    let io = IoDesc {
-        fh: *fh,
-        op: IoOp::Flush,
-        offset: 0,
-        buf: std::ptr::null_mut(),
-        len: 0,
-        tag: 3,
-    };
+    let io = IoDesc::flush(fh, 3);
     // SAFETY: a flush has no buffer.
     unsafe { ch.submit(io)? };
     wait_one(ch, 3)?.result.map(|_| ())

@@ -66,6 +66,11 @@ use std::sync::{Arc, Mutex};
 
 use io_uring::{opcode, types, IoUring};
 
+use super::creds::{self, Acting};
+use super::personality::Personalities;
+
+mod sync;
+
 use super::{
     Attr, Backend, CreateHow, DirEntry, FileHandle, FileType, FsError, FsResult, FsStat, IoChannel, IoDesc, IoDone,
     IoOp, NodeKind, Owner, SetAttr, SetTime, Stable, Time, NAME_MAX_BYTES, PATH_MAX_BYTES,
@@ -477,13 +482,15 @@ impl Shared {
         let mut kh = self.unseal(fh)?;
         // SAFETY: `kh` is a `struct file_handle` with `handle_bytes` bytes
         // of handle after its header.
-        let fd = unsafe {
+        // As the gateway, also while acting as a caller: resolving a handle
+        // is not the caller's business (nor is it to the Linux server).
+        let fd = creds::as_process(|| unsafe {
             libc::open_by_handle_at(
                 self.root_fd.as_raw_fd(),
                 (&mut kh as *mut KernelHandle).cast(),
                 flags | libc::O_CLOEXEC,
             )
-        };
+        });
         if fd < 0 {
             return Err(match errno() {
                 libc::ESTALE | libc::ENOENT => FsError::Stale,
@@ -732,6 +739,7 @@ impl UringBackend {
             epoch_seen: self.shared.unlink_epoch.load(Ordering::Acquire),
             unsubmitted: 0,
             stats: UringChannelStats::default(),
+            personalities: Personalities::default(),
         })
     }
 
@@ -795,12 +803,34 @@ impl Backend for UringBackend {
         self.shared.root_fh
     }
 
+    /// `open_by_handle_at`, `fstat`, `fsync`, ...: they may wait for the disk.
+    fn metadata_blocks(&self) -> bool {
+        true
+    }
+
+    fn sync_meta(&self, fh: &FileHandle) -> FsResult<()> {
+        sync::sync_meta(&self.shared, fh)
+    }
+
     fn getattr(&self, fh: &FileHandle) -> FsResult<Attr> {
         let (_, st) = self.shared.open_path(fh)?;
         Ok(attr_of(&st))
     }
 
+    /// The kernel checks every change as the caller (when the target runs
+    /// as root and can take the caller's identity).
+    fn enforces_permissions(&self) -> bool {
+        creds::kernel_checks_callers()
+    }
+
+    fn may(&self, fh: &FileHandle, want: u32) -> FsResult<bool> {
+        let (fd, _) = self.shared.open_path(fh)?;
+        creds::fd_may(fd.as_raw_fd(), want)
+    }
+
     fn setattr(&self, fh: &FileHandle, set: &SetAttr) -> FsResult<Attr> {
+        // The system calls below run as the caller (issue 21 item 6).
+        let _acting = Acting::caller()?;
         let (fd, st) = self.shared.open_path(fh)?;
         let ftype = ftype_of(st.st_mode);
         if let Some(size) = set.size {
@@ -853,6 +883,8 @@ impl Backend for UringBackend {
     }
 
     fn create(&self, dir: &FileHandle, name: &[u8], how: CreateHow, owner: Owner) -> FsResult<(FileHandle, Attr)> {
+        // The system calls below run as the caller (issue 21 item 6).
+        let _acting = Acting::caller()?;
         let (d, _) = self.shared.open_dir(dir)?;
         let c = c_new_name(name)?;
         let set = match how {
@@ -911,6 +943,8 @@ impl Backend for UringBackend {
     }
 
     fn mkdir(&self, dir: &FileHandle, name: &[u8], set: &SetAttr, owner: Owner) -> FsResult<(FileHandle, Attr)> {
+        // The system calls below run as the caller (issue 21 item 6).
+        let _acting = Acting::caller()?;
         let (d, _) = self.shared.open_dir(dir)?;
         let c = c_new_name(name)?;
         if set.size.is_some() {
@@ -939,6 +973,8 @@ impl Backend for UringBackend {
         set: &SetAttr,
         owner: Owner,
     ) -> FsResult<(FileHandle, Attr)> {
+        // The system calls below run as the caller (issue 21 item 6).
+        let _acting = Acting::caller()?;
         let (d, _) = self.shared.open_dir(dir)?;
         let c = c_new_name(name)?;
         if target.is_empty() {
@@ -962,6 +998,8 @@ impl Backend for UringBackend {
         set: &SetAttr,
         owner: Owner,
     ) -> FsResult<(FileHandle, Attr)> {
+        // The system calls below run as the caller (issue 21 item 6).
+        let _acting = Acting::caller()?;
         let (d, _) = self.shared.open_dir(dir)?;
         let c = c_new_name(name)?;
         let (fmt, dev) = match kind {
@@ -986,6 +1024,8 @@ impl Backend for UringBackend {
     }
 
     fn remove(&self, dir: &FileHandle, name: &[u8]) -> FsResult<()> {
+        // The system calls below run as the caller (issue 21 item 6).
+        let _acting = Acting::caller()?;
         let (d, _) = self.shared.open_dir(dir)?;
         let c = c_old_name(name)?;
         let st = fstatat(d.as_raw_fd(), &c)?;
@@ -1002,6 +1042,8 @@ impl Backend for UringBackend {
     }
 
     fn rmdir(&self, dir: &FileHandle, name: &[u8]) -> FsResult<()> {
+        // The system calls below run as the caller (issue 21 item 6).
+        let _acting = Acting::caller()?;
         let (d, _) = self.shared.open_dir(dir)?;
         let c = c_name(name)?;
         match name {
@@ -1021,6 +1063,8 @@ impl Backend for UringBackend {
     }
 
     fn rename(&self, from_dir: &FileHandle, from: &[u8], to_dir: &FileHandle, to: &[u8]) -> FsResult<()> {
+        // The system calls below run as the caller (issue 21 item 6).
+        let _acting = Acting::caller()?;
         let (fd, _) = self.shared.open_dir(from_dir)?;
         let (td, _) = self.shared.open_dir(to_dir)?;
         let f = c_old_name(from)?;
@@ -1048,18 +1092,8 @@ impl Backend for UringBackend {
         if ftype_of(st.st_mode) == FileType::Directory {
             return Err(FsError::IsDir);
         }
-        // SAFETY: both paths are NUL-terminated; AT_EMPTY_PATH links the
-        // inode `fd` names (needs CAP_DAC_READ_SEARCH).
-        cvt(unsafe {
-            libc::linkat(
-                fd.as_raw_fd(),
-                empty_path(),
-                d.as_raw_fd(),
-                c.as_ptr(),
-                libc::AT_EMPTY_PATH,
-            )
-        })
-        .map(drop)
+        // As the caller: the kernel's link rules (protected_hardlinks).
+        creds::link_fd(fd.as_raw_fd(), d.as_raw_fd(), &c)
     }
 
     fn readdir(&self, dir: &FileHandle, cookie: u64, sink: &mut dyn FnMut(DirEntry<'_>) -> bool) -> FsResult<bool> {
@@ -1247,6 +1281,9 @@ struct Slot {
     /// Bytes already transferred (a short transfer is continued).
     done: u32,
     direct: bool,
+    /// The io_uring personality a write runs with: its caller's (issue 21
+    /// item 6). `None`: as the process.
+    personality: Option<u16>,
 }
 
 /// One core's data path into a [`UringBackend`]: an io_uring and a cache of
@@ -1265,6 +1302,7 @@ pub struct UringChannel {
     epoch_seen: u64,
     unsubmitted: usize,
     stats: UringChannelStats,
+    personalities: Personalities,
 }
 
 impl fmt::Debug for UringChannel {
@@ -1406,15 +1444,15 @@ impl UringChannel {
 
     /// Queue the SQE of slot `i`'s next step.
     fn push(&mut self, i: u32) -> FsResult<()> {
-        let (fh, op, offset, buf, len, done, want_direct) = {
+        let (fh, op, offset, buf, len, done, want_direct, personality) = {
             let s = self.slots[i as usize].as_ref().ok_or(FsError::ServerFault)?;
-            (s.fh, s.op, s.offset, s.buf, s.len, s.done, s.direct)
+            (s.fh, s.op, s.offset, s.buf, s.len, s.done, s.direct, s.personality)
         };
         let (fd, direct) = self.fd_for(&fh, want_direct)?;
         if let Some(s) = self.slots[i as usize].as_mut() {
             s.direct = direct;
         }
-        if op != IoOp::Flush {
+        if !op.is_flush() {
             if direct {
                 self.stats.direct_ios += 1;
             } else {
@@ -1440,8 +1478,15 @@ impl UringChannel {
                     .build()
             }
             IoOp::Flush => opcode::Fsync::new(types::Fd(fd)).build(),
+            IoOp::FlushData => opcode::Fsync::new(types::Fd(fd))
+                .flags(types::FsyncFlags::DATASYNC)
+                .build(),
         };
         let sqe = sqe.user_data(u64::from(i));
+        let sqe = match personality {
+            Some(p) => sqe.personality(p),
+            None => sqe,
+        };
         loop {
             // SAFETY: the SQE's buffer is the caller's, valid until its
             // completion is reaped (the submit contract); its descriptor is
@@ -1486,9 +1531,13 @@ impl UringChannel {
             };
         };
         self.release(&s.fh);
+        if let Some(p) = s.personality {
+            self.personalities.release(p);
+        }
         let committed = match (s.op, &result) {
             (IoOp::Write(stable), Ok(_)) => stable,
             (IoOp::Flush, Ok(_)) => Stable::FileSync,
+            (IoOp::FlushData, Ok(_)) => Stable::DataSync,
             _ => Stable::Unstable,
         };
         IoDone {
@@ -1523,7 +1572,7 @@ impl UringChannel {
         }
         let total = done + res as u32;
         match op {
-            IoOp::Flush => Some(self.finish(i, Ok(0), false)),
+            IoOp::Flush | IoOp::FlushData => Some(self.finish(i, Ok(0), false)),
             IoOp::Write(_) => {
                 if res == 0 || total >= len {
                     return Some(self.finish(i, Ok(total), false));
@@ -1590,7 +1639,7 @@ impl IoChannel for UringChannel {
             return Err(FsError::Jukebox);
         }
         self.revalidate();
-        if io.op != IoOp::Flush {
+        if !io.op.is_flush() {
             if io.buf.is_null() && io.len != 0 {
                 self.fail_now(io.tag, FsError::Inval);
                 return Ok(());
@@ -1612,7 +1661,7 @@ impl IoChannel for UringChannel {
             }
             Ok(_) => {}
         }
-        if io.len == 0 && io.op != IoOp::Flush {
+        if io.len == 0 && !io.op.is_flush() {
             // Nothing to transfer; a read still reports eof.
             let eof = match io.op {
                 IoOp::Read => self
@@ -1634,11 +1683,36 @@ impl IoChannel for UringChannel {
             });
             return Ok(());
         }
+        // A write runs as its caller: the kernel clears set-id bits for a
+        // writer without CAP_FSETID and charges quota without
+        // CAP_SYS_RESOURCE, as for the Linux server's writes.
+        let personality = match (io.op, creds::current()) {
+            (IoOp::Write(_), Some(c)) => {
+                let (ring, unsubmitted) = (&self.ring, &mut self.unsubmitted);
+                let flush = || {
+                    if let Ok(n) = ring.submit() {
+                        *unsubmitted = unsubmitted.saturating_sub(n);
+                    }
+                };
+                match self.personalities.acquire(ring, &c, flush) {
+                    Ok(p) => p,
+                    Err(FsError::Jukebox) => return Err(FsError::Jukebox),
+                    Err(e) => {
+                        self.fail_now(io.tag, e);
+                        return Ok(());
+                    }
+                }
+            }
+            _ => None,
+        };
         let Some(i) = self.free.pop() else {
+            if let Some(p) = personality {
+                self.personalities.release(p);
+            }
             return Err(FsError::Jukebox);
         };
         let direct = self.o_direct
-            && io.op != IoOp::Flush
+            && !io.op.is_flush()
             && aligned(io.offset)
             && aligned(u64::from(io.len))
             && aligned(io.buf as u64);
@@ -1651,6 +1725,7 @@ impl IoChannel for UringChannel {
             len: io.len,
             done: 0,
             direct,
+            personality,
         });
         if let Some(e) = self.cache.get_mut(&io.fh) {
             e.users += 1;
@@ -1717,6 +1792,11 @@ impl IoChannel for UringChannel {
     /// Device or kernel I/O: yes.
     fn completes_later(&self) -> bool {
         true
+    }
+
+    /// An `fstat` of the cached descriptor: no handle to open, no lookup.
+    fn getattr_cached(&mut self, fh: &FileHandle) -> Option<FsResult<Attr>> {
+        sync::cached_attr(self, fh)
     }
 }
 

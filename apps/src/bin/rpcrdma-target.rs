@@ -4,6 +4,8 @@
 //! their TCP listeners from the configuration; SIGINT or SIGTERM drains
 //! in-flight calls, syncs every backend and exits 0. `--check-config`
 //! validates the file (every problem, with its JSON path) and exits.
+//! `rpcrdma-target stats -c cores.json` prints the running target's live
+//! statistics (read from its local socket; `--watch`, `--json`).
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -11,9 +13,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use clap::Parser;
+use clap::{Parser, Subcommand};
 use rpcrdma_apps::config::{Config, ConfigError};
-use rpcrdma_apps::server::Target;
+use rpcrdma_apps::server::{stats, Target};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -23,7 +25,7 @@ use rpcrdma_apps::server::Target;
 )]
 struct Args {
     /// The cores.json configuration (see docs/CONFIG.md).
-    #[arg(short = 'c', long = "config", default_value = "configs/cores.json")]
+    #[arg(short = 'c', long = "config", default_value = "configs/cores.json", global = true)]
     config: PathBuf,
     /// Validate the configuration and exit (0 when valid, 2 otherwise).
     #[arg(long)]
@@ -31,6 +33,62 @@ struct Args {
     /// Log filter (tracing EnvFilter syntax); overrides RUST_LOG.
     #[arg(long)]
     log: Option<String>,
+    #[command(subcommand)]
+    cmd: Option<Cmd>,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Live statistics of the target running with this configuration: per
+    /// core and per procedure counters, latency percentiles, pools (read
+    /// from its local socket, `listeners.stats_socket`).
+    Stats(StatsArgs),
+}
+
+#[derive(clap::Args, Debug)]
+struct StatsArgs {
+    /// Print the JSON document instead of the table.
+    #[arg(long)]
+    json: bool,
+    /// Refresh every SECONDS (default 1) with rates, until interrupted.
+    #[arg(long, value_name = "SECONDS", num_args = 0..=1, default_missing_value = "1")]
+    watch: Option<f64>,
+    /// The socket, instead of the one the configuration gives.
+    #[arg(long)]
+    socket: Option<PathBuf>,
+}
+
+/// `rpcrdma-target stats`: query the socket once, or every `--watch` seconds.
+fn stats_cmd(cfg: &Config, a: &StatsArgs) -> std::process::ExitCode {
+    let path = a.socket.clone().unwrap_or_else(|| stats::socket_path(cfg));
+    let mut prev: Option<(serde_json::Value, std::time::Instant)> = None;
+    loop {
+        let doc = match stats::query(&path) {
+            Ok(d) => d,
+            Err(e) => {
+                eprintln!(
+                    "rpcrdma-target stats: {}: {e} (is the target running with this configuration?)",
+                    path.display()
+                );
+                return std::process::ExitCode::FAILURE;
+            }
+        };
+        if a.json {
+            println!("{doc}");
+        } else {
+            if a.watch.is_some() {
+                // Clear the terminal and home the cursor.
+                print!("\x1b[2J\x1b[H");
+            }
+            let p = prev.as_ref().map(|(d, t)| (d, t.elapsed().as_secs_f64()));
+            print!("{}", stats::render_table(&doc, p));
+        }
+        let Some(secs) = a.watch else {
+            return std::process::ExitCode::SUCCESS;
+        };
+        prev = Some((doc, std::time::Instant::now()));
+        std::thread::sleep(Duration::from_secs_f64(secs.clamp(0.1, 3600.0)));
+    }
 }
 
 fn main() -> std::process::ExitCode {
@@ -59,8 +117,12 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::from(2);
         }
     };
+    if let Some(Cmd::Stats(a)) = &args.cmd {
+        return stats_cmd(&cfg, a);
+    }
     if args.check_config {
         println!("{}: configuration valid", args.config.display());
+        println!("{}", cfg.capacity());
         return std::process::ExitCode::SUCCESS;
     }
     match run(cfg) {
@@ -99,6 +161,8 @@ fn run(cfg: Config) -> anyhow::Result<()> {
             unaccounted = s.unaccounted(0),
             error_replies = s.error_replies,
             service_rejected = s.service_rejected,
+            conns_accepted = s.conns_accepted,
+            conns_rejected = s.conns_rejected,
             "engine totals"
         );
     }

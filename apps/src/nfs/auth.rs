@@ -8,6 +8,7 @@ use proto::rpc::AuthSysParms;
 
 use super::export::Export;
 use super::xdr::{ACCESS3_DELETE, ACCESS3_EXECUTE, ACCESS3_EXTEND, ACCESS3_LOOKUP, ACCESS3_MODIFY, ACCESS3_READ};
+use crate::backend::creds::Creds;
 use crate::backend::{Attr, FileType, Owner};
 
 /// Read permission bit (of a `rwx` triple).
@@ -96,6 +97,12 @@ impl Caller {
         self.groups().contains(&gid)
     }
 
+    /// The identity the backends act as for this caller (supplementary
+    /// groups without the primary one, as the Linux server's `cr_group_info`).
+    pub fn creds(&self) -> Creds {
+        Creds::new(self.uid, self.gid, &self.groups()[1..])
+    }
+
     /// Owner of the objects this caller creates.
     pub fn owner(&self) -> Owner {
         Owner {
@@ -136,21 +143,7 @@ impl Caller {
     /// The ACCESS bits (RFC 1813 section 3.3.4) of `requested` this caller
     /// holds on `a`; `read_only` exports grant no MODIFY, EXTEND or DELETE.
     pub fn access(&self, a: &Attr, requested: u32, read_only: bool) -> u32 {
-        let mut got = 0;
-        let dir = a.ftype == FileType::Directory;
-        if self.may(a, MAY_READ) {
-            got |= ACCESS3_READ;
-        }
-        if !read_only && self.may(a, MAY_WRITE) {
-            got |= ACCESS3_MODIFY | ACCESS3_EXTEND;
-            if dir && self.may(a, MAY_EXEC) {
-                got |= ACCESS3_DELETE;
-            }
-        }
-        if self.may(a, MAY_EXEC) {
-            got |= if dir { ACCESS3_LOOKUP } else { ACCESS3_EXECUTE };
-        }
-        got & requested
+        access_bits(a, requested, read_only, |want| self.may(a, want))
     }
 
     /// In a sticky directory (mode 01000) only the owner of the entry, the
@@ -158,6 +151,27 @@ impl Caller {
     pub fn may_unlink(&self, dir: &Attr, victim: &Attr) -> bool {
         dir.mode & 0o1000 == 0 || self.is_root() || self.uid == dir.uid || self.uid == victim.uid
     }
+}
+
+/// The ACCESS bits (RFC 1813 section 3.3.4) of `requested` that `may` (a
+/// `MAY_*` test: mode bits, or the file system's own check) grants on `a`;
+/// `read_only` exports grant no MODIFY, EXTEND or DELETE.
+pub fn access_bits(a: &Attr, requested: u32, read_only: bool, may: impl Fn(u32) -> bool) -> u32 {
+    let mut got = 0;
+    let dir = a.ftype == FileType::Directory;
+    if may(MAY_READ) {
+        got |= ACCESS3_READ;
+    }
+    if !read_only && may(MAY_WRITE) {
+        got |= ACCESS3_MODIFY | ACCESS3_EXTEND;
+        if dir && may(MAY_EXEC) {
+            got |= ACCESS3_DELETE;
+        }
+    }
+    if may(MAY_EXEC) {
+        got |= if dir { ACCESS3_LOOKUP } else { ACCESS3_EXECUTE };
+    }
+    got & requested
 }
 
 #[cfg(test)]
@@ -172,10 +186,12 @@ mod tests {
             backend: "b".into(),
             clients: vec!["0.0.0.0/0".into()],
             read_only: false,
+            r#async: false,
             root_squash: squash,
             allow_auth_none: true,
             anon_uid: 99,
             anon_gid: 98,
+            dir: "/".into(),
         };
         Export::new(&cfg, 0, FileHandle::new(&[1]).unwrap()).unwrap()
     }

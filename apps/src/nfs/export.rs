@@ -12,12 +12,24 @@
 //! naming no export (an export removed from the configuration) is
 //! NFS3ERR_STALE. Everything here is immutable after start-up and may be read
 //! from any core.
+//!
+//! An export serves one directory of its backend (`dir` in the
+//! configuration, the backend's root by default), so several exports of one
+//! backend each serve their own subtree. The export's root is the top of
+//! what its clients see: LOOKUP of `..` there, and the `..` entry READDIRPLUS
+//! lists there, give the export's root itself, as the Linux server does
+//! ([`Export::is_root`]). MNT of a path below an export path mounts that
+//! directory ([`find`], [`walk`]). Like the Linux server's default
+//! `no_subtree_check`, a handle is not checked to lie below its export's
+//! root: a client that makes up the handle of a file of another export of
+//! the same backend (its backend part, behind this export's prefix) reaches
+//! it; exports meant to keep clients apart belong on different backends.
 
 use std::net::IpAddr;
 
 use crate::config::{parse_network, ExportConfig, IpNetwork};
 
-use crate::backend::{FileHandle, FH_MAX_BYTES};
+use crate::backend::{Backend, FileHandle, FileType, FsError, Owner, SetAttr, FH_MAX_BYTES};
 
 /// Version byte of the handle format.
 pub const FH_VERSION: u8 = 1;
@@ -64,6 +76,9 @@ pub struct Export {
     pub clients: Vec<String>,
     networks: Vec<IpNetwork>,
     pub read_only: bool,
+    /// Namespace changes and SETATTR are durable before their replies
+    /// (the default; the configuration's `async` turns it off).
+    pub sync: bool,
     pub root_squash: bool,
     pub allow_auth_none: bool,
     pub anon_uid: u32,
@@ -101,6 +116,7 @@ impl Export {
             clients: cfg.clients.clone(),
             networks,
             read_only: cfg.read_only,
+            sync: !cfg.r#async,
             root_squash: cfg.root_squash,
             allow_auth_none: cfg.allow_auth_none,
             anon_uid: cfg.anon_uid,
@@ -126,6 +142,12 @@ impl Export {
             .any(|n| n.contains(a) || mapped.is_some_and(|m| n.contains(m)))
     }
 
+    /// Whether backend handle `fh` is this export's root, above which its
+    /// clients see nothing.
+    pub fn is_root(&self, fh: &FileHandle) -> bool {
+        *fh == self.root
+    }
+
     /// The NFS handle of backend handle `fh` on this export, written into
     /// `out`; returns its length, or `None` if the backend handle is too long.
     pub fn encode_fh(&self, fh: &FileHandle, out: &mut [u8; FH_MAX_BYTES]) -> Option<usize> {
@@ -138,6 +160,67 @@ impl Export {
         out[FH_PREFIX_BYTES..FH_PREFIX_BYTES + b.len()].copy_from_slice(b);
         Some(FH_PREFIX_BYTES + b.len())
     }
+}
+
+/// The export a MOUNT path names, and the rest of the path below it: the
+/// export whose path is the longest one equal to `path` or a prefix of it
+/// ending at a `/` (so `/export/sub` is below `/export`, `/exportx` is not).
+pub fn find<'e, 'p>(exports: &'e [Export], path: &'p [u8]) -> Option<(&'e Export, &'p [u8])> {
+    let mut best: Option<&Export> = None;
+    for e in exports {
+        let p = e.path.as_bytes();
+        let below = path.starts_with(p) && (path.len() == p.len() || p == b"/" || path[p.len()] == b'/');
+        if below && best.is_none_or(|b| b.path.len() < p.len()) {
+            best = Some(e);
+        }
+    }
+    best.map(|e| (e, &path[e.path.len()..]))
+}
+
+/// Walk `rest` (components separated by `/`; empty ones and `.` skipped)
+/// down from `from` in `backend`, each a directory: the handle reached.
+/// `..` is refused (`Acces`): a mount stays below its export.
+pub fn walk(backend: &dyn Backend, from: FileHandle, rest: &[u8]) -> Result<FileHandle, FsError> {
+    let mut at = from;
+    for part in rest.split(|&b| b == b'/') {
+        match part {
+            b"" | b"." => continue,
+            b".." => return Err(FsError::Acces),
+            name => {
+                let (fh, a) = backend.lookup(&at, name)?;
+                if a.ftype != FileType::Directory {
+                    return Err(FsError::NotDir);
+                }
+                at = fh;
+            }
+        }
+    }
+    Ok(at)
+}
+
+/// The directory `dir` of `backend` (a path from its root), made (mode
+/// 0755, owner root) where missing. At start-up.
+pub fn export_dir(backend: &dyn Backend, dir: &str) -> Result<FileHandle, String> {
+    let mut at = backend.root();
+    for part in dir.split('/').filter(|p| !p.is_empty() && *p != ".") {
+        let name = part.as_bytes();
+        let found = match backend.lookup(&at, name) {
+            Err(FsError::NoEnt) => {
+                let set = SetAttr {
+                    mode: Some(0o755),
+                    ..SetAttr::default()
+                };
+                backend.mkdir(&at, name, &set, Owner { uid: 0, gid: 0 })
+            }
+            r => r,
+        };
+        let (fh, a) = found.map_err(|e| format!("directory {dir:?} of the backend, at {part:?}: {e}"))?;
+        if a.ftype != FileType::Directory {
+            return Err(format!("{dir:?} of the backend: {part:?} is not a directory"));
+        }
+        at = fh;
+    }
+    Ok(at)
 }
 
 /// Split an NFS handle into the export id and the backend handle.
@@ -161,10 +244,12 @@ mod tests {
             backend: "b".into(),
             clients: clients.iter().map(|s| s.to_string()).collect(),
             read_only: false,
+            r#async: false,
             root_squash: true,
             allow_auth_none: false,
             anon_uid: 65534,
             anon_gid: 65534,
+            dir: "/".into(),
         }
     }
 

@@ -1,6 +1,6 @@
 //! The NFSv3 (RFC 1813) and MOUNT v3 (RFC 1813 section 5) services of the
-//! gateway, with exports, access control and the RPC-level dispatch
-//! (RFC 5531).
+//! gateway, with exports, access control and the RPC-level dispatch (RFC
+//! 5531); NFSv4.1/4.2 COMPOUNDs go on to [`crate::nfs4`].
 //!
 //! [`NfsShared`] holds what all cores share: the exports resolved against the
 //! backends, the write verifier of this process, the READ/WRITE size limit and
@@ -15,7 +15,9 @@
 //! | `rpcvers` other than 2 | MSG_DENIED / RPC_MISMATCH (2, 2) |
 //! | `cred` or `verf` body over 400 bytes or truncated | MSG_DENIED / AUTH_ERROR AUTH_BADCRED (AUTH_BADVERF) |
 //! | program other than NFS 100003 and MOUNT 100005 | PROG_UNAVAIL |
-//! | version other than 3 | PROG_MISMATCH (3, 3) |
+//! | NFS version other than 3 and 4, MOUNT version outside 1..=3 | PROG_MISMATCH (3, 4), (1, 3) |
+//! | MOUNT v1/v2 MNT (a fixed 32-byte handle) | PROC_UNAVAIL (the rest of v1 and v2 is v3's) |
+//! | NFS version 4 | NULL here; COMPOUND in [`crate::nfs4`] (sessions, not the reply cache below) |
 //! | procedure out of range | PROC_UNAVAIL |
 //! | NULL (procedure 0) | SUCCESS, whatever the credential (except RPCSEC_GSS) |
 //! | flavor other than AUTH_SYS and AUTH_NONE, or AUTH_SYS body not decoding | AUTH_ERROR AUTH_BADCRED |
@@ -66,17 +68,20 @@ use crate::config::{Config, PoolUsage};
 use dataplane::service::{CallView, DeferToken, ReplyBuilder, Service, ServiceError};
 use proto::error::{DecodeError, DecodeErrorKind, EncodeError};
 use proto::nfs3::{self as p, MOUNT_PROGRAM, MOUNT_V3, NFSPROC3_COUNT, NFS_PROGRAM, NFS_V3};
+use proto::nfs4::NFS_V4;
 use proto::rpc::{self, AcceptedReply, AuthStat, CallHeader, OpaqueAuth, RejectedReply, ReplyHeader};
 use proto::xdr::Writer;
 
 use crate::backend::{Backend, FsError, FsResult, IoChannel};
+use crate::server::stats::{self, ProcStats};
 
 pub mod auth;
-mod defer;
+pub(crate) mod defer;
 pub mod drc;
 pub mod export;
 mod mount;
-mod nfs3;
+pub(crate) mod nfs3;
+mod offload;
 pub mod xdr;
 
 use auth::Cred;
@@ -95,6 +100,10 @@ pub const MAX_ASSEMBLED_CALL_BYTES: usize = 16 * 1024;
 /// Bytes of the accepted-SUCCESS reply header the services write (AUTH_NONE
 /// verifier).
 pub const REPLY_HEADER_BYTES: usize = rpc::SUCCESS_REPLY_NONE_BYTES;
+/// MOUNT version 1, of which the gateway serves what v3 shares with it.
+pub const MOUNT_V1: u32 = 1;
+/// Procedures of NFSv4 (NULL and COMPOUND, RFC 8881 s16).
+pub const NFSPROC4_COUNT: u32 = 2;
 /// Procedures of MOUNT v3 (0..=5).
 pub const MOUNTPROC3_COUNT: u32 = 6;
 
@@ -122,6 +131,11 @@ pub struct NfsShared {
     writeback_errors: AtomicU64,
     max_io_bytes: u32,
     mounts: Mutex<VecDeque<MountEntry>>,
+    /// NFSv4 clients, sessions and opens.
+    pub(crate) v4: crate::nfs4::state::V4State,
+    /// Runs metadata procedures of blocking backends off the cores
+    /// ([`offload`]); started on first use.
+    helpers: std::sync::OnceLock<offload::HelperPool>,
 }
 
 /// A write verifier no other [`NfsShared`] of this or an earlier process had:
@@ -156,7 +170,8 @@ impl NfsShared {
                 .iter()
                 .position(|(n, _)| *n == e.backend)
                 .ok_or_else(|| format!("export {}: no backend named {:?}", e.path, e.backend))?;
-            let ex = Export::new(e, b, backends[b].1.root())?;
+            let root = export::export_dir(&*backends[b].1, &e.dir).map_err(|m| format!("export {}: {m}", e.path))?;
+            let ex = Export::new(e, b, root)?;
             if let Some(o) = exports.iter().find(|o| o.id == ex.id) {
                 return Err(format!(
                     "exports {} and {}: same path or same export id",
@@ -186,7 +201,14 @@ impl NfsShared {
             writeback_errors: AtomicU64::new(0),
             max_io_bytes: max_io,
             mounts: Mutex::new(VecDeque::new()),
+            v4: crate::nfs4::state::V4State::new(cfg.credits.max_per_connection, max_io),
+            helpers: std::sync::OnceLock::new(),
         }))
+    }
+
+    /// The NFSv4 state (clients, sessions, opens).
+    pub fn v4(&self) -> &crate::nfs4::state::V4State {
+        &self.v4
     }
 
     /// The exports, in configuration order.
@@ -224,6 +246,10 @@ impl NfsShared {
                 let v = new_write_verifier();
                 Some(if v == old { v ^ 1 } else { v })
             });
+    }
+
+    fn helpers(&self) -> &offload::HelperPool {
+        self.helpers.get_or_init(offload::HelperPool::start)
     }
 
     /// FSINFO `rtmax` and `wtmax`.
@@ -289,6 +315,14 @@ pub struct NfsStats {
     pub deferred_reads: u64,
     pub deferred_writes: u64,
     pub deferred_max: u64,
+    /// COMMITs whose reply waited for their flush (`IORING_OP_FSYNC`)
+    /// while the core went on.
+    pub deferred_commits: u64,
+    /// FILE_SYNC and DATA_SYNC WRITEs whose flush after the write was
+    /// deferred the same way.
+    pub deferred_flushes: u64,
+    /// Metadata Calls run on the helper pool while the core went on.
+    pub offloaded: u64,
 }
 
 /// Why a procedure did not produce its normal results.
@@ -350,8 +384,12 @@ pub(crate) struct CoreState {
     /// READDIR collection space (bounded by the reply's size).
     pub dir: nfs3::DirScratch,
     pub stats: NfsStats,
-    /// READs and WRITEs whose backend I/O is in flight, replies deferred.
+    /// Calls whose backend I/O or helper job is in flight, replies deferred.
     pub deferred: defer::Deferred,
+    /// NFSv4 counters.
+    pub v4: crate::nfs4::Nfs4Stats,
+    /// Calls on the helper pool.
+    pub offload: offload::CoreOffload,
 }
 
 /// One core's NFS and MOUNT service. Owns the core's I/O channels, so it is
@@ -367,6 +405,7 @@ pub struct NfsService {
     reads_in_call: bool,
     /// Replies of non-idempotent Calls, for their retransmits.
     drc: ReplyCacheRef,
+    procs: ProcStats,
 }
 
 /// The duplicate request cache a service uses ([`drc`]).
@@ -417,10 +456,13 @@ impl NfsService {
                 dir: nfs3::DirScratch::default(),
                 stats: NfsStats::default(),
                 deferred: defer::Deferred::new(),
+                v4: crate::nfs4::Nfs4Stats::default(),
+                offload: offload::CoreOffload::default(),
             },
             scratch: Vec::new(),
             reads_in_call,
             drc,
+            procs: ProcStats::default(),
         })
     }
 
@@ -430,6 +472,11 @@ impl NfsService {
             deferred_max: self.st.deferred.max_in_flight as u64,
             ..self.st.stats
         }
+    }
+
+    /// This core's NFSv4 counters.
+    pub fn nfs4_stats(&self) -> crate::nfs4::Nfs4Stats {
+        self.st.v4
     }
 
     /// The shared part.
@@ -525,10 +572,85 @@ impl Service for NfsService {
 
     /// READ: the count asked for, at most the READ limit; nothing otherwise.
     fn reply_data_hint(&mut self, call: &CallView<'_>) -> usize {
-        read_count(call.head()).map_or(0, |n| n.min(self.shared.max_io_bytes) as usize)
+        let head = call.head();
+        read_count(head)
+            .or_else(|| crate::nfs4::read_hint(head))
+            .map_or(0, |n| n.min(self.shared.max_io_bytes) as usize)
     }
 
     fn handle_call(&mut self, call: &CallView<'_>, reply: &mut ReplyBuilder<'_>) -> Result<(), ServiceError> {
+        let t0 = self.procs.start();
+        let r = self.handle_call_untimed(call, reply);
+        self.account(t0, call, reply, &r);
+        r
+    }
+
+    /// Deferred READs and WRITEs whose backend I/O finished.
+    fn poll_deferred(&mut self, ready: &mut [DeferToken]) -> usize {
+        let st = &mut self.st;
+        st.offload.poll(&mut st.deferred);
+        st.deferred.poll_ready(&mut st.channels, ready)
+    }
+
+    /// Answer a deferred READ or WRITE: the Call runs again and the
+    /// procedure takes the I/O's result instead of submitting it.
+    fn resume(
+        &mut self,
+        token: DeferToken,
+        call: &CallView<'_>,
+        reply: &mut ReplyBuilder<'_>,
+    ) -> Result<(), ServiceError> {
+        let r = self.st.deferred.take(token).ok_or(ServiceError::Reject)?;
+        if !self.st.offload.begin_resume(token) {
+            self.st.deferred.resumed = Some(r);
+        }
+        let t0 = self.procs.resumed(token.0);
+        let res = self.handle_call_untimed(call, reply);
+        self.account(t0, call, reply, &res);
+        self.st.deferred.resumed = None;
+        self.st.offload.resuming = None;
+        res
+    }
+
+    fn cancel(&mut self, token: DeferToken) {
+        let _ = self.st.deferred.take(token);
+        let _ = self.procs.resumed(token.0);
+        if let Some(s) = self.st.offload.cancel(token) {
+            self.drc.with(|c| c.complete(s, None));
+        }
+    }
+}
+
+impl NfsService {
+    /// Per-procedure counters and sampled latency (live statistics).
+    pub fn procs(&self) -> &ProcStats {
+        &self.procs
+    }
+
+    /// Count a Call handled (answered, or deferred) in [`ProcStats`].
+    fn account(
+        &mut self,
+        t0: Option<u64>,
+        call: &CallView<'_>,
+        reply: &mut ReplyBuilder<'_>,
+        r: &Result<(), ServiceError>,
+    ) {
+        let Some(row) = stats::proc_row(call.head()).filter(|_| r.is_ok()) else {
+            return;
+        };
+        if reply.is_deferred() {
+            if let Some(tok) = call.defer_token() {
+                self.procs.deferred(tok.0, t0);
+            }
+            return;
+        }
+        let n = reply.head_len();
+        let err = stats::reply_is_error(row, reply.head_mut().get(..n).unwrap_or(&[]));
+        self.procs
+            .answered(row, err, call.len() as u64, (n + reply.data_len()) as u64, t0);
+    }
+
+    fn handle_call_untimed(&mut self, call: &CallView<'_>, reply: &mut ReplyBuilder<'_>) -> Result<(), ServiceError> {
         let NfsService {
             shared,
             st,
@@ -577,17 +699,29 @@ impl Service for NfsService {
                 return reply_header(reply, &accepted(AcceptedReply::ProgUnavail));
             }
         };
-        let vers = if hdr.prog == NFS_PROGRAM { NFS_V3 } else { MOUNT_V3 };
-        if hdr.vers != vers {
+        // MOUNT v1 and v2 share NULL, DUMP, UMNT, UMNTALL and EXPORT with v3,
+        // byte for byte (RFC 1813 appendix I); `showmount` asks v1. Their MNT
+        // (a fixed 32-byte handle) is not served. NFS is versions 3 and 4.
+        let (low, high) = if hdr.prog == NFS_PROGRAM {
+            (NFS_V3, NFS_V4)
+        } else {
+            (MOUNT_V1, MOUNT_V3)
+        };
+        if !(low..=high).contains(&hdr.vers) {
             st.stats.rpc_errors += 1;
-            return reply_header(reply, &accepted(AcceptedReply::ProgMismatch { low: vers, high: vers }));
+            return reply_header(reply, &accepted(AcceptedReply::ProgMismatch { low, high }));
         }
-        if hdr.proc_ >= nprocs {
+        let v4 = hdr.prog == NFS_PROGRAM && hdr.vers == NFS_V4;
+        let nprocs = if v4 { NFSPROC4_COUNT } else { nprocs };
+        let old_mnt = hdr.prog == MOUNT_PROGRAM && hdr.vers != MOUNT_V3 && hdr.proc_ == p::MOUNTPROC3_MNT;
+        if hdr.proc_ >= nprocs || old_mnt {
             st.stats.rpc_errors += 1;
             return reply_header(reply, &accepted(AcceptedReply::ProcUnavail));
         }
         let count = |st: &mut CoreState| {
-            if hdr.prog == NFS_PROGRAM {
+            if v4 {
+                // Counted by the NFSv4 service.
+            } else if hdr.prog == NFS_PROGRAM {
                 st.stats.nfs[hdr.proc_ as usize] += 1;
             } else {
                 st.stats.mount[hdr.proc_ as usize] += 1;
@@ -609,6 +743,11 @@ impl Service for NfsService {
                 return reply_header(reply, &ReplyHeader::denied(xid, RejectedReply::AuthError(why)));
             }
         };
+        if v4 {
+            // COMPOUND (RFC 8881 s16.2): sessions give it exactly-once
+            // semantics, so the reply cache below is not used.
+            return crate::nfs4::call(shared, st, scratch, call, xid, at, cred, reply);
+        }
         // The arguments: in the head when the Call is one piece, and for WRITE
         // (whose data piece is used where it lies); otherwise reassembled.
         let mut slices = call.slices();
@@ -641,7 +780,12 @@ impl Service for NfsService {
         // got, and one still being served is dropped (RFC 1813 section 4.5;
         // see [`drc`]).
         let mut slot = None;
-        if hdr.prog == NFS_PROGRAM && drc::nfs3_cached(hdr.proc_) {
+        // A Call the helper pool ran: its results, and the cache entry it
+        // kept in progress meanwhile.
+        let pooled = st.offload.resumed_for(c.token);
+        if let Some(f) = &pooled {
+            slot = st.offload.take_drc_slot(f.token());
+        } else if hdr.prog == NFS_PROGRAM && drc::nfs3_cached(hdr.proc_) {
             let key = drc::Key::new(xid, call.peer, hdr.prog, hdr.vers, hdr.proc_, args, call.len());
             let head = reply.head_mut();
             let found = drc.with(|c| match c.begin(&key) {
@@ -670,7 +814,24 @@ impl Service for NfsService {
             // The SUCCESS header; the procedures write after it.
             match rpc::encode_success_reply_none(xid, reply.head_mut()) {
                 Some(REPLY_HEADER_BYTES) => {
-                    if hdr.prog == NFS_PROGRAM {
+                    if let Some(f) = pooled {
+                        offload::results(f, reply, REPLY_HEADER_BYTES)
+                    } else if hdr.prog == NFS_PROGRAM && offload::wanted(shared, st, &c) {
+                        let token = c.token.ok_or(ServiceError::Reject)?;
+                        let cap = reply.head_mut().len();
+                        st.offload.submit(
+                            shared,
+                            token,
+                            head.get(..at).unwrap_or(&[]),
+                            args,
+                            c.peer,
+                            cap,
+                            slot.take(),
+                        );
+                        st.deferred.submit_to_pool(token, reply);
+                        st.stats.offloaded += 1;
+                        Ok(0)
+                    } else if hdr.prog == NFS_PROGRAM {
                         nfs3::call(shared, st, &c, reply, REPLY_HEADER_BYTES)
                     } else {
                         mount::call(shared, &c, reply, REPLY_HEADER_BYTES)
@@ -728,31 +889,6 @@ impl Service for NfsService {
             drc.with(|c| c.complete(s, kept));
         }
         out
-    }
-
-    /// Deferred READs and WRITEs whose backend I/O finished.
-    fn poll_deferred(&mut self, ready: &mut [DeferToken]) -> usize {
-        let st = &mut self.st;
-        st.deferred.poll_ready(&mut st.channels, ready)
-    }
-
-    /// Answer a deferred READ or WRITE: the Call runs again and the
-    /// procedure takes the I/O's result instead of submitting it.
-    fn resume(
-        &mut self,
-        token: DeferToken,
-        call: &CallView<'_>,
-        reply: &mut ReplyBuilder<'_>,
-    ) -> Result<(), ServiceError> {
-        let r = self.st.deferred.take(token).ok_or(ServiceError::Reject)?;
-        self.st.deferred.resumed = Some(r);
-        let res = self.handle_call(call, reply);
-        self.st.deferred.resumed = None;
-        res
-    }
-
-    fn cancel(&mut self, token: DeferToken) {
-        let _ = self.st.deferred.take(token);
     }
 }
 

@@ -1,7 +1,10 @@
 //! MOUNT version 3 (RFC 1813 section 5.2): MNT, DUMP, UMNT, UMNTALL, EXPORT.
 //!
-//! MNT answers only for a configured export path (trailing slashes ignored;
-//! no sub-directory mounts), refuses clients outside the export's networks
+//! MNT answers for a configured export path or a directory below one
+//! (trailing slashes ignored; `/export/sub` mounts directory `sub` of export
+//! `/export`, as the Linux server allows; `..` components are refused with
+//! MNT3ERR_ACCES, a missing one is MNT3ERR_NOENT, a non-directory
+//! MNT3ERR_NOTDIR), refuses clients outside the export's networks
 //! with MNT3ERR_ACCES and AUTH_NONE on exports without `allow_auth_none` with
 //! AUTH_ERROR / AUTH_TOOWEAK, and lists AUTH_SYS (and AUTH_NONE where allowed)
 //! as the flavors. The MOUNT list is informational and bounded
@@ -17,7 +20,7 @@ use super::auth::Cred;
 use super::export::normalize_path;
 use super::xdr::dirpath;
 use super::{Call, Fail, MountEntry, NfsShared, MAX_MOUNT_ENTRIES};
-use crate::backend::FH_MAX_BYTES;
+use crate::backend::{FsError, FH_MAX_BYTES};
 
 /// The name the MOUNT list records for the caller: its address, else its
 /// AUTH_SYS machine name, else `unknown`.
@@ -57,7 +60,7 @@ pub(crate) fn call(sh: &NfsShared, c: &Call<'_>, reply: &mut ReplyBuilder<'_>, b
 
 fn mnt(sh: &NfsShared, c: &Call<'_>, w: &mut Writer<'_>) -> Result<(), Fail> {
     let path = normalize_path(dirpath(&mut Reader::new(c.args))?);
-    let Some(ex) = sh.exports.iter().find(|e| e.path.as_bytes() == path) else {
+    let Some((ex, rest)) = super::export::find(&sh.exports, path) else {
         w.put_u32(MNT3ERR_NOENT)?;
         return Ok(());
     };
@@ -68,8 +71,22 @@ fn mnt(sh: &NfsShared, c: &Call<'_>, w: &mut Writer<'_>) -> Result<(), Fail> {
     if matches!(c.cred, Cred::None) && !ex.allow_auth_none {
         return Err(Fail::Auth(AuthStat::TooWeak));
     }
+    let at = match super::export::walk(&*sh.backends[ex.backend].1, ex.root, rest) {
+        Ok(fh) => fh,
+        Err(e) => {
+            w.put_u32(match e {
+                FsError::NoEnt | FsError::Stale => MNT3ERR_NOENT,
+                FsError::NotDir => MNT3ERR_NOTDIR,
+                FsError::Acces | FsError::Perm => MNT3ERR_ACCES,
+                FsError::NameTooLong => MNT3ERR_NAMETOOLONG,
+                FsError::Inval | FsError::BadHandle => MNT3ERR_INVAL,
+                _ => MNT3ERR_IO,
+            })?;
+            return Ok(());
+        }
+    };
     let mut fh = [0u8; FH_MAX_BYTES];
-    let Some(n) = ex.encode_fh(&ex.root, &mut fh) else {
+    let Some(n) = ex.encode_fh(&at, &mut fh) else {
         w.put_u32(MNT3ERR_SERVERFAULT)?;
         return Ok(());
     };
@@ -85,7 +102,7 @@ fn mnt(sh: &NfsShared, c: &Call<'_>, w: &mut Writer<'_>) -> Result<(), Fail> {
     }
     let entry = MountEntry {
         host: host_of(c),
-        path: ex.path.clone(),
+        path: String::from_utf8_lossy(path).into_owned(),
     };
     let mut list = sh.lock_mounts();
     if !list.contains(&entry) {

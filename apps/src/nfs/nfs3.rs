@@ -15,13 +15,14 @@ use proto::xdr::{pad_len, roundup, Reader, Writer};
 
 use dataplane::service::ReplyBuilder;
 
-use super::auth::{Caller, Cred, MAY_EXEC, MAY_READ, MAY_WRITE};
+use super::auth::{access_bits, Caller, Cred, MAY_EXEC, MAY_READ, MAY_WRITE};
 use super::export::{split_fh, FhError};
 use super::xdr::*;
 use super::{Call, CoreState, Fail, NfsShared};
+use crate::backend::creds;
 use crate::backend::{
-    flush_sync, read_sync, write_sync, Attr, Backend, CreateHow, DirEntry, FileHandle, FileType, IoDesc, IoOp,
-    NodeKind, SetAttr, SetTime, Stable, FH_MAX_BYTES, NAME_MAX_BYTES, PATH_MAX_BYTES,
+    Attr, Backend, CreateHow, DirEntry, FileHandle, FileType, FsError, FsResult, IoDesc, IoDone, IoOp, NodeKind,
+    SetAttr, SetTime, Stable, FH_MAX_BYTES, NAME_MAX_BYTES, PATH_MAX_BYTES,
 };
 use proto::rpc::AuthStat;
 
@@ -76,15 +77,44 @@ fn resolve(sh: &NfsShared, c: &Call<'_>, nfs_fh: &[u8]) -> Result<Obj, Fail> {
     if matches!(c.cred, Cred::None) && !e.allow_auth_none {
         return Err(Fail::Auth(AuthStat::TooWeak));
     }
-    Ok(Obj {
-        ex,
-        fh,
-        caller: Caller::for_export(&c.cred, e),
-    })
+    let caller = Caller::for_export(&c.cred, e);
+    // The backends act as this caller until the Call ends ([`call`]'s scope).
+    creds::set_current(Some(caller.creds()));
+    Ok(Obj { ex, fh, caller })
+}
+
+/// Whether `o`'s caller may `want` (`MAY_*`) on `fh`, whose attributes are
+/// `a`: the file system decides where it checks permissions itself (POSIX
+/// ACLs apply), the mode bits otherwise.
+fn may(b: &dyn Backend, o: &Obj, fh: &FileHandle, a: &Attr, want: u32) -> bool {
+    // Root (not squashed) passes the kernel's checks as it passes the mode
+    // bits' (CAP_DAC_OVERRIDE; execute needs some x bit): no system call.
+    if b.enforces_permissions() && !o.caller.is_root() {
+        b.may(fh, want).unwrap_or(false)
+    } else {
+        o.caller.may(a, want)
+    }
+}
+
+/// [`may`] with the Linux server's owner override for READ, WRITE and
+/// truncation: the owner of a regular file may read and write it whatever
+/// its mode (see [`Caller::may_io`]).
+fn may_io(b: &dyn Backend, o: &Obj, fh: &FileHandle, a: &Attr, want: u32) -> bool {
+    (a.ftype == FileType::Regular && o.caller.uid == a.uid) || may(b, o, fh, a, want)
 }
 
 fn backend<'s>(sh: &'s NfsShared, o: &Obj) -> &'s dyn Backend {
     &*sh.backends[sh.exports[o.ex].backend].1
+}
+
+/// The attributes of `o` now: from this core's channel when it has the file
+/// open (no lookup, nothing that waits), else from the backend.
+fn attr_now(sh: &NfsShared, st: &mut CoreState, o: &Obj) -> FsResult<Attr> {
+    let bi = sh.exports[o.ex].backend;
+    if let Some(a) = st.channels.get_mut(bi).and_then(|ch| ch.getattr_cached(&o.fh)) {
+        return a;
+    }
+    backend(sh, o).getattr(&o.fh)
 }
 
 fn fsid(sh: &NfsShared, o: &Obj) -> u64 {
@@ -95,8 +125,23 @@ fn read_only(sh: &NfsShared, o: &Obj) -> bool {
     sh.exports[o.ex].read_only
 }
 
+/// On a `sync` export (the default), make a namespace change or SETATTR
+/// durable before its reply (RFC 1813 section 1.6: these procedures are
+/// synchronous; the Linux server's `commit_metadata`): the directories and
+/// inodes in `fhs`, in order. The first error is the procedure's status.
+fn commit_meta(sh: &NfsShared, o: &Obj, fhs: &[&FileHandle]) -> Result<(), u32> {
+    if !sh.exports[o.ex].sync {
+        return Ok(());
+    }
+    let b = backend(sh, o);
+    for fh in fhs {
+        b.sync_meta(fh).map_err(|e| e.nfsstat3())?;
+    }
+    Ok(())
+}
+
 /// A status for a bad name: too long, empty, or with `/` or NUL in it.
-fn check_name(name: &[u8]) -> Result<(), u32> {
+pub(crate) fn check_name(name: &[u8]) -> Result<(), u32> {
     if name.len() > NAME_MAX_BYTES {
         Err(NFS3ERR_NAMETOOLONG)
     } else if name.is_empty() || name.contains(&b'/') || name.contains(&0) {
@@ -106,12 +151,12 @@ fn check_name(name: &[u8]) -> Result<(), u32> {
     }
 }
 
-fn is_dot(name: &[u8]) -> bool {
+pub(crate) fn is_dot(name: &[u8]) -> bool {
     name == b"." || name == b".."
 }
 
 /// A name a new object may get: [`check_name`], and not `.` or `..` (EXIST).
-fn check_new_name(name: &[u8]) -> Result<(), u32> {
+pub(crate) fn check_new_name(name: &[u8]) -> Result<(), u32> {
     check_name(name)?;
     if is_dot(name) {
         return Err(NFS3ERR_EXIST);
@@ -120,7 +165,7 @@ fn check_new_name(name: &[u8]) -> Result<(), u32> {
 }
 
 /// A name an object may be removed or renamed by: not `.` or `..` (INVAL).
-fn check_old_name(name: &[u8]) -> Result<(), u32> {
+pub(crate) fn check_old_name(name: &[u8]) -> Result<(), u32> {
     check_name(name)?;
     if is_dot(name) {
         return Err(NFS3ERR_INVAL);
@@ -130,7 +175,7 @@ fn check_old_name(name: &[u8]) -> Result<(), u32> {
 
 /// Non-root callers may not give new objects another owner or a group they
 /// are not in (NFS3ERR_PERM).
-fn check_new_attrs(caller: &Caller, s: &SetAttr) -> Result<(), u32> {
+pub(crate) fn check_new_attrs(caller: &Caller, s: &SetAttr) -> Result<(), u32> {
     if caller.is_root() {
         return Ok(());
     }
@@ -142,7 +187,7 @@ fn check_new_attrs(caller: &Caller, s: &SetAttr) -> Result<(), u32> {
 
 /// The owner of an object created in `dir`: the caller, with the directory's
 /// group when the directory is set-group-ID.
-fn new_owner(caller: &Caller, dir: &Attr) -> crate::backend::Owner {
+pub(crate) fn new_owner(caller: &Caller, dir: &Attr) -> crate::backend::Owner {
     let mut o = caller.owner();
     if dir.mode & 0o2000 != 0 {
         o.gid = dir.gid;
@@ -151,7 +196,7 @@ fn new_owner(caller: &Caller, dir: &Attr) -> crate::backend::Owner {
 }
 
 /// SETATTR's permission rules (as POSIX chmod/chown/truncate/utimes).
-fn check_setattr(caller: &Caller, a: &Attr, s: &SetAttr) -> Result<(), u32> {
+pub(crate) fn check_setattr(caller: &Caller, a: &Attr, s: &SetAttr) -> Result<(), u32> {
     let owner = caller.is_root() || caller.uid == a.uid;
     if s.mode.is_some() && !owner {
         return Err(NFS3ERR_PERM);
@@ -215,8 +260,10 @@ pub(crate) fn call(
     reply: &mut ReplyBuilder<'_>,
     base: usize,
 ) -> Result<usize, Fail> {
+    // Whoever `resolve` names as the caller stops acting when the Call ends.
+    let _acting = creds::Scope::enter();
     match c.proc_ {
-        NFSPROC3_GETATTR => getattr(sh, c, reply, base),
+        NFSPROC3_GETATTR => getattr(sh, st, c, reply, base),
         NFSPROC3_SETATTR => setattr(sh, c, reply, base),
         NFSPROC3_LOOKUP => lookup(sh, c, reply, base),
         NFSPROC3_ACCESS => access(sh, c, reply, base),
@@ -245,10 +292,16 @@ fn out<'r>(reply: &'r mut ReplyBuilder<'_>, base: usize) -> Writer<'r> {
 // Attributes and lookups
 // ---------------------------------------------------------------------------
 
-fn getattr(sh: &NfsShared, c: &Call<'_>, reply: &mut ReplyBuilder<'_>, base: usize) -> Result<usize, Fail> {
+fn getattr(
+    sh: &NfsShared,
+    st: &mut CoreState,
+    c: &Call<'_>,
+    reply: &mut ReplyBuilder<'_>,
+    base: usize,
+) -> Result<usize, Fail> {
     let fh = nfs_fh3(&mut Reader::new(c.args), "object")?;
     let o = resolve(sh, c, fh)?;
-    let a = backend(sh, &o).getattr(&o.fh)?;
+    let a = attr_now(sh, st, &o)?;
     let mut w = out(reply, base);
     w.put_u32(NFS3_OK)?;
     put_fattr3(&mut w, &a, fsid(sh, &o))?;
@@ -259,27 +312,47 @@ fn setattr(sh: &NfsShared, c: &Call<'_>, reply: &mut ReplyBuilder<'_>, base: usi
     let args = SetattrArgs::decode(&mut Reader::new(c.args))?;
     let o = resolve(sh, c, args.object)?;
     let (b, id) = (backend(sh, &o), fsid(sh, &o));
-    let pre = b.getattr(&o.fh)?;
-    let mut w = out(reply, base);
-    let status = if read_only(sh, &o) {
-        Err(NFS3ERR_ROFS)
-    } else if args.guard.is_some_and(|t| t != pre.ctime) {
-        Err(NFS3ERR_NOT_SYNC)
-    } else {
-        check_setattr(&o.caller, &pre, &args.attrs)
+    let ro = read_only(sh, &o);
+    // The guard and the caller's rights are checked against the attributes
+    // the change starts from, read with it where the backend can (issue 21
+    // item 8; `Backend::setattr_checked`).
+    let mut refused = false;
+    let mut check = |pre: &Attr| -> Result<(), u32> {
+        let r = if ro {
+            Err(NFS3ERR_ROFS)
+        } else if args.guard.is_some_and(|t| t != pre.ctime) {
+            Err(NFS3ERR_NOT_SYNC)
+        } else if b.enforces_permissions() {
+            // The file system checks ownership and times as the caller; a
+            // truncation goes through a descriptor the gateway opened, so its
+            // write permission is checked here.
+            if args.attrs.size.is_some() && !may_io(b, &o, &o.fh, pre, MAY_WRITE) {
+                Err(NFS3ERR_ACCES)
+            } else {
+                Ok(())
+            }
+        } else {
+            check_setattr(&o.caller, pre, &args.attrs)
+        };
+        refused = r.is_err();
+        r
     };
-    if let Err(s) = status {
-        w.put_u32(s)?;
-        put_wcc(&mut w, Some(&pre), Some(&pre), id)?;
-        return Ok(w.len());
-    }
-    match b.setattr(&o.fh, &args.attrs) {
+    let (pre, res) = b.setattr_checked(&o.fh, &args.attrs, &mut check)?;
+    // A `sync` export makes the change durable before it is acknowledged.
+    let res = res.and_then(|post| commit_meta(sh, &o, &[&o.fh]).map(|()| post));
+    let mut w = out(reply, base);
+    match res {
         Ok(post) => {
             w.put_u32(NFS3_OK)?;
             put_wcc(&mut w, Some(&pre), Some(&post), id)?;
         }
-        Err(e) => {
-            w.put_u32(e.nfsstat3())?;
+        // Refused before any change: the attributes are still `pre`.
+        Err(s) if refused => {
+            w.put_u32(s)?;
+            put_wcc(&mut w, Some(&pre), Some(&pre), id)?;
+        }
+        Err(s) => {
+            w.put_u32(s)?;
             put_wcc(&mut w, Some(&pre), b.getattr(&o.fh).ok().as_ref(), id)?;
         }
     }
@@ -294,8 +367,12 @@ fn lookup(sh: &NfsShared, c: &Call<'_>, reply: &mut ReplyBuilder<'_>, base: usiz
     let mut w = out(reply, base);
     let found = if dir.ftype != FileType::Directory {
         Err(NFS3ERR_NOTDIR)
-    } else if !o.caller.may(&dir, MAY_EXEC) {
+    } else if !may(b, &o, &o.fh, &dir, MAY_EXEC) {
         Err(NFS3ERR_ACCES)
+    } else if args.name == b".." && sh.exports[o.ex].is_root(&o.fh) {
+        // The export's root is the top of its clients' tree, as `/` is
+        // (another export of the backend may hold the directory above).
+        Ok((o.fh, dir))
     } else {
         check_name(args.name).and_then(|()| b.lookup(&o.fh, args.name).map_err(|e| e.nfsstat3()))
     };
@@ -321,8 +398,11 @@ fn lookup(sh: &NfsShared, c: &Call<'_>, reply: &mut ReplyBuilder<'_>, base: usiz
 fn access(sh: &NfsShared, c: &Call<'_>, reply: &mut ReplyBuilder<'_>, base: usize) -> Result<usize, Fail> {
     let args = AccessArgs::decode(&mut Reader::new(c.args))?;
     let o = resolve(sh, c, args.object)?;
-    let a = backend(sh, &o).getattr(&o.fh)?;
-    let got = o.caller.access(&a, args.access & ACCESS3_ALL, read_only(sh, &o));
+    let b = backend(sh, &o);
+    let a = b.getattr(&o.fh)?;
+    let got = access_bits(&a, args.access & ACCESS3_ALL, read_only(sh, &o), |want| {
+        may(b, &o, &o.fh, &a, want)
+    });
     let mut w = out(reply, base);
     w.put_u32(NFS3_OK)?;
     put_post_op_attr(&mut w, Some(&a), fsid(sh, &o))?;
@@ -397,10 +477,10 @@ fn read(
     let resumed = st.deferred.resumed_for(c.token);
     let pre = match resumed.map(|r| r.pre) {
         Some(a) => a,
-        None => b.getattr(&o.fh)?,
+        None => attr_now(sh, st, &o)?,
     };
     let denied = match pre.ftype {
-        FileType::Regular if o.caller.may_io(&pre, MAY_READ) => None,
+        FileType::Regular if may_io(b, &o, &o.fh, &pre, MAY_READ) => None,
         FileType::Regular => Some(NFS3ERR_ACCES),
         FileType::Directory => Some(NFS3ERR_ISDIR),
         _ => Some(NFS3ERR_INVAL),
@@ -453,8 +533,15 @@ fn read(
                     }
                 }
                 None => {
-                    deferred.quiesce(bi, ch);
-                    read_sync(ch, &o.fh, args.offset, &mut buf[..count])
+                    let io = IoDesc {
+                        fh: o.fh,
+                        op: IoOp::Read,
+                        offset: args.offset,
+                        buf: std::ptr::null_mut(),
+                        len: 0,
+                        tag: 0,
+                    };
+                    deferred.read_sync(bi, ch, io, &mut buf[..count])
                 }
             },
             _ => Ok((0, args.offset >= pre.size)),
@@ -464,8 +551,15 @@ fn read(
         let head = reply.head_mut();
         count = count.min(head.len().saturating_sub(at + 3));
         if count > 0 {
-            deferred.quiesce(bi, ch);
-            read_sync(ch, &o.fh, args.offset, &mut head[at..at + count])
+            let io = IoDesc {
+                fh: o.fh,
+                op: IoOp::Read,
+                offset: args.offset,
+                buf: std::ptr::null_mut(),
+                len: 0,
+                tag: 0,
+            };
+            deferred.read_sync(bi, ch, io, &mut head[at..at + count])
         } else {
             Ok((0, args.offset >= pre.size))
         }
@@ -485,7 +579,7 @@ fn read(
     let post = if b.reads_keep_attributes() {
         pre
     } else {
-        b.getattr(&o.fh).unwrap_or(pre)
+        attr_now(sh, st, &o).unwrap_or(pre)
     };
     {
         let mut w = out(reply, base);
@@ -525,7 +619,8 @@ fn stable_u32(s: Stable) -> u32 {
 /// WRITE: from the Read chunk the engine pulled (the piece after the head) or
 /// the inline arguments, without a copy. FILE_SYNC and DATA_SYNC data is
 /// durable before the reply: if the backend reports less than was asked, the
-/// file is flushed.
+/// file is flushed (`fsync`, or `fdatasync` for DATA_SYNC), deferred like
+/// the write itself where the Call may be.
 fn write(
     sh: &NfsShared,
     st: &mut CoreState,
@@ -552,24 +647,17 @@ fn write(
     if read_only(sh, &o) {
         return Err(Fail::Nfs(NFS3ERR_ROFS));
     }
-    let (b, id) = (backend(sh, &o), fsid(sh, &o));
+    let id = fsid(sh, &o);
     let bi = sh.exports[o.ex].backend;
-    let CoreState {
-        channels,
-        deferred,
-        stats,
-        ..
-    } = st;
-    let ch = &mut *channels[bi];
-    // Resuming this Call after its deferred write: its result, and the
-    // attributes from before it.
-    let resumed = deferred.resumed_for(c.token);
+    // Resuming this Call after its deferred write (or flush): its result,
+    // and the attributes from before it.
+    let resumed = st.deferred.resumed_for(c.token);
     let pre = match resumed.map(|r| r.pre) {
         Some(a) => a,
-        None => b.getattr(&o.fh)?,
+        None => attr_now(sh, st, &o)?,
     };
     let denied = match pre.ftype {
-        FileType::Regular if o.caller.may_io(&pre, MAY_WRITE) => None,
+        FileType::Regular if may_io(backend(sh, &o), &o, &o.fh, &pre, MAY_WRITE) => None,
         FileType::Regular => Some(NFS3ERR_ACCES),
         FileType::Directory => Some(NFS3ERR_ISDIR),
         _ => Some(NFS3ERR_INVAL),
@@ -582,10 +670,23 @@ fn write(
     }
     let n = data.len().min(sh.max_io_bytes as usize);
     let want = stable_how(h.stable);
-    let written = match resumed {
-        Some(r) => r.done.result.map(|k| (k, r.done.committed)),
-        None => match c.token.filter(|_| n > 0 && ch.completes_later() && deferred.has_room()) {
-            Some(t) => {
+    let res = {
+        let CoreState {
+            channels,
+            deferred,
+            stats,
+            ..
+        } = &mut *st;
+        let ch = &mut *channels[bi];
+        let defer_as = c.token.filter(|_| ch.completes_later() && deferred.has_room());
+        let written = match resumed {
+            // The flush that followed the write: the write's count.
+            Some(r) if r.prev.is_some() => {
+                let w = r.prev.unwrap_or(r.done);
+                w.result.and_then(|k| r.done.result.map(|_| (k, want)))
+            }
+            Some(r) => r.done.result.map(|k| (k, r.done.committed)),
+            None => {
                 let io = IoDesc {
                     fh: o.fh,
                     op: IoOp::Write(want),
@@ -595,42 +696,71 @@ fn write(
                     len: n as u32,
                     tag: 0,
                 };
-                // SAFETY: `data` lies in this Call's receive or Read-chunk
-                // buffer; the write only reads it.
-                match unsafe { deferred.submit(ch, bi, t, io, pre, reply) } {
-                    Ok(()) => {
-                        stats.deferred_writes += 1;
-                        return Ok(0);
+                match defer_as.filter(|_| n > 0) {
+                    Some(t) => {
+                        // SAFETY: `data` lies in this Call's receive or
+                        // Read-chunk buffer; the write only reads it.
+                        match unsafe { deferred.submit(ch, bi, t, io, pre, reply) } {
+                            Ok(()) => {
+                                stats.deferred_writes += 1;
+                                return Ok(0);
+                            }
+                            // As for READ: run again when the queue has room.
+                            Err(FsError::Jukebox) => return Err(Fail::Busy),
+                            Err(e) => Err(e),
+                        }
                     }
-                    // As for READ: run again when the queue has room.
-                    Err(crate::backend::FsError::Jukebox) => return Err(Fail::Busy),
-                    Err(e) => Err(e),
+                    // SAFETY: `data` is borrowed for this whole call and a
+                    // write only reads it.
+                    None => unsafe { deferred.io_sync(bi, ch, io) }.and_then(|d| d.result.map(|k| (k, d.committed))),
                 }
             }
-            None => {
-                deferred.quiesce(bi, ch);
-                write_sync(ch, &o.fh, h.offset, &data[..n], want)
+        };
+        match written {
+            Ok((k, got)) if got < want => {
+                let io = IoDesc {
+                    fh: o.fh,
+                    op: if want == Stable::FileSync {
+                        IoOp::Flush
+                    } else {
+                        IoOp::FlushData
+                    },
+                    offset: 0,
+                    buf: std::ptr::null_mut(),
+                    len: 0,
+                    tag: 0,
+                };
+                let prev = IoDone {
+                    result: Ok(k),
+                    committed: got,
+                    ..IoDone::default()
+                };
+                match defer_as {
+                    // SAFETY: a flush has no buffer.
+                    Some(t) => match unsafe { deferred.submit_after(ch, bi, t, io, pre, Some(prev), reply) } {
+                        Ok(()) => {
+                            stats.deferred_flushes += 1;
+                            return Ok(0);
+                        }
+                        Err(FsError::Jukebox) if resumed.is_none() => return Err(Fail::Busy),
+                        Err(e) => Err(e),
+                    },
+                    // SAFETY: a flush has no buffer.
+                    None => unsafe { deferred.io_sync(bi, ch, io) }.and_then(|d| d.result.map(|_| (k, want))),
+                }
             }
-        },
-    };
-    let res = written.and_then(|(k, got)| {
-        if got < want {
-            deferred.quiesce(bi, ch);
-            flush_sync(ch, &o.fh)?;
-            Ok((k, want))
-        } else {
-            Ok((k, got))
+            other => other,
         }
-    });
+    };
     // A stable WRITE that failed may have failed in its flush, which can
     // lose earlier UNSTABLE data of the file: a new verifier.
     if res.is_err() && want != Stable::Unstable {
         sh.writeback_failed();
     }
+    let post = attr_now(sh, st, &o).ok();
     let mut w = out(reply, base);
     match res {
         Ok((k, committed)) => {
-            let post = b.getattr(&o.fh).ok();
             w.put_u32(NFS3_OK)?;
             put_wcc(&mut w, Some(&pre), post.as_ref(), id)?;
             w.put_u32(k)?;
@@ -639,14 +769,16 @@ fn write(
         }
         Err(e) => {
             w.put_u32(e.nfsstat3())?;
-            put_wcc(&mut w, Some(&pre), b.getattr(&o.fh).ok().as_ref(), id)?;
+            put_wcc(&mut w, Some(&pre), post.as_ref(), id)?;
         }
     }
     Ok(w.len())
 }
 
 /// COMMIT: flush the file through this core's channel (the whole file; the
-/// range is advisory).
+/// range is advisory). Where the Call may be deferred and the channel
+/// completes later (`uring`: `IORING_OP_FSYNC`), the reply waits for the
+/// flush while the core serves other Calls.
 fn commit(
     sh: &NfsShared,
     st: &mut CoreState,
@@ -656,15 +788,49 @@ fn commit(
 ) -> Result<usize, Fail> {
     let args = CommitArgs::decode(&mut Reader::new(c.args))?;
     let o = resolve(sh, c, args.file)?;
-    let (b, id) = (backend(sh, &o), fsid(sh, &o));
-    let pre = b.getattr(&o.fh)?;
-    let mut w = out(reply, base);
+    let id = fsid(sh, &o);
+    let resumed = st.deferred.resumed_for(c.token);
+    let pre = match resumed.map(|r| r.pre) {
+        Some(a) => a,
+        None => attr_now(sh, st, &o)?,
+    };
     let res = match pre.ftype {
         FileType::Regular => {
-            let bi = sh.exports[o.ex].backend;
-            let ch = &mut *st.channels[bi];
-            st.deferred.quiesce(bi, ch);
-            flush_sync(ch, &o.fh).map_err(|e| {
+            let flushed = match resumed {
+                Some(r) => r.done.result.map(drop),
+                None => {
+                    let bi = sh.exports[o.ex].backend;
+                    let CoreState {
+                        channels,
+                        deferred,
+                        stats,
+                        ..
+                    } = &mut *st;
+                    let ch = &mut *channels[bi];
+                    let io = IoDesc {
+                        fh: o.fh,
+                        op: IoOp::Flush,
+                        offset: 0,
+                        buf: std::ptr::null_mut(),
+                        len: 0,
+                        tag: 0,
+                    };
+                    match c.token.filter(|_| ch.completes_later() && deferred.has_room()) {
+                        // SAFETY: a flush has no buffer.
+                        Some(t) => match unsafe { deferred.submit(ch, bi, t, io, pre, reply) } {
+                            Ok(()) => {
+                                stats.deferred_commits += 1;
+                                return Ok(0);
+                            }
+                            Err(FsError::Jukebox) => return Err(Fail::Busy),
+                            Err(e) => Err(e),
+                        },
+                        // SAFETY: a flush has no buffer.
+                        None => unsafe { deferred.io_sync(bi, ch, io) }.and_then(|d| d.result.map(drop)),
+                    }
+                }
+            };
+            flushed.map_err(|e| {
                 sh.writeback_failed();
                 e.nfsstat3()
             })
@@ -672,7 +838,8 @@ fn commit(
         FileType::Directory => Err(NFS3ERR_ISDIR),
         _ => Err(NFS3ERR_INVAL),
     };
-    let post = b.getattr(&o.fh).ok();
+    let post = attr_now(sh, st, &o).ok();
+    let mut w = out(reply, base);
     match res {
         Ok(()) => {
             w.put_u32(NFS3_OK)?;
@@ -736,7 +903,7 @@ fn create(sh: &NfsShared, c: &Call<'_>, reply: &mut ReplyBuilder<'_>, base: usiz
             return Err(NFS3ERR_NOTDIR);
         }
         check_new_name(where_.name)?;
-        if !caller.may(&pre, MAY_WRITE | MAY_EXEC) {
+        if !may(b, &o, &o.fh, &pre, MAY_WRITE | MAY_EXEC) {
             return Err(NFS3ERR_ACCES);
         }
         if let Some(s) = attrs {
@@ -751,8 +918,8 @@ fn create(sh: &NfsShared, c: &Call<'_>, reply: &mut ReplyBuilder<'_>, base: usiz
             // An UNCHECKED create of an existing file truncates it when a size
             // is given: that needs write permission on the file.
             Make::File(CreateHow::Unchecked(s)) if s.size.is_some() => {
-                if let Ok((_, a)) = b.lookup(&o.fh, where_.name) {
-                    if a.ftype == FileType::Regular && !caller.may_io(&a, MAY_WRITE) {
+                if let Ok((fh, a)) = b.lookup(&o.fh, where_.name) {
+                    if a.ftype == FileType::Regular && !may_io(b, &o, &fh, &a, MAY_WRITE) {
                         return Err(NFS3ERR_ACCES);
                     }
                 }
@@ -775,6 +942,10 @@ fn create(sh: &NfsShared, c: &Call<'_>, reply: &mut ReplyBuilder<'_>, base: usiz
         Make::Node(Some(k), s) => b.mknod(&o.fh, where_.name, k, &s, owner),
         Make::Node(None, _) => return Err(Fail::Nfs(NFS3ERR_BADTYPE)),
     };
+    let made = made.and_then(|(fh, a)| match commit_meta(sh, &o, &[&fh, &o.fh]) {
+        Ok(()) => Ok((fh, a)),
+        Err(_) => Err(crate::backend::FsError::Io),
+    });
     let post = b.getattr(&o.fh).ok();
     match made {
         Ok((fh, a)) => {
@@ -806,13 +977,15 @@ fn remove(sh: &NfsShared, c: &Call<'_>, reply: &mut ReplyBuilder<'_>, base: usiz
             return Err(NFS3ERR_NOTDIR);
         }
         check_old_name(args.name)?;
-        if !o.caller.may(&pre, MAY_WRITE | MAY_EXEC) {
+        if !may(b, &o, &o.fh, &pre, MAY_WRITE | MAY_EXEC) {
             return Err(NFS3ERR_ACCES);
         }
-        if pre.mode & 0o1000 != 0 {
+        // The sticky rule: the file system applies it itself when it checks.
+        if pre.mode & 0o1000 != 0 && !b.enforces_permissions() {
             let (_, victim) = b.lookup(&o.fh, args.name).map_err(|e| e.nfsstat3())?;
             if !o.caller.may_unlink(&pre, &victim) {
-                return Err(NFS3ERR_ACCES);
+                // EPERM, as the kernel's may_delete.
+                return Err(NFS3ERR_PERM);
             }
         }
         Ok(())
@@ -824,6 +997,7 @@ fn remove(sh: &NfsShared, c: &Call<'_>, reply: &mut ReplyBuilder<'_>, base: usiz
             b.remove(&o.fh, args.name)
         }
         .map_err(|e| e.nfsstat3())
+        .and_then(|()| commit_meta(sh, &o, &[&o.fh]))
     });
     let post = b.getattr(&o.fh).ok();
     let mut w = out(reply, base);
@@ -852,19 +1026,34 @@ fn rename(sh: &NfsShared, c: &Call<'_>, reply: &mut ReplyBuilder<'_>, base: usiz
         }
         check_old_name(args.from.name)?;
         check_old_name(args.to.name)?;
-        if !caller.may(&pre_from, MAY_WRITE | MAY_EXEC) || !caller.may(&pre_to, MAY_WRITE | MAY_EXEC) {
+        if !may(b, &from, &from.fh, &pre_from, MAY_WRITE | MAY_EXEC)
+            || !may(b, &to, &to.fh, &pre_to, MAY_WRITE | MAY_EXEC)
+        {
             return Err(NFS3ERR_ACCES);
+        }
+        if b.enforces_permissions() {
+            // The sticky rules and moving a directory: the file system's.
+            return Ok(());
+        }
+        // A directory that moves to another parent has its `..` rewritten:
+        // that needs write permission on it (as the kernel's vfs_rename).
+        if from.fh != to.fh {
+            if let Ok((_, moved)) = b.lookup(&from.fh, args.from.name) {
+                if moved.ftype == FileType::Directory && !caller.may(&moved, MAY_WRITE) {
+                    return Err(NFS3ERR_ACCES);
+                }
+            }
         }
         if pre_from.mode & 0o1000 != 0 {
             let (_, victim) = b.lookup(&from.fh, args.from.name).map_err(|e| e.nfsstat3())?;
             if !caller.may_unlink(&pre_from, &victim) {
-                return Err(NFS3ERR_ACCES);
+                return Err(NFS3ERR_PERM);
             }
         }
         if pre_to.mode & 0o1000 != 0 {
             if let Ok((_, victim)) = b.lookup(&to.fh, args.to.name) {
                 if !caller.may_unlink(&pre_to, &victim) {
-                    return Err(NFS3ERR_ACCES);
+                    return Err(NFS3ERR_PERM);
                 }
             }
         }
@@ -873,6 +1062,13 @@ fn rename(sh: &NfsShared, c: &Call<'_>, reply: &mut ReplyBuilder<'_>, base: usiz
     let res = check().and_then(|()| {
         b.rename(&from.fh, args.from.name, &to.fh, args.to.name)
             .map_err(|e| e.nfsstat3())
+            .and_then(|()| {
+                if to.fh == from.fh {
+                    commit_meta(sh, &from, &[&from.fh])
+                } else {
+                    commit_meta(sh, &from, &[&from.fh, &to.fh])
+                }
+            })
     });
     let post_from = b.getattr(&from.fh).ok();
     let post_to = b.getattr(&to.fh).ok();
@@ -904,12 +1100,16 @@ fn link(sh: &NfsShared, c: &Call<'_>, reply: &mut ReplyBuilder<'_>, base: usize)
             return Err(NFS3ERR_INVAL);
         }
         check_new_name(args.link.name)?;
-        if !dir.caller.may(&pre, MAY_WRITE | MAY_EXEC) {
+        if !may(b, &dir, &dir.fh, &pre, MAY_WRITE | MAY_EXEC) {
             return Err(NFS3ERR_ACCES);
         }
         Ok(())
     };
-    let res = check().and_then(|()| b.link(&file.fh, &dir.fh, args.link.name).map_err(|e| e.nfsstat3()));
+    let res = check().and_then(|()| {
+        b.link(&file.fh, &dir.fh, args.link.name)
+            .map_err(|e| e.nfsstat3())
+            .and_then(|()| commit_meta(sh, &dir, &[&file.fh, &dir.fh]))
+    });
     let post_file = b.getattr(&file.fh).ok();
     let post = b.getattr(&dir.fh).ok();
     let mut w = out(reply, base);
@@ -947,6 +1147,8 @@ fn readdir(
     let (b, id) = (backend(sh, &o), fsid(sh, &o));
     let ex = &sh.exports[o.ex];
     let da = b.getattr(&o.fh)?;
+    // At the export's root, `..` is the root itself (see LOOKUP).
+    let at_root = ex.is_root(&o.fh);
     let head_room = reply.head_mut().len().saturating_sub(base);
     let budget = (args.maxcount as usize).min(head_room);
     let dir_budget = if args.dircount == 0 {
@@ -957,7 +1159,7 @@ fn readdir(
     let verf = b.cookie_verifier(&o.fh);
     let pre = if da.ftype != FileType::Directory {
         Err(NFS3ERR_NOTDIR)
-    } else if !o.caller.may(&da, MAY_READ) {
+    } else if !may(b, &o, &o.fh, &da, MAY_READ) {
         Err(NFS3ERR_ACCES)
     } else {
         match verf {
@@ -1000,13 +1202,14 @@ fn readdir(
             }
             used += bytes;
             dir_used += dir_bytes;
+            let top = at_root && name == b"..";
             entries.push(Ent {
-                fileid: e.fileid,
+                fileid: if top { da.fileid } else { e.fileid },
                 cookie: e.cookie,
                 name_at: names.len() as u32,
                 name_len: name.len() as u16,
-                handle: e.handle,
-                attr: e.attr,
+                handle: if top { Some(o.fh) } else { e.handle },
+                attr: if top { Some(da) } else { e.attr },
             });
             names.extend_from_slice(name);
             true
@@ -1110,12 +1313,24 @@ fn fsinfo(sh: &NfsShared, c: &Call<'_>, reply: &mut ReplyBuilder<'_>, base: usiz
             // time_delta: nanosecond timestamps.
             w.put_u32(0)?;
             w.put_u32(1)?;
-            w.put_u32(FSF3_LINK | FSF3_SYMLINK | FSF3_HOMOGENEOUS | FSF3_CANSETTIME)?;
+            // Only what the backend does (a fixed namespace makes no links).
+            let f = b.features();
+            let mut props = FSF3_HOMOGENEOUS;
+            for (has, bit) in [
+                (f.hard_links, FSF3_LINK),
+                (f.symlinks, FSF3_SYMLINK),
+                (f.set_time, FSF3_CANSETTIME),
+            ] {
+                if has {
+                    props |= bit;
+                }
+            }
+            w.put_u32(props)?;
         }
         _ => {
             w.put_u32(NFS3_OK)?;
             put_post_op_attr(&mut w, a.as_ref(), id)?;
-            w.put_u32(LINK_MAX)?;
+            w.put_u32(if b.features().hard_links { LINK_MAX } else { 1 })?;
             w.put_u32(NAME_MAX_BYTES as u32)?;
             w.put_bool(true)?; // no_trunc
             w.put_bool(true)?; // chown_restricted

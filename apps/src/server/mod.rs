@@ -14,7 +14,9 @@
 //!    loop (shared-nothing: the engine, its fabric, its queues and its backend
 //!    channels belong to that core alone);
 //! 4. starts the TCP record-marking listeners for NFS and MOUNT
-//!    ([`tcp::TcpServer`]).
+//!    ([`tcp::TcpServer`]);
+//! 5. registers NFS and MOUNT with the host's rpcbind, or answers rpcbind
+//!    queries itself ([`rpcbind`]), so clients need no `mountport=`.
 //!
 //! [`Target::shutdown`] drains: engines refuse new connections and keep
 //! serving until every received Call is answered (bounded by
@@ -23,11 +25,15 @@
 //! `listeners.tcp.shutdown_grace_ms` to finish the Call they serve before the
 //! rest are closed (a stalled client cannot hold shutdown), the backends are
 //! synced again if TCP Calls were served meanwhile, and the process may exit.
+//! The rpcbind registrations are removed first, before anything stops.
 
+pub mod rpcbind;
+pub mod stats;
 pub mod tcp;
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use crate::config::{Config, FabricConfig, PageSize, PoolUsage};
 use dataplane::fabric::Fabric;
@@ -37,10 +43,11 @@ use mempool::pool::{ClassId, Mempool, PoolPlan};
 use mempool::region::{HugePageSize, RegionConfig};
 use proto::header::Limits;
 use proto::negotiate::VersionRange;
-use reactor::{CoreCtx, PollStatus, Poller, Reactor};
+use reactor::{Arm, CoreCtx, PollStatus, Poller, Reactor};
 
 use crate::backend::{self, Backend};
 use crate::nfs::{NfsService, NfsShared};
+use stats::{CoreView, Published, Publisher, StatsServer};
 
 /// Why the target could not start (or stop cleanly).
 #[derive(Debug, thiserror::Error)]
@@ -85,8 +92,11 @@ pub struct TargetStats {
 pub struct Target {
     reactor: Option<Reactor>,
     tcp: Vec<tcp::TcpServer>,
+    rpcbind: Option<rpcbind::Rpcbind>,
     shared: Arc<NfsShared>,
     engine_stats: Arc<Mutex<Vec<(usize, ResponderStats)>>>,
+    /// The live statistics socket (`None` when it could not be bound).
+    stats: Option<StatsServer>,
 }
 
 impl std::fmt::Debug for Target {
@@ -121,6 +131,9 @@ struct EngineSetup {
     max_conns: u32,
     errors: Mutex<Vec<TargetError>>,
     stats: Arc<Mutex<Vec<(usize, ResponderStats)>>>,
+    /// Each engine's published live statistics.
+    published: Arc<Mutex<Vec<Arc<Published>>>>,
+    epoch: Instant,
 }
 
 /// The largest buffer of the pool with `usage`.
@@ -226,11 +239,14 @@ impl Target {
             return Err(TargetError::Config("no core with role \"io\"".into()));
         }
         let credits = cfg.credits.max_per_connection.max(1);
-        let recv = pool_of(&cfg, PoolUsage::Receive)?;
-        let recv_budget = u64::from(recv.count).saturating_sub(cfg.cores.len() as u64 * u64::from(recv.per_core_cache));
         // An engine holds up to two receive buffers per credit per connection
-        // (posted on the SRQ, and held by a request being served).
-        let max_conns = (recv_budget / (io.len() as u64 * 2 * u64::from(credits))).clamp(1, 1024) as u32;
+        // (posted on the SRQ, and held by a request being served): see
+        // `Config::capacity` and docs/CONFIG.md.
+        let capacity = cfg.capacity();
+        if capacity.conns_per_core_unclamped == 0 {
+            return Err(TargetError::Config(capacity.to_string()));
+        }
+        let max_conns = capacity.conns_per_core as u32;
         let mut listeners = Vec::new();
         for (k, l) in cfg.listeners.fabric.iter().enumerate() {
             let core = io[k % io.len()];
@@ -259,6 +275,8 @@ impl Target {
             "starting engines"
         );
         let engine_stats = Arc::new(Mutex::new(Vec::new()));
+        let published = Arc::new(Mutex::new(Vec::new()));
+        let epoch = Instant::now();
         let setup = Arc::new(EngineSetup {
             pool,
             classes,
@@ -269,6 +287,8 @@ impl Target {
             max_conns,
             errors: Mutex::new(Vec::new()),
             stats: engine_stats.clone(),
+            published: published.clone(),
+            epoch,
         });
         let hook = setup.clone();
         let reactor = Reactor::builder(cfg.reactor_options())
@@ -284,6 +304,7 @@ impl Target {
         let mut addrs: Vec<IpAddr> = cfg.listeners.fabric.iter().map(|l| l.address).collect();
         addrs.sort();
         addrs.dedup();
+        let rpcbind_addrs = addrs.clone();
         let opts = tcp::TcpOptions::new(
             &cfg.listeners.tcp,
             classes.data_size + 64 * 1024,
@@ -313,12 +334,50 @@ impl Target {
                 }
             }
         }
+        let sources = stats::Sources {
+            cores: published,
+            pool: Some((
+                pool,
+                vec![
+                    ("receive", classes.recv),
+                    ("send", classes.send),
+                    ("data", classes.data),
+                ],
+            )),
+            tcp: tcp.iter().map(|t| (t.local_addr(), t.stats_arc())).collect(),
+            epoch,
+        };
+        let path = stats::socket_path(&cfg);
+        let stats = match StatsServer::start(&path, sources) {
+            Ok(s) => {
+                tracing::info!(socket = %path.display(), "live statistics");
+                Some(s)
+            }
+            Err(e) => {
+                tracing::warn!(socket = %path.display(), error = %e, "no live statistics socket");
+                None
+            }
+        };
+        let maps = rpcbind_mappings(&cfg, &rpcbind_addrs);
+        let rpcbind = rpcbind::Rpcbind::start(&cfg.listeners.rpcbind, maps, &rpcbind_addrs);
         Ok(Target {
             reactor: Some(reactor),
             tcp,
+            rpcbind: Some(rpcbind),
             shared,
             engine_stats,
+            stats,
         })
+    }
+
+    /// The live statistics socket, when it is served.
+    pub fn stats_socket(&self) -> Option<&std::path::Path> {
+        self.stats.as_ref().map(|s| s.path())
+    }
+
+    /// What the target does about rpcbind.
+    pub fn rpcbind_state(&self) -> rpcbind::RpcbindState {
+        self.rpcbind.as_ref().map_or(rpcbind::RpcbindState::Idle, |r| r.state())
     }
 
     /// The bound TCP addresses (NFS, MOUNT per listener address).
@@ -349,6 +408,13 @@ impl Target {
     fn stop(&mut self) -> Result<TargetStats, TargetError> {
         let mut first_err = None;
         let mut cores = Vec::new();
+        // Clients stop finding us before we stop answering.
+        if let Some(mut r) = self.rpcbind.take() {
+            r.stop();
+        }
+        if let Some(mut s) = self.stats.take() {
+            s.stop();
+        }
         // No new TCP connection from here; idle ones close at once.
         for t in &self.tcp {
             t.stop_accepting();
@@ -401,6 +467,56 @@ impl Drop for Target {
             let _ = self.stop();
         }
     }
+}
+
+/// The services rpcbind tells clients about ([`rpcbind`]): on each listener
+/// address, NFS v3 over TCP, NFS v3 over RDMA at each verbs fabric listener
+/// of that address, MOUNT v1 and v3 over TCP. One per program, version and
+/// netid (rpcbind holds one address each): the first listener wins.
+pub fn rpcbind_mappings(cfg: &Config, addrs: &[IpAddr]) -> Vec<rpcbind::wire::Mapping> {
+    use proto::nfs3::{MOUNT_PROGRAM, MOUNT_V3, NFS_PROGRAM, NFS_V3};
+    use rpcbind::wire::{Mapping, Netid};
+    let mut maps: Vec<Mapping> = Vec::new();
+    let mut add = |m: Mapping| {
+        if !maps
+            .iter()
+            .any(|o| (o.prog, o.vers, o.netid) == (m.prog, m.vers, m.netid))
+        {
+            maps.push(m);
+        }
+    };
+    for &ip in addrs {
+        let tcp = Netid::tcp_for(ip);
+        let l = &cfg.listeners;
+        add(Mapping {
+            prog: NFS_PROGRAM,
+            vers: NFS_V3,
+            netid: tcp,
+            ip,
+            port: l.nfs_tcp_port,
+        });
+        if matches!(cfg.fabric, FabricConfig::Verbs { .. }) {
+            for f in l.fabric.iter().filter(|f| f.address == ip) {
+                add(Mapping {
+                    prog: NFS_PROGRAM,
+                    vers: NFS_V3,
+                    netid: Netid::rdma_for(ip),
+                    ip,
+                    port: f.port,
+                });
+            }
+        }
+        for vers in [1, MOUNT_V3] {
+            add(Mapping {
+                prog: MOUNT_PROGRAM,
+                vers,
+                netid: tcp,
+                ip,
+                port: l.mount_tcp_port,
+            });
+        }
+    }
+    maps
 }
 
 /// Start-up hook run on every core: build this core's engines.
@@ -471,12 +587,26 @@ fn add_engine<F: Fabric + 'static>(
     let regions = setup.pool.regions().to_vec();
     let responder = Responder::new(cfg, fabric, service, setup.pool, &regions, core, Some(addr))
         .map_err(|e| format!("responder: {e}"))?;
+    let cell = Arc::new(Published::new(core));
+    setup
+        .published
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push(cell.clone());
+    let mut responder = responder;
+    // Interrupt mode: the fabric's completion / CM / doorbell descriptors
+    // join the core's epoll (a no-op unless the idle policy waits there).
+    for fd in responder.fabric().wake_fds() {
+        ctx.watch_fd(fd).map_err(|e| format!("epoll: {e}"))?;
+    }
     ctx.add_poller(Box::new(EnginePoller {
         responder,
         core,
         draining: false,
         stats: setup.stats.clone(),
         done: false,
+        publisher: Publisher::new(cell, setup.epoch),
+        refusals: RefusalLog::new(setup.max_conns),
     }));
     Ok(())
 }
@@ -488,6 +618,101 @@ struct EnginePoller<F: Fabric> {
     draining: bool,
     done: bool,
     stats: Arc<Mutex<Vec<(usize, ResponderStats)>>>,
+    /// Live statistics: when and where this core publishes.
+    publisher: Publisher,
+    refusals: RefusalLog,
+}
+
+impl<F: Fabric> EnginePoller<F> {
+    /// Publish this core's counters for the statistics thread (a copy into
+    /// a seqlock: the core never waits for a reader).
+    fn publish(&mut self, now_ns: u64) {
+        let r = &mut self.responder;
+        let (engine, connections, in_flight) = (r.stats(), r.connections() as u64, r.in_flight() as u64);
+        let (deferred_now, credits_granted, held) = (u64::from(r.deferred()), r.credits_granted(), r.held());
+        let svc = r.service();
+        let (nfs, (drc, _, _)) = (svc.stats(), svc.reply_cache_stats());
+        let view = CoreView {
+            engine: &engine,
+            connections,
+            in_flight,
+            deferred_now,
+            credits_granted,
+            held,
+            nfs: &nfs,
+            drc: &drc,
+            procs: svc.procs(),
+        };
+        self.publisher.publish(&view, now_ns);
+    }
+}
+
+/// Logs refused connections with their reason, at most once per
+/// [`RefusalLog::EVERY`] per engine (with the count since the last line), so
+/// a client retrying in a loop cannot flood the log (issue 24 item 5).
+struct RefusalLog {
+    max_conns: u32,
+    /// `conns_rejected` already logged.
+    logged: u64,
+    last: Option<std::time::Instant>,
+    polls: u32,
+}
+
+impl RefusalLog {
+    const EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+    /// Polls between looks at the counters while the core stays busy.
+    const POLLS: u32 = 4096;
+
+    fn new(max_conns: u32) -> RefusalLog {
+        RefusalLog {
+            max_conns,
+            logged: 0,
+            last: None,
+            polls: 0,
+        }
+    }
+
+    /// Called on every poll (cheap) and before the core sleeps (`force`).
+    fn check<F: Fabric>(
+        &mut self,
+        core: usize,
+        r: &mut Responder<'static, F, NfsService>,
+        draining: bool,
+        force: bool,
+    ) {
+        self.polls = self.polls.wrapping_add(1);
+        if !force && !self.polls.is_multiple_of(Self::POLLS) {
+            return;
+        }
+        let rejected = r.stats().conns_rejected;
+        if rejected == self.logged {
+            return;
+        }
+        let now = std::time::Instant::now();
+        if self.last.is_some_and(|t| now.duration_since(t) < Self::EVERY) {
+            return;
+        }
+        let conns = r.connections();
+        let reason = if draining {
+            "the target is shutting down".to_string()
+        } else if conns as u64 >= u64::from(self.max_conns) {
+            format!(
+                "at capacity: {conns} of {} connections on this core (receive pool and credits, see --check-config and docs/CONFIG.md)",
+                self.max_conns
+            )
+        } else {
+            "the fabric failed to accept".to_string()
+        };
+        tracing::warn!(
+            core,
+            refused = rejected - self.logged,
+            conns_rejected = rejected,
+            connections = conns,
+            "connections refused: {reason}"
+        );
+        self.logged = rejected;
+        self.last = Some(now);
+    }
 }
 
 impl<F: Fabric> Poller for EnginePoller<F> {
@@ -495,11 +720,38 @@ impl<F: Fabric> Poller for EnginePoller<F> {
         // Backend I/O in flight (deferred replies) keeps the core polling,
         // as waiting for it in the service did: an idle core would sleep
         // and notice the completion up to a sleep later.
-        if self.responder.poll() > 0 || self.responder.deferred() > 0 {
+        let work = self.responder.poll();
+        if let Some(now) = self.publisher.due(work > 0) {
+            self.publish(now);
+        }
+        let busy = work > 0 || self.responder.deferred() > 0;
+        self.refusals.check(self.core, &mut self.responder, false, false);
+        if busy {
             PollStatus::Busy
         } else {
             PollStatus::Idle
         }
+    }
+
+    /// The core is about to block: the fabric arms its notifications. Not
+    /// while a request is live (backend I/O deferred, whose completions ring
+    /// nothing here; or a request queued for a resource): the core then
+    /// sleeps in short slices and keeps polling.
+    fn arm(&mut self, _ctx: &mut CoreCtx) -> Arm {
+        self.refusals.check(self.core, &mut self.responder, self.draining, true);
+        // A sleeping core publishes nothing: copy what changed first.
+        if let Some(now) = self.publisher.due_before_sleep() {
+            self.publish(now);
+        }
+        if self.responder.deferred() == 0 && self.responder.in_flight() == 0 && self.responder.fabric().arm_wakeup() {
+            Arm::Armed
+        } else {
+            Arm::Unsupported
+        }
+    }
+
+    fn disarm(&mut self, _ctx: &mut CoreCtx) {
+        self.responder.fabric().disarm_wakeup();
     }
 
     fn drain(&mut self, _ctx: &mut CoreCtx) -> PollStatus {
@@ -517,6 +769,7 @@ impl<F: Fabric> Poller for EnginePoller<F> {
             );
         }
         self.responder.poll();
+        self.refusals.check(self.core, &mut self.responder, true, false);
         if self.responder.in_flight() > 0 {
             return PollStatus::Busy;
         }
@@ -529,6 +782,8 @@ impl<F: Fabric> Poller for EnginePoller<F> {
             replies = stats.replies,
             call_errors = stats.call_errors,
             unanswered = stats.unanswered(),
+            conns_accepted = stats.conns_accepted,
+            conns_rejected = stats.conns_rejected,
             held_requests = held.requests,
             "engine stopped"
         );

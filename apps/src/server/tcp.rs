@@ -198,6 +198,11 @@ impl TcpServer {
         &self.stats
     }
 
+    /// The counters, shared (the live statistics thread reads them).
+    pub fn stats_arc(&self) -> Arc<TcpStats> {
+        self.stats.clone()
+    }
+
     /// Stop accepting: connections close between records (a Call being
     /// served is answered first); returns at once. [`TcpServer::finish`]
     /// waits for them.
@@ -329,6 +334,19 @@ impl RateLog {
     }
 }
 
+/// Waits until `listener` has a connection to accept, or `timeout`.
+fn wait_readable(listener: &TcpListener, timeout: Duration) {
+    use std::os::fd::AsRawFd;
+    let mut pfd = libc::pollfd {
+        fd: listener.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one live pollfd; the descriptor is the listener's, open for
+    // the duration of the call.
+    unsafe { libc::poll(&mut pfd, 1, timeout.as_millis().min(i32::MAX as u128) as i32) };
+}
+
 fn accept_loop(
     listener: TcpListener,
     shared: Arc<NfsShared>,
@@ -355,7 +373,10 @@ fn accept_loop(
         let (sock, peer) = match listener.accept() {
             Ok(x) => x,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                std::thread::sleep(STOP_POLL);
+                // Block until a connection arrives (accepted at once, not up
+                // to a sleep later: issue 24 item 5), waking every STOP_POLL
+                // to look at the stop flag and the rate-limited log.
+                wait_readable(&listener, STOP_POLL);
                 continue;
             }
             Err(e) => {

@@ -88,7 +88,9 @@ pub fn config(backends: &[&str], exports: &[Ex], data_bytes: u32) -> Config {
                        "nfs_tcp_port": 2049, "mount_tcp_port": 20048 },
         "fabric": { "provider": "sim" },
         "pools": [
-            { "name": "recv", "usage": "receive", "buffer_size_bytes": 4096, "count": 256,
+            // 16 cached + 2 x 128 credits: one connection at full credits
+            // (docs/CONFIG.md, "Capacity").
+            { "name": "recv", "usage": "receive", "buffer_size_bytes": 4096, "count": 272,
               "page_size": "4K", "per_core_cache": 16 },
             { "name": "send", "usage": "send", "buffer_size_bytes": 8192, "count": 256,
               "page_size": "4K", "per_core_cache": 16 },
@@ -457,6 +459,17 @@ macro_rules! forward_backend_namespace {
         }
         fn setattr(&self, fh: &FileHandle, set: &SetAttr) -> FsResult<Attr> {
             self.inner.setattr(fh, set)
+        }
+        fn setattr_checked(
+            &self,
+            fh: &FileHandle,
+            set: &SetAttr,
+            check: &mut dyn FnMut(&Attr) -> Result<(), u32>,
+        ) -> FsResult<(Attr, Result<Attr, u32>)> {
+            self.inner.setattr_checked(fh, set, check)
+        }
+        fn features(&self) -> rpcrdma_apps::backend::Features {
+            self.inner.features()
         }
         fn lookup(&self, dir: &FileHandle, name: &[u8]) -> FsResult<(FileHandle, Attr)> {
             self.inner.lookup(dir, name)

@@ -549,7 +549,27 @@ pub trait Fabric {
 
     /// Poll up to `out.len()` completions into `out`; returns how many. Never blocks.
     fn poll_cq(&mut self, cq: CqId, out: &mut [Completion]) -> usize;
+
+    /// Interrupt mode (issue 24 item 1, see [`wake`]): the descriptors that
+    /// become readable, once [`Fabric::arm_wakeup`] said yes, when a
+    /// completion or CM event arrives. Fixed once the fabric listens.
+    fn wake_fds(&self) -> Vec<std::os::fd::RawFd> {
+        Vec::new()
+    }
+
+    /// Interrupt mode: ask for a readable [`Fabric::wake_fds`] descriptor on
+    /// the next completion or CM event, clearing what made them readable
+    /// before. `false` (the default) when the provider cannot (now). The
+    /// caller polls every CQ and `poll_cm` once more before it blocks.
+    fn arm_wakeup(&mut self) -> bool {
+        false
+    }
+
+    /// Interrupt mode: the caller woke up; undo what arming told peers.
+    fn disarm_wakeup(&mut self) {}
 }
+
+pub mod wake;
 
 #[cfg(test)]
 mod tests {

@@ -37,9 +37,12 @@ pub fn pools(inline: usize, credits: u32, max_conns: u32) -> Pools {
     let data = plan.add_class("data", 64 * 1024, 4).unwrap();
     let srq = (credits * max_conns) as u64;
     // Responder: SRQ receives + receives held by requests; send + head per
-    // request; chunk + data buffer per request.
+    // request slot, which keeps them (a connection's share of slots is its
+    // credits and its send-queue depth, `responder_cfg`'s 64); chunk + data
+    // buffer per request.
+    let slots = (credits as u64 + 64) * max_conns as u64;
     plan.reserve("responder-recv", recv, 2 * srq);
-    plan.reserve("responder-send", send, 2 * srq);
+    plan.reserve("responder-send", send, 2 * slots);
     plan.reserve("responder-data", data, 2 * srq);
     // Requesters: receives per connection, a header, call, write, reply buffer per call.
     let c = (credits as u64 + 2) * max_conns as u64;

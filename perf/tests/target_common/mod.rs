@@ -38,7 +38,8 @@ pub fn target_config(dir: &Path) -> (Config, u16) {
         "cores": [{ "cpu": admin, "role": "admin" }, { "cpu": io, "role": "io" }],
         "reactor": { "idle": { "policy": "spin_then_sleep", "idle_loops": 1000, "max_sleep_us": 100 } },
         "listeners": { "fabric": [{ "address": "127.0.0.1", "port": 20049, "versions": [1, 2] }],
-                       "nfs_tcp_port": nfs, "mount_tcp_port": mnt },
+                       "nfs_tcp_port": nfs, "mount_tcp_port": mnt,
+                       "stats_socket": dir.join("stats.sock").to_str().unwrap() },
         "fabric": { "provider": "shm", "socket_path": dir.join("fabric.sock").to_str().unwrap() },
         "pools": [
             { "name": "recv", "usage": "receive", "buffer_size_bytes": 4096, "count": 512,
@@ -93,11 +94,13 @@ pub fn run_cfg(sock: &Path, mount_port: u16, mode: Mode, version: u32, size: u32
             file_size: 8 * MIB as u64,
             seq: false,
             stable: proto::nfs3::UNSTABLE,
+            commit_every: 0,
             salt: 77,
             unmount: true,
         }),
         progress: false,
         timeout: Duration::from_secs(10),
         idle_sleep_us: 0,
+        target_pid: None,
     }
 }

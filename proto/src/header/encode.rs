@@ -7,13 +7,16 @@
 //!   (RFC 8166 s4.5; draft s5.3.3, s7.2).
 //! - [`encode_call_header`]: a planned Call ([`crate::plan::plan_call`]), with
 //!   its one-step writes of the chunk-free and one-Write-segment shapes inside.
-//! - [`encode_reply_header`]: a planned Reply ([`crate::plan::plan_reply`]).
-//! - One-step encoders of the two common shapes, for engines that skip
-//!   planning: [`encode_chunk_free_call_header`], [`encode_short_reply_header`]
-//!   (three empty chunk lists) and [`encode_one_write_call_header`],
-//!   [`encode_one_write_reply_header`] (one Write chunk of one segment). Each
-//!   is proven equal to the general encoders by property tests in
-//!   `encode_tests.rs`.
+//! - [`encode_reply_header`]: any Reply ([`ReplyHeaderOut`]): a plan of
+//!   [`crate::plan::plan_reply`], or the chunk-free and one-Write-segment
+//!   shapes engines answer without planning, each written in one step
+//!   inside.
+//! - One-step encoders of the two common Call shapes, for engines that skip
+//!   planning: [`encode_chunk_free_call_header`] (three empty chunk lists)
+//!   and [`encode_one_write_call_header`] (one Write chunk of one segment).
+//!
+//! Every one-step write is proven equal to the general (word-by-word)
+//! encoders by property tests in `encode_tests.rs`.
 //!
 //! The lower-level [`put_segment`], [`put_prefix`] and friends write single
 //! productions of the grammar. Nothing here allocates.
@@ -531,25 +534,149 @@ impl Words<'_> {
     }
 }
 
-/// Encode the transport header of a planned Reply (RFC 8166 s3.5; draft s5.3.1):
+/// The reply whose transport header [`encode_reply_header`] writes (RFC
+/// 8166 s3.5; draft s5.3.1): a plan against the Call's chunk lists, or one
+/// of the two shapes an engine answers without planning (each the header
+/// the planner's plan for that shape would give; proven equal by the
+/// property tests in `encode_tests.rs` and `plan/tests.rs`).
+#[derive(Clone, Copy, Debug)]
+pub enum ReplyHeaderOut<'a> {
+    /// A Short reply to a Call of version `vers` that carried no chunks:
+    /// v1 `xid 1 credit RDMA_MSG 0 0 0` (28 bytes), v2 `xid 2 credit
+    /// RDMA2_MSG flags|RESPONSE 0 0 0 0` (36 bytes: prefix, `rdma_inv_handle`
+    /// 0 and three empty lists). What the Short plan
+    /// [`plan_reply`](crate::plan::plan_reply) makes against empty chunk
+    /// lists is encoded as.
+    ChunkFree { vers: u32 },
+    /// A Short reply to a Call whose only chunk is one Write chunk of the
+    /// one segment `seg`, into which `written` bytes of the reply's one DDP
+    /// item went ([`one_write_short_reply`](crate::plan::one_write_short_reply)):
+    /// the Write chunk echoed with the segment's length set to `written`
+    /// (RFC 8166 s3.4.6), no Reply chunk.
+    OneWrite { vers: u32, seg: Segment, written: u32 },
+    /// Any plan of [`plan_reply`](crate::plan::plan_reply), against the
+    /// chunk lists `call` it was made from.
+    Planned {
+        plan: &'a ReplyPlan,
+        call: &'a ChunkLists<'a>,
+    },
+}
+
+/// Encode the transport header of a Reply (RFC 8166 s3.5; draft s5.3.1)
+/// into `buf`; returns its length (for a plan, `plan.header_len`):
 ///
 /// ```text
 /// v1: xid 1 credit (RDMA_MSG | RDMA_NOMSG for a Long reply)                  0 write_list reply_chunk
 /// v2: xid 2 credit (RDMA2_MSG | RDMA2_NOMSG) flags|RESPONSE inv_handle=0     0 write_list reply_chunk
 /// ```
 ///
-/// Into `buf`; returns its length
-/// (= `plan.header_len`). For [`ReplyKind::Short`] the Send is this header
-/// followed by [`ReplyPlan::reduced_ranges`] of the reply.
+/// For a Short reply the Send is this header followed by the reduced reply
+/// ([`ReplyPlan::reduced_ranges`]; the whole reply for `ChunkFree`, the
+/// reply without its one item for `OneWrite`).
 ///
 /// Writes: the Call's XID, the version, `credits` (the grant), RDMA_MSG or
 /// RDMA_NOMSG; in v2 `flags | RPCRDMA2_F_RESPONSE` (draft s3.2) and
 /// `rdma_inv_handle` 0; an empty Read list; every Write chunk of the Call with
 /// segment lengths updated to the bytes written (s3.4.6); the Reply chunk with
-/// updated lengths for a Long reply, absent otherwise. `call` must be the chunk
-/// lists the plan was made from ([`PlanError::ChunkMismatch`] otherwise).
-/// On error the contents of `buf` are unspecified.
+/// updated lengths for a Long reply, absent otherwise. For `Planned`, `call`
+/// must be the chunk lists the plan was made from
+/// ([`PlanError::ChunkMismatch`] otherwise).
+///
+/// The two common shapes are written in one step (like
+/// [`decode`](super::decode)'s one-step decoders), a plan of either shape
+/// included; everything else word by word. On error the contents of `buf`
+/// are unspecified.
+///
+/// May be called from any core.
+#[inline(always)]
 pub fn encode_reply_header(
+    reply: ReplyHeaderOut<'_>,
+    xid: u32,
+    credits: u32,
+    flags: u32,
+    buf: &mut [u8],
+) -> Result<usize, PlanError> {
+    let flags = flags | RPCRDMA2_F_RESPONSE;
+    match reply {
+        ReplyHeaderOut::ChunkFree { vers } => chunk_free_reply_header(vers, xid, credits, flags, buf),
+        ReplyHeaderOut::OneWrite { vers, seg, written } => {
+            one_write_reply_header(vers, xid, credits, flags, seg, written, buf)
+        }
+        ReplyHeaderOut::Planned { plan, call } => planned_reply_header(plan, call, xid, credits, flags, buf),
+    }
+}
+
+/// [`encode_reply_header`] of `ReplyHeaderOut::ChunkFree`; `flags` includes
+/// RESPONSE.
+#[inline(always)]
+fn chunk_free_reply_header(vers: u32, xid: u32, credits: u32, flags: u32, buf: &mut [u8]) -> Result<usize, PlanError> {
+    let len = chunk_free_header_len(vers).ok_or(PlanError::UnsupportedVersion { vers })?;
+    encode_chunk_free_header(vers, xid, credits, flags, buf).ok_or(too_small(len))
+}
+
+/// [`encode_reply_header`] of `ReplyHeaderOut::OneWrite`; `flags` includes
+/// RESPONSE.
+#[inline(always)]
+fn one_write_reply_header(
+    vers: u32,
+    xid: u32,
+    credits: u32,
+    flags: u32,
+    seg: Segment,
+    written: u32,
+    buf: &mut [u8],
+) -> Result<usize, PlanError> {
+    let len = one_write_header_len(vers).ok_or(PlanError::UnsupportedVersion { vers })?;
+    let seg = Segment {
+        length: written.min(seg.length),
+        ..seg
+    };
+    encode_one_write_header(vers, xid, credits, flags, 0, seg, buf).ok_or(too_small(len))
+}
+
+/// [`encode_reply_header`] of a plan: a plan of one of the one-step shapes
+/// in one step (anything the word-by-word writer would refuse takes it, for
+/// its error), the rest word by word. `flags` includes RESPONSE.
+fn planned_reply_header(
+    plan: &ReplyPlan,
+    call: &ChunkLists<'_>,
+    xid: u32,
+    credits: u32,
+    flags: u32,
+    buf: &mut [u8],
+) -> Result<usize, PlanError> {
+    let hdr_len = Some(plan.header_len as usize);
+    if plan.kind == ReplyKind::Short {
+        if call.is_empty() && plan.write_chunks == 0 && hdr_len == chunk_free_header_len(plan.vers) {
+            if let Ok(n) = chunk_free_reply_header(plan.vers, xid, credits, flags, buf) {
+                return Ok(n);
+            }
+        }
+        let written = plan.items.first().map_or(0, |it| it.len);
+        if let Some(seg) = call.one_write_segment() {
+            if plan.write_chunks == 1
+                && plan.items.len() <= 1
+                && written <= seg.length
+                && hdr_len == one_write_header_len(plan.vers)
+            {
+                if let Ok(n) = one_write_reply_header(plan.vers, xid, credits, flags, seg, written, buf) {
+                    return Ok(n);
+                }
+            }
+        }
+    }
+    encode_reply_header_general(plan, call, xid, credits, flags, buf)
+}
+
+/// The error of a header of `needed` bytes that does not fit its buffer.
+fn too_small(needed: usize) -> PlanError {
+    PlanError::Encode(EncodeError::BufferTooSmall { needed })
+}
+
+/// [`encode_reply_header`] of a plan, word by word, for every shape (the
+/// one-step shapes are checked against it in tests). `flags` includes
+/// RESPONSE.
+pub(crate) fn encode_reply_header_general(
     plan: &ReplyPlan,
     call: &ChunkLists<'_>,
     xid: u32,
@@ -573,7 +700,7 @@ pub fn encode_reply_header(
     head[8..12].copy_from_slice(&credits.to_be_bytes());
     head[12..16].copy_from_slice(&htype.to_be_bytes());
     let head_len = if plan.vers == RPCRDMA_VERSION_2 {
-        head[16..20].copy_from_slice(&(flags | RPCRDMA2_F_RESPONSE).to_be_bytes());
+        head[16..20].copy_from_slice(&flags.to_be_bytes());
         if let Some(d) = buf.get_mut(..28) {
             d.copy_from_slice(&head);
         }
@@ -618,21 +745,6 @@ pub fn encode_chunk_free_call_header(vers: u32, xid: u32, credits: u32, buf: &mu
     encode_chunk_free_header(vers, xid, credits, 0, buf)
 }
 
-/// The transport header of a Short reply to a Call that carried no chunks,
-/// in one step: v1 `xid 1 credit RDMA_MSG 0 0 0` (28 bytes, RFC 8166 s4.2),
-/// v2 `xid 2 credit RDMA2_MSG flags|RESPONSE 0 0 0 0` (36 bytes: prefix,
-/// `rdma_inv_handle` 0 and three empty lists, draft s3.2 and s5.3.1). The
-/// same bytes [`encode_reply_header`] writes for the Short plan
-/// [`plan_reply`](crate::plan::plan_reply) makes against empty chunk lists; the reply's RPC message
-/// follows at the returned length. `None` for another version or a buffer
-/// shorter than the header.
-///
-/// May be called from any core.
-#[inline]
-pub fn encode_short_reply_header(vers: u32, xid: u32, credits: u32, flags: u32, buf: &mut [u8]) -> Option<usize> {
-    encode_chunk_free_header(vers, xid, credits, flags | RPCRDMA2_F_RESPONSE, buf)
-}
-
 /// Length of an RDMA_MSG / RDMA2_MSG header with three empty chunk lists:
 /// 28 bytes in v1 (prefix, three list words), 36 in v2 (prefix with
 /// `rdma_htype` and `rdma_flags`, `rdma_inv_handle`, three list words);
@@ -650,7 +762,7 @@ pub const fn chunk_free_header_len(vers: u32) -> Option<usize> {
 /// An RDMA_MSG / RDMA2_MSG header with three empty chunk lists: v1 `xid 1
 /// credit RDMA_MSG 0 0 0`; v2 `xid 2 credit RDMA2_MSG flags 0 0 0 0`
 /// (`rdma_inv_handle` 0). `flags` is ignored in v1, which has none.
-#[inline]
+#[inline(always)]
 fn encode_chunk_free_header(vers: u32, xid: u32, credits: u32, flags: u32, buf: &mut [u8]) -> Option<usize> {
     let len = chunk_free_header_len(vers)?;
     let mut w = Writer::new(buf.get_mut(..len)?);
@@ -686,7 +798,7 @@ pub const fn one_write_header_len(vers: u32) -> Option<usize> {
 ///
 /// `flags` and `inv_handle` are ignored in v1. `None` when `buf` is shorter
 /// than [`one_write_header_len`] or the version is unknown.
-#[inline]
+#[inline(always)]
 fn encode_one_write_header(
     vers: u32,
     xid: u32,
@@ -721,29 +833,4 @@ fn encode_one_write_header(
 #[inline]
 pub fn encode_one_write_call_header(vers: u32, xid: u32, credits: u32, seg: Segment, buf: &mut [u8]) -> Option<usize> {
     encode_one_write_header(vers, xid, credits, 0, 0, seg, buf)
-}
-
-/// The transport header of a [`one_write_short_reply`](crate::plan::one_write_short_reply): `xid`, `vers`, the
-/// grant `credits`, RDMA_MSG; in v2 `flags | RPCRDMA2_F_RESPONSE` (draft
-/// s3.2) and `rdma_inv_handle` 0; an empty Read list; the Call's Write chunk
-/// with its segment's length set to `written`, the item's length (RFC 8166
-/// s3.4.6); no Reply chunk. What [`encode_reply_header`] writes for that
-/// plan. `None` when `buf` is too short or the version unknown.
-///
-/// May be called from any core.
-#[inline]
-pub fn encode_one_write_reply_header(
-    vers: u32,
-    xid: u32,
-    credits: u32,
-    flags: u32,
-    seg: Segment,
-    written: u32,
-    buf: &mut [u8],
-) -> Option<usize> {
-    let seg = Segment {
-        length: written.min(seg.length),
-        ..seg
-    };
-    encode_one_write_header(vers, xid, credits, flags | RPCRDMA2_F_RESPONSE, 0, seg, buf)
 }

@@ -2,8 +2,8 @@
 //! encoders ([`encode`](super::encode), `encode_call_header`'s word-by-word
 //! writer, [`encode_reply_header`](super::encode_reply_header)) byte for byte.
 
-use super::encode_call_header_general;
 use super::*;
+use super::{encode_call_header_general, encode_reply_header_general};
 use crate::plan::*;
 
 /// The one-step Call header of the READ shape is the general encoder's.
@@ -71,14 +71,28 @@ fn short_reply_header_equals_the_planned_one() {
             assert_eq!(plan.kind, ReplyKind::Short);
             let mut a = [0xeeu8; 64];
             let mut b = [0xeeu8; 64];
-            let n = encode_reply_header(&plan, &none, xid, credits, flags, &mut a).expect("planned");
-            let m = encode_short_reply_header(vers, xid, credits, flags, &mut b).expect("short");
+            let planned = ReplyHeaderOut::Planned {
+                plan: &plan,
+                call: &none,
+            };
+            let n = encode_reply_header(planned, xid, credits, flags, &mut a).expect("planned");
+            let chunk_free = ReplyHeaderOut::ChunkFree { vers };
+            let m = encode_reply_header(chunk_free, xid, credits, flags, &mut b).expect("short");
             assert_eq!((n, &a[..]), (m, &b[..]), "v{vers} xid {xid:#x}");
             assert_eq!(n, plan.header_len as usize);
+            let mut g = [0xeeu8; 64];
+            let flags = flags | RPCRDMA2_F_RESPONSE;
+            let k = encode_reply_header_general(&plan, &none, xid, credits, flags, &mut g).expect("general");
+            assert_eq!((k, &g[..]), (n, &a[..]), "the word-by-word writer");
         }
-        assert_eq!(encode_short_reply_header(vers, 1, 1, 0, &mut [0u8; 20]), None);
+        let chunk_free = ReplyHeaderOut::ChunkFree { vers };
+        assert!(encode_reply_header(chunk_free, 1, 1, 0, &mut [0u8; 20]).is_err());
     }
-    assert_eq!(encode_short_reply_header(3, 1, 1, 0, &mut [0u8; 64]), None);
+    let unknown = ReplyHeaderOut::ChunkFree { vers: 3 };
+    assert_eq!(
+        encode_reply_header(unknown, 1, 1, 0, &mut [0u8; 64]),
+        Err(PlanError::UnsupportedVersion { vers: 3 })
+    );
 }
 
 /// A Call without chunks (written in one step) is byte for byte what the
@@ -153,7 +167,7 @@ fn chunk_free_encoders_equal_the_general_encoder() {
         .run(&case, |(vers, (xid, credits, flags), reply_len)| {
             let (mut call, mut reply) = ([0xeeu8; 64], [0xeeu8; 64]);
             let c = encode_chunk_free_call_header(vers, xid, credits, &mut call);
-            let r = encode_short_reply_header(vers, xid, credits, flags, &mut reply);
+            let r = encode_reply_header(ReplyHeaderOut::ChunkFree { vers }, xid, credits, flags, &mut reply).ok();
             let Some(len) = chunk_free_header_len(vers) else {
                 prop_assert_eq!((c, r), (None, None));
                 return Ok(());
@@ -177,16 +191,23 @@ fn chunk_free_encoders_equal_the_general_encoder() {
             let none = ChunkLists::default();
             let plan = plan_reply(reply_len, &[], &none, vers, 8192).expect("short plan");
             let mut planned = [0xeeu8; 64];
-            let n = encode_reply_header(&plan, &none, xid, credits, flags, &mut planned).expect("planned");
+            let out = ReplyHeaderOut::Planned {
+                plan: &plan,
+                call: &none,
+            };
+            let n = encode_reply_header(out, xid, credits, flags, &mut planned).expect("planned");
             prop_assert_eq!((n, &planned[..]), (len, &reply[..]));
+            // The plan's one-step write inside is the word-by-word writer's.
+            let mut general = [0xeeu8; 64];
+            let rflags = flags | RPCRDMA2_F_RESPONSE;
+            let k = encode_reply_header_general(&plan, &none, xid, credits, rflags, &mut general);
+            prop_assert_eq!((k, &general[..]), (Ok(len), &reply[..]));
             prop_assert_eq!(
                 encode_chunk_free_call_header(vers, xid, credits, &mut call[..len - 1]),
                 None
             );
-            prop_assert_eq!(
-                encode_short_reply_header(vers, xid, credits, flags, &mut reply[..len - 1]),
-                None
-            );
+            let chunk_free = ReplyHeaderOut::ChunkFree { vers };
+            prop_assert!(encode_reply_header(chunk_free, xid, credits, flags, &mut reply[..len - 1]).is_err());
             Ok(())
         })
         .unwrap();
@@ -213,7 +234,8 @@ fn one_write_encoders_equal_the_general_encoder() {
                 let seg = Segment { handle, length, offset };
                 let (mut call, mut reply) = ([0xeeu8; 80], [0xeeu8; 80]);
                 let c = encode_one_write_call_header(vers, xid, credits, seg, &mut call);
-                let r = encode_one_write_reply_header(vers, xid, credits, flags, seg, written, &mut reply);
+                let one_write = ReplyHeaderOut::OneWrite { vers, seg, written };
+                let r = encode_reply_header(one_write, xid, credits, flags, &mut reply).ok();
                 let Some(len) = one_write_header_len(vers) else {
                     prop_assert_eq!((c, r), (None, None));
                     return Ok(());
@@ -258,10 +280,7 @@ fn one_write_encoders_equal_the_general_encoder() {
                     encode_one_write_call_header(vers, xid, credits, seg, &mut call[..len - 1]),
                     None
                 );
-                prop_assert_eq!(
-                    encode_one_write_reply_header(vers, xid, credits, flags, seg, written, &mut reply[..len - 1]),
-                    None
-                );
+                prop_assert!(encode_reply_header(one_write, xid, credits, flags, &mut reply[..len - 1]).is_err());
                 // Against the planner: the Call decoded, one item of `written`
                 // bytes (when the segment holds it) reduced into its Write chunk.
                 let msg = [&call[..len], &xid.to_be_bytes()[..], &[0, 0, 0, 0]].concat();
@@ -274,9 +293,18 @@ fn one_write_encoders_equal_the_general_encoder() {
                 let reply_len = 8 + written as usize + 3;
                 if let Ok(plan) = plan_reply(reply_len, &item, &lists, vers, 1 << 16) {
                     let mut planned = [0xeeu8; 80];
-                    let n = encode_reply_header(&plan, &lists, xid, credits, flags, &mut planned).expect("planned");
+                    let out = ReplyHeaderOut::Planned {
+                        plan: &plan,
+                        call: &lists,
+                    };
+                    let n = encode_reply_header(out, xid, credits, flags, &mut planned).expect("planned");
                     prop_assert_eq!(n, len);
                     prop_assert_eq!(&planned[..], &reply[..]);
+                    // The plan's one-step write inside is the word-by-word writer's.
+                    let mut general = [0xeeu8; 80];
+                    let rflags = flags | RPCRDMA2_F_RESPONSE;
+                    let k = encode_reply_header_general(&plan, &lists, xid, credits, rflags, &mut general);
+                    prop_assert_eq!((k, &general[..]), (Ok(len), &reply[..]));
                 } else {
                     prop_assert!(written > length, "plan_reply refused a fitting item");
                 }

@@ -82,14 +82,12 @@ pub use crate::header::encode_call_header;
 pub use crate::header::encode_chunk_free_call_header;
 /// Lives in [`crate::header`] (`header::encode_one_write_call_header`); re-exported here.
 pub use crate::header::encode_one_write_call_header;
-/// Lives in [`crate::header`] (`header::encode_one_write_reply_header`); re-exported here.
-pub use crate::header::encode_one_write_reply_header;
 /// Lives in [`crate::header`] (`header::encode_reply_header`); re-exported here.
 pub use crate::header::encode_reply_header;
-/// Lives in [`crate::header`] (`header::encode_short_reply_header`); re-exported here.
-pub use crate::header::encode_short_reply_header;
 /// Lives in [`crate::header`] (`header::one_write_header_len`); re-exported here.
 pub use crate::header::one_write_header_len;
+/// Lives in [`crate::header`] (`header::ReplyHeaderOut`); re-exported here.
+pub use crate::header::ReplyHeaderOut;
 
 /// Capacity for Read chunks in a plan (the header decoder's default limit).
 pub const PLAN_READ_CHUNKS: usize = MAX_READ_CHUNKS as usize;

@@ -208,7 +208,9 @@ impl Iterator for WriteOps<'_, '_> {
 ///   (s3.4.6.2), and the item's padding leaves the payload (s3.4.4.4). A chunk
 ///   too short for its item is RDMA2_ERR_WRITE_RESOURCE with the 1-based index
 ///   of the first such chunk and the length needed (draft s5.3.3), ERR_CHUNK
-///   in v1. Every Write chunk is echoed; unused ones with zero lengths (s3.4.6).
+///   in v1. An empty Write chunk (zero segments) takes none of its item,
+///   which stays in the reply. Every Write chunk is echoed; unused ones with
+///   zero lengths, empty ones empty (s3.4.6).
 /// - If the header plus reduced reply fit `reply_inline_max`: RDMA_MSG with the
 ///   reply inline (s3.5.1, s3.5.2); the Reply chunk, if any, is not echoed
 ///   (the Linux client rejects an RDMA_MSG reply that carries one).
@@ -244,6 +246,17 @@ pub fn plan_reply(
         nchunks += 1;
         if let Some(it) = items.get(k) {
             if plan.items.len() == k && plan.items.capacity() > k {
+                // An empty Write chunk (a zero segment count; its length is
+                // zero by definition, RFC 8166 s3.4.6) takes nothing of its
+                // item: the item stays in the reply (inline, or in the Reply
+                // chunk of a Long reply) and the chunk is echoed empty, its
+                // segment count copied (s3.4.6: "MUST copy the segment count
+                // and all segments"). It is not a chunk too short for its item.
+                let it = &if chunk.is_empty() {
+                    DdpItem { len: 0, ..*it }
+                } else {
+                    *it
+                };
                 if it.len as u64 > chunk.total_len() {
                     return Err(PlanError::WriteResource {
                         chunk_index: nchunks,
@@ -292,7 +305,7 @@ pub fn plan_reply(
 /// inline payload after [`one_write_header_len`] bytes of header). `None`
 /// for anything else, errors included: the caller then plans the general
 /// way. The reply is then one RDMA Write of the item to `seg` and the Send
-/// of [`encode_one_write_reply_header`] followed by the reply without the
+/// of [`encode_reply_header`]'s `ReplyHeaderOut::OneWrite` header followed by the reply without the
 /// item and its XDR padding (RFC 8166 s3.4.6, s3.4.4.4, s3.5.2). Tested
 /// against `plan_reply` and `encode_reply_header` in
 /// `one_write_reply_agrees_with_plan_reply`.

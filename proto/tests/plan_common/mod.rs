@@ -237,7 +237,17 @@ pub fn run(x: &Exchange) -> Result<Outcome, (Stage, PlanError)> {
         mem.slice_mut(op.target.offset, op.target.length).copy_from_slice(data);
     }
     let mut reply_send = vec![0u8; 64 * 1024];
-    let rhl = encode_reply_header(&rpl, &call_chunks, XID, 17, 0, &mut reply_send).expect("encode_reply_header");
+    let rhl = encode_reply_header(
+        ReplyHeaderOut::Planned {
+            plan: &rpl,
+            call: &call_chunks,
+        },
+        XID,
+        17,
+        0,
+        &mut reply_send,
+    )
+    .expect("encode_reply_header");
     assert_eq!(rhl, rpl.header_len as usize);
     reply_send.truncate(rhl);
     if rpl.kind == ReplyKind::Short {

@@ -5,7 +5,8 @@
 #   SRC  the mount source, e.g. 10.0.2.15:/export
 #   TAG  a name for the server in the check lines ("kernel", "ours")
 #
-# Mounts SRC with the kernel client (proto=rdma, port 20049, MOUNT over TCP),
+# Mounts SRC with the kernel client (proto=rdma, port 20049, MOUNT found
+# through rpcbind: no mountport/mountproto), checks showmount -e and rpcinfo,
 # asserts that the mount uses the RDMA transport, then: create / list /
 # rename / remove of files and directories, symbolic and hard links, setattr
 # (chmod, chown, truncate, mtime), exclusive create, error codes, a
@@ -29,11 +30,16 @@ note "$TAG: functional workload on $SRC"
 rm -f "$OUT/$TAG/steps.txt"
 step mount
 if ! nfs_mount "$SRC" "$MP"; then
-    flunk "$TAG: mount -t nfs -o vers=3,proto=rdma,port=20049,mountproto=tcp $SRC"
+    flunk "$TAG: mount -t nfs -o vers=3,proto=rdma,port=20049 $SRC (no mountport/mountproto)"
     dmesg | tail -20
     exit 1
 fi
-pass "$TAG: mount -t nfs -o vers=3,proto=rdma,port=20049,mountproto=tcp $SRC"
+pass "$TAG: mount -t nfs -o vers=3,proto=rdma,port=20049 $SRC (no mountport/mountproto)"
+# showmount asks rpcbind for MOUNT v1 over TCP, then EXPORT
+check_eq "$TAG: showmount -e ${SRC%%:*} lists ${SRC#*:}" \
+    "$(timeout 30 showmount -e "${SRC%%:*}" 2>&1 | awk -v p="${SRC#*:}" '$1 == p { print $1 }')" "${SRC#*:}"
+check "$TAG: rpcinfo -p ${SRC%%:*} lists MOUNT v3 over TCP" \
+    sh -c "timeout 30 rpcinfo -p ${SRC%%:*} | awk '\$1 == 100005 && \$2 == 3 && \$3 == \"tcp\"' | grep -q ."
 check_eq "$TAG: /proc/self/mountstats transport of $MP" "$(mount_xprt "$MP")" rdma
 check "$TAG: /proc/mounts lists $MP with proto=rdma" grep -q " $MP nfs .*proto=rdma" /proc/mounts
 grep " $MP " /proc/mounts

@@ -29,15 +29,18 @@ cfg["exports"] = [
     dict(cfg["exports"][0], path="/export", backend="mem0", clients=[net], read_only=False, root_squash=False)
 ]
 # Under software emulation the guest's few vCPUs also run rxe's softirq work;
-# a core that polls while idle starves the fabric and the client. Measured idle
-# CPU per reactor: 8 loops / 50 us 52%, 1000 / 100 35%, 1000 / 1000 14%. The
-# default is 1000 loops then sleeps of up to 1 ms: the setting of the run that
-# had every figure at or above the kernel's server (8 / 50 had 16 of 46).
-cfg.setdefault("reactor", {})["idle"] = {
-    "policy": "spin_then_sleep",
-    "idle_loops": int(os.environ.get("TARGET_IDLE_LOOPS", "1000")),
-    "max_sleep_us": int(os.environ.get("TARGET_MAX_SLEEP_US", "1000")),
-}
+# a core that polls while idle starves the fabric and the client. The shipped
+# idle policy (spin_then_wait: spin briefly, then block on the completion
+# channel) leaves them alone, so the guest runs configs/cores.json's policy
+# as it is (issue 24 item 1). TARGET_IDLE_LOOPS / TARGET_MAX_SLEEP_US still
+# select spin_then_sleep for comparison (measured idle CPU per reactor then:
+# 8 loops / 50 us 52%, 1000 / 100 35%, 1000 / 1000 14%).
+if "TARGET_IDLE_LOOPS" in os.environ or "TARGET_MAX_SLEEP_US" in os.environ:
+    cfg.setdefault("reactor", {})["idle"] = {
+        "policy": "spin_then_sleep",
+        "idle_loops": int(os.environ.get("TARGET_IDLE_LOOPS", "1000")),
+        "max_sleep_us": int(os.environ.get("TARGET_MAX_SLEEP_US", "1000")),
+    }
 # a per-core cache may not exceed count / cores
 for pool in cfg["pools"]:
     pool["per_core_cache"] = min(pool["per_core_cache"], pool["count"] // len(cfg["cores"]))

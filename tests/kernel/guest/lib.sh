@@ -44,12 +44,15 @@ mount_xprt() {
     awk -v mp="$1" '$1 == "device" { cur = ($5 == mp) } cur && $1 == "xprt:" { print $2; exit }' /proc/self/mountstats
 }
 
-# nfs_mount SRC MOUNTPOINT [extra options]: NFSv3 over RDMA on 20049, MOUNT over TCP.
-# $MOUNT_PORT (optional) pins the MOUNT port; without it the client asks rpcbind.
+# nfs_mount SRC MOUNTPOINT [extra options]: NFSv3 over RDMA on 20049, the
+# plain way: no mountport or mountproto, the mount helper asks the server's
+# rpcbind where MOUNT is (both servers: the kernel's mountd registers with
+# rpcbind, rpcrdma-target registers too or answers port 111 itself).
+# $MOUNT_PORT (optional) pins the MOUNT port.
 nfs_mount() {
     local src=$1 mp=$2 extra=${3:-} opts
-    opts="vers=3,proto=rdma,port=20049,mountproto=tcp,nolock"
-    [ -n "${MOUNT_PORT:-}" ] && opts="$opts,mountport=$MOUNT_PORT"
+    opts="vers=3,proto=rdma,port=20049,nolock"
+    [ -n "${MOUNT_PORT:-}" ] && opts="$opts,mountproto=tcp,mountport=$MOUNT_PORT"
     [ -n "$extra" ] && opts="$opts,$extra"
     mkdir -p "$mp"
     timeout 120 mount -t nfs -o "$opts" "$src" "$mp"

@@ -29,7 +29,8 @@ fi
 # client
 SRC=$VMLAB_PEER_IP:/export
 MP=/mnt/pair
-[ "$PAIR_SERVER" = ours ] && export MOUNT_PORT=20048
+# no MOUNT port: the server guest runs no rpcbind, so ours answers port 111
+unset MOUNT_PORT
 wait_for 300 sh -c "test -e $SYNC/server-ready || test -e $SYNC/server-failed"
 if [ ! -e "$SYNC/server-ready" ]; then
     flunk "pair: the server guest did not start $PAIR_SERVER"
@@ -40,6 +41,8 @@ note "pair client: rdma link: $(rdma link show | head -1)"
 if nfs_mount "$SRC" "$MP"; then
     pass "pair: mount $SRC over RDMA from the second guest"
     check_eq "pair: transport" "$(mount_xprt "$MP")" rdma
+    check_eq "pair: showmount -e $VMLAB_PEER_IP (ours answers rpcbind on port 111)" \
+        "$(timeout 30 showmount -e "$VMLAB_PEER_IP" 2>&1 | awk '$1 == "/export" { print $1 }')" /export
     W=$MP/pair
     rm -rf "$W"
     mkdir -p "$W/dir"

@@ -69,10 +69,22 @@ ours_start() {
         return 1
     fi
     check "ours: NFS 2049/TCP listener" tcp_listening 2049
+    # rpcbind: registered with the host's (the kernel server's start left one
+    # running), or answered on port 111 by ours when none runs
+    if pidof rpcbind >/dev/null; then
+        check "ours: registered with rpcbind (log)" wait_for 10 grep -q "registered with the host's rpcbind" "$log"
+    else
+        check "ours: answers rpcbind on port 111 (log)" wait_for 10 grep -q "answering rpcbind" "$log"
+    fi
+    check "ours: rpcinfo -p shows NFS v3 over TCP and MOUNT v3 over TCP" sh -c \
+        "rpcinfo -p $VMLAB_IP | awk '(\$1 == 100003 && \$3 == \"tcp\" && \$4 == 2049) || (\$1 == 100005 && \$2 == 3 && \$4 == 20048)' | wc -l | grep -qx 2"
+    check "ours: rpcinfo -s lists NFS on netid rdma" sh -c \
+        "rpcinfo -s $VMLAB_IP | awk '\$1 == 100003' | grep -qw rdma"
 }
 
 ours_stop() {
-    local rc=0 log=$OUT/ours/target.log
+    local rc=0 log=$OUT/ours/target.log had_rpcbind=0
+    pidof rpcbind >/dev/null && had_rpcbind=1
     [ -n "$TARGET_PID" ] || return 0
     if ! kill -0 "$TARGET_PID" 2>/dev/null; then
         wait "$TARGET_PID" || rc=$?
@@ -91,6 +103,10 @@ ours_stop() {
         wait "$TARGET_PID" 2>/dev/null
     fi
     check_eq "ours: panics in the target log" "$(grep -c 'panicked' "$log")" 0
+    if [ $had_rpcbind = 1 ]; then
+        check_eq "ours: our rpcbind registrations are gone after exit (MOUNT on 20048)" \
+            "$(rpcinfo -p 2>/dev/null | awk '$1 == 100005 && $4 == 20048' | wc -l)" 0
+    fi
     # Every Call answered: the engines' totals at shutdown (one line per I/O
     # core: calls, replies, call_errors, unanswered_*, unaccounted).
     local totals

@@ -385,7 +385,7 @@ impl NvmeChannel {
                     d.mtime_ns.fetch_max(now_ns(), Ordering::Relaxed);
                 }
             }
-            IoOp::Flush => {}
+            IoOp::Flush | IoOp::FlushData => {}
         }
         if let Some(r) = s.range.take() {
             self.shared.unlock_range(r);
@@ -591,7 +591,7 @@ impl NvmeChannel {
                     .rw_flags(flags)
                     .build()
             }
-            IoOp::Flush => opcode::Fsync::new(types::Fd(buffered.as_raw_fd())).build(),
+            IoOp::Flush | IoOp::FlushData => opcode::Fsync::new(types::Fd(buffered.as_raw_fd())).build(),
         };
         s.phase = Phase::Fd;
         s.outstanding = 1;
@@ -663,7 +663,7 @@ impl IoChannel for NvmeChannel {
                     return Ok(());
                 }
             }
-            IoOp::Flush => {}
+            IoOp::Flush | IoOp::FlushData => {}
         }
         let Some(si) = self.free.pop() else {
             return Err(FsError::Jukebox);
@@ -691,7 +691,7 @@ impl IoChannel for NvmeChannel {
         }
         self.in_flight += 1;
         match io.op {
-            IoOp::Flush => {
+            IoOp::Flush | IoOp::FlushData => {
                 self.slots[si as usize].phase = Phase::Flush;
                 self.issue_or_backlog(si);
             }

@@ -116,6 +116,9 @@ impl NvmeCmd {
 pub struct NsGeometry {
     /// `NSZE`: namespace size in LBAs.
     pub blocks: u64,
+    /// `NUSE`: LBAs allocated (a thin-provisioned namespace has fewer than
+    /// `NSZE`; the rest is free space).
+    pub used_blocks: u64,
     /// Data bytes per LBA of the formatted LBA format.
     pub lba_bytes: u32,
     /// Metadata bytes per LBA (0: none).
@@ -123,13 +126,14 @@ pub struct NsGeometry {
 }
 
 /// Parse an Identify Namespace data structure (4096 bytes, NVMe base spec
-/// "Identify Namespace data structure": NSZE at byte 0, FLBAS at 26, the LBA
+/// "Identify Namespace data structure": NSZE at byte 0, NUSE at 16, FLBAS at 26, the LBA
 /// formats from byte 128). `None` when it is short or the format is absurd.
 pub fn parse_identify_ns(data: &[u8]) -> Option<NsGeometry> {
     if data.len() < 4096 {
         return None;
     }
     let blocks = u64::from_le_bytes(data[0..8].try_into().ok()?);
+    let used_blocks = u64::from_le_bytes(data[16..24].try_into().ok()?);
     let nlbaf = data[25] as usize + 1;
     let flbas = data[26];
     // Bits 3:0 are the low index bits; bits 6:5 the high ones (> 16 formats).
@@ -145,6 +149,7 @@ pub fn parse_identify_ns(data: &[u8]) -> Option<NsGeometry> {
     }
     Some(NsGeometry {
         blocks,
+        used_blocks,
         lba_bytes: 1 << lbads,
         meta_bytes,
     })

@@ -80,6 +80,39 @@ pub(super) struct Dev {
 }
 
 impl Dev {
+    /// Free space of the device now, for FSSTAT: the LBAs a thin-provisioned
+    /// namespace has not allocated (Identify Namespace `NSZE - NUSE`, asked
+    /// again each time; what the probe saw when the admin command is not
+    /// permitted); for an image file, its unallocated blocks (holes), at
+    /// most what its file system has available; for a block device, nothing
+    /// (all its blocks belong to it and nothing says which are in use).
+    /// Control path: one ioctl, or `fstat` and `fstatvfs`.
+    pub(super) fn free_bytes(&self) -> u64 {
+        match &self.io {
+            DevIo::Passthrough { ng, nsid } => match identify_ns(ng, *nsid) {
+                Ok(g) => (g.blocks - g.used_blocks.min(g.blocks)) * u64::from(g.lba_bytes),
+                Err(_) => self.size_bytes - self.used_bytes.min(self.size_bytes),
+            },
+            DevIo::Fd { buffered, .. } => {
+                let Ok(md) = buffered.metadata() else { return 0 };
+                if !md.file_type().is_file() {
+                    return 0;
+                }
+                let holes = self.size_bytes.saturating_sub(md.blocks() * 512);
+                let mut vfs = std::mem::MaybeUninit::<libc::statvfs>::zeroed();
+                // SAFETY: fstatvfs writes one `statvfs` to the pointer, which
+                // points at a zeroed one alive for the call.
+                let r = unsafe { libc::fstatvfs(buffered.as_raw_fd(), vfs.as_mut_ptr()) };
+                if r != 0 {
+                    return 0;
+                }
+                // SAFETY: fstatvfs succeeded and filled it (it was zeroed before).
+                let vfs = unsafe { vfs.assume_init() };
+                holes.min(vfs.f_bavail.saturating_mul(vfs.f_frsize))
+            }
+        }
+    }
+
     pub(super) fn mode(&self) -> IoMode {
         match &self.io {
             DevIo::Passthrough { .. } => IoMode::Passthrough,
@@ -209,6 +242,7 @@ pub(super) fn probe_passthrough(path: &Path, md: &std::fs::Metadata, blk: Option
             }
             NsGeometry {
                 blocks: sectors * 512 / lba,
+                used_blocks: sectors * 512 / lba,
                 lba_bytes: lba as u32,
                 meta_bytes: 0,
             }
@@ -238,7 +272,7 @@ pub(super) fn probe_passthrough(path: &Path, md: &std::fs::Metadata, blk: Option
     Ok(Probed {
         io: DevIo::Passthrough { ng, nsid },
         size_bytes: geo.blocks * lba,
-        used_bytes: geo.blocks * lba,
+        used_bytes: geo.used_blocks.min(geo.blocks) * lba,
         lba_bytes: geo.lba_bytes,
         max_xfer_bytes: max_xfer as u32,
         iopoll,

@@ -10,8 +10,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::backend::{
-    Attr, Backend, CreateHow, DirEntry, FileHandle, FileType, FsError, FsResult, FsStat, IoChannel, NodeKind, Owner,
-    SetAttr, SetTime, Time, NAME_MAX_BYTES,
+    Attr, Backend, CreateHow, DirEntry, Features, FileHandle, FileType, FsError, FsResult, FsStat, IoChannel, NodeKind,
+    Owner, SetAttr, SetTime, Time, NAME_MAX_BYTES,
 };
 
 use super::channel::NvmeChannel;
@@ -372,10 +372,12 @@ impl Backend for NvmeBackend {
             }
             Node::File(i) => {
                 let d = &self.shared.devs[i];
-                match set.size {
-                    Some(s) if s > d.size_bytes => return Err(FsError::FBig),
-                    Some(s) if s < d.size_bytes => return Err(FsError::Inval),
-                    _ => {}
+                // A device's size is its capacity: more is FBig; less is
+                // accepted and changes nothing, as opening a block device
+                // with O_TRUNC does (so `cp` onto it, which opens its target
+                // O_TRUNC and so sends SETATTR size 0, works).
+                if set.size.is_some_and(|s| s > d.size_bytes) {
+                    return Err(FsError::FBig);
                 }
                 let mut m = lock(&d.meta);
                 apply_times(&mut m, set, &d.mtime_ns);
@@ -515,16 +517,26 @@ impl Backend for NvmeBackend {
     fn fsstat(&self) -> FsResult<FsStat> {
         let devs = &self.shared.devs;
         let total: u64 = devs.iter().map(|d| d.size_bytes).sum();
+        let free: u64 = devs.iter().map(|d| d.free_bytes()).sum();
         Ok(FsStat {
             total_bytes: total,
-            free_bytes: 0,
-            avail_bytes: 0,
+            free_bytes: free,
+            avail_bytes: free,
             total_files: devs.len() as u64 + 1,
             free_files: 0,
             avail_files: 0,
             max_file_size: devs.iter().map(|d| d.size_bytes).max().unwrap_or(0),
             block_size: devs.iter().map(|d| d.lba_bytes).max().unwrap_or(4096).max(4096),
         })
+    }
+
+    /// No hard or symbolic links: the namespace is the configured devices.
+    fn features(&self) -> Features {
+        Features {
+            hard_links: false,
+            symlinks: false,
+            set_time: true,
+        }
     }
 
     fn commit(&self, fh: &FileHandle) -> FsResult<()> {

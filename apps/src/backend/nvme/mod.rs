@@ -31,9 +31,8 @@
 //! | RENAME of a device file onto its own name | success, nothing changes |
 //! | RENAME of a device file to any other name | `Acces` |
 //! | RENAME of a name that is not there | `NoEnt` |
-//! | SETATTR size equal to the capacity | success |
+//! | SETATTR size equal to or below the capacity | success, the size stays the capacity (as `O_TRUNC` on a block device: `cp` onto a device file works) |
 //! | SETATTR size above the capacity | `FBig` |
-//! | SETATTR size below the capacity | `Inval` |
 //! | SETATTR size on the root | `IsDir` |
 //! | READLINK of anything | `Inval` |
 //! | a data write that would end past the capacity | `FBig` |
@@ -44,6 +43,12 @@
 //! (lost when the backend is reopened). `mtime` is the time of the last data
 //! write through any channel of this backend (initially the node's `mtime`),
 //! `ctime` the later of that and the last SETATTR.
+//!
+//! FSINFO advertises no hard or symbolic links (PATHCONF `linkmax` 1), and
+//! FSSTAT's free space is what the devices have unallocated
+//! (`Dev::free_bytes` in `device.rs`: `NSZE - NUSE` of a thin-provisioned
+//! namespace, the holes of an image file within its file system's free
+//! space, none on a block device).
 //!
 //! # Handles
 //!

@@ -43,6 +43,7 @@ fn uring_cmd_layout() {
 fn identify_parsing() {
     let mut id = vec![0u8; 4096];
     id[0..8].copy_from_slice(&131072u64.to_le_bytes());
+    id[16..24].copy_from_slice(&1000u64.to_le_bytes()); // NUSE
     id[25] = 1; // two formats
     id[26] = 1; // format 1
     id[128 + 2] = 9; // format 0: 512 bytes
@@ -51,6 +52,7 @@ fn identify_parsing() {
         parse_identify_ns(&id),
         Some(NsGeometry {
             blocks: 131072,
+            used_blocks: 1000,
             lba_bytes: 4096,
             meta_bytes: 0
         })

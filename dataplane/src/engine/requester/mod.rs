@@ -599,19 +599,8 @@ impl<'p, F: Fabric> Requester<'p, F> {
         if self.recv_deficit > 0 {
             self.refill_recvs();
         }
-        let cm_due = self.cm_tick == 0;
-        self.cm_tick = (self.cm_tick + 1) % CM_POLL_INTERVAL;
-        while let Some(ev) = if cm_due { self.fabric.poll_cm() } else { None } {
-            self.handle_cm(ev);
-            work += 1;
-        }
-        let n = self.fabric.poll_cq(self.cq, &mut self.wcs);
-        self.polled_at = StageTimer::now();
-        for k in 0..n {
-            let wc = self.wcs[k];
-            self.handle_completion(wc);
-        }
-        work + n
+        work += super::poll_cm(self, false);
+        work + super::poll_completions(self)
     }
 
     /// Disconnect and return every buffer (calls, receives). Returns the calls
@@ -645,3 +634,5 @@ impl<'p, F: Fabric> Requester<'p, F> {
         self.recvs_posted
     }
 }
+
+super::impl_poll_loop!(Requester<'_, F>, [F: Fabric]);

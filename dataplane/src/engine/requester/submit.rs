@@ -40,10 +40,10 @@ impl<'p, F: Fabric> Requester<'p, F> {
             pad_read_chunks: self.cfg.pad_read_chunks,
         };
         if plan::is_chunk_free_call(len, items, needs, &params) {
-            return self.submit_chunk_free(cb, len);
+            return self.submit_one_step(cb, len, None);
         }
         if let Some(wlen) = plan::one_write_call(len, items, needs, &params) {
-            return self.submit_one_write(cb, len, wlen);
+            return self.submit_one_step(cb, len, Some(wlen));
         }
         let plan = match plan::plan_call(len, items, needs, &params) {
             Ok(p) => p,
@@ -318,27 +318,33 @@ impl<'p, F: Fabric> Requester<'p, F> {
         Ok((i, xid, hdr, write))
     }
 
-    /// [`Requester::submit`] of a Call that goes as a Short message without
-    /// any chunk ([`plan::is_chunk_free_call`], checked by the caller): the
-    /// one-step header, the Call after it, one Send. Nothing to provision,
-    /// so no plan is built; the Reply is checked against "no chunks
-    /// advertised" like any other.
-    pub(super) fn submit_chunk_free(
+    /// [`Requester::submit`] of a Call that needs no plan, one Send of the
+    /// one-step header and the Call after it: without any chunk
+    /// (`write_len` `None`, [`plan::is_chunk_free_call`]), or of the READ
+    /// shape (`Some(wlen)`, [`plan::one_write_call`]: one data buffer
+    /// provisioned as the one Write chunk of `wlen` bytes); each checked by
+    /// the caller. The Reply is checked against the chunks advertised like
+    /// any other.
+    #[inline(always)]
+    pub(super) fn submit_one_step(
         &mut self,
         mut cb: CallBuf<'p>,
         len: usize,
+        write_len: Option<u32>,
     ) -> Result<CallId, (SubmitError, CallBuf<'p>)> {
         let vers = self.vers;
-        let (i, xid, hdr, _) = match self.post_one_step(&mut cb, len, None, |xid, credits, _, out| {
-            plan::encode_chunk_free_call_header(vers, xid, credits, out)
-        }) {
+        let posted = self.post_one_step(&mut cb, len, write_len, |xid, credits, seg, out| match write_len {
+            Some(_) => plan::encode_one_write_call_header(vers, xid, credits, seg, out),
+            None => plan::encode_chunk_free_call_header(vers, xid, credits, out),
+        });
+        let (i, xid, hdr, write) = match posted {
             Ok(v) => v,
             Err(e) => return Err((e, cb)),
         };
         let c = self.calls.get_mut(i).expect("allocated");
-        // A fresh slot; `write_segs` (read only up to `write_count`, 0 here)
-        // is left as it was rather than rewritten.
-        *c = Call {
+        // A fresh slot; `write_segs` (read only up to `write_count`) is left
+        // as it was rather than rewritten.
+        let mut fresh = Call {
             state: CallState::InFlight,
             xid,
             vers,
@@ -347,50 +353,14 @@ impl<'p, F: Fabric> Requester<'p, F> {
             write_segs: c.write_segs,
             ..Call::default()
         };
-        Ok(self.finish_submit(i, CallKind::Short))
-    }
-
-    /// [`Requester::submit`] of a Call of the READ shape
-    /// ([`plan::one_write_call`], checked by the caller): one data buffer
-    /// provisioned as the one Write chunk of `wlen` bytes, the one-step header,
-    /// the Call after it, one Send. No plan is built; the Reply is checked
-    /// against the chunk like any other.
-    pub(super) fn submit_one_write(
-        &mut self,
-        mut cb: CallBuf<'p>,
-        len: usize,
-        wlen: u32,
-    ) -> Result<CallId, (SubmitError, CallBuf<'p>)> {
-        let vers = self.vers;
-        let (i, xid, hdr, write) = match self.post_one_step(&mut cb, len, Some(wlen), |xid, credits, seg, out| {
-            plan::encode_one_write_call_header(vers, xid, credits, seg, out)
-        }) {
-            Ok(v) => v,
-            Err(e) => return Err((e, cb)),
-        };
-        let Some((wbuf, seg)) = write else {
-            unreachable!("a Write chunk was asked for");
-        };
-        let c = self.calls.get_mut(i).expect("allocated");
-        let mut write_segs = c.write_segs;
-        write_segs[0] = seg;
-        let mut write_bufs = [None; plan::PLAN_WRITE_CHUNKS];
-        write_bufs[0] = Some(wbuf);
-        let mut windows = [NO_WINDOW; CALL_WINDOWS];
-        windows[0] = seg.handle;
-        *c = Call {
-            state: CallState::InFlight,
-            xid,
-            vers,
-            call_buf: Some(cb.buf),
-            hdr_buf: Some(hdr),
-            write_segs,
-            write_count: 1,
-            write_bufs,
-            windows,
-            window_count: 1,
-            ..Call::default()
-        };
+        if let Some((wbuf, seg)) = write {
+            fresh.write_segs[0] = seg;
+            fresh.write_count = 1;
+            fresh.write_bufs[0] = Some(wbuf);
+            fresh.windows[0] = seg.handle;
+            fresh.window_count = 1;
+        }
+        *c = fresh;
         Ok(self.finish_submit(i, CallKind::Short))
     }
 }

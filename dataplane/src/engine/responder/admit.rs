@@ -59,25 +59,43 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
             }
             return;
         }
-        let Some(slot) = slot.filter(|&s| self.conn(s).is_some_and(|c| c.state != ConnState::Dead)) else {
-            self.bufs.put(b);
-            self.stats.ignored += 1;
+        let share = self.cfg.conn_share();
+        let Self {
+            conns,
+            reqs,
+            bufs,
+            stats,
+            ..
+        } = self;
+        let live = slot.and_then(|s| Some((s, conns.get_mut(s)?.as_mut()?)));
+        let Some((slot, c)) = live.filter(|(_, c)| c.state != ConnState::Dead) else {
+            bufs.put(b);
+            stats.ignored += 1;
             return;
         };
-        let Some(i) = self.reqs.alloc() else {
-            // Cannot happen when the SRQ is sized from the request slots.
+        // Every received message is charged to its connection, Call or not
+        // (errors, MSGP, CONNPROP, DONE, v2 RESPONSE are answered or dropped
+        // outside the credits): one that would hold more than its share of
+        // request slots is closed, so it cannot take another connection's.
+        if c.requests >= share {
+            bufs.put(b);
+            stats.share_overruns += 1;
+            self.kill_conn(slot, true);
+            return;
+        }
+        let Some(i) = reqs.alloc() else {
+            // Cannot happen: the slots are every connection's share.
             debug_assert!(false, "request slots exhausted");
-            self.bufs.put(b);
-            self.stats.dropped += 1;
+            bufs.put(b);
+            stats.dropped += 1;
             return;
         };
+        c.requests += 1;
+        debug_assert!(c.requests <= share, "connection {slot} over its share");
         let recv_len = wc.byte_len.min(self.recv_size);
-        let r = self.reqs.get_mut(i).expect("allocated");
+        let r = reqs.get_mut(i).expect("allocated");
         r.start(slot, b, recv_len);
         r.t0 = self.polled_at;
-        if let Some(c) = self.conn_mut(slot) {
-            c.requests += 1;
-        }
         self.advance(i);
     }
 
@@ -153,27 +171,18 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
     /// and it has no Read to plan. Everything else takes the general decode.
     #[inline]
     pub(super) fn step_new(&mut self, i: u32) -> Step {
-        let (recv, recv_len, conn) = {
-            let r = self.reqs.get(i).expect("live");
-            (r.recv, r.recv_len, r.conn)
-        };
-        let b = recv.expect("new request holds its receive");
-        let msg = &self.bufs.bytes(b)[..recv_len as usize];
+        let p = self.step_parts(i);
+        let (r, conns, bufs, stats, stages) = (p.r, p.conns, p.bufs, p.stats, p.stages);
+        let conn = r.conn;
+        let b = r.recv.expect("new request holds its receive");
+        let msg = &bufs.bytes(b)[..r.recv_len as usize];
         if let Some(h) = header::decode_chunk_free_msg(msg) {
-            let Self {
-                reqs,
-                conns,
-                stats,
-                stages,
-                ..
-            } = self;
             let Some(c) = conns.get_mut(conn).and_then(Option::as_mut) else {
                 return Step::Wait;
             };
             // A v2 RESPONSE is refused by the general path (draft s3.2).
             let steady = c.neg.version() == Some(h.vers) && !(h.vers == RPCRDMA_VERSION_2 && h.is_response());
             if steady {
-                let r = reqs.get_mut(i).expect("live");
                 if !admit(c, r, stats, h.credits) {
                     return self.overrun(i, conn);
                 }

@@ -12,20 +12,12 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
     /// state), the Call's view is built once, for the hint and the service.
     #[inline]
     pub(super) fn step_execute(&mut self, i: u32) -> Step {
-        let Self {
-            reqs,
-            conns,
-            bufs,
-            service,
-            fabric,
-            stages,
-            ..
-        } = self;
-        let r = reqs.get_mut(i).expect("live");
+        let p = self.step_parts(i);
+        let (r, conns, bufs, service, fabric, stages) = (p.r, p.conns, p.bufs, p.service, p.fabric, p.stages);
         let resuming = r.state == ReqState::Resume;
         let chunk_area = r.chunk_buf.map_or(&[][..], |b| bufs.bytes(b));
         if r.state == ReqState::Execute {
-            let Some(view) = call_view(r, conns, chunk_area) else {
+            let Some(mut view) = call_view(r, conns, chunk_area) else {
                 return self.control(i, Control::ErrorV1(header::V1Error::Chunk));
             };
             // The RPC message's XID must be the transport header's
@@ -45,7 +37,7 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
             }
             let hint = service.reply_data_hint(&view);
             if hint == 0 && r.send_buf.is_some() && r.head_buf.is_some() {
-                let ran = run_service(service, fabric, bufs, conns, stages, r, i, view, false);
+                let ran = run_service(service, fabric, bufs, conns, stages, r, i, &mut view, false);
                 return self.after_service(i, ran);
             }
             r.data_hint = hint.min(u32::MAX as usize) as u32;
@@ -57,10 +49,10 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
             return self.wait(i, Queue::ReplyBufs);
         }
         let r = &*r;
-        let Some(view) = call_view(r, conns, chunk_area) else {
+        let Some(mut view) = call_view(r, conns, chunk_area) else {
             return self.control(i, Control::ErrorV1(header::V1Error::Chunk));
         };
-        let ran = run_service(service, fabric, bufs, conns, stages, r, i, view, resuming);
+        let ran = run_service(service, fabric, bufs, conns, stages, r, i, &mut view, resuming);
         self.after_service(i, ran)
     }
 
@@ -79,17 +71,8 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
             shape,
             window,
         } = ran;
-        let Self {
-            reqs,
-            conns: _,
-            bufs,
-            deferred: deferred_calls,
-            stats,
-            send_size,
-            ..
-        } = self;
-        let send_size = *send_size;
-        let r = reqs.get(i).expect("live");
+        let p = self.step_parts(i);
+        let (r, bufs, deferred_calls, stats, send_size) = (p.r, p.bufs, p.deferred, p.stats, p.send_size);
         // A deferral stands even beside an error: the service may have I/O
         // in flight into this Call's buffers, which must stay held until it
         // reports the Call (it can drop it then, from `resume`).
@@ -104,14 +87,14 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         if deferred {
             stats.deferred += 1;
             *deferred_calls += 1;
-            reqs.get_mut(i).expect("live").state = ReqState::Deferred;
+            r.state = ReqState::Deferred;
             return Step::Wait;
         }
         match res {
             Ok(()) => {}
             Err(ServiceError::Drop) => {
                 stats.unanswered_service_drop += 1;
-                reqs.get_mut(i).expect("live").replied = true;
+                r.replied = true;
                 self.drop_call(i, true);
                 return Step::Wait;
             }
@@ -119,7 +102,7 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
             // (`NeedReplyBufs` takes none it holds).
             Err(ServiceError::Busy) => {
                 stats.backend_waits += 1;
-                reqs.get_mut(i).expect("live").state = ReqState::NeedReplyBufs;
+                r.state = ReqState::NeedReplyBufs;
                 return self.wait(i, Queue::Backend);
             }
             // Answered with the transport's error (RFC 8166 s4.5; draft
@@ -142,11 +125,10 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         // plan `plan_reply` would make (RFC 8166 s3.5.2; draft s4.3.2):
         // header, then the reply with its DDP items left inline.
         if r.chunk_free && short_reply_fits(vers, &shape, send_max.min(send_size)) {
-            let rr = reqs.get_mut(i).expect("live");
-            rr.shape = shape;
-            rr.form = ReplyForm::Short;
-            rr.sq_need = 1;
-            rr.state = ReqState::NeedSendSlots;
+            r.shape = shape;
+            r.form = ReplyForm::Short;
+            r.sq_need = 1;
+            r.state = ReqState::NeedSendSlots;
             return Step::Continue;
         }
         // Plan the reply against the Call's Write list and Reply chunk.
@@ -168,11 +150,10 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
                 if !in_place {
                     copy_back(bufs, r, window, shape.data_len);
                 }
-                let rr = reqs.get_mut(i).expect("live");
-                rr.shape = shape;
-                rr.form = ReplyForm::OneWrite { seg, placed: in_place };
-                rr.sq_need = if in_place { 1 } else { 2 };
-                rr.state = ReqState::NeedSendSlots;
+                r.shape = shape;
+                r.form = ReplyForm::OneWrite { seg, placed: in_place };
+                r.sq_need = if in_place { 1 } else { 2 };
+                r.state = ReqState::NeedSendSlots;
                 return Step::Continue;
             }
         }
@@ -181,11 +162,10 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         match plan::plan_reply(shape.stream_len() as usize, shape.items(), chunks, vers, send_max) {
             Ok(p) => {
                 let n_writes = p.write_ops(chunks).count() as u32;
-                let rr = reqs.get_mut(i).expect("live");
-                rr.shape = shape;
-                rr.form = ReplyForm::Planned(p);
-                rr.sq_need = n_writes + 1;
-                rr.state = ReqState::NeedSendSlots;
+                r.shape = shape;
+                r.form = ReplyForm::Planned(p);
+                r.sq_need = n_writes + 1;
+                r.state = ReqState::NeedSendSlots;
                 Step::Continue
             }
             Err(e) => {
@@ -226,12 +206,12 @@ pub(super) fn run_service<F: Fabric, S: Service>(
     stages: &mut StageTimer,
     r: &Request<'_>,
     i: u32,
-    mut view: CallView<'_>,
+    view: &mut CallView<'_>,
     resuming: bool,
 ) -> Ran {
     let token = defer_token(i, r.gen);
     view.token = Some(token);
-    let head = bufs.bytes_mut(r.head_buf.expect("head"));
+    let head = r.head_buf.expect("head").bytes_mut();
     let head_room = head.len() - HEAD_PAD_BYTES;
     let data = r.data_buf.map(|b| bufs.bytes_mut(b));
     // The data item straight into the requester's Write chunk, where the
@@ -254,9 +234,9 @@ pub(super) fn run_service<F: Fabric, S: Service>(
     let mut rb = ReplyBuilder::new(&mut head[..head_room], data);
     stages.lap(LAP_SERVICE_START, r.t0);
     let res = if resuming {
-        service.resume(token, &view, &mut rb)
+        service.resume(token, view, &mut rb)
     } else {
-        service.handle_call(&view, &mut rb)
+        service.handle_call(view, &mut rb)
     };
     stages.lap(LAP_SERVICE_DONE, r.t0);
     let deferred = rb.is_deferred();

@@ -11,9 +11,11 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         // A request whose connection went away while it waited drains
         // instead. Checked once: a step that closes the connection returns
         // `Step::Wait`, so it cannot go away between two steps of one call.
+        // A `New` request was made from a receive on a live connection
+        // (`handle_recv`) a moment ago.
         {
             let Some(r) = self.reqs.get(i) else { return };
-            let conn_dead = self.conn(r.conn).is_none_or(|c| c.state == ConnState::Dead);
+            let conn_dead = r.state != ReqState::New && self.conn(r.conn).is_none_or(|c| c.state == ConnState::Dead);
             if conn_dead && r.state != ReqState::Draining {
                 match r.state {
                     // The service may still write into its buffers: keep them
@@ -61,6 +63,24 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         }
     }
 
+    /// Request `i` (live) and the responder's other parts, borrowed apart:
+    /// what each step of [`Self::advance`] works on.
+    #[inline(always)]
+    pub(super) fn step_parts(&mut self, i: u32) -> StepParts<'_, 'p, F, S> {
+        StepParts {
+            r: self.reqs.get_mut(i).expect("live"),
+            conns: &mut self.conns,
+            bufs: &mut self.bufs,
+            fabric: &mut self.fabric,
+            service: &mut self.service,
+            stats: &mut self.stats,
+            stages: &mut self.stages,
+            cfg: &self.cfg,
+            send_size: self.send_size,
+            deferred: &mut self.deferred,
+        }
+    }
+
     pub(super) fn set_state(&mut self, i: u32, s: ReqState) {
         if let Some(r) = self.reqs.get_mut(i) {
             r.state = s;
@@ -71,6 +91,9 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         let r = self.reqs.get_mut(i).expect("live");
         r.control = c;
         r.state = ReqState::NeedControlSend;
+        // The answer needs the XID and version only (kept): messages waiting
+        // to be answered hold no receive buffer.
+        call_buffers_done(r, &mut self.bufs);
         Step::Continue
     }
 
@@ -112,10 +135,13 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         r.form = ReplyForm::None;
         self.reqs.free(i);
         self.bufs.put_all(held);
-        if let Some(c) = self.conn_mut(conn) {
+        let forget = self.conn_mut(conn).is_some_and(|c| {
             crate::count::dec(&mut c.requests, "connection requests live");
+            c.state == ConnState::Dead && c.requests == 0
+        });
+        if forget {
+            self.maybe_forget_conn(conn);
         }
-        self.maybe_forget_conn(conn);
     }
 
     pub(super) fn wait(&mut self, i: u32, q: Queue) -> Step {
@@ -159,4 +185,34 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
             Queue::Backend => &mut self.wait_backend,
         }
     }
+}
+
+/// Request `r` is answered, or its answer is built: its received message
+/// goes back to the pool now rather than when the answer's Send completes,
+/// so a peer slow to complete Sends (or posting no receives) holds request
+/// slots, not the receive buffers the shared receive queue is refilled from.
+/// Its other buffers stay until the Send completes (or it is released).
+#[inline(always)]
+pub(super) fn call_buffers_done(r: &mut Request<'_>, bufs: &mut EngineBufs<'_>) {
+    // The header borrows the receive buffer: gone first.
+    r.hdr = None;
+    if let Some(b) = r.recv.take() {
+        bufs.put(b);
+    }
+}
+
+/// What a step of one request works on ([`Responder::step_parts`]): the
+/// request, and the responder's other parts a step may need.
+pub(super) struct StepParts<'a, 'p, F, S> {
+    pub(super) r: &'a mut Request<'p>,
+    pub(super) conns: &'a mut Slab<Option<Conn>>,
+    pub(super) bufs: &'a mut EngineBufs<'p>,
+    pub(super) fabric: &'a mut F,
+    pub(super) service: &'a mut S,
+    pub(super) stats: &'a mut ResponderStats,
+    pub(super) stages: &'a mut StageTimer,
+    pub(super) cfg: &'a ResponderConfig,
+    pub(super) send_size: u32,
+    /// Requests in state `Deferred`.
+    pub(super) deferred: &'a mut u32,
 }

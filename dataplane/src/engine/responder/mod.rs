@@ -49,7 +49,7 @@ use proto::header::{
     RPCRDMA_VERSION_1, RPCRDMA_VERSION_2,
 };
 use proto::negotiate::{self, CallVerdict, VersionRange};
-use proto::plan::{self, ReadLimits, ReadPlan, ReplyKind, ReplyPlan};
+use proto::plan::{self, ReadLimits, ReadPlan, ReplyHeaderOut, ReplyKind, ReplyPlan};
 use proto::private_data::{self, PrivateData as Rfc8797};
 
 use crate::bufs::{Class, EngineBufs};
@@ -118,9 +118,19 @@ pub struct ResponderConfig {
 }
 
 impl ResponderConfig {
-    /// Request slots needed: one per receive that can be outstanding.
+    /// Request slots: every connection's share ([`Self::conn_share`]), so
+    /// that no connection can take another's.
     pub fn request_slots(&self) -> u32 {
-        self.max_conns * self.credits
+        self.max_conns * self.conn_share()
+    }
+    /// Received messages one connection may hold request slots for at once:
+    /// one per credit (Calls not yet answered, RFC 8166 s3.3.1) and one per
+    /// send-queue slot (answers posted whose Send has not completed: a slot
+    /// lives until then, while the credit comes back when the reply is
+    /// posted). Every received message counts, Call or not; a connection
+    /// that would go beyond its share is closed.
+    pub fn conn_share(&self) -> u32 {
+        self.credits + self.send_depth
     }
     /// Depth of the shared receive queue.
     pub fn srq_depth(&self) -> u32 {
@@ -146,6 +156,11 @@ pub struct ResponderStats {
     pub conns_rejected: u64,
     pub conns_closed: u64,
     pub credit_overruns: u64,
+    /// Connections closed for holding more received messages than their
+    /// share of request slots ([`ResponderConfig::conn_share`]): answers
+    /// the peer does not take (it posts no receives) piling up, or
+    /// messages that are not Calls, which credits do not bound.
+    pub share_overruns: u64,
     /// Messages dropped before they counted as Calls (too short to answer,
     /// RDMA_DONE and the like): no credit, no reply owed.
     pub dropped: u64,
@@ -254,14 +269,14 @@ pub enum ReqState {
 enum ReplyForm {
     #[default]
     None,
-    /// One Send: the one-step Short header (`plan::encode_short_reply_header`),
+    /// One Send: the chunk-free Short header (`ReplyHeaderOut::ChunkFree`),
     /// then head, data and padding. A chunk-free Call whose whole reply fits
     /// the peer's inline threshold ([`short_reply_fits`]; RFC 8166 s3.5.2,
     /// draft s4.3.2).
     Short,
     /// One RDMA Write of the reply's one DDP item into `seg`, the Call's only
     /// chunk, then one Send of the one-step header
-    /// (`plan::encode_one_write_reply_header`) and the rest of the reply
+    /// (`ReplyHeaderOut::OneWrite`) and the rest of the reply
     /// (`plan::one_write_short_reply`; RFC 8166 s3.4.6). `placed`: the
     /// service wrote the item into the segment's memory already
     /// (`Fabric::remote_window`, shm), so no Write is posted.
@@ -338,9 +353,9 @@ struct Request<'p> {
     reads_total: u32,
     /// The send buffer (transport header and inline reply) and the head
     /// buffer: taken on the slot's first reply and kept by the slot across
-    /// requests (returned at shutdown).
-    send_buf: Option<BufRef>,
-    head_buf: Option<BufRef>,
+    /// requests (returned at shutdown), resolved once ([`SlotBuf`]).
+    send_buf: Option<SlotBuf<'p>>,
+    head_buf: Option<SlotBuf<'p>>,
     data_buf: Option<BufRef>,
     data_hint: u32,
     shape: ReplyShape,
@@ -366,16 +381,16 @@ impl<'p> Request<'p> {
     /// `chunk_offs`, `shape`), which is several hundred bytes and always
     /// written before it is read (`read_plan` and `chunk_offs` by `step_new`,
     /// `shape` with `form` by `after_service`).
-    #[inline]
+    #[inline(always)]
     fn start(&mut self, conn: u32, recv: BufRef, recv_len: u32) {
+        self.recv = Some(recv);
+        self.recv_len = recv_len;
         self.hdr = None;
         self.state = ReqState::New;
         self.gen = self.gen.wrapping_add(1);
         self.conn = conn;
         self.vers = 0;
         self.xid = 0;
-        self.recv = Some(recv);
-        self.recv_len = recv_len;
         self.counted = false;
         self.replied = false;
         self.chunk_buf = None;
@@ -398,11 +413,15 @@ impl<'p> Request<'p> {
     #[inline]
     fn take_reply_bufs(&mut self, bufs: &mut EngineBufs<'p>) -> bool {
         if self.send_buf.is_none() {
-            let Some(b) = bufs.get(Class::Send) else { return false };
+            let Some(b) = SlotBuf::take(bufs, Class::Send) else {
+                return false;
+            };
             self.send_buf = Some(b);
         }
         if self.head_buf.is_none() {
-            let Some(b) = bufs.get(Class::Send) else { return false };
+            let Some(b) = SlotBuf::take(bufs, Class::Send) else {
+                return false;
+            };
             self.head_buf = Some(b);
         }
         if self.data_hint > 0 && self.data_buf.is_none() {
@@ -410,6 +429,71 @@ impl<'p> Request<'p> {
             self.data_buf = Some(b);
         }
         true
+    }
+}
+
+/// A buffer a request slot keeps across its requests (its send and head
+/// buffers), resolved once when the slot takes it: the pool's handle, where
+/// its bytes are, and its offset in its region (what a work request names).
+/// A Call in the steady state then looks nothing up in the pool for them.
+#[derive(Clone, Copy, Debug)]
+struct SlotBuf<'p> {
+    buf: BufRef,
+    ptr: std::ptr::NonNull<u8>,
+    len: usize,
+    offset: u64,
+    pool: std::marker::PhantomData<&'p Mempool>,
+}
+
+impl<'p> SlotBuf<'p> {
+    /// A buffer of `class` from `bufs`, resolved; `None` when the class is
+    /// empty.
+    #[inline]
+    fn take(bufs: &mut EngineBufs<'p>, class: Class) -> Option<Self> {
+        let buf = bufs.get(class)?;
+        let (Some((ptr, len)), Some(offset)) = (bufs.pool.buf_ptr(buf), bufs.pool.offset(buf)) else {
+            // A handle from this pool always resolves.
+            bufs.put(buf);
+            return None;
+        };
+        Some(Self {
+            buf,
+            ptr,
+            len,
+            offset: offset as u64,
+            pool: std::marker::PhantomData,
+        })
+    }
+
+    /// `len` bytes of it, as the fabric names local memory.
+    #[inline(always)]
+    fn local(&self, len: u32) -> LocalBuf {
+        LocalBuf {
+            region: self.buf.region,
+            offset: self.offset,
+            len,
+        }
+    }
+
+    /// Its bytes.
+    #[inline(always)]
+    fn bytes(&self) -> &'p [u8] {
+        // SAFETY: `ptr` and `len` are the pool's for `buf` (`take`), inside
+        // its mapping, which lives for `'p`. The request slot holds `buf`
+        // until shutdown, and no posted work request writes it while the
+        // engine reads it (as `EngineBufs::bytes`).
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+
+    /// Its bytes, mutable.
+    #[inline(always)]
+    #[allow(clippy::mut_from_ref)]
+    fn bytes_mut(&self) -> &'p mut [u8] {
+        // SAFETY: as in `bytes`; the engine borrows each of a slot's buffers
+        // mutably at most once at a time, and not while a posted Send reads
+        // it (a slot's next reply is built after its last one completed), as
+        // `EngineBufs::bytes_mut`.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
     }
 }
 
@@ -640,6 +724,13 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         self.conns.in_use()
     }
 
+    /// Credits granted now, summed over the live connections: each one's
+    /// grant in its next reply (RFC 8166 s3.3.1). Live statistics. Owning core.
+    pub fn credits_granted(&self) -> u64 {
+        let live = self.conns.used_indices().filter_map(|i| self.conns.get(i)?.as_ref());
+        live.map(|c| u64::from(c.credits.grant())).sum()
+    }
+
     /// Buffers held right now, for accounting tests.
     pub fn held(&self) -> HeldBuffers {
         let mut h = HeldBuffers {
@@ -669,12 +760,8 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         let mut work = 0;
         // While a connection is being accepted, its handshake must progress
         // promptly: poll CM every turn until it is established.
-        let cm_due = self.cm_tick == 0 || self.accepting > 0 || self.draining;
-        self.cm_tick = (self.cm_tick + 1) % CM_POLL_INTERVAL;
-        while let Some(ev) = if cm_due { self.fabric.poll_cm() } else { None } {
-            self.handle_cm(ev);
-            work += 1;
-        }
+        let urgent = self.accepting > 0 || self.draining;
+        work += super::poll_cm(self, urgent);
         self.reads_posted_this_turn = 0;
         work += self.poll_completions();
         if self.deferred > 0 {
@@ -699,13 +786,7 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
     /// Poll one batch of completions (at most [`CQ_BATCH`]) and handle each;
     /// returns how many.
     fn poll_completions(&mut self) -> usize {
-        let n = self.fabric.poll_cq(self.cq, &mut self.wcs);
-        self.polled_at = StageTimer::now();
-        for i in 0..n {
-            let wc = self.wcs[i];
-            self.handle_completion(wc);
-        }
-        n
+        super::poll_completions(self)
     }
 
     /// Resume the deferred Calls the service reports ready. Tokens of
@@ -809,7 +890,12 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
             let mut kept = Vec::new();
             for (used, r) in self.reqs.all_slots_mut() {
                 if !used {
-                    kept.extend([r.send_buf.take(), r.head_buf.take()].into_iter().flatten());
+                    kept.extend(
+                        [r.send_buf.take(), r.head_buf.take()]
+                            .into_iter()
+                            .flatten()
+                            .map(|s| s.buf),
+                    );
                 }
             }
             for b in kept {
@@ -879,3 +965,5 @@ enum Queue {
     Backend,
     SendSlots,
 }
+
+super::impl_poll_loop!(Responder<'_, F, S>, [F: Fabric, S: Service]);

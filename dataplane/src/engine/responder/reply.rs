@@ -16,19 +16,10 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
     #[inline]
     pub(super) fn step_send(&mut self, i: u32) -> Step {
         self.receives_before_grant();
-        let Self {
-            reqs,
-            conns,
-            bufs,
-            fabric,
-            cfg,
-            send_size,
-            stages,
-            ..
-        } = self;
-        let send_size = *send_size;
-        let r = reqs.get(i).expect("live");
-        let Some(c) = conns.get(r.conn).and_then(Option::as_ref) else {
+        let p = self.step_parts(i);
+        let (r, conns, bufs, fabric, cfg) = (p.r, p.conns, p.bufs, p.fabric, p.cfg);
+        let (send_size, stages, stats) = (p.send_size, p.stages, p.stats);
+        let Some(c) = conns.get_mut(r.conn).and_then(Option::as_mut) else {
             return Step::Wait;
         };
         let (conn_id, remote_inv) = (c.id, c.remote_inv);
@@ -81,23 +72,30 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         let writes = posted;
         let op = send_op(r.vers, remote_inv && fabric.caps().send_with_invalidate, h);
         if !err {
-            let wr = SendWr::new(wr_id, op, bufs.local(send_b, send_len as u32), RemoteBuf::default());
+            let wr = SendWr::new(wr_id, op, send_b.local(send_len as u32), RemoteBuf::default());
             if fabric.post_send(conn_id, &wr).is_ok() {
                 posted += 1;
             } else {
                 err = true;
             }
         }
-        // The reply is on its way: what follows is bookkeeping.
+        // The reply is on its way: what follows is bookkeeping. The credit
+        // comes back with the reply posted; the request (now Sending) and its
+        // send-queue slots with the Send's completion.
         let kind = reply_stat_kind(&r.form);
         let conn = r.conn;
-        self.reply_posted(i, conn, posted, (!err).then_some(grant));
-        let stats = &mut self.stats;
+        r.wr_out += posted;
+        r.state = ReqState::Sending;
+        c.sq_used += posted;
         stats.rdma_writes += u64::from(writes);
         if err {
             self.kill_conn(conn, true);
             return Step::Wait;
         }
+        r.replied = true;
+        stages.lap(LAP_REPLY_POSTED, r.t0);
+        super::machine::call_buffers_done(r, bufs);
+        c.credits.on_reply(grant);
         stats.sends_with_invalidate += u64::from(matches!(op, SendOp::SendWithInv { .. }));
         stats.replies += 1;
         match kind {
@@ -112,27 +110,6 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
             }
         }
         Step::Wait
-    }
-
-    /// Account a reply's `posted` work requests on request `i` (now
-    /// Sending) and on its connection `conn`; `grant` is the credit grant
-    /// the reply carries, `None` when its Send was not posted.
-    #[inline(always)]
-    pub(super) fn reply_posted(&mut self, i: u32, conn: u32, posted: u32, grant: Option<u32>) {
-        if let Some(rr) = self.reqs.get_mut(i) {
-            rr.wr_out += posted;
-            rr.state = ReqState::Sending;
-            if grant.is_some() {
-                rr.replied = true;
-                self.stages.lap(LAP_REPLY_POSTED, rr.t0);
-            }
-        }
-        if let Some(c) = self.conns.get_mut(conn).and_then(Option::as_mut) {
-            c.sq_used += posted;
-            if let Some(g) = grant {
-                c.credits.on_reply(g);
-            }
-        }
     }
 
     /// Before a reply grants credits, the receives they stand for are
@@ -172,7 +149,7 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         let grant = c.credits.grant();
         let send_b = match self.reqs.get(i).expect("live").send_buf {
             Some(b) => b,
-            None => match self.bufs.get(Class::Send) {
+            None => match SlotBuf::take(&mut self.bufs, Class::Send) {
                 Some(b) => {
                     self.reqs.get_mut(i).expect("live").send_buf = Some(b);
                     b
@@ -185,28 +162,17 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
             id: RDMA2_PROPID_RBSIZ,
             data: &rbsiz,
         }];
-        let out = self.bufs.bytes_mut(send_b);
+        let out = send_b.bytes_mut();
+        // The answer's version, flags and body (RFC 8166 s4.5; draft s5.3.3,
+        // s7.2); an ERR_VERS for a version we do not speak goes in the v1
+        // layout under that version's word.
+        let (vers, flags, body) = match r.control {
+            Control::ErrorV1(e) => (RPCRDMA_VERSION_1, 0, BodyOut::ErrorV1(e)),
+            Control::ErrorV2(e) => (RPCRDMA_VERSION_2, RPCRDMA2_F_RESPONSE, BodyOut::ErrorV2(e)),
+            Control::ConnProp => (RPCRDMA_VERSION_2, RPCRDMA2_F_RESPONSE, BodyOut::ConnProp(&props)),
+            Control::ErrVersRaw(_) | Control::None => (RPCRDMA_VERSION_1, 0, BodyOut::Done),
+        };
         let len = match r.control {
-            Control::ErrorV1(e) => header::encode(
-                &HeaderOut {
-                    xid: r.xid,
-                    vers: RPCRDMA_VERSION_1,
-                    credits: grant,
-                    flags: 0,
-                    body: BodyOut::ErrorV1(e),
-                },
-                out,
-            ),
-            Control::ErrorV2(e) => header::encode(
-                &HeaderOut {
-                    xid: r.xid,
-                    vers: RPCRDMA_VERSION_2,
-                    credits: grant,
-                    flags: RPCRDMA2_F_RESPONSE,
-                    body: BodyOut::ErrorV2(e),
-                },
-                out,
-            ),
             Control::ErrVersRaw(v) => {
                 let mut w = proto::xdr::Writer::new(out);
                 header::put_prefix(&mut w, r.xid, RPCRDMA_VERSION_1, grant, header::RDMA_ERROR, 0)
@@ -216,17 +182,17 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
                     .and_then(|_| w.patch_u32(4, v))
                     .map(|_| w.len())
             }
-            Control::ConnProp => header::encode(
+            Control::None => Ok(0),
+            _ => header::encode(
                 &HeaderOut {
                     xid: r.xid,
-                    vers: RPCRDMA_VERSION_2,
+                    vers,
                     credits: grant,
-                    flags: RPCRDMA2_F_RESPONSE,
-                    body: BodyOut::ConnProp(&props),
+                    flags,
+                    body,
                 },
                 out,
             ),
-            Control::None => Ok(0),
         };
         let Ok(len) = len else {
             self.drop_call(i, false);
@@ -235,7 +201,7 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         let wr = SendWr::new(
             self.req_wr_id(i),
             SendOp::Send,
-            self.bufs.local(send_b, len as u32),
+            send_b.local(len as u32),
             RemoteBuf::default(),
         );
         let conn = r.conn;
@@ -266,11 +232,12 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
 /// says; returns the Send's length, `None` when the reply does not fit
 /// (the caller answers ERR_CHUNK). `chunks`: the Call's chunk lists.
 ///
-/// - `Short`: the one-step Short header, then head, data and padding.
-/// - `OneWrite`: the one-step header with the segment's length set to the
-///   item's, then the reply without the item and its XDR padding.
-/// - `Planned`: `plan::encode_reply_header`, then a Short plan's reduced
-///   reply (a Long reply's goes by RDMA Write into the Reply chunk).
+/// The header is `plan::encode_reply_header`'s for each form:
+/// - `Short`: the chunk-free header, then head, data and padding.
+/// - `OneWrite`: the header with the segment's length set to the item's,
+///   then the reply without the item and its XDR padding.
+/// - `Planned`: the plan's header, then a Short plan's reduced reply (a
+///   Long reply's goes by RDMA Write into the Reply chunk).
 #[inline(always)]
 pub(super) fn encode_reply(
     bufs: &mut EngineBufs<'_>,
@@ -279,15 +246,23 @@ pub(super) fn encode_reply(
     chunks: Option<&header::ChunkLists<'_>>,
 ) -> Option<usize> {
     let (send_b, head_b) = (r.send_buf?, r.head_buf?);
-    let out = bufs.bytes_mut(send_b);
-    let head = bufs.bytes(head_b);
+    if let ReplyForm::Planned(_) = r.form {
+        // The zero padding RDMA Writes into a Reply chunk take from the
+        // end of the head buffer (`for_each_local`).
+        let hb = head_b.bytes_mut();
+        let n = hb.len();
+        hb[n - HEAD_PAD_BYTES..].fill(0);
+    }
+    let out = send_b.bytes_mut();
+    let head = head_b.bytes();
     let data = r.data_buf.map_or(&[][..], |b| bufs.bytes(b));
     let shape = &r.shape;
     match r.form {
         ReplyForm::None => None,
         ReplyForm::Short => {
             // No flags beyond RESPONSE, which the encoder sets in v2.
-            let hdr_len = plan::encode_short_reply_header(r.vers, r.xid, grant, 0, out)?;
+            let hdr = ReplyHeaderOut::ChunkFree { vers: r.vers };
+            let hdr_len = plan::encode_reply_header(hdr, r.xid, grant, 0, out).ok()?;
             // Sizes were checked against the send buffer (`short_reply_fits`):
             // head, data, then the data's XDR padding.
             let (head_len, data_len, pad) = (shape.head_len as usize, shape.data_len as usize, shape.pad() as usize);
@@ -302,24 +277,21 @@ pub(super) fn encode_reply(
         }
         ReplyForm::OneWrite { seg, .. } => {
             let item = *shape.items().first()?;
-            let hdr_len = plan::encode_one_write_reply_header(r.vers, r.xid, grant, 0, seg, item.len, out)?;
+            let written = item.len;
+            let hdr = ReplyHeaderOut::OneWrite {
+                vers: r.vers,
+                seg,
+                written,
+            };
+            let hdr_len = plan::encode_reply_header(hdr, r.xid, grant, 0, out).ok()?;
             let item_end = item.offset as usize + item.len as usize + (item.len.wrapping_neg() & 3) as usize;
             let at = copy_stream_range(shape, head, data, 0, item.offset as usize, out, hdr_len)?;
             copy_stream_range(shape, head, data, item_end, shape.stream_len() as usize, out, at)
         }
         ReplyForm::Planned(ref plan) => {
-            // The zero padding RDMA Writes into a Reply chunk take from the
-            // end of the head buffer (`for_each_local`).
-            let hb = bufs.bytes_mut(head_b);
-            let n = hb.len();
-            hb[n - HEAD_PAD_BYTES..].fill(0);
-            let out = bufs.bytes_mut(send_b);
-            let flags = if r.vers == RPCRDMA_VERSION_2 {
-                RPCRDMA2_F_RESPONSE
-            } else {
-                0
-            };
-            let mut send_len = plan::encode_reply_header(plan, chunks?, r.xid, grant, flags, out).ok()?;
+            // No flags beyond RESPONSE, which the encoder sets in v2.
+            let hdr = ReplyHeaderOut::Planned { plan, call: chunks? };
+            let mut send_len = plan::encode_reply_header(hdr, r.xid, grant, 0, out).ok()?;
             if plan.kind == ReplyKind::Short {
                 // The reduced reply after the header (at most the inline
                 // threshold, which the plan checked).
@@ -345,12 +317,31 @@ struct ReplyWriter<'a, 'p, 'r, F: Fabric> {
 }
 
 impl<F: Fabric> ReplyWriter<'_, '_, '_, F> {
+    /// The local pieces of bytes `start..start + len` of the request's reply
+    /// stream, as the gather list of one work request: `None` when the range is
+    /// empty or needs more than [`MAX_SGE`] pieces.
+    #[inline(always)]
+    fn gather_local(&self, start: u32, len: u32) -> Option<([LocalBuf; MAX_SGE], u8)> {
+        let mut pieces = [LocalBuf::default(); MAX_SGE];
+        let mut n = 0usize;
+        let mut overflow = false;
+        for_each_local(self.bufs, self.send_size, self.r, start, len, |lb, _| {
+            if n < MAX_SGE {
+                pieces[n] = lb;
+                n += 1;
+            } else {
+                overflow = true;
+            }
+        });
+        (!overflow && n > 0).then_some((pieces, n as u8))
+    }
+
     /// Post one RDMA Write of bytes `start..start + len` of the reply
-    /// stream (from pieces of the head and data buffers, [`gather_local`])
+    /// stream (from pieces of the head and data buffers, [`Self::gather_local`])
     /// into `target`; `false` when it cannot be posted.
     #[inline]
     fn post(&mut self, target: Segment, start: u32, len: u32) -> bool {
-        let Some((pieces, n)) = gather_local(self.bufs, self.send_size, self.r, start, len) else {
+        let Some((pieces, n)) = self.gather_local(start, len) else {
             return false;
         };
         let mut wr = SendWr::new(self.wr_id, SendOp::RdmaWrite, pieces[0], target);
@@ -394,31 +385,6 @@ pub(super) fn send_op(vers: u32, remote_inv: bool, h: &Header<'_>) -> SendOp {
         _ => None,
     };
     rkey.map_or(SendOp::Send, |rkey| SendOp::SendWithInv { rkey })
-}
-
-/// The local pieces of bytes `start..start + len` of request `r`'s reply
-/// stream, as the gather list of one work request: `None` when the range is
-/// empty or needs more than [`MAX_SGE`] pieces.
-#[inline(always)]
-pub(super) fn gather_local(
-    bufs: &EngineBufs<'_>,
-    send_size: u32,
-    r: &Request,
-    start: u32,
-    len: u32,
-) -> Option<([LocalBuf; MAX_SGE], u8)> {
-    let mut pieces = [LocalBuf::default(); MAX_SGE];
-    let mut n = 0usize;
-    let mut overflow = false;
-    for_each_local(bufs, send_size, r, start, len, |lb, _| {
-        if n < MAX_SGE {
-            pieces[n] = lb;
-            n += 1;
-        } else {
-            overflow = true;
-        }
-    });
-    (!overflow && n > 0).then_some((pieces, n as u8))
 }
 
 /// Copy bytes `s..e` of a reply stream shaped `shape` (head ++ data ++ zero
@@ -469,14 +435,15 @@ pub(super) fn for_each_local(
     let data_len = r.shape.data_len;
     let mut at = start;
     let end = start + len;
-    // Bytes `off..off + n` of buffer `b` as the piece at `at`.
-    let mut piece = |b: BufRef, off: u32, n: u32, at: u32| {
-        let base = bufs.pool.offset(b).unwrap_or(0) as u64;
+    let head = r.head_buf.expect("head").local(0);
+    let data = r.data_buf.map(|b| bufs.local(b, 0));
+    // Bytes `off..off + n` of the buffer at `b` as the piece at `at`.
+    let mut piece = |b: LocalBuf, off: u32, n: u32, at: u32| {
         f(
             LocalBuf {
-                region: b.region,
-                offset: base + off as u64,
+                offset: b.offset + off as u64,
                 len: n,
+                ..b
             },
             at - start,
         );
@@ -484,18 +451,18 @@ pub(super) fn for_each_local(
     while at < end {
         if at < head_len {
             let n = (head_len - at).min(end - at);
-            piece(r.head_buf.expect("head"), at, n, at);
+            piece(head, at, n, at);
             at += n;
         } else if at < head_len + data_len {
             let off = at - head_len;
             let n = (data_len - off).min(end - at);
-            piece(r.data_buf.expect("data"), off, n, at);
+            piece(data.expect("data"), off, n, at);
             at += n;
         } else {
             // Padding: zero bytes; a Write into a Reply chunk needs them
             // (s3.5.3). They come from the zeroed tail of the head buffer.
             let n = (end - at).min(4);
-            piece(r.head_buf.expect("head"), send_size - HEAD_PAD_BYTES as u32, n, at);
+            piece(head, send_size - HEAD_PAD_BYTES as u32, n, at);
             at += n;
         }
     }

@@ -140,6 +140,7 @@ pub mod mapping;
 pub mod ring;
 
 mod conn;
+mod doorbell;
 mod memory;
 mod setup;
 mod sock;
@@ -321,6 +322,9 @@ pub struct ShmFabric {
     fds_in: Vec<OwnedFd>,
     /// The next connection-manager socket sweep is due then.
     next_cm_sweep: Instant,
+    /// Our doorbell, passed to every peer (`doorbell`); `None` if no
+    /// eventfd could be had (the fabric then never arms).
+    bell: Option<doorbell::Bell>,
 }
 
 fn io_err(op: &'static str) -> impl FnOnce(std::io::Error) -> FabricError {
@@ -365,6 +369,7 @@ impl ShmFabric {
             msg: Box::new([0; MAX_MSG_LEN]),
             fds_in: Vec::with_capacity(sock::MAX_FDS),
             next_cm_sweep: Instant::now(),
+            bell: doorbell::Bell::new().ok(),
             cfg,
         })
     }
@@ -687,6 +692,18 @@ impl Fabric for ShmFabric {
             n += pop_into(&mut self.cqs[qi], &mut out[n..]);
         }
         n
+    }
+
+    fn wake_fds(&self) -> Vec<std::os::fd::RawFd> {
+        self.do_wake_fds()
+    }
+
+    fn arm_wakeup(&mut self) -> bool {
+        self.do_arm_wakeup()
+    }
+
+    fn disarm_wakeup(&mut self) {
+        self.do_disarm_wakeup()
     }
 }
 

@@ -49,6 +49,11 @@ impl ShmFabric {
                 .filter(|r| r.exposable)
                 .map(|r| r.region.fd()),
         );
+        // Our doorbell last (shm::doorbell); a peer that expects none sees
+        // one descriptor too many only if it is older than the doorbell.
+        if let Some(b) = &self.bell {
+            fds.push(b.fd());
+        }
         sock::send_msg(s.as_fd(), &self.msg[..n], &fds)
     }
 
@@ -100,7 +105,9 @@ impl ShmFabric {
                 Ok(Recv::Msg(n)) => {
                     let inc = self.incoming.swap_remove(i);
                     if let Ok(Msg::Req(hello)) = wire::decode(&self.msg[..n]) {
-                        if self.fds_in.len() == 1 + hello.regions.len() {
+                        // The ring file, the regions, maybe a doorbell.
+                        let extra = self.fds_in.len().checked_sub(hello.regions.len());
+                        if matches!(extra, Some(1 | 2)) {
                             let pd = hello.private_data;
                             let req = Request {
                                 sock: inc.sock,

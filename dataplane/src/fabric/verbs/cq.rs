@@ -116,13 +116,14 @@ impl VerbsFabric {
         // window binds and invalidations (reported to no one, but they
         // occupy entries until polled).
         let send_depth = depth.saturating_mul(INTERNAL_SQ_FACTOR).min(max).max(depth);
-        // SAFETY: `self.ctx` is open; no completion channel, vector 0.
-        let send = unsafe { sys::ibv_create_cq(self.ctx, send_depth as c_int, ptr::null_mut(), ptr::null_mut(), 0) };
+        // SAFETY: `self.ctx` is open; `self.comp` is our completion channel
+        // (interrupt mode, `wake`); vector 0.
+        let send = unsafe { sys::ibv_create_cq(self.ctx, send_depth as c_int, ptr::null_mut(), self.comp, 0) };
         if send.is_null() {
             return Err(errno("ibv_create_cq"));
         }
         // SAFETY: as above.
-        let recv = unsafe { sys::ibv_create_cq(self.ctx, depth as c_int, ptr::null_mut(), ptr::null_mut(), 0) };
+        let recv = unsafe { sys::ibv_create_cq(self.ctx, depth as c_int, ptr::null_mut(), self.comp, 0) };
         if recv.is_null() {
             let e = errno("ibv_create_cq");
             // SAFETY: `send` was just created and has no QP.

@@ -46,9 +46,14 @@ impl Drop for VerbsFabric {
             for s in self.srqs.drain(..) {
                 sys::ibv_destroy_srq(s.srq);
             }
+            // A CQ with unacknowledged events cannot be destroyed.
+            self.ack_cq_events();
             for q in self.cqs.drain(..) {
                 sys::ibv_destroy_cq(q.send);
                 sys::ibv_destroy_cq(q.recv);
+            }
+            if !self.comp.is_null() {
+                sys::ibv_destroy_comp_channel(self.comp);
             }
             for mw in self.mws.drain(..) {
                 sys::ibv_dealloc_mw(mw);
@@ -95,6 +100,7 @@ impl VerbsFabric {
             inv_flags: 0,
             pd: ptr::null_mut(),
             channel: ptr::null_mut(),
+            comp: ptr::null_mut(),
             mrs: Vec::new(),
             mws: Vec::new(),
             cqs: Vec::new(),
@@ -167,6 +173,7 @@ impl VerbsFabric {
         if rc < 0 {
             return Err(errno("fcntl(O_NONBLOCK) on the CM event channel"));
         }
+        me.open_comp_channel()?;
         Ok(me)
     }
 

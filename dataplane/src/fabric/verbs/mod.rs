@@ -114,6 +114,7 @@ mod device;
 mod mr;
 mod qp;
 pub mod status;
+mod wake;
 
 use std::collections::{HashMap, VecDeque};
 use std::ffi::CStr;
@@ -337,6 +338,8 @@ pub struct VerbsFabric {
     inv_flags: u32,
     pd: *mut sys::ibv_pd,
     channel: *mut sys::rdma_event_channel,
+    /// The completion channel every CQ reports to (interrupt mode, `wake`).
+    comp: *mut sys::ibv_comp_channel,
     /// Indexed by region id.
     mrs: Vec<Option<Mr>>,
     mws: Vec<*mut sys::ibv_mw>,
@@ -482,6 +485,14 @@ impl Fabric for VerbsFabric {
 
     fn poll_cq(&mut self, cq: CqId, out: &mut [Completion]) -> usize {
         self.do_poll_cq(cq, out)
+    }
+
+    fn wake_fds(&self) -> Vec<std::os::fd::RawFd> {
+        self.do_wake_fds()
+    }
+
+    fn arm_wakeup(&mut self) -> bool {
+        self.do_arm_wakeup()
     }
 }
 

@@ -1,0 +1,379 @@
+//! The helper pool: metadata procedures of backends whose metadata calls
+//! may wait for a disk ([`Backend::metadata_blocks`]: `uring`'s
+//! `open_by_handle_at`, `fstat`, `getdents64`, `fsync` of a `sync` export,
+//! ...) run on a few helper threads, not on the core.
+//!
+//! A core that gets such a Call, and may defer it, copies the Call (its RPC
+//! header and arguments, at most [`super::MAX_ASSEMBLED_CALL_BYTES`]) into a
+//! job, defers the reply ([`Deferred::submit_to_pool`]) and goes on serving
+//! other Calls. A helper runs the procedure exactly as the core would (the
+//! same [`nfs3::call`], with a core state of its own and no channels), and
+//! posts the results to the core's [`Outbox`]; the core's next
+//! `poll_deferred` takes them ([`CoreOffload::poll`]), the engine resumes the
+//! Call, and the service copies the results into the reply head
+//! ([`results`]). The core keeps polling while it holds deferred Calls (the
+//! engine's poller reports itself busy), so no wake-up is needed.
+//!
+//! A non-idempotent Call keeps its duplicate request cache entry in progress
+//! while it is on the pool, so a retransmit that comes meanwhile is dropped;
+//! the entry is completed when the Call is resumed (or cancelled).
+//!
+//! Not offloaded: NULL, READ, WRITE and COMMIT (their data goes through the
+//! core's channel, deferred), MOUNT, Calls that may not be deferred (TCP),
+//! and GETATTR of a file the core's channel has open, answered from that
+//! descriptor ([`IoChannel::getattr_cached`]).
+//!
+//! [`Backend::metadata_blocks`]: crate::backend::Backend::metadata_blocks
+//! [`IoChannel::getattr_cached`]: crate::backend::IoChannel::getattr_cached
+
+use std::collections::VecDeque;
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+
+use dataplane::service::{DeferToken, ReplyBuilder};
+use proto::nfs3 as p;
+use proto::rpc::CallHeader;
+use proto::xdr::Reader;
+
+use super::defer::Deferred;
+use super::export::split_fh;
+use super::{credential, nfs3, Call, CoreState, Fail, NfsShared, NfsStats, REPLY_HEADER_BYTES};
+
+/// Helper threads per process (started on the first offloaded Call).
+pub const HELPER_THREADS: usize = 2;
+
+/// A procedure's results, computed on a helper thread.
+#[derive(Debug)]
+pub(crate) struct Finished {
+    token: DeferToken,
+    res: Result<usize, Fail>,
+    /// The results after the RPC reply header (`res`'s length when `Ok`).
+    bytes: Vec<u8>,
+    /// DDP-eligible items (offset from the head's start, length): READLINK's
+    /// path.
+    items: Vec<(usize, usize)>,
+}
+
+/// Where one core's finished jobs wait for it. Helpers push, the core
+/// drains.
+#[derive(Debug, Default)]
+pub(crate) struct Outbox {
+    done: Mutex<Vec<Finished>>,
+    /// Entries in `done` (read without the lock on the core's poll).
+    count: AtomicUsize,
+}
+
+struct Job {
+    shared: Arc<NfsShared>,
+    outbox: Arc<Outbox>,
+    token: DeferToken,
+    /// The Call: its RPC header, then its arguments.
+    msg: Vec<u8>,
+    peer: Option<IpAddr>,
+    /// The reply head's capacity on the core (READDIR fills up to it).
+    head_cap: usize,
+}
+
+struct Inner {
+    queue: Mutex<VecDeque<Job>>,
+    cv: Condvar,
+    stop: AtomicBool,
+}
+
+/// The helper threads of one [`NfsShared`].
+pub(crate) struct HelperPool {
+    inner: Arc<Inner>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+    /// Helpers started (0 when no thread could be spawned: nothing is
+    /// offloaded then).
+    running: usize,
+}
+
+impl std::fmt::Debug for HelperPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HelperPool").finish_non_exhaustive()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // Nothing holds these locks across a panic-prone call: the data stays
+    // consistent, so a poisoned lock is used.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl HelperPool {
+    /// Start [`HELPER_THREADS`] threads. Any thread.
+    pub fn start() -> HelperPool {
+        let inner = Arc::new(Inner {
+            queue: Mutex::new(VecDeque::new()),
+            cv: Condvar::new(),
+            stop: AtomicBool::new(false),
+        });
+        let threads = (0..HELPER_THREADS)
+            .filter_map(|i| {
+                let inner = inner.clone();
+                std::thread::Builder::new()
+                    .name(format!("nfs-helper-{i}"))
+                    .spawn(move || helper(&inner))
+                    .ok()
+            })
+            .collect::<Vec<_>>();
+        HelperPool {
+            inner,
+            running: threads.len(),
+            threads: Mutex::new(threads),
+        }
+    }
+
+    /// Whether any helper runs.
+    pub fn is_running(&self) -> bool {
+        self.running > 0
+    }
+
+    fn push(&self, job: Job) {
+        lock(&self.inner.queue).push_back(job);
+        self.inner.cv.notify_one();
+    }
+}
+
+impl Drop for HelperPool {
+    /// Stop the helpers once the queue is empty and join them (not the one
+    /// running this drop, if it is a helper: it exits on its own).
+    fn drop(&mut self) {
+        self.inner.stop.store(true, Ordering::Release);
+        self.inner.cv.notify_all();
+        let me = std::thread::current().id();
+        for t in lock(&self.threads).drain(..) {
+            if t.thread().id() != me {
+                let _ = t.join();
+            }
+        }
+    }
+}
+
+fn helper(inner: &Inner) {
+    let mut st = CoreState {
+        core: usize::MAX,
+        channels: Vec::new(),
+        dir: nfs3::DirScratch::default(),
+        stats: NfsStats::default(),
+        deferred: Deferred::new(),
+        offload: CoreOffload::default(),
+        v4: crate::nfs4::Nfs4Stats::default(),
+    };
+    loop {
+        let job = {
+            let mut q = lock(&inner.queue);
+            loop {
+                if let Some(j) = q.pop_front() {
+                    break j;
+                }
+                if inner.stop.load(Ordering::Acquire) {
+                    return;
+                }
+                q = inner.cv.wait(q).unwrap_or_else(|e| e.into_inner());
+            }
+        };
+        let outbox = job.outbox.clone();
+        let f = run(job, &mut st);
+        let mut done = lock(&outbox.done);
+        done.push(f);
+        outbox.count.store(done.len(), Ordering::Release);
+    }
+}
+
+/// Run one job's procedure as the core would.
+fn run(job: Job, st: &mut CoreState) -> Finished {
+    let mut head = vec![0u8; job.head_cap];
+    let (res, items) = {
+        let mut rb = ReplyBuilder::new(&mut head, None);
+        let res = match CallHeader::decode(&job.msg) {
+            Ok((hdr, at)) => match credential(&hdr) {
+                Ok(cred) => {
+                    let c = Call {
+                        proc_: hdr.proc_,
+                        cred,
+                        peer: job.peer,
+                        args: job.msg.get(at..).unwrap_or(&[]),
+                        tail: None,
+                        token: None,
+                    };
+                    nfs3::call(&job.shared, st, &c, &mut rb, REPLY_HEADER_BYTES)
+                }
+                Err(why) => Err(Fail::Auth(why)),
+            },
+            Err(_) => Err(Fail::Garbage),
+        };
+        if let Ok(n) = res {
+            rb.set_head_len(REPLY_HEADER_BYTES + n);
+        }
+        let items = rb
+            .finish()
+            .items
+            .iter()
+            .map(|d| (d.offset as usize, d.len as usize))
+            .collect();
+        (res, items)
+    };
+    let bytes = match res {
+        Ok(n) => head
+            .get(REPLY_HEADER_BYTES..REPLY_HEADER_BYTES + n)
+            .unwrap_or(&[])
+            .to_vec(),
+        Err(_) => Vec::new(),
+    };
+    Finished {
+        token: job.token,
+        res,
+        bytes,
+        items,
+    }
+}
+
+/// One core's side of the pool.
+#[derive(Debug, Default)]
+pub(crate) struct CoreOffload {
+    outbox: Arc<Outbox>,
+    /// Finished jobs taken from the outbox, until their Calls resume.
+    ready: Vec<Finished>,
+    /// Duplicate request cache entries of Calls on the pool.
+    drc_slots: Vec<(DeferToken, u32)>,
+    /// The results of the Call being resumed.
+    pub resuming: Option<Finished>,
+}
+
+/// Whether the Call `c` runs on the helper pool: a metadata procedure on a
+/// backend whose metadata calls may block, that the engine lets this core
+/// defer. Decided from the first handle of the arguments (every procedure
+/// offloaded starts with one; RENAME and LINK must stay in one export).
+pub(crate) fn wanted(sh: &NfsShared, st: &mut CoreState, c: &Call<'_>) -> bool {
+    let metadata = matches!(
+        c.proc_,
+        p::NFSPROC3_GETATTR..=p::NFSPROC3_READLINK | p::NFSPROC3_CREATE..=p::NFSPROC3_PATHCONF
+    );
+    if c.token.is_none() || !metadata || !st.deferred.has_room() {
+        return false;
+    }
+    let Ok(fh) = p::nfs_fh3(&mut Reader::new(c.args), "object") else {
+        return false;
+    };
+    let Ok((id, bfh)) = split_fh(fh) else {
+        return false;
+    };
+    let Some(ex) = sh.export_by_id(id) else {
+        return false;
+    };
+    let bi = sh.exports[ex].backend;
+    if !sh.backends[bi].1.metadata_blocks() || !sh.helpers().is_running() {
+        return false;
+    }
+    // The attributes of a file this core has open cost one fstat.
+    if c.proc_ == p::NFSPROC3_GETATTR {
+        if let Some(Some(Ok(_))) = st.channels.get_mut(bi).map(|ch| ch.getattr_cached(&bfh)) {
+            return false;
+        }
+    }
+    true
+}
+
+impl Finished {
+    pub fn token(&self) -> DeferToken {
+        self.token
+    }
+}
+
+impl CoreOffload {
+    /// Hand the Call (`hdr`: its RPC header bytes, `args` its arguments) to
+    /// the pool under `token`; `drc_slot` is its cache entry, kept in
+    /// progress until it resumes. The caller defers the reply.
+    #[allow(clippy::too_many_arguments)]
+    pub fn submit(
+        &mut self,
+        shared: &Arc<NfsShared>,
+        token: DeferToken,
+        hdr: &[u8],
+        args: &[u8],
+        peer: Option<IpAddr>,
+        head_cap: usize,
+        drc_slot: Option<u32>,
+    ) {
+        let mut msg = Vec::with_capacity(hdr.len() + args.len());
+        msg.extend_from_slice(hdr);
+        msg.extend_from_slice(args);
+        if let Some(s) = drc_slot {
+            self.drc_slots.push((token, s));
+        }
+        shared.helpers().push(Job {
+            shared: shared.clone(),
+            outbox: self.outbox.clone(),
+            token,
+            msg,
+            peer,
+            head_cap,
+        });
+    }
+
+    /// Take the pool's finished jobs and mark their Calls ready.
+    pub fn poll(&mut self, deferred: &mut Deferred) {
+        if self.outbox.count.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        let got: Vec<Finished> = {
+            let mut done = lock(&self.outbox.done);
+            self.outbox.count.store(0, Ordering::Release);
+            std::mem::take(&mut *done)
+        };
+        for f in got {
+            deferred.pool_done(f.token);
+            self.ready.push(f);
+        }
+    }
+
+    /// Whether `token` is a Call the pool finished; if so its results go to
+    /// [`CoreOffload::resuming`].
+    pub fn begin_resume(&mut self, token: DeferToken) -> bool {
+        match self.ready.iter().position(|f| f.token == token) {
+            Some(i) => {
+                self.resuming = Some(self.ready.swap_remove(i));
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The results of the Call with `token`, if it is being resumed.
+    pub fn resumed_for(&mut self, token: Option<DeferToken>) -> Option<Finished> {
+        match (&self.resuming, token) {
+            (Some(f), Some(t)) if f.token == t => self.resuming.take(),
+            _ => None,
+        }
+    }
+
+    /// The duplicate request cache entry of the Call with `token`.
+    pub fn take_drc_slot(&mut self, token: DeferToken) -> Option<u32> {
+        let i = self.drc_slots.iter().position(|(t, _)| *t == token)?;
+        Some(self.drc_slots.swap_remove(i).1)
+    }
+
+    /// Forget the Call with `token` (its connection went away); returns its
+    /// cache entry.
+    pub fn cancel(&mut self, token: DeferToken) -> Option<u32> {
+        self.ready.retain(|f| f.token != token);
+        self.take_drc_slot(token)
+    }
+}
+
+/// Write a finished job's results at `base` of the reply head; returns what
+/// the procedure returned.
+pub(crate) fn results(f: Finished, reply: &mut ReplyBuilder<'_>, base: usize) -> Result<usize, Fail> {
+    let head = reply.head_mut();
+    let dst = head.get_mut(base..base + f.bytes.len()).ok_or(Fail::System)?;
+    dst.copy_from_slice(&f.bytes);
+    for (offset, len) in f.items {
+        // As in READLINK: when the item table is full the item stays inline.
+        let _ = reply.add_head_item(offset, len);
+    }
+    f.res
+}

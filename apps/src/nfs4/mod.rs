@@ -1,0 +1,373 @@
+//! The NFSv4.1 / 4.2 service (RFC 8881, RFC 7862): COMPOUND on program
+//! 100003 version 4, beside NFSv3 on the same listeners (RDMA and TCP).
+//!
+//! [`call`] runs one COMPOUND: the arguments are decoded one operation at
+//! a time by [`proto::nfs4::args`] (bounded views of the Call's bytes, the
+//! WRITE data taken in place from the Read chunk), each operation runs
+//! against the current and saved filehandles and its result is encoded
+//! straight into the engine's reply head; the walk stops at the first
+//! operation that fails (RFC 8881 s15.2). Nothing is allocated per Call
+//! except by OPEN (an open owner's bytes) and the session operations.
+//!
+//! # Sessions (RFC 8881 s2.10)
+//!
+//! Every COMPOUND starts with SEQUENCE, except one whose only operation is
+//! EXCHANGE_ID, CREATE_SESSION, DESTROY_SESSION, BIND_CONN_TO_SESSION or
+//! DESTROY_CLIENTID (NFS4ERR_OP_NOT_IN_SESSION otherwise; such an operation
+//! first in a longer COMPOUND is NFS4ERR_NOT_ONLY_OP; SEQUENCE later than
+//! first is NFS4ERR_SEQUENCE_POS). A retried SEQUENCE (same slot, same
+//! sequence id) is answered from the slot's reply cache ([`state`]) without
+//! running anything again.
+//!
+//! # The NFSv4 ULB (RFC 8267 s6)
+//!
+//! READ data and the READLINK link text are the DDP-eligible results: a
+//! READ that ends the COMPOUND reads straight into the engine's data buffer
+//! ([`Service::reply_data_hint`](dataplane::service::Service) is its count),
+//! which the engine writes into the client's Write chunk; a READ elsewhere
+//! and READLINK encode their data in the head and mark it as a DDP item.
+//! Everything else goes inline or in the Reply chunk, as the engine plans.
+//!
+//! # Not yet
+//!
+//! Locks (LOCK, LOCKT, LOCKU, RELEASE_LOCKOWNER), delegations and the
+//! backchannel, pNFS, NFSv4.2's ALLOCATE/DEALLOCATE/SEEK/COPY/CLONE and
+//! extended attributes are NFS4ERR_NOTSUPP. READ and WRITE run
+//! synchronously on backends that complete I/O later (no deferral yet).
+//! Client records are not persisted: there is no grace period, and
+//! CLAIM_PREVIOUS is NFS4ERR_NO_GRACE. See docs/NFSV4.md.
+
+use std::net::IpAddr;
+
+use dataplane::service::{CallView, ReplyBuilder, ServiceError};
+use proto::error::EncodeError;
+use proto::nfs4::args::{CompoundArgs, CompoundError, Op, OpDecoder, OpError};
+use proto::nfs4::*;
+use proto::rpc::{self, AcceptedReply, OpaqueAuth, ReplyHeader};
+use proto::xdr::{Reader, Writer};
+
+use crate::backend::FsError;
+use crate::nfs::auth::Cred;
+use crate::nfs::{CoreState, NfsShared, MAX_ASSEMBLED_CALL_BYTES, REPLY_HEADER_BYTES};
+
+pub mod attr;
+pub mod fh;
+mod ops;
+pub mod state;
+
+use fh::Fh;
+
+/// Per-core NFSv4 counters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Nfs4Stats {
+    /// COMPOUNDs answered (replays included).
+    pub compounds: u64,
+    /// Operations run, by number (index [`OP_LAST`] + 1 counts OP_ILLEGAL).
+    pub ops: [u64; OP_LAST as usize + 2],
+    /// COMPOUNDs answered from a slot's reply cache.
+    pub replays: u64,
+}
+
+impl Default for Nfs4Stats {
+    fn default() -> Self {
+        Nfs4Stats {
+            compounds: 0,
+            ops: [0; OP_LAST as usize + 2],
+            replays: 0,
+        }
+    }
+}
+
+/// The status of a backend error (the NFSv3 numbers are NFSv4's too for
+/// every error a backend reports).
+pub(crate) fn fs_status(e: FsError) -> u32 {
+    e.nfsstat3()
+}
+
+/// What an operation's body fails with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct St(pub u32);
+
+impl From<EncodeError> for St {
+    fn from(_: EncodeError) -> Self {
+        St(NFS4ERR_REP_TOO_BIG)
+    }
+}
+
+impl From<FsError> for St {
+    fn from(e: FsError) -> Self {
+        St(fs_status(e))
+    }
+}
+
+impl From<u32> for St {
+    fn from(s: u32) -> Self {
+        St(s)
+    }
+}
+
+/// The COMPOUND's context: filehandles, stateids, the session.
+#[derive(Debug)]
+pub(crate) struct Ctx<'c> {
+    pub sh: &'c NfsShared,
+    pub cred: Cred<'c>,
+    pub peer: Option<IpAddr>,
+    pub cur: Option<Fh>,
+    pub saved: Option<Fh>,
+    pub cur_sid: Option<Stateid>,
+    pub saved_sid: Option<Stateid>,
+    /// The session, the slot and the client, once SEQUENCE ran.
+    pub session: Option<(SessionId, u32, u64)>,
+    /// Operations left after this one (READ's data buffer is for the last).
+    pub last: bool,
+}
+
+/// Operations that may come without SEQUENCE when they are alone (RFC 8881
+/// s18.35.3 and the other session operations).
+fn sessionless(op: u32) -> bool {
+    matches!(
+        op,
+        OP_EXCHANGE_ID | OP_CREATE_SESSION | OP_DESTROY_SESSION | OP_BIND_CONN_TO_SESSION | OP_DESTROY_CLIENTID
+    )
+}
+
+/// The arguments, the Read chunk's data and the inline bytes after it.
+type Pieces<'a> = (&'a [u8], Option<&'a [u8]>, &'a [u8]);
+
+/// The pieces of the Call's arguments: contiguous (the Call in one piece,
+/// or small enough to assemble), or the inline head, the Read chunk holding
+/// WRITE data, and the inline rest.
+fn pieces<'a>(call: &CallView<'a>, at: usize, scratch: &'a mut Vec<u8>) -> Option<Pieces<'a>> {
+    let mut s = call.slices();
+    let first = s.next().unwrap_or(&[]);
+    let (second, third, fourth) = (s.next(), s.next(), s.next());
+    if second.is_none() {
+        return Some((first.get(at..)?, None, &[]));
+    }
+    let n = call.len();
+    if n <= MAX_ASSEMBLED_CALL_BYTES {
+        scratch.resize(n, 0);
+        call.copy_to(scratch);
+        return Some((scratch.get(at..n)?, None, &[]));
+    }
+    if fourth.is_some() {
+        // More than one Read chunk in a large COMPOUND: not handled.
+        return None;
+    }
+    Some((first.get(at..)?, second, third.unwrap_or(&[])))
+}
+
+/// The `count` of a COMPOUND whose last operation is READ, for the data
+/// buffer the engine attaches before the Call runs.
+pub(crate) fn read_hint(head: &[u8]) -> Option<u32> {
+    // The version word first, so other Calls pay one comparison.
+    if head.get(16..20)? != NFS_V4.to_be_bytes() {
+        return None;
+    }
+    let (h, at) = rpc::CallHeader::decode(head).ok()?;
+    if (h.prog, h.vers, h.proc_) != (proto::nfs3::NFS_PROGRAM, NFS_V4, NFSPROC4_COMPOUND) {
+        return None;
+    }
+    args::final_read_count(head.get(at..)?)
+}
+
+use proto::nfs4::args;
+
+fn reply_rpc(reply: &mut ReplyBuilder<'_>, hdr: &ReplyHeader<'_>) -> Result<(), ServiceError> {
+    let mut w = Writer::new(reply.head_mut());
+    rpc::encode_reply_header(&mut w, hdr).map_err(|_| ServiceError::Reject)?;
+    let n = w.len();
+    reply.set_head_len(n);
+    Ok(())
+}
+
+/// Answer COMPOUND (`at`: where the arguments start in the Call's first
+/// piece). Writes the whole RPC reply.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn call(
+    sh: &NfsShared,
+    st: &mut CoreState,
+    scratch: &mut Vec<u8>,
+    view: &CallView<'_>,
+    xid: u32,
+    at: usize,
+    cred: Cred<'_>,
+    reply: &mut ReplyBuilder<'_>,
+) -> Result<(), ServiceError> {
+    let Some((args, chunk, after)) = pieces(view, at, scratch) else {
+        st.stats.rpc_errors += 1;
+        st.stats.garbage_args += 1;
+        return reply_rpc(
+            reply,
+            &ReplyHeader::accepted(xid, OpaqueAuth::NONE, AcceptedReply::GarbageArgs),
+        );
+    };
+    let base = match rpc::encode_success_reply_none(xid, reply.head_mut()) {
+        Some(REPLY_HEADER_BYTES) => REPLY_HEADER_BYTES,
+        _ => return Err(ServiceError::Reject),
+    };
+    st.v4.compounds += 1;
+    let mut r = Reader::new(args);
+    let ca = match CompoundArgs::decode(&mut r) {
+        Ok(c) => c,
+        Err(CompoundError::Garbage) => {
+            st.stats.rpc_errors += 1;
+            st.stats.garbage_args += 1;
+            return reply_rpc(
+                reply,
+                &ReplyHeader::accepted(xid, OpaqueAuth::NONE, AcceptedReply::GarbageArgs),
+            );
+        }
+        Err(CompoundError::Status { status, tag }) => {
+            let n = {
+                let mut w = Writer::new(&mut reply.head_mut()[base..]);
+                w.put_u32(status)
+                    .and_then(|()| w.put_opaque_var(tag))
+                    .and_then(|()| w.put_u32(0))
+                    .map_err(|_| ServiceError::Reject)?;
+                w.len()
+            };
+            reply.set_head_len(base + n);
+            return Ok(());
+        }
+    };
+    let cap = reply.head_mut().len();
+    // status, tag, numres: the status and count patched at the end.
+    let mut pos = {
+        let mut w = Writer::new(&mut reply.head_mut()[base..]);
+        w.put_u32(0)
+            .and_then(|()| w.put_opaque_var(ca.tag))
+            .and_then(|()| w.put_u32(0))
+            .map_err(|_| ServiceError::Reject)?;
+        base + w.len()
+    };
+    let numres_at = pos - 4;
+    let mut limit = cap;
+    let mut d = OpDecoder::new(r, ca.numops, chunk, after);
+    let mut cx = Ctx {
+        sh,
+        cred,
+        peer: view.peer,
+        cur: None,
+        saved: None,
+        cur_sid: None,
+        saved_sid: None,
+        session: None,
+        last: false,
+    };
+    let mut status = NFS4_OK;
+    let mut numres = 0u32;
+    let mut index = 0u32;
+    let mut cachethis = false;
+    let mut max_ops = MAX_OPS;
+    while let Some(next) = d.next_op() {
+        let first = index == 0;
+        index += 1;
+        cx.last = d.left() == 0;
+        if pos + 8 > limit {
+            status = NFS4ERR_REP_TOO_BIG;
+            break;
+        }
+        let (opnum, res) = match next {
+            Err(OpError { op, status }) => (op, Err(St(status))),
+            Ok(op) => {
+                let opnum = op.opnum();
+                let res = if let Op::Sequence {
+                    sessionid,
+                    sequenceid,
+                    slotid,
+                    highest_slotid,
+                    cachethis: c,
+                } = op
+                {
+                    if !first {
+                        Err(St(NFS4ERR_SEQUENCE_POS))
+                    } else {
+                        let head = reply.head_mut();
+                        match sh.v4.sequence(&sessionid, sequenceid, slotid, c, &mut head[base..]) {
+                            Ok(state::SeqOutcome::Replay(n)) => {
+                                st.v4.replays += 1;
+                                reply.set_head_len(base + n);
+                                return Ok(());
+                            }
+                            Ok(state::SeqOutcome::New {
+                                client,
+                                slots,
+                                cachethis: c,
+                            }) => {
+                                cx.session = Some((sessionid, slotid, client));
+                                cachethis = c;
+                                if let Some(f) = sh.v4.fore_channel(&sessionid) {
+                                    // The session's response size bounds
+                                    // the reply (the head's room always does).
+                                    limit = limit.min(f.maxresponsesize as usize).max(pos + 8);
+                                    max_ops = f.maxoperations;
+                                }
+                                let mut w = Writer::new(&mut reply.head_mut()[pos + 8..limit]);
+                                ops::sequence_res(&mut w, &sessionid, sequenceid, slotid, highest_slotid, slots)
+                                    .map(|()| w.len())
+                                    .map_err(St::from)
+                            }
+                            Err(s) => Err(St(s)),
+                        }
+                    }
+                } else if cx.session.is_none() && !(first && sessionless(opnum)) {
+                    Err(St(NFS4ERR_OP_NOT_IN_SESSION))
+                } else if first && sessionless(opnum) && ca.numops > 1 {
+                    Err(St(NFS4ERR_NOT_ONLY_OP))
+                } else if index > max_ops {
+                    // RFC 8881 s2.10.6.4: past the session's
+                    // ca_maxoperations, after SEQUENCE ran.
+                    Err(St(NFS4ERR_TOO_MANY_OPS))
+                } else {
+                    ops::run(&mut cx, st, op, reply, pos + 8, limit)
+                };
+                (opnum, res)
+            }
+        };
+        let slot = if opnum == OP_ILLEGAL {
+            OP_LAST as usize + 1
+        } else {
+            opnum as usize
+        };
+        if let Some(c) = st.v4.ops.get_mut(slot) {
+            *c += 1;
+        }
+        numres += 1;
+        let head = reply.head_mut();
+        let (s, body) = match res {
+            Ok(n) => (NFS4_OK, n),
+            Err(St(s)) => {
+                // SETATTR's failure arm still carries `attrsset` (empty).
+                let extra = if opnum == OP_SETATTR && pos + 12 <= limit {
+                    head[pos + 8..pos + 12].copy_from_slice(&0u32.to_be_bytes());
+                    4
+                } else {
+                    0
+                };
+                (s, extra)
+            }
+        };
+        head[pos..pos + 4].copy_from_slice(&opnum.to_be_bytes());
+        head[pos + 4..pos + 8].copy_from_slice(&s.to_be_bytes());
+        pos += 8 + body;
+        status = s;
+        if s != NFS4_OK {
+            break;
+        }
+    }
+    {
+        let head = reply.head_mut();
+        head[base..base + 4].copy_from_slice(&status.to_be_bytes());
+        head[numres_at..numres_at + 4].copy_from_slice(&numres.to_be_bytes());
+    }
+    reply.set_head_len(pos);
+    if let Some((sid, slot, _)) = cx.session {
+        // The reply is kept for a retry when the client asked and it is all
+        // in the head (a READ's data buffer is not kept).
+        let keep = cachethis && !reply.finish().has_data;
+        let head = reply.head_mut();
+        sh.v4.sequence_done(&sid, slot, keep.then(|| &head[base..pos]));
+    }
+    Ok(())
+}

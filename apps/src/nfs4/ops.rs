@@ -1,0 +1,1167 @@
+//! The operations of a COMPOUND (RFC 8881 s18), each writing its result
+//! body (after the operation number and status the loop writes) into the
+//! reply head.
+
+use proto::nfs4::args::{Claim, CreateHow as CreateHow4, CreateType, Fattr, Op};
+use proto::nfs4::fattr::{decode_settable, SetAttrs4, SetTime4};
+use proto::nfs4::*;
+use proto::xdr::{pad_len, roundup, Writer};
+
+use dataplane::service::ReplyBuilder;
+
+use super::attr::{self, Obj};
+use super::fh::{self, Fh};
+use super::{Ctx, St};
+use crate::backend::{
+    Attr, Backend, CreateHow, FileHandle, FileType, NodeKind, SetAttr, SetTime, Stable, Time, FH_MAX_BYTES,
+};
+use crate::nfs::auth::{Caller, MAY_EXEC, MAY_READ, MAY_WRITE};
+use crate::nfs::export::fnv1a64;
+use crate::nfs::nfs3::{check_new_attrs, check_new_name, check_old_name, check_setattr, new_owner};
+use crate::nfs::CoreState;
+
+type R = Result<usize, St>;
+
+/// An object of an export, with who the Call acts as there.
+#[derive(Clone, Copy, Debug)]
+struct Real {
+    ex: usize,
+    fh: FileHandle,
+    caller: Caller,
+}
+
+fn cur(cx: &Ctx<'_>) -> Result<Fh, St> {
+    cx.cur.ok_or(St(NFS4ERR_NOFILEHANDLE))
+}
+
+fn real_of(cx: &Ctx<'_>, f: Fh) -> Result<Option<Real>, St> {
+    match f {
+        Fh::Pseudo(_) => Ok(None),
+        Fh::Real { ex, fh } => {
+            let e = &cx.sh.exports()[ex];
+            let caller = fh::check_export(e, &cx.cred, cx.peer)?;
+            Ok(Some(Real { ex, fh, caller }))
+        }
+    }
+}
+
+/// The current filehandle as an export's object; a pseudo directory is
+/// `pseudo` (the status for operations that change things there).
+fn cur_real(cx: &Ctx<'_>, pseudo: u32) -> Result<Real, St> {
+    real_of(cx, cur(cx)?)?.ok_or(St(pseudo))
+}
+
+fn backend<'s>(cx: &Ctx<'s>, o: &Real) -> &'s dyn Backend {
+    let sh = cx.sh;
+    &*sh.backends()[sh.exports()[o.ex].backend].1
+}
+
+fn start_time(cx: &Ctx<'_>) -> Time {
+    Time {
+        secs: cx.sh.v4.boot(),
+        nsecs: 0,
+    }
+}
+
+fn attr_of(cx: &Ctx<'_>, f: Fh) -> Result<Attr, St> {
+    match real_of(cx, f)? {
+        None => match f {
+            Fh::Pseudo(id) => Ok(fh::pseudo_attr(id, start_time(cx))),
+            Fh::Real { .. } => Err(St(NFS4ERR_SERVERFAULT)),
+        },
+        Some(o) => Ok(backend(cx, &o).getattr(&o.fh)?),
+    }
+}
+
+/// `fattr4` of `f` for `req`.
+fn put_fattr(cx: &Ctx<'_>, w: &mut Writer<'_>, f: Fh, a: &Attr, req: &Bitmap) -> Result<(), St> {
+    let mut wire = [0u8; FH_MAX_BYTES];
+    let n = fh::encode(cx.sh, &f, &mut wire).ok_or(St(NFS4ERR_SERVERFAULT))?;
+    let (fsid, mounted_on) = match f {
+        Fh::Pseudo(id) => ((0, 0), id),
+        Fh::Real { ex, fh } => {
+            let e = &cx.sh.exports()[ex];
+            let on = if fh == e.root && e.path != "/" {
+                fnv1a64(e.path.as_bytes())
+            } else {
+                a.fileid
+            };
+            ((e.id, 0), on)
+        }
+    };
+    let fs = match (attr::wants_fsstat(req), f) {
+        (true, Fh::Real { ex, .. }) => cx.sh.backends()[cx.sh.exports()[ex].backend].1.fsstat().ok(),
+        _ => None,
+    };
+    let o = Obj {
+        attr: *a,
+        fsid,
+        fh: &wire[..n],
+        mounted_on_fileid: mounted_on,
+        max_io: cx.sh.max_io_bytes(),
+    };
+    attr::fattr(w, req, &o, fs.as_ref())?;
+    Ok(())
+}
+
+fn w_at<'r>(reply: &'r mut ReplyBuilder<'_>, at: usize, limit: usize) -> Writer<'r> {
+    Writer::new(&mut reply.head_mut()[at..limit])
+}
+
+/// `change_info4` of a directory around a change.
+fn put_cinfo(w: &mut Writer<'_>, before: &Attr, after: &Attr) -> Result<(), St> {
+    w.put_bool(false)?;
+    w.put_u64(attr::change(before))?;
+    w.put_u64(attr::change(after))?;
+    Ok(())
+}
+
+fn to_setattr(s: &SetAttrs4) -> SetAttr {
+    let t = |x: Option<SetTime4>| match x {
+        None => SetTime::DontChange,
+        Some(SetTime4::Server) => SetTime::ServerTime,
+        Some(SetTime4::Client { secs, nsecs }) => SetTime::Client(Time {
+            secs: secs.clamp(0, i64::from(u32::MAX)) as u32,
+            nsecs,
+        }),
+    };
+    SetAttr {
+        mode: s.mode,
+        uid: s.uid,
+        gid: s.gid,
+        size: s.size,
+        atime: t(s.atime),
+        mtime: t(s.mtime),
+    }
+}
+
+/// SEQUENCE4resok.
+pub(super) fn sequence_res(
+    w: &mut Writer<'_>,
+    sid: &SessionId,
+    seq: u32,
+    slot: u32,
+    highest: u32,
+    slots: u32,
+) -> Result<(), proto::error::EncodeError> {
+    let _ = highest;
+    w.put_bytes(sid)?;
+    w.put_u32(seq)?;
+    w.put_u32(slot)?;
+    w.put_u32(slots - 1)?;
+    w.put_u32(slots - 1)?;
+    w.put_u32(0)
+}
+
+/// Run one operation (not SEQUENCE); its result body is written at `at`.
+pub(super) fn run(
+    cx: &mut Ctx<'_>,
+    st: &mut CoreState,
+    op: Op<'_>,
+    reply: &mut ReplyBuilder<'_>,
+    at: usize,
+    limit: usize,
+) -> R {
+    let sh = cx.sh;
+    match op {
+        Op::Sequence { .. } => Err(St(NFS4ERR_SEQUENCE_POS)),
+        Op::ExchangeId {
+            verifier,
+            ownerid,
+            flags,
+            state_protect,
+        } => {
+            if state_protect == SP4_SSV {
+                return Err(St(NFS4ERR_ENCR_ALG_UNSUPP));
+            }
+            let r = sh.v4.exchange_id(verifier, ownerid, flags)?;
+            let mut w = w_at(reply, at, limit);
+            w.put_u64(r.clientid)?;
+            w.put_u32(r.sequenceid)?;
+            w.put_u32(r.flags)?;
+            w.put_u32(SP4_NONE)?;
+            // server_owner4, server_scope, one nfs_impl_id4.
+            w.put_u64(0)?;
+            w.put_opaque_var(b"rpcrdma-target")?;
+            w.put_opaque_var(b"rpcrdma-target")?;
+            w.put_u32(1)?;
+            w.put_opaque_var(b"rpcrdma")?;
+            w.put_opaque_var(b"rpcrdma-target")?;
+            w.put_u64(0)?;
+            w.put_u32(0)?;
+            Ok(w.len())
+        }
+        Op::CreateSession {
+            clientid,
+            sequence,
+            fore,
+            back,
+            ..
+        } => {
+            let r = sh.v4.create_session(clientid, sequence, &fore, &back)?;
+            let mut w = w_at(reply, at, limit);
+            w.put_bytes(&r.sessionid)?;
+            w.put_u32(r.sequence)?;
+            w.put_u32(r.flags)?;
+            for c in [r.fore, r.back] {
+                w.put_u32(c.headerpadsize)?;
+                w.put_u32(c.maxrequestsize)?;
+                w.put_u32(c.maxresponsesize)?;
+                w.put_u32(c.maxresponsesize_cached)?;
+                w.put_u32(c.maxoperations)?;
+                w.put_u32(c.maxrequests)?;
+                match c.rdma_ird {
+                    Some(v) => {
+                        w.put_u32(1)?;
+                        w.put_u32(v)?;
+                    }
+                    None => w.put_u32(0)?,
+                }
+            }
+            Ok(w.len())
+        }
+        Op::DestroySession(sid) => {
+            let own = cx.session.filter(|s| s.0 == sid).map(|s| s.1);
+            sh.v4.destroy_session(&sid, own)?;
+            Ok(0)
+        }
+        Op::DestroyClientid(id) => {
+            sh.v4.destroy_clientid(id)?;
+            Ok(0)
+        }
+        Op::BindConnToSession { sessionid, dir, .. } => {
+            if !sh.v4.has_session(&sessionid) {
+                return Err(St(NFS4ERR_BADSESSION));
+            }
+            if !matches!(dir, CDFC4_FORE | CDFC4_FORE_OR_BOTH | CDFC4_BACK_OR_BOTH | CDFC4_BACK) {
+                return Err(St(NFS4ERR_INVAL));
+            }
+            if dir == CDFC4_BACK {
+                // No backchannel yet.
+                return Err(St(NFS4ERR_INVAL));
+            }
+            let mut w = w_at(reply, at, limit);
+            w.put_bytes(&sessionid)?;
+            w.put_u32(CDFS4_FORE)?;
+            w.put_bool(false)?;
+            Ok(w.len())
+        }
+        Op::ReclaimComplete(one_fs) => {
+            let client = cx.session.map(|s| s.2).ok_or(St(NFS4ERR_OP_NOT_IN_SESSION))?;
+            if !one_fs {
+                sh.v4.reclaim_complete(client)?;
+            }
+            Ok(0)
+        }
+        Op::Putrootfh | Op::Putpubfh => {
+            cx.cur = Some(fh::root(sh));
+            cx.cur_sid = None;
+            Ok(0)
+        }
+        Op::Putfh(b) => {
+            cx.cur = Some(fh::decode(sh, b)?);
+            cx.cur_sid = None;
+            Ok(0)
+        }
+        Op::Getfh => {
+            let f = cur(cx)?;
+            let mut wire = [0u8; FH_MAX_BYTES];
+            let n = fh::encode(sh, &f, &mut wire).ok_or(St(NFS4ERR_SERVERFAULT))?;
+            let mut w = w_at(reply, at, limit);
+            w.put_opaque_var(&wire[..n])?;
+            Ok(w.len())
+        }
+        Op::Savefh => {
+            cx.saved = Some(cur(cx)?);
+            cx.saved_sid = cx.cur_sid;
+            Ok(0)
+        }
+        Op::Restorefh => {
+            cx.cur = Some(cx.saved.ok_or(St(NFS4ERR_RESTOREFH))?);
+            cx.cur_sid = cx.saved_sid;
+            Ok(0)
+        }
+        Op::Lookup(name) => lookup(cx, name).map(|()| 0),
+        Op::Lookupp => lookupp(cx).map(|()| 0),
+        Op::Getattr(req) => {
+            let f = cur(cx)?;
+            let a = attr_of(cx, f)?;
+            let mut w = w_at(reply, at, limit);
+            put_fattr(cx, &mut w, f, &a, &req)?;
+            Ok(w.len())
+        }
+        Op::Access(want) => {
+            let f = cur(cx)?;
+            let a = attr_of(cx, f)?;
+            let granted = match real_of(cx, f)? {
+                // Pseudo directories: read and look up.
+                None => want & (ACCESS4_READ | ACCESS4_LOOKUP),
+                Some(o) => o.caller.access(&a, want, sh.exports()[o.ex].read_only),
+            };
+            let mut w = w_at(reply, at, limit);
+            w.put_u32(want & 0x3f)?;
+            w.put_u32(granted & want)?;
+            Ok(w.len())
+        }
+        Op::SecinfoNoName(style) => {
+            let f = cur(cx)?;
+            if style > SECINFO_STYLE4_PARENT {
+                return Err(St(NFS4ERR_INVAL));
+            }
+            if style == SECINFO_STYLE4_PARENT {
+                lookupp(cx)?;
+            }
+            let _ = f;
+            secinfo(cx, reply, at, limit)
+        }
+        Op::Secinfo(name) => {
+            lookup(cx, name)?;
+            secinfo(cx, reply, at, limit)
+        }
+        Op::Readlink => {
+            let o = cur_real(cx, NFS4ERR_INVAL)?;
+            let b = backend(cx, &o);
+            if b.getattr(&o.fh)?.ftype != FileType::Symlink {
+                return Err(St(NFS4ERR_INVAL));
+            }
+            let head = reply.head_mut();
+            let room = limit.saturating_sub(at + 4);
+            let n = b.readlink(&o.fh, &mut head[at + 4..at + 4 + room])?;
+            if roundup(n) > room {
+                return Err(St(NFS4ERR_REP_TOO_BIG));
+            }
+            head[at..at + 4].copy_from_slice(&(n as u32).to_be_bytes());
+            head[at + 4 + n..at + 4 + n + pad_len(n)].fill(0);
+            // RFC 8267 s6.1: the link text is DDP-eligible.
+            let _ = reply.add_head_item(at + 4, n);
+            Ok(4 + roundup(n))
+        }
+        Op::Readdir {
+            cookie,
+            verf,
+            maxcount,
+            attrs,
+            ..
+        } => readdir(cx, reply, at, limit, cookie, verf, maxcount, &attrs),
+        Op::Open {
+            share_access,
+            share_deny,
+            owner,
+            create,
+            claim,
+            ..
+        } => open(cx, reply, at, limit, share_access, share_deny, owner, create, claim),
+        Op::Close { stateid, .. } => {
+            let o = cur_real(cx, NFS4ERR_BAD_STATEID)?;
+            let sid = current_sid(cx, stateid)?;
+            sh.v4.close(&sid, &(o.ex, o.fh))?;
+            cx.cur_sid = None;
+            let mut w = w_at(reply, at, limit);
+            put_stateid(&mut w, &Stateid::INVALID)?;
+            Ok(w.len())
+        }
+        Op::OpenDowngrade {
+            stateid,
+            share_access,
+            share_deny,
+            ..
+        } => {
+            let o = cur_real(cx, NFS4ERR_BAD_STATEID)?;
+            let sid = current_sid(cx, stateid)?;
+            let s = sh.v4.downgrade(&sid, &(o.ex, o.fh), share_access & 3, share_deny)?;
+            cx.cur_sid = Some(s);
+            let mut w = w_at(reply, at, limit);
+            put_stateid(&mut w, &s)?;
+            Ok(w.len())
+        }
+        Op::Read { stateid, offset, count } => read(cx, st, reply, at, limit, stateid, offset, count),
+        Op::Write {
+            stateid,
+            offset,
+            stable,
+            data,
+        } => write(cx, st, reply, at, limit, stateid, offset, stable, data),
+        Op::Commit { .. } => {
+            let o = cur_real(cx, NFS4ERR_ISDIR)?;
+            let b = backend(cx, &o);
+            match b.getattr(&o.fh)?.ftype {
+                FileType::Regular => {}
+                FileType::Directory => return Err(St(NFS4ERR_ISDIR)),
+                _ => return Err(St(NFS4ERR_INVAL)),
+            }
+            let bi = sh.exports()[o.ex].backend;
+            let ch = &mut *st.channels[bi];
+            if let Err(e) = st.deferred.flush_sync(bi, ch, &o.fh) {
+                sh.writeback_failed();
+                return Err(e.into());
+            }
+            let mut w = w_at(reply, at, limit);
+            w.put_bytes(&sh.write_verifier())?;
+            Ok(w.len())
+        }
+        Op::Create { ty, name, attrs } => create(cx, reply, at, limit, ty, name, &attrs),
+        Op::Remove(name) => {
+            let d = cur_real(cx, NFS4ERR_ROFS)?;
+            if sh.exports()[d.ex].read_only {
+                return Err(St(NFS4ERR_ROFS));
+            }
+            check_old_name(name).map_err(St)?;
+            let b = backend(cx, &d);
+            let before = b.getattr(&d.fh)?;
+            if before.ftype != FileType::Directory {
+                return Err(St(NFS4ERR_NOTDIR));
+            }
+            if !d.caller.may(&before, MAY_WRITE | MAY_EXEC) {
+                return Err(St(NFS4ERR_ACCESS));
+            }
+            let (_, victim) = b.lookup(&d.fh, name)?;
+            if !d.caller.may_unlink(&before, &victim) {
+                return Err(St(NFS4ERR_ACCESS));
+            }
+            if victim.ftype == FileType::Directory {
+                b.rmdir(&d.fh, name)?;
+            } else {
+                b.remove(&d.fh, name)?;
+            }
+            let after = b.getattr(&d.fh)?;
+            let mut w = w_at(reply, at, limit);
+            put_cinfo(&mut w, &before, &after)?;
+            Ok(w.len())
+        }
+        Op::Rename { old, new } => {
+            let src = real_of(cx, cx.saved.ok_or(St(NFS4ERR_NOFILEHANDLE))?)?.ok_or(St(NFS4ERR_ROFS))?;
+            let dst = cur_real(cx, NFS4ERR_ROFS)?;
+            if src.ex != dst.ex {
+                return Err(St(NFS4ERR_XDEV));
+            }
+            if sh.exports()[dst.ex].read_only {
+                return Err(St(NFS4ERR_ROFS));
+            }
+            check_old_name(old).map_err(St)?;
+            check_new_name(new).map_err(|s| St(if s == NFS4ERR_EXIST { NFS4ERR_INVAL } else { s }))?;
+            let b = backend(cx, &dst);
+            let sb = b.getattr(&src.fh)?;
+            let db = b.getattr(&dst.fh)?;
+            if sb.ftype != FileType::Directory || db.ftype != FileType::Directory {
+                return Err(St(NFS4ERR_NOTDIR));
+            }
+            if !dst.caller.may(&sb, MAY_WRITE | MAY_EXEC) || !dst.caller.may(&db, MAY_WRITE | MAY_EXEC) {
+                return Err(St(NFS4ERR_ACCESS));
+            }
+            b.rename(&src.fh, old, &dst.fh, new)?;
+            let sa = b.getattr(&src.fh)?;
+            let da = b.getattr(&dst.fh)?;
+            let mut w = w_at(reply, at, limit);
+            put_cinfo(&mut w, &sb, &sa)?;
+            put_cinfo(&mut w, &db, &da)?;
+            Ok(w.len())
+        }
+        Op::Link(name) => {
+            let file = real_of(cx, cx.saved.ok_or(St(NFS4ERR_NOFILEHANDLE))?)?.ok_or(St(NFS4ERR_ISDIR))?;
+            let dir = cur_real(cx, NFS4ERR_ROFS)?;
+            if file.ex != dir.ex {
+                return Err(St(NFS4ERR_XDEV));
+            }
+            if sh.exports()[dir.ex].read_only {
+                return Err(St(NFS4ERR_ROFS));
+            }
+            check_new_name(name).map_err(St)?;
+            let b = backend(cx, &dir);
+            let before = b.getattr(&dir.fh)?;
+            if before.ftype != FileType::Directory {
+                return Err(St(NFS4ERR_NOTDIR));
+            }
+            if b.getattr(&file.fh)?.ftype == FileType::Directory {
+                return Err(St(NFS4ERR_ISDIR));
+            }
+            if !dir.caller.may(&before, MAY_WRITE | MAY_EXEC) {
+                return Err(St(NFS4ERR_ACCESS));
+            }
+            b.link(&file.fh, &dir.fh, name)?;
+            let after = b.getattr(&dir.fh)?;
+            let mut w = w_at(reply, at, limit);
+            put_cinfo(&mut w, &before, &after)?;
+            Ok(w.len())
+        }
+        Op::Setattr { stateid, attrs } => {
+            let o = cur_real(cx, NFS4ERR_ROFS)?;
+            if sh.exports()[o.ex].read_only {
+                return Err(St(NFS4ERR_ROFS));
+            }
+            let s = decode_settable(&attrs)?;
+            let b = backend(cx, &o);
+            let a = b.getattr(&o.fh)?;
+            if s.size.is_some() {
+                if a.ftype == FileType::Directory {
+                    return Err(St(NFS4ERR_ISDIR));
+                }
+                if a.ftype != FileType::Regular {
+                    return Err(St(NFS4ERR_INVAL));
+                }
+                let sid = current_sid(cx, stateid)?;
+                sh.v4.check_io(&sid, &(o.ex, o.fh), true)?;
+            }
+            let set = to_setattr(&s);
+            check_setattr(&o.caller, &a, &set).map_err(St)?;
+            b.setattr(&o.fh, &set)?;
+            let mut w = w_at(reply, at, limit);
+            attr::bitmap(&mut w, &s.mask)?;
+            Ok(w.len())
+        }
+        Op::Verify(f) | Op::Nverify(f) => {
+            let same = verify(cx, &f)?;
+            let want_same = matches!(op, Op::Verify(_));
+            match (same, want_same) {
+                (true, true) | (false, false) => Ok(0),
+                (false, true) => Err(St(NFS4ERR_NOT_SAME)),
+                (true, false) => Err(St(NFS4ERR_SAME)),
+            }
+        }
+        Op::Openattr(_) => Err(St(NFS4ERR_NOTSUPP)),
+        Op::TestStateid { count, raw } => {
+            let client = cx.session.map(|s| s.2).unwrap_or(0);
+            let mut w = w_at(reply, at, limit);
+            w.put_u32(count)?;
+            for c in raw.chunks_exact(16) {
+                let mut other = [0u8; NFS4_OTHER_SIZE];
+                other.copy_from_slice(&c[4..]);
+                let sid = Stateid {
+                    seqid: u32::from_be_bytes([c[0], c[1], c[2], c[3]]),
+                    other,
+                };
+                w.put_u32(sh.v4.test_stateid(client, &sid))?;
+            }
+            Ok(w.len())
+        }
+        Op::FreeStateid(sid) => {
+            let client = cx.session.map(|s| s.2).unwrap_or(0);
+            match sh.v4.free_stateid(client, &sid) {
+                NFS4_OK => Ok(0),
+                e => Err(St(e)),
+            }
+        }
+    }
+}
+
+fn put_stateid(w: &mut Writer<'_>, s: &Stateid) -> Result<(), St> {
+    w.put_u32(s.seqid)?;
+    w.put_bytes(&s.other)?;
+    Ok(())
+}
+
+/// The stateid an operation names: the current stateid for the special
+/// "current" value (RFC 8881 s16.2.3.1.2).
+fn current_sid(cx: &Ctx<'_>, s: Stateid) -> Result<Stateid, St> {
+    if s == Stateid::CURRENT {
+        cx.cur_sid.ok_or(St(NFS4ERR_BAD_STATEID))
+    } else {
+        Ok(s)
+    }
+}
+
+/// SECINFO4resok: AUTH_SYS, and AUTH_NONE where the export allows it. The
+/// current filehandle is consumed (RFC 8881 s2.6.3.1.1.8).
+fn secinfo(cx: &mut Ctx<'_>, reply: &mut ReplyBuilder<'_>, at: usize, limit: usize) -> R {
+    let none = match cx.cur {
+        Some(Fh::Real { ex, .. }) => cx.sh.exports()[ex].allow_auth_none,
+        _ => false,
+    };
+    cx.cur = None;
+    let mut w = w_at(reply, at, limit);
+    w.put_u32(1 + u32::from(none))?;
+    w.put_u32(proto::rpc::AUTH_SYS)?;
+    if none {
+        w.put_u32(proto::rpc::AUTH_NONE)?;
+    }
+    Ok(w.len())
+}
+
+fn lookup(cx: &mut Ctx<'_>, name: &[u8]) -> Result<(), St> {
+    let f = cur(cx)?;
+    if name.is_empty() || name.contains(&b'/') || name.contains(&0) {
+        return Err(St(NFS4ERR_INVAL));
+    }
+    if name == b"." || name == b".." {
+        return Err(St(NFS4ERR_BADNAME));
+    }
+    let next = match real_of(cx, f)? {
+        None => {
+            let Fh::Pseudo(id) = f else {
+                return Err(St(NFS4ERR_SERVERFAULT));
+            };
+            let path = fh::pseudo_path(cx.sh, id).ok_or(St(NFS4ERR_STALE))?;
+            fh::pseudo_lookup(cx.sh, path, name)?
+        }
+        Some(o) => {
+            let b = backend(cx, &o);
+            let d = b.getattr(&o.fh)?;
+            match d.ftype {
+                FileType::Directory => {}
+                FileType::Symlink => return Err(St(NFS4ERR_SYMLINK)),
+                _ => return Err(St(NFS4ERR_NOTDIR)),
+            }
+            if !o.caller.may(&d, MAY_EXEC) {
+                return Err(St(NFS4ERR_ACCESS));
+            }
+            let (fh, _) = b.lookup(&o.fh, name)?;
+            Fh::Real { ex: o.ex, fh }
+        }
+    };
+    cx.cur = Some(next);
+    cx.cur_sid = None;
+    Ok(())
+}
+
+fn lookupp(cx: &mut Ctx<'_>) -> Result<(), St> {
+    let f = cur(cx)?;
+    let sh = cx.sh;
+    let up = match f {
+        Fh::Pseudo(id) => {
+            let path = fh::pseudo_path(sh, id).ok_or(St(NFS4ERR_STALE))?;
+            let p = fh::parent_path(path).ok_or(St(NFS4ERR_NOENT))?;
+            Fh::Pseudo(fnv1a64(p.as_bytes()))
+        }
+        Fh::Real { ex, fh } => {
+            let e = &sh.exports()[ex];
+            if fh == e.root {
+                match fh::parent_path(&e.path) {
+                    None => return Err(St(NFS4ERR_NOENT)),
+                    Some(p) => Fh::Pseudo(fnv1a64(p.as_bytes())),
+                }
+            } else {
+                let o = cur_real(cx, NFS4ERR_NOENT)?;
+                let b = backend(cx, &o);
+                if b.getattr(&o.fh)?.ftype != FileType::Directory {
+                    return Err(St(NFS4ERR_NOTDIR));
+                }
+                let (p, _) = b.lookup(&o.fh, b"..")?;
+                Fh::Real { ex, fh: p }
+            }
+        }
+    };
+    cx.cur = Some(up);
+    cx.cur_sid = None;
+    Ok(())
+}
+
+/// VERIFY / NVERIFY: whether our values of `f`'s attributes are `f`'s.
+fn verify(cx: &Ctx<'_>, f: &Fattr<'_>) -> Result<bool, St> {
+    let fh = cur(cx)?;
+    for n in f.mask.iter() {
+        if !attr::SUPPORTED.has(n) {
+            return Err(St(NFS4ERR_ATTRNOTSUPP));
+        }
+        if n == FATTR4_RDATTR_ERROR || n == FATTR4_TIME_ACCESS_SET || n == FATTR4_TIME_MODIFY_SET {
+            return Err(St(NFS4ERR_INVAL));
+        }
+    }
+    let a = attr_of(cx, fh)?;
+    let mut buf = [0u8; MAX_FATTR_BYTES as usize + 64];
+    let mut w = Writer::new(&mut buf);
+    put_fattr(cx, &mut w, fh, &a, &f.mask)?;
+    let ours = w.written();
+    // Skip our bitmap (the same words as the Call's) and the length word.
+    let words = f.mask.encoded_words().len();
+    let vals = ours.get(4 + 4 * words + 4..).unwrap_or(&[]);
+    Ok(vals == f.vals)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn readdir(
+    cx: &mut Ctx<'_>,
+    reply: &mut ReplyBuilder<'_>,
+    at: usize,
+    limit: usize,
+    cookie: u64,
+    verf: Verifier,
+    maxcount: u32,
+    req: &Bitmap,
+) -> R {
+    let f = cur(cx)?;
+    let a = attr_of(cx, f)?;
+    if a.ftype != FileType::Directory {
+        return Err(St(NFS4ERR_NOTDIR));
+    }
+    let sh = cx.sh;
+    // The reply's budget: maxcount bounds READDIR4resok (RFC 8881 s18.23.3).
+    let end = limit.min(at.saturating_add(maxcount as usize));
+    if end < at + 8 + 4 + 4 + 4 {
+        return Err(St(NFS4ERR_TOOSMALL));
+    }
+    // Room kept for the terminating `value_follows` false and `eof`.
+    let entries_end = end - 8;
+    let mut pos;
+    let mut eof = true;
+    let mut count = 0usize;
+    match real_of(cx, f)? {
+        None => {
+            let Fh::Pseudo(id) = f else {
+                return Err(St(NFS4ERR_SERVERFAULT));
+            };
+            let path = fh::pseudo_path(sh, id).ok_or(St(NFS4ERR_STALE))?;
+            let verf_ours = [0u8; 8];
+            if cookie != 0 && verf != verf_ours {
+                return Err(St(NFS4ERR_NOT_SAME));
+            }
+            {
+                let mut w = w_at(reply, at, limit);
+                w.put_bytes(&verf_ours)?;
+                pos = at + w.len();
+            }
+            for (i, (name, child)) in fh::pseudo_entries(sh, path).enumerate() {
+                let ck = 3 + i as u64;
+                if ck <= cookie {
+                    continue;
+                }
+                let ca = match attr_of(cx, child) {
+                    Ok(a) => a,
+                    Err(_) => continue,
+                };
+                let mut w = w_at(reply, pos, entries_end);
+                let ok = w.put_u32(1).is_ok()
+                    && w.put_u64(ck).is_ok()
+                    && w.put_opaque_var(name.as_bytes()).is_ok()
+                    && put_fattr(cx, &mut w, child, &ca, req).is_ok();
+                if !ok {
+                    eof = false;
+                    break;
+                }
+                pos += w.len();
+                count += 1;
+            }
+        }
+        Some(o) => {
+            let b = backend(cx, &o);
+            if !o.caller.may(&a, MAY_READ) {
+                return Err(St(NFS4ERR_ACCESS));
+            }
+            let cv = b.cookie_verifier(&o.fh)?.to_be_bytes();
+            if cookie != 0 && verf != cv && verf != [0; 8] {
+                return Err(St(NFS4ERR_NOT_SAME));
+            }
+            if cookie == 1 || cookie == 2 {
+                return Err(St(NFS4ERR_BAD_COOKIE));
+            }
+            {
+                let mut w = w_at(reply, at, limit);
+                w.put_bytes(&cv)?;
+                pos = at + w.len();
+            }
+            // Names first (the backend's listing may hold a lock), then each
+            // entry's attributes, into the reply.
+            let mut names = [0u8; 8192];
+            let mut ents: [(u64, u16, u16); 128] = [(0, 0, 0); 128];
+            let mut n = 0usize;
+            let mut used = 0usize;
+            let mut more = false;
+            let all = b.readdir(&o.fh, cookie, &mut |e| {
+                if e.name == b"." || e.name == b".." {
+                    return true;
+                }
+                if n == ents.len() || used + e.name.len() > names.len() {
+                    more = true;
+                    return false;
+                }
+                names[used..used + e.name.len()].copy_from_slice(e.name);
+                ents[n] = (e.cookie, used as u16, e.name.len() as u16);
+                used += e.name.len();
+                n += 1;
+                true
+            })?;
+            eof = all && !more;
+            for &(ck, off, len) in &ents[..n] {
+                let name = &names[off as usize..off as usize + len as usize];
+                let (cfh, ca) = match b.lookup(&o.fh, name) {
+                    Ok(v) => v,
+                    // Removed since it was listed.
+                    Err(_) => continue,
+                };
+                let child = Fh::Real { ex: o.ex, fh: cfh };
+                let mut w = w_at(reply, pos, entries_end);
+                let ok = w.put_u32(1).is_ok()
+                    && w.put_u64(ck).is_ok()
+                    && w.put_opaque_var(name).is_ok()
+                    && put_fattr(cx, &mut w, child, &ca, req).is_ok();
+                if !ok {
+                    eof = false;
+                    break;
+                }
+                pos += w.len();
+                count += 1;
+            }
+        }
+    }
+    if count == 0 && !eof {
+        return Err(St(NFS4ERR_TOOSMALL));
+    }
+    let mut w = w_at(reply, pos, end);
+    w.put_u32(0)?;
+    w.put_bool(eof)?;
+    Ok(pos + w.len() - at)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn open(
+    cx: &mut Ctx<'_>,
+    reply: &mut ReplyBuilder<'_>,
+    at: usize,
+    limit: usize,
+    share_access: u32,
+    share_deny: u32,
+    owner: &[u8],
+    create: Option<CreateHow4<'_>>,
+    claim: Claim<'_>,
+) -> R {
+    let sh = cx.sh;
+    let client = cx.session.map(|s| s.2).ok_or(St(NFS4ERR_OP_NOT_IN_SESSION))?;
+    let access = share_access & OPEN4_SHARE_ACCESS_BOTH;
+    if access == 0 || share_deny > OPEN4_SHARE_DENY_BOTH {
+        return Err(St(NFS4ERR_INVAL));
+    }
+    let mut attrset = Bitmap::default();
+    let mut cinfo = None;
+    let (o, a) = match claim {
+        Claim::Previous(_) => return Err(St(NFS4ERR_NO_GRACE)),
+        Claim::Deleg(_) => return Err(St(NFS4ERR_NOTSUPP)),
+        Claim::Fh => {
+            let o = cur_real(cx, NFS4ERR_ISDIR)?;
+            let a = backend(cx, &o).getattr(&o.fh)?;
+            (o, a)
+        }
+        Claim::Null(name) => {
+            // An OPEN by name in a pseudo directory finds nothing (or may
+            // create nothing).
+            let d = cur_real(cx, if create.is_some() { NFS4ERR_ROFS } else { NFS4ERR_NOENT })?;
+            let b = backend(cx, &d);
+            let dir = b.getattr(&d.fh)?;
+            if dir.ftype != FileType::Directory {
+                return Err(St(NFS4ERR_NOTDIR));
+            }
+            crate::nfs::nfs3::check_name(name).map_err(St)?;
+            if !d.caller.may(&dir, MAY_EXEC) {
+                return Err(St(NFS4ERR_ACCESS));
+            }
+            let found = match b.lookup(&d.fh, name) {
+                Ok(v) => Some(v),
+                Err(crate::backend::FsError::NoEnt) => None,
+                Err(e) => return Err(e.into()),
+            };
+            match (create, found) {
+                (None, None) => return Err(St(NFS4ERR_NOENT)),
+                (None, Some((fh, a))) => (Real { fh, ..d }, a),
+                (Some(how), found) => {
+                    if sh.exports()[d.ex].read_only {
+                        return Err(St(NFS4ERR_ROFS));
+                    }
+                    let (set4, backend_how) = match how {
+                        CreateHow4::Unchecked(f) => {
+                            let s = decode_settable(&f)?;
+                            (s, CreateHow::Unchecked(to_setattr(&s)))
+                        }
+                        CreateHow4::Guarded(f) => {
+                            if found.is_some() {
+                                return Err(St(NFS4ERR_EXIST));
+                            }
+                            let s = decode_settable(&f)?;
+                            (s, CreateHow::Guarded(to_setattr(&s)))
+                        }
+                        CreateHow4::Exclusive(v) => (SetAttrs4::default(), CreateHow::Exclusive(v)),
+                        CreateHow4::Exclusive41(v, f) => {
+                            let s = decode_settable(&f)?;
+                            if !s.mask.and(&attr::EXCLCREAT).eq(&s.mask) {
+                                return Err(St(NFS4ERR_INVAL));
+                            }
+                            (s, CreateHow::Exclusive(v))
+                        }
+                    };
+                    if let Some((fh, a)) = found.filter(|_| matches!(how, CreateHow4::Unchecked(_))) {
+                        // UNCHECKED on an existing file: opened, with only
+                        // a size of zero applied (RFC 8881 s18.16.3).
+                        let mut a = a;
+                        if set4.size == Some(0) && a.ftype == FileType::Regular && a.size != 0 {
+                            if !d.caller.may_io(&a, MAY_WRITE) {
+                                return Err(St(NFS4ERR_ACCESS));
+                            }
+                            a = b.setattr(
+                                &fh,
+                                &SetAttr {
+                                    size: Some(0),
+                                    ..SetAttr::default()
+                                },
+                            )?;
+                            attrset.words[0] |= 1 << FATTR4_SIZE;
+                        }
+                        (Real { fh, ..d }, a)
+                    } else {
+                        if !d.caller.may(&dir, MAY_WRITE | MAY_EXEC) {
+                            return Err(St(NFS4ERR_ACCESS));
+                        }
+                        check_new_name(name).map_err(St)?;
+                        check_new_attrs(&d.caller, &to_setattr(&set4)).map_err(St)?;
+                        let (fh, _) = b.create(&d.fh, name, backend_how, new_owner(&d.caller, &dir))?;
+                        if let CreateHow4::Exclusive41(_, _) = how {
+                            let s = to_setattr(&set4);
+                            if s != SetAttr::default() {
+                                b.setattr(&fh, &s)?;
+                            }
+                        }
+                        attrset = set4.mask;
+                        let after = b.getattr(&d.fh)?;
+                        cinfo = Some((dir, after));
+                        // The creator may use the file whatever its mode.
+                        let o = Real { fh, ..d };
+                        let sid = sh.v4.open(client, owner, (o.ex, o.fh), access, share_deny)?;
+                        return open_res(cx, reply, at, limit, o, sid, cinfo, attrset);
+                    }
+                }
+            }
+        }
+    };
+    match a.ftype {
+        FileType::Regular => {}
+        FileType::Directory => return Err(St(NFS4ERR_ISDIR)),
+        FileType::Symlink => return Err(St(NFS4ERR_SYMLINK)),
+        _ => return Err(St(NFS4ERR_WRONG_TYPE)),
+    }
+    if access & OPEN4_SHARE_ACCESS_READ != 0 && !o.caller.may_io(&a, MAY_READ) {
+        return Err(St(NFS4ERR_ACCESS));
+    }
+    if access & OPEN4_SHARE_ACCESS_WRITE != 0 {
+        if sh.exports()[o.ex].read_only {
+            return Err(St(NFS4ERR_ROFS));
+        }
+        if !o.caller.may_io(&a, MAY_WRITE) {
+            return Err(St(NFS4ERR_ACCESS));
+        }
+    }
+    let sid = sh.v4.open(client, owner, (o.ex, o.fh), access, share_deny)?;
+    open_res(cx, reply, at, limit, o, sid, cinfo, attrset)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn open_res(
+    cx: &mut Ctx<'_>,
+    reply: &mut ReplyBuilder<'_>,
+    at: usize,
+    limit: usize,
+    o: Real,
+    sid: Stateid,
+    cinfo: Option<(Attr, Attr)>,
+    attrset: Bitmap,
+) -> R {
+    cx.cur = Some(Fh::Real { ex: o.ex, fh: o.fh });
+    cx.cur_sid = Some(sid);
+    let mut w = w_at(reply, at, limit);
+    put_stateid(&mut w, &sid)?;
+    match cinfo {
+        Some((b, a)) => put_cinfo(&mut w, &b, &a)?,
+        None => {
+            w.put_bool(false)?;
+            w.put_u64(0)?;
+            w.put_u64(0)?;
+        }
+    }
+    w.put_u32(OPEN4_RESULT_LOCKTYPE_POSIX)?;
+    attr::bitmap(&mut w, &attrset)?;
+    w.put_u32(OPEN_DELEGATE_NONE)?;
+    Ok(w.len())
+}
+
+/// The file a READ or WRITE works on: regular (ISDIR, INVAL otherwise),
+/// the stateid valid for it, and the mode bits allowing it.
+fn io_file(cx: &Ctx<'_>, sid: Stateid, write: bool) -> Result<(Real, Attr), St> {
+    let o = cur_real(cx, NFS4ERR_ISDIR)?;
+    let a = backend(cx, &o).getattr(&o.fh)?;
+    match a.ftype {
+        FileType::Regular => {}
+        FileType::Directory => return Err(St(NFS4ERR_ISDIR)),
+        FileType::Symlink => return Err(St(NFS4ERR_INVAL)),
+        _ => return Err(St(NFS4ERR_INVAL)),
+    }
+    let sid = current_sid(cx, sid)?;
+    cx.sh.v4.check_io(&sid, &(o.ex, o.fh), write)?;
+    if !o.caller.may_io(&a, if write { MAY_WRITE } else { MAY_READ }) {
+        return Err(St(NFS4ERR_ACCESS));
+    }
+    Ok((o, a))
+}
+
+/// READ (RFC 8881 s18.22): into the engine's data buffer when it ends the
+/// COMPOUND (the DDP item the engine writes into the client's Write chunk),
+/// else into the head, marked DDP-eligible.
+#[allow(clippy::too_many_arguments)]
+fn read(
+    cx: &mut Ctx<'_>,
+    st: &mut CoreState,
+    reply: &mut ReplyBuilder<'_>,
+    at: usize,
+    limit: usize,
+    sid: Stateid,
+    offset: u64,
+    count: u32,
+) -> R {
+    let (o, a) = io_file(cx, sid, false)?;
+    let sh = cx.sh;
+    let bi = sh.exports()[o.ex].backend;
+    let ch = &mut *st.channels[bi];
+    let count = count.min(sh.max_io_bytes()) as usize;
+    if cx.last && reply.data_capacity() > 0 {
+        let n = count.min(reply.data_capacity());
+        let (got, eof) = match reply.data_mut() {
+            Some(buf) if n > 0 => st.deferred.read_sync(bi, ch, read_io(&o.fh, offset), &mut buf[..n])?,
+            _ => (0, offset >= a.size),
+        };
+        let got = (got as usize).min(n);
+        let mut w = w_at(reply, at, limit);
+        w.put_bool(eof)?;
+        w.put_u32(got as u32)?;
+        let len = w.len();
+        reply.set_data(got, true);
+        return Ok(len);
+    }
+    // eof, length word, data, padding.
+    let room = limit.saturating_sub(at + 8);
+    let n = count.min(room & !3);
+    let head = reply.head_mut();
+    let (got, eof) = if n > 0 {
+        st.deferred
+            .read_sync(bi, ch, read_io(&o.fh, offset), &mut head[at + 8..at + 8 + n])?
+    } else {
+        (0, offset >= a.size)
+    };
+    let got = (got as usize).min(n);
+    head[at..at + 4].copy_from_slice(&u32::from(eof).to_be_bytes());
+    head[at + 4..at + 8].copy_from_slice(&(got as u32).to_be_bytes());
+    head[at + 8 + got..at + 8 + got + pad_len(got)].fill(0);
+    // RFC 8267 s6.1: READ data is DDP-eligible wherever it is.
+    let _ = reply.add_head_item(at + 8, got);
+    Ok(8 + roundup(got))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn write(
+    cx: &mut Ctx<'_>,
+    st: &mut CoreState,
+    reply: &mut ReplyBuilder<'_>,
+    at: usize,
+    limit: usize,
+    sid: Stateid,
+    offset: u64,
+    stable: u32,
+    data: &[u8],
+) -> R {
+    let o = cur_real(cx, NFS4ERR_ISDIR)?;
+    let sh = cx.sh;
+    if sh.exports()[o.ex].read_only {
+        return Err(St(NFS4ERR_ROFS));
+    }
+    let (o, _) = io_file(cx, sid, true).map(|(_, a)| (o, a))?;
+    if offset.checked_add(data.len() as u64).is_none() {
+        return Err(St(NFS4ERR_INVAL));
+    }
+    let want = match stable {
+        UNSTABLE4 => Stable::Unstable,
+        DATA_SYNC4 => Stable::DataSync,
+        _ => Stable::FileSync,
+    };
+    let bi = sh.exports()[o.ex].backend;
+    let ch = &mut *st.channels[bi];
+    let data = &data[..data.len().min(sh.max_io_bytes() as usize)];
+    let (n, committed) = match st.deferred.write_sync(bi, ch, &o.fh, offset, data, want) {
+        Ok(v) => v,
+        Err(e) => {
+            if want != Stable::Unstable {
+                sh.writeback_failed();
+            }
+            return Err(e.into());
+        }
+    };
+    let committed = if (n as usize) < data.len() && want != Stable::Unstable && committed < want {
+        // A short stable write: flush what was written.
+        if let Err(e) = st.deferred.flush_sync(bi, ch, &o.fh) {
+            sh.writeback_failed();
+            return Err(e.into());
+        }
+        want
+    } else {
+        committed
+    };
+    let mut w = w_at(reply, at, limit);
+    w.put_u32(n)?;
+    w.put_u32(match committed {
+        Stable::Unstable => UNSTABLE4,
+        Stable::DataSync => DATA_SYNC4,
+        Stable::FileSync => FILE_SYNC4,
+    })?;
+    w.put_bytes(&sh.write_verifier())?;
+    Ok(w.len())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn create(
+    cx: &mut Ctx<'_>,
+    reply: &mut ReplyBuilder<'_>,
+    at: usize,
+    limit: usize,
+    ty: CreateType<'_>,
+    name: &[u8],
+    attrs: &Fattr<'_>,
+) -> R {
+    let d = cur_real(cx, NFS4ERR_ROFS)?;
+    let sh = cx.sh;
+    if let CreateType::Other(t) = ty {
+        return Err(St(if t == NF4REG { NFS4ERR_BADTYPE } else { NFS4ERR_BADXDR }));
+    }
+    if sh.exports()[d.ex].read_only {
+        return Err(St(NFS4ERR_ROFS));
+    }
+    check_new_name(name).map_err(St)?;
+    let s4 = decode_settable(attrs)?;
+    let set = to_setattr(&s4);
+    let b = backend(cx, &d);
+    let dir = b.getattr(&d.fh)?;
+    if dir.ftype != FileType::Directory {
+        return Err(St(NFS4ERR_NOTDIR));
+    }
+    if !d.caller.may(&dir, MAY_WRITE | MAY_EXEC) {
+        return Err(St(NFS4ERR_ACCESS));
+    }
+    check_new_attrs(&d.caller, &set).map_err(St)?;
+    let owner = new_owner(&d.caller, &dir);
+    let (fh, _) = match ty {
+        CreateType::Dir => b.mkdir(&d.fh, name, &set, owner)?,
+        CreateType::Link(target) => {
+            if target.is_empty() {
+                return Err(St(NFS4ERR_INVAL));
+            }
+            b.symlink(&d.fh, name, target, &set, owner)?
+        }
+        CreateType::Block(major, minor) => b.mknod(&d.fh, name, NodeKind::Block { major, minor }, &set, owner)?,
+        CreateType::Char(major, minor) => b.mknod(&d.fh, name, NodeKind::Char { major, minor }, &set, owner)?,
+        CreateType::Socket => b.mknod(&d.fh, name, NodeKind::Socket, &set, owner)?,
+        CreateType::Fifo => b.mknod(&d.fh, name, NodeKind::Fifo, &set, owner)?,
+        CreateType::Other(_) => return Err(St(NFS4ERR_BADTYPE)),
+    };
+    let after = b.getattr(&d.fh)?;
+    cx.cur = Some(Fh::Real { ex: d.ex, fh });
+    cx.cur_sid = None;
+    let mut w = w_at(reply, at, limit);
+    put_cinfo(&mut w, &dir, &after)?;
+    attr::bitmap(&mut w, &s4.mask)?;
+    Ok(w.len())
+}
+
+/// A READ of `fh` at `offset` for [`Deferred::read_sync`], which sets the
+/// buffer and its length.
+///
+/// [`Deferred::read_sync`]: crate::nfs::defer::Deferred::read_sync
+fn read_io(fh: &FileHandle, offset: u64) -> crate::backend::IoDesc {
+    crate::backend::IoDesc {
+        fh: *fh,
+        op: crate::backend::IoOp::Read,
+        offset,
+        buf: std::ptr::null_mut(),
+        len: 0,
+        tag: 0,
+    }
+}

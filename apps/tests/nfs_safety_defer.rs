@@ -1,0 +1,549 @@
+//! Nobody waits for somebody else's fsync (issue 21 item 5), and namespace
+//! changes on a `sync` export are flushed before their replies (item 2).
+//!
+//! What each test proves, and what it does not:
+//! - `nfs_safety_commit_is_deferred_and_another_clients_read_is_answered_meanwhile`:
+//!   over the shm engine, a COMMIT on a `uring` backend whose flush
+//!   completion a test double holds back is deferred (counted in
+//!   `deferred_commits`), and the core answers another client's READ while
+//!   that flush is outstanding; the COMMIT is answered once the flush
+//!   completes. Before, the core spun in `flush_sync` until the flush
+//!   completed (here: until the double let it go after 3 s), and the READ
+//!   waited behind it.
+//! - `nfs_safety_file_sync_write_whose_write_was_not_stable_is_flushed_deferred`:
+//!   a FILE_SYNC WRITE whose write the double reports only UNSTABLE gets a
+//!   deferred flush (`deferred_flushes`) and replies FILE_SYNC with the
+//!   written count after it.
+//! - `nfs_safety_slow_namespace_fsync_runs_off_the_core`: on a backend
+//!   whose metadata calls block (as `uring`'s), a CREATE whose directory
+//!   fsync the double holds back runs on the helper pool (`offloaded`), and
+//!   the core answers another client's READ meanwhile. Before, the CREATE
+//!   and its fsync ran on the core.
+//! - `nfs_safety_sync_export_flushes_every_namespace_change`: on a `sync`
+//!   export (the default) every namespace procedure and SETATTR asks the
+//!   backend to flush the directories and inodes it changed before
+//!   replying, and on an `async` export none does. It checks the calls, not
+//!   that the data reached a disk: the crash test does that.
+
+mod nfs_common;
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use dataplane::requester::{CallOutcome, Requester};
+use dataplane::responder::Responder;
+use dataplane::shm::{ShmConfig, ShmFabric};
+use nfs_common::*;
+use proto::nfs3::{FILE_SYNC, UNSTABLE};
+use proto::ulb::{Nfs3Binding, UpperLayerBinding};
+use rpcrdma_apps::backend::{
+    Attr, Backend, CreateHow, DirEntry, FileHandle, FsResult, FsStat, IoChannel, IoDesc, IoDone, NodeKind, Owner,
+    SetAttr, Stable,
+};
+use rpcrdma_apps::nfs::{NfsService, NfsShared};
+
+const READ: u32 = 6;
+const WRITE: u32 = 7;
+const COMMIT: u32 = 21;
+const CREDITS: u32 = 4;
+
+fn export_shared(b: Arc<dyn Backend>, sync: bool) -> Arc<NfsShared> {
+    let mut ex = Ex::new("/export", "b0");
+    ex.root_squash = false;
+    let mut cfg = config(&["b0"], &[ex], DATA_BUF_BYTES as u32);
+    cfg.exports[0].r#async = !sync;
+    NfsShared::new(&cfg, vec![("b0".into(), b)]).unwrap()
+}
+
+fn root_direct(sh: &Arc<NfsShared>) -> Client<Direct> {
+    let mut c = Client::new(Direct::new(sh));
+    c.auth = Auth::root();
+    c
+}
+
+fn nfs_call(xid: u32, proc_: u32, args: impl FnOnce(&mut Enc)) -> Vec<u8> {
+    let mut e = call_header(xid, NFS, 3, proc_, &Auth::root());
+    args(&mut e);
+    e.b
+}
+
+// ---------------------------------------------------------------------------
+// A channel that holds flush completions back
+// ---------------------------------------------------------------------------
+
+/// Wraps a backend; its channels hold the completion of every flush until
+/// `release` is set or 3 s have passed, and may report writes as only
+/// UNSTABLE (`weak_writes`).
+#[derive(Debug)]
+struct HoldFlush {
+    inner: Arc<dyn Backend>,
+    release: Arc<AtomicBool>,
+    weak_writes: bool,
+    syncs: Arc<AtomicU64>,
+    /// Say metadata calls block (as `uring` does), and make `sync_meta`
+    /// wait for `release` too (a slow directory fsync).
+    slow_meta: bool,
+}
+
+#[derive(Debug)]
+struct HoldChannel {
+    inner: Box<dyn IoChannel>,
+    release: Arc<AtomicBool>,
+    weak_writes: bool,
+    flushes: HashSet<u64>,
+    held: Vec<(Instant, IoDone)>,
+}
+
+const HOLD_AT_MOST: Duration = Duration::from_secs(3);
+
+impl IoChannel for HoldChannel {
+    unsafe fn submit(&mut self, io: IoDesc) -> FsResult<()> {
+        if io.op.is_flush() {
+            self.flushes.insert(io.tag);
+        }
+        // SAFETY: the caller's guarantee, passed on unchanged.
+        unsafe { self.inner.submit(io) }
+    }
+    fn poll(&mut self, out: &mut [IoDone]) -> usize {
+        let mut tmp = [IoDone::default(); 16];
+        let n = self.inner.poll(&mut tmp[..out.len().min(16)]);
+        for d in &tmp[..n] {
+            self.held.push((Instant::now(), *d));
+        }
+        let release = self.release.load(Ordering::Acquire);
+        let mut k = 0;
+        let mut i = 0;
+        while i < self.held.len() && k < out.len() {
+            let (t, mut d) = self.held[i];
+            let flush = self.flushes.contains(&d.tag);
+            if flush && !release && t.elapsed() < HOLD_AT_MOST {
+                i += 1;
+                continue;
+            }
+            self.held.remove(i);
+            if flush {
+                self.flushes.remove(&d.tag);
+            } else if self.weak_writes && d.committed != Stable::Unstable && d.result.is_ok() {
+                d.committed = Stable::Unstable;
+            }
+            out[k] = d;
+            k += 1;
+        }
+        k
+    }
+    fn in_flight(&self) -> usize {
+        self.inner.in_flight() + self.held.len()
+    }
+    fn completes_later(&self) -> bool {
+        true
+    }
+}
+
+impl Backend for HoldFlush {
+    forward_backend_namespace!();
+    fn commit(&self, fh: &FileHandle) -> FsResult<()> {
+        self.inner.commit(fh)
+    }
+    fn sync_all(&self) -> FsResult<()> {
+        self.inner.sync_all()
+    }
+    fn metadata_blocks(&self) -> bool {
+        self.slow_meta
+    }
+    fn sync_meta(&self, fh: &FileHandle) -> FsResult<()> {
+        self.syncs.fetch_add(1, Ordering::Relaxed);
+        let t0 = Instant::now();
+        while self.slow_meta && !self.release.load(Ordering::Acquire) && t0.elapsed() < HOLD_AT_MOST {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        self.inner.sync_meta(fh)
+    }
+    fn open_channel(&self, core: usize) -> FsResult<Box<dyn IoChannel>> {
+        Ok(Box::new(HoldChannel {
+            inner: self.inner.open_channel(core)?,
+            release: self.release.clone(),
+            weak_writes: self.weak_writes,
+            flushes: HashSet::new(),
+            held: Vec::new(),
+        }))
+    }
+}
+
+fn hold_store(weak_writes: bool) -> (Store, Arc<HoldFlush>) {
+    hold_store_with(weak_writes, false)
+}
+
+fn hold_store_with(weak_writes: bool, slow_meta: bool) -> (Store, Arc<HoldFlush>) {
+    let s = store(Kind::Uring, "b0");
+    let h = Arc::new(HoldFlush {
+        inner: s.backend.clone(),
+        release: Arc::new(AtomicBool::new(false)),
+        weak_writes,
+        syncs: Arc::new(AtomicU64::new(0)),
+        slow_meta,
+    });
+    (s, h)
+}
+
+// ---------------------------------------------------------------------------
+// The engine side: one responder, two requesters over shm
+// ---------------------------------------------------------------------------
+
+/// As `pools`, for three cores: the responder (0) and two requesters.
+fn pools3(credits: u32) -> Pools {
+    use mempool::pool::{Mempool, PoolPlan};
+    use mempool::region::RegionConfig;
+    let mut plan = PoolPlan::new(3);
+    let recv = plan.add_class("recv", 1024, 4).unwrap();
+    let send = plan.add_class("send", 8192, 4).unwrap();
+    let data = plan.add_class("data", DATA_BUF_BYTES, 2).unwrap();
+    let c = u64::from(credits);
+    plan.reserve("responder-recv", recv, 4 * c);
+    plan.reserve("responder-send", send, 4 * c);
+    plan.reserve("responder-data", data, 4 * c);
+    plan.reserve("requester-recv", recv, 4 * (c + 2));
+    plan.reserve("requester-send", send, 2 * (c + 3));
+    plan.reserve("requester-data", data, 6 * (c + 2));
+    let cfg = RegionConfig {
+        lock: false,
+        ..RegionConfig::default()
+    };
+    let pool = Box::leak(Box::new(Mempool::new(&plan, &cfg).expect("pool")));
+    let regions = pool.regions().to_vec();
+    Pools {
+        pool,
+        regions,
+        recv,
+        send,
+        data,
+    }
+}
+
+fn requester(p: &Pools, addr: &str, core: usize) -> Requester<'static, ShmFabric> {
+    let fab = ShmFabric::new(ShmConfig::default()).unwrap();
+    let mut cli = Requester::new(requester_cfg(p, versions(1), CREDITS), fab, p.pool, &p.regions, core).unwrap();
+    cli.connect(addr).unwrap();
+    cli
+}
+
+fn submit(cli: &mut Requester<'static, ShmFabric>, call: &[u8], proc_: u32) -> dataplane::requester::CallId {
+    let binding = Nfs3Binding::new(MIB as u32);
+    let mut cb = cli.call_buf().expect("call buffer");
+    cb.bytes_mut()[..call.len()].copy_from_slice(call);
+    let mut items = [proto::ulb::DdpItem::default(); 2];
+    let k = binding.call_items(call, &mut items).unwrap_or(0);
+    let needs = proto::plan::ReplyNeeds::from_ulb(&binding, 3, proc_);
+    cli.submit(cb, call.len(), &items[..k], &needs)
+        .map_err(|(e, _)| e)
+        .expect("submit")
+}
+
+/// The `nfsstat3` of a completed Call's reply (its reduced form: the
+/// status is before any data item).
+fn reply_status(cli: &mut Requester<'static, ShmFabric>, id: dataplane::requester::CallId) -> u32 {
+    let v = cli.reply(id).expect("reply view");
+    let st = Reply::parse(v.reduced).dec().u32();
+    cli.release(id);
+    st
+}
+
+struct Rig {
+    srv: Responder<'static, ShmFabric, NfsService>,
+    a: Requester<'static, ShmFabric>,
+    b: Requester<'static, ShmFabric>,
+}
+
+impl Rig {
+    fn new(sh: &Arc<NfsShared>, tag: &str) -> Rig {
+        let p = pools3(CREDITS);
+        let addr = format!("@rpcrdma-nfs-defer-{tag}-{}", std::process::id());
+        // As the target sets it: each connection draws at most its credits
+        // from the SRQ.
+        let fab = ShmFabric::new(ShmConfig {
+            srq_window: CREDITS,
+            ..ShmConfig::for_rpc_engine()
+        })
+        .unwrap();
+        let svc = NfsService::new(sh.clone(), 0).unwrap();
+        let cfg = dataplane::responder::ResponderConfig {
+            max_conns: 2,
+            ..responder_cfg(&p, CREDITS)
+        };
+        let srv = Responder::new(cfg, fab, svc, p.pool, &p.regions, 0, Some(&addr)).unwrap();
+        let a = requester(&p, &addr, 1);
+        let b = requester(&p, &addr, 2);
+        let mut r = Rig { srv, a, b };
+        let t0 = Instant::now();
+        while r.a.link() != dataplane::requester::LinkState::Ready
+            || r.b.link() != dataplane::requester::LinkState::Ready
+        {
+            r.turn();
+            assert!(t0.elapsed() < Duration::from_secs(30), "connect");
+        }
+        r
+    }
+
+    fn turn(&mut self) {
+        self.srv.poll();
+        self.a.poll();
+        self.b.poll();
+    }
+}
+
+fn file_with_data(sh: &Arc<NfsShared>) -> Vec<u8> {
+    let mut d = root_direct(sh);
+    let (root, _) = d.mnt("/export").expect("MNT");
+    let (fh, _) = d.mkfile(&root, "data", 0o644).expect("CREATE");
+    d.write(&fh, 0, &pattern(7, 64 * 1024), UNSTABLE).expect("WRITE");
+    fh
+}
+
+#[test]
+fn nfs_safety_commit_is_deferred_and_another_clients_read_is_answered_meanwhile() {
+    let (_s, h) = hold_store(false);
+    let release = h.release.clone();
+    let sh = export_shared(h, true);
+    let fh = file_with_data(&sh);
+    let mut r = Rig::new(&sh, "commit");
+
+    let commit = nfs_call(0x100, COMMIT, |e| {
+        e.opaque(&fh).u64(0).u32(0);
+    });
+    let read = nfs_call(0x200, READ, |e| {
+        e.opaque(&fh).u64(4096).u32(4096);
+    });
+    let t0 = Instant::now();
+    let ca = submit(&mut r.a, &commit, COMMIT);
+    // The COMMIT reaches the service first.
+    for _ in 0..50 {
+        r.turn();
+    }
+    let cb = submit(&mut r.b, &read, READ);
+    let mut read_at = None;
+    let mut commit_at = None;
+    while read_at.is_none() || commit_at.is_none() {
+        r.turn();
+        if let Some(d) = r.b.poll_completion() {
+            assert_eq!((d.id, d.outcome), (cb, CallOutcome::Reply));
+            assert_eq!(reply_status(&mut r.b, cb), 0, "READ");
+            read_at = Some(t0.elapsed());
+            // Only now is the flush let go.
+            release.store(true, Ordering::Release);
+        }
+        if let Some(d) = r.a.poll_completion() {
+            assert_eq!((d.id, d.outcome), (ca, CallOutcome::Reply));
+            assert_eq!(reply_status(&mut r.a, ca), 0, "COMMIT");
+            commit_at = Some(t0.elapsed());
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "no replies: read {read_at:?} commit {commit_at:?} {:?} {:?}",
+            r.srv.service().stats(),
+            r.srv.stats()
+        );
+    }
+    let (read_at, commit_at) = (read_at.unwrap(), commit_at.unwrap());
+    assert!(
+        read_at < commit_at && read_at < Duration::from_secs(1),
+        "the READ was answered while the COMMIT's flush was outstanding: READ at {read_at:?}, COMMIT at {commit_at:?}"
+    );
+    let st = r.srv.service().stats();
+    assert_eq!(st.deferred_commits, 1, "the COMMIT was deferred: {st:?}");
+    assert_eq!(st.nfs[COMMIT as usize], 1);
+}
+
+#[test]
+fn nfs_safety_file_sync_write_whose_write_was_not_stable_is_flushed_deferred() {
+    let (_s, h) = hold_store(true);
+    h.release.store(true, Ordering::Release);
+    let sh = export_shared(h, true);
+    let fh = file_with_data(&sh);
+    let mut r = Rig::new(&sh, "flush");
+    let data = pattern(9, 8192);
+    let write = nfs_call(0x300, WRITE, |e| {
+        e.opaque(&fh).u64(0).u32(8192).u32(FILE_SYNC).opaque(&data);
+    });
+    let id = submit(&mut r.a, &write, WRITE);
+    let t0 = Instant::now();
+    let reduced = loop {
+        r.turn();
+        if let Some(d) = r.a.poll_completion() {
+            assert_eq!((d.id, d.outcome), (id, CallOutcome::Reply));
+            let v = r.a.reply(id).expect("reply");
+            let out = v.reduced.to_vec();
+            r.a.release(id);
+            break out;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(30), "no reply");
+    };
+    let rep = Reply::parse(&reduced);
+    let mut dec = rep.dec();
+    assert_eq!(dec.u32(), 0, "WRITE status");
+    let _ = dec.wcc();
+    assert_eq!(dec.u32(), 8192, "count");
+    assert_eq!(dec.u32(), FILE_SYNC, "committed");
+    let st = r.srv.service().stats();
+    assert_eq!((st.deferred_writes, st.deferred_flushes), (1, 1), "{st:?}");
+    let mut d = root_direct(&sh);
+    assert_eq!(d.read(&fh, 0, 8192).expect("READ").0, data);
+}
+
+#[test]
+fn nfs_safety_sync_export_flushes_every_namespace_change() {
+    for sync in [true, false] {
+        let (_s, h) = hold_store(false);
+        let syncs = h.syncs.clone();
+        let sh = export_shared(h, sync);
+        let mut c = root_direct(&sh);
+        let (root, _) = c.mnt("/export").expect("MNT");
+        let mut count = |what: &str, want: u64, f: &mut dyn FnMut(&mut Client<Direct>)| {
+            let before = syncs.load(Ordering::Relaxed);
+            f(&mut c);
+            let got = syncs.load(Ordering::Relaxed) - before;
+            let want = if sync { want } else { 0 };
+            assert_eq!(got, want, "sync={sync} {what}: backend flushes before the reply");
+        };
+        let mut fh = Vec::new();
+        let mut dir = Vec::new();
+        count("CREATE", 2, &mut |c| {
+            fh = c.mkfile(&root, "a", 0o644).expect("CREATE").0
+        });
+        count("MKDIR", 2, &mut |c| dir = c.mkdir(&root, "d", 0o755).expect("MKDIR").0);
+        count("SYMLINK", 2, &mut |c| {
+            c.symlink(&dir, "l", b"../a").expect("SYMLINK");
+        });
+        count("MKNOD", 2, &mut |c| {
+            c.mknod(&dir, "p", 7, (0, 0)).expect("MKNOD");
+        });
+        count("SETATTR", 1, &mut |c| {
+            assert_eq!(c.setattr(&fh, &mode_attr(0o600), None).0, 0, "SETATTR");
+        });
+        count("LINK", 2, &mut |c| assert_eq!(c.link(&fh, &dir, "h"), 0));
+        count("RENAME in one directory", 1, &mut |c| {
+            assert_eq!(c.rename(&root, "a", &root, "b"), 0)
+        });
+        count("RENAME across", 2, &mut |c| {
+            assert_eq!(c.rename(&dir, "h", &root, "h2"), 0)
+        });
+        count("REMOVE", 1, &mut |c| assert_eq!(c.remove(&root, "h2"), 0));
+        count("REMOVE two", 2, &mut |c| {
+            for n in ["l", "p"] {
+                assert_eq!(c.remove(&dir, n), 0);
+            }
+        });
+        count("RMDIR", 1, &mut |c| assert_eq!(c.rmdir(&root, "d"), 0));
+        // Failures flush nothing.
+        count("failed REMOVE", 0, &mut |c| assert_eq!(c.remove(&root, "nothing"), 2));
+    }
+}
+
+#[test]
+fn nfs_safety_slow_namespace_fsync_runs_off_the_core() {
+    let (_s, h) = hold_store_with(false, true);
+    let release = h.release.clone();
+    let sh = export_shared(h, true);
+    // Set-up through a service without a defer token: it flushes inline,
+    // so let the flushes go until the engine part starts.
+    release.store(true, Ordering::Release);
+    let fh = file_with_data(&sh);
+    let mut d = root_direct(&sh);
+    let (root, _) = d.mnt("/export").expect("MNT");
+    release.store(false, Ordering::Release);
+    let mut r = Rig::new(&sh, "meta");
+
+    let create = nfs_call(0x400, 8, |e| {
+        e.dirop(&root, b"new").u32(0).sattr(&mode_attr(0o644));
+    });
+    let read = nfs_call(0x500, READ, |e| {
+        e.opaque(&fh).u64(0).u32(4096);
+    });
+    let t0 = Instant::now();
+    let ca = submit(&mut r.a, &create, 8);
+    for _ in 0..50 {
+        r.turn();
+    }
+    let cb = submit(&mut r.b, &read, READ);
+    let (mut read_at, mut create_at) = (None, None);
+    while read_at.is_none() || create_at.is_none() {
+        r.turn();
+        if let Some(d) = r.b.poll_completion() {
+            assert_eq!((d.id, d.outcome), (cb, CallOutcome::Reply));
+            assert_eq!(reply_status(&mut r.b, cb), 0, "READ");
+            read_at = Some(t0.elapsed());
+            release.store(true, Ordering::Release);
+        }
+        if let Some(d) = r.a.poll_completion() {
+            assert_eq!((d.id, d.outcome), (ca, CallOutcome::Reply));
+            assert_eq!(reply_status(&mut r.a, ca), 0, "CREATE");
+            create_at = Some(t0.elapsed());
+        }
+        assert!(t0.elapsed() < Duration::from_secs(30), "no replies");
+    }
+    let (read_at, create_at) = (read_at.unwrap(), create_at.unwrap());
+    assert!(
+        read_at < create_at && read_at < Duration::from_secs(1),
+        "the READ was answered while the CREATE's directory fsync was outstanding: READ at {read_at:?}, CREATE at {create_at:?}"
+    );
+    let st = r.srv.service().stats();
+    assert_eq!(st.offloaded, 1, "the CREATE ran on the helper pool: {st:?}");
+    assert_eq!(st.nfs[8], 1);
+    assert!(d.lookup(&root, b"new").is_ok());
+}
+
+/// `mem`: a big WRITE to one file does not park READs of another file on
+/// another thread (core) while its data is copied. A 64 MiB write is
+/// copied (tens to hundreds of milliseconds) while a reader thread reads
+/// another file over and over: some of its READs start and finish inside
+/// the write. Before, the write held the backend's one lock for the whole
+/// copy, and no READ could finish inside it. (The allocation of the write's
+/// blocks still takes the namespace lock, briefly.)
+#[test]
+fn nfs_safety_mem_big_write_does_not_park_readers_of_another_file() {
+    use rpcrdma_apps::backend::mem::MemBackend;
+    use rpcrdma_apps::backend::{read_sync, write_sync, CreateHow};
+    const BIG: usize = 64 << 20;
+    let b: Arc<dyn Backend> = Arc::new(MemBackend::new("m", (BIG + (16 << 20)) as u64).unwrap());
+    let root = b.root();
+    let owner = Owner::default();
+    let (f, _) = b
+        .create(&root, b"big", CreateHow::Unchecked(SetAttr::default()), owner)
+        .unwrap();
+    let (g, _) = b
+        .create(&root, b"small", CreateHow::Unchecked(SetAttr::default()), owner)
+        .unwrap();
+    let mut ch = b.open_channel(0).unwrap();
+    write_sync(&mut *ch, &g, 0, &pattern(3, 4096), Stable::FileSync).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let t0 = Instant::now();
+    let reader = {
+        let (b, stop) = (b.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut ch = b.open_channel(1).unwrap();
+            let mut buf = vec![0u8; 4096];
+            let mut spans = Vec::new();
+            while !stop.load(Ordering::Acquire) {
+                let s = t0.elapsed();
+                read_sync(&mut *ch, &g, 0, &mut buf).unwrap();
+                spans.push((s, t0.elapsed()));
+            }
+            spans
+        })
+    };
+    let big = vec![0x5au8; BIG];
+    std::thread::sleep(Duration::from_millis(50));
+    let w0 = t0.elapsed();
+    let (n, _) = write_sync(&mut *ch, &f, 0, &big, Stable::Unstable).unwrap();
+    let w1 = t0.elapsed();
+    stop.store(true, Ordering::Release);
+    let spans = reader.join().unwrap();
+    assert_eq!(n as usize, BIG);
+    let inside = spans.iter().filter(|(s, e)| *s >= w0 && *e <= w1).count();
+    assert!(
+        inside > 0,
+        "no READ of the other file finished during the {:?} write ({} READs in all)",
+        w1 - w0,
+        spans.len()
+    );
+}

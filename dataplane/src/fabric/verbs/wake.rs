@@ -1,0 +1,89 @@
+//! Interrupt mode for verbs (issue 24 item 1, see `fabric::wake`): one
+//! completion channel per fabric that every CQ reports to, and the RDMA-CM
+//! event channel (already non-blocking). Arming acknowledges the CQ events
+//! that fired (`ibv_get_cq_event` + `ibv_ack_cq_events`), then asks every CQ
+//! for its next completion (`ibv_req_notify_cq`); the caller polls the CQs
+//! once more before it blocks, which closes the race with a completion
+//! that arrived before the request.
+
+use std::os::fd::RawFd;
+
+use super::*;
+
+impl VerbsFabric {
+    /// Creates the completion channel (non-blocking, so acknowledging the
+    /// events that fired never waits). Start-up, before any CQ.
+    pub(super) fn open_comp_channel(&mut self) -> Result<(), FabricError> {
+        // SAFETY: `self.ctx` is an open context; the result is checked.
+        let comp = unsafe { sys::ibv_create_comp_channel(self.ctx) };
+        if comp.is_null() {
+            return Err(errno("ibv_create_comp_channel"));
+        }
+        self.comp = comp;
+        // SAFETY: `comp` is valid; `fd` is its open descriptor; fcntl takes
+        // integer arguments only.
+        let rc = unsafe {
+            let fd = (*comp).fd;
+            let fl = libc::fcntl(fd, libc::F_GETFL);
+            if fl < 0 {
+                fl
+            } else {
+                libc::fcntl(fd, libc::F_SETFL, fl | libc::O_NONBLOCK)
+            }
+        };
+        if rc < 0 {
+            return Err(errno("fcntl(O_NONBLOCK) on the completion channel"));
+        }
+        Ok(())
+    }
+
+    /// Acknowledges every CQ event the channel holds (a CQ cannot be
+    /// destroyed with events unacknowledged).
+    pub(super) fn ack_cq_events(&mut self) {
+        if self.comp.is_null() {
+            return;
+        }
+        loop {
+            let mut cq: *mut sys::ibv_cq = ptr::null_mut();
+            let mut cq_ctx: *mut c_void = ptr::null_mut();
+            // SAFETY: `self.comp` is our channel (non-blocking: returns -1
+            // when empty); the out pointers are live locals.
+            if unsafe { sys::ibv_get_cq_event(self.comp, &mut cq, &mut cq_ctx) } != 0 {
+                break;
+            }
+            // SAFETY: `cq` is the CQ the event was for, one of ours.
+            unsafe { sys::ibv_ack_cq_events(cq, 1) };
+        }
+    }
+
+    /// The completion channel and the CM event channel.
+    pub(super) fn do_wake_fds(&self) -> Vec<RawFd> {
+        let mut v = Vec::with_capacity(2);
+        if !self.comp.is_null() {
+            // SAFETY: `self.comp` is our open channel.
+            v.push(unsafe { (*self.comp).fd });
+        }
+        if !self.channel.is_null() {
+            // SAFETY: `self.channel` is our open event channel.
+            v.push(unsafe { (*self.channel).fd });
+        }
+        v
+    }
+
+    /// Acknowledge what fired, then request the next completion of every CQ.
+    pub(super) fn do_arm_wakeup(&mut self) -> bool {
+        if self.comp.is_null() || self.channel.is_null() {
+            return false;
+        }
+        self.ack_cq_events();
+        for q in &self.cqs {
+            for cq in [q.send, q.recv] {
+                // SAFETY: `cq` is a live CQ of ours created on `self.comp`.
+                if unsafe { sys::ibv_req_notify_cq(cq, 0) } != 0 {
+                    return false;
+                }
+            }
+        }
+        true
+    }
+}

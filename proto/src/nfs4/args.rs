@@ -1,0 +1,778 @@
+//! COMPOUND4args (RFC 8881 s16.2) decoded one operation at a time into
+//! borrowed views.
+//!
+//! [`CompoundArgs::decode`] reads the tag, the minor version and the
+//! operation count (bounded by [`MAX_OPS`] and by the bytes left);
+//! [`OpDecoder::next_op`] then yields each operation's arguments as an
+//! [`Op`] whose names, handles and data borrow the Call's buffer. A
+//! malformed operation ends the walk with the status its result gets
+//! ([`OpError`]): NFS4ERR_BADXDR for bytes that are not the operation's XDR,
+//! NFS4ERR_NAMETOOLONG for a component over [`MAX_NAME_BYTES`],
+//! NFS4ERR_RESOURCE for an opaque or array beyond our bounds,
+//! NFS4ERR_OP_ILLEGAL for an operation number outside RFC 8881 / 7862, and
+//! NFS4ERR_NOTSUPP for a known operation whose arguments we do not decode
+//! (processing stops at the first failing operation, RFC 8881 s15.2, so the
+//! rest of the Call need not be understood).
+//!
+//! WRITE data may be the DDP-eligible item a Read chunk carried (RFC 8267
+//! s6): the decoder is built over the inline head, the chunk and the inline
+//! rest, and WRITE takes its data from the chunk when the head ends at its
+//! length word.
+
+use super::*;
+use crate::error::{DecodeError, DecodeErrorKind};
+use crate::xdr::Reader;
+
+/// Why an operation's arguments were refused: the operation number for the
+/// result (OP_ILLEGAL for unknown numbers) and the status.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OpError {
+    pub op: u32,
+    pub status: u32,
+}
+
+/// The COMPOUND header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CompoundArgs<'a> {
+    pub tag: &'a [u8],
+    pub minorversion: u32,
+    pub numops: u32,
+}
+
+/// Why a COMPOUND could not be started.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CompoundError<'a> {
+    /// The header does not decode: no reply can echo a tag (GARBAGE_ARGS).
+    Garbage,
+    /// Answer with this status, this tag and no results.
+    Status { status: u32, tag: &'a [u8] },
+}
+
+fn status_of(e: DecodeError) -> u32 {
+    match e.kind {
+        DecodeErrorKind::TooLong { .. } => NFS4ERR_RESOURCE,
+        _ => NFS4ERR_BADXDR,
+    }
+}
+
+impl<'a> CompoundArgs<'a> {
+    /// Decode the header from `r` (positioned after the RPC header). A minor
+    /// version other than 1 and 2 is NFS4ERR_MINOR_VERS_MISMATCH (RFC 8881
+    /// s16.2.3); more than [`MAX_OPS`] operations is NFS4ERR_TOO_MANY_OPS
+    /// (s15.1.3.?: the session's `ca_maxoperations`, which is ours); a count
+    /// the bytes left cannot hold is NFS4ERR_BADXDR.
+    pub fn decode(r: &mut Reader<'a>) -> Result<Self, CompoundError<'a>> {
+        let tag = match r.string(MAX_TAG_BYTES, "tag") {
+            Ok(t) => t,
+            Err(e) if matches!(e.kind, DecodeErrorKind::TooLong { .. }) => {
+                return Err(CompoundError::Status {
+                    status: NFS4ERR_RESOURCE,
+                    tag: &[],
+                })
+            }
+            Err(_) => return Err(CompoundError::Garbage),
+        };
+        let minorversion = r.u32("minorversion").map_err(|_| CompoundError::Garbage)?;
+        let numops = r.u32("argarray").map_err(|_| CompoundError::Garbage)?;
+        if minorversion != 1 && minorversion != 2 {
+            return Err(CompoundError::Status {
+                status: NFS4ERR_MINOR_VERS_MISMATCH,
+                tag,
+            });
+        }
+        if numops > MAX_OPS {
+            return Err(CompoundError::Status {
+                status: NFS4ERR_TOO_MANY_OPS,
+                tag,
+            });
+        }
+        Ok(CompoundArgs {
+            tag,
+            minorversion,
+            numops,
+        })
+    }
+}
+
+/// `fattr4` of a Call: the bitmap and the undecoded values.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Fattr<'a> {
+    pub mask: Bitmap,
+    pub vals: &'a [u8],
+}
+
+/// `open_claim4` arms we decode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Claim<'a> {
+    Null(&'a [u8]),
+    Previous(u32),
+    Fh,
+    /// CLAIM_DELEGATE_CUR, CLAIM_DELEGATE_PREV, CLAIM_DELEG_CUR_FH,
+    /// CLAIM_DELEG_PREV_FH: delegations are not granted, so these are
+    /// answered NFS4ERR_NOTSUPP... (decoded to keep the walk honest).
+    Deleg(u32),
+}
+
+/// `createhow4` (RFC 8881 s18.16).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CreateHow<'a> {
+    Unchecked(Fattr<'a>),
+    Guarded(Fattr<'a>),
+    Exclusive(Verifier),
+    Exclusive41(Verifier, Fattr<'a>),
+}
+
+/// `createtype4` of CREATE.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CreateType<'a> {
+    Link(&'a [u8]),
+    Block(u32, u32),
+    Char(u32, u32),
+    Socket,
+    Fifo,
+    Dir,
+    /// Any other type (NFS4ERR_BADTYPE).
+    Other(u32),
+}
+
+/// `channel_attrs4` (RFC 8881 s18.36).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ChannelAttrs {
+    pub headerpadsize: u32,
+    pub maxrequestsize: u32,
+    pub maxresponsesize: u32,
+    pub maxresponsesize_cached: u32,
+    pub maxoperations: u32,
+    pub maxrequests: u32,
+    pub rdma_ird: Option<u32>,
+}
+
+/// One decoded operation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op<'a> {
+    Access(u32),
+    Close {
+        seqid: u32,
+        stateid: Stateid,
+    },
+    Commit {
+        offset: u64,
+        count: u32,
+    },
+    Create {
+        ty: CreateType<'a>,
+        name: &'a [u8],
+        attrs: Fattr<'a>,
+    },
+    Getattr(Bitmap),
+    Getfh,
+    Link(&'a [u8]),
+    Lookup(&'a [u8]),
+    Lookupp,
+    Nverify(Fattr<'a>),
+    Open {
+        seqid: u32,
+        share_access: u32,
+        share_deny: u32,
+        clientid: u64,
+        owner: &'a [u8],
+        create: Option<CreateHow<'a>>,
+        claim: Claim<'a>,
+    },
+    Openattr(bool),
+    OpenDowngrade {
+        stateid: Stateid,
+        seqid: u32,
+        share_access: u32,
+        share_deny: u32,
+    },
+    Putfh(&'a [u8]),
+    Putpubfh,
+    Putrootfh,
+    Read {
+        stateid: Stateid,
+        offset: u64,
+        count: u32,
+    },
+    Readdir {
+        cookie: u64,
+        verf: Verifier,
+        dircount: u32,
+        maxcount: u32,
+        attrs: Bitmap,
+    },
+    Readlink,
+    Remove(&'a [u8]),
+    Rename {
+        old: &'a [u8],
+        new: &'a [u8],
+    },
+    Restorefh,
+    Savefh,
+    Secinfo(&'a [u8]),
+    Setattr {
+        stateid: Stateid,
+        attrs: Fattr<'a>,
+    },
+    Verify(Fattr<'a>),
+    Write {
+        stateid: Stateid,
+        offset: u64,
+        stable: u32,
+        data: &'a [u8],
+    },
+    BindConnToSession {
+        sessionid: SessionId,
+        dir: u32,
+        rdma_mode: bool,
+    },
+    ExchangeId {
+        verifier: Verifier,
+        ownerid: &'a [u8],
+        flags: u32,
+        state_protect: u32,
+    },
+    CreateSession {
+        clientid: u64,
+        sequence: u32,
+        flags: u32,
+        fore: ChannelAttrs,
+        back: ChannelAttrs,
+        cb_program: u32,
+    },
+    DestroySession(SessionId),
+    FreeStateid(Stateid),
+    SecinfoNoName(u32),
+    Sequence {
+        sessionid: SessionId,
+        sequenceid: u32,
+        slotid: u32,
+        highest_slotid: u32,
+        cachethis: bool,
+    },
+    /// TEST_STATEID: the count and the packed stateids (16 bytes each).
+    TestStateid {
+        count: u32,
+        raw: &'a [u8],
+    },
+    DestroyClientid(u64),
+    ReclaimComplete(bool),
+}
+
+impl Op<'_> {
+    /// The operation number.
+    pub fn opnum(&self) -> u32 {
+        match self {
+            Op::Access(_) => OP_ACCESS,
+            Op::Close { .. } => OP_CLOSE,
+            Op::Commit { .. } => OP_COMMIT,
+            Op::Create { .. } => OP_CREATE,
+            Op::Getattr(_) => OP_GETATTR,
+            Op::Getfh => OP_GETFH,
+            Op::Link(_) => OP_LINK,
+            Op::Lookup(_) => OP_LOOKUP,
+            Op::Lookupp => OP_LOOKUPP,
+            Op::Nverify(_) => OP_NVERIFY,
+            Op::Open { .. } => OP_OPEN,
+            Op::Openattr(_) => OP_OPENATTR,
+            Op::OpenDowngrade { .. } => OP_OPEN_DOWNGRADE,
+            Op::Putfh(_) => OP_PUTFH,
+            Op::Putpubfh => OP_PUTPUBFH,
+            Op::Putrootfh => OP_PUTROOTFH,
+            Op::Read { .. } => OP_READ,
+            Op::Readdir { .. } => OP_READDIR,
+            Op::Readlink => OP_READLINK,
+            Op::Remove(_) => OP_REMOVE,
+            Op::Rename { .. } => OP_RENAME,
+            Op::Restorefh => OP_RESTOREFH,
+            Op::Savefh => OP_SAVEFH,
+            Op::Secinfo(_) => OP_SECINFO,
+            Op::Setattr { .. } => OP_SETATTR,
+            Op::Verify(_) => OP_VERIFY,
+            Op::Write { .. } => OP_WRITE,
+            Op::BindConnToSession { .. } => OP_BIND_CONN_TO_SESSION,
+            Op::ExchangeId { .. } => OP_EXCHANGE_ID,
+            Op::CreateSession { .. } => OP_CREATE_SESSION,
+            Op::DestroySession(_) => OP_DESTROY_SESSION,
+            Op::FreeStateid(_) => OP_FREE_STATEID,
+            Op::SecinfoNoName(_) => OP_SECINFO_NO_NAME,
+            Op::Sequence { .. } => OP_SEQUENCE,
+            Op::TestStateid { .. } => OP_TEST_STATEID,
+            Op::DestroyClientid(_) => OP_DESTROY_CLIENTID,
+            Op::ReclaimComplete(_) => OP_RECLAIM_COMPLETE,
+        }
+    }
+}
+
+/// Walks the operations of one COMPOUND.
+#[derive(Clone, Debug)]
+pub struct OpDecoder<'a> {
+    r: Reader<'a>,
+    /// WRITE data that travelled in a Read chunk (with its padding), and the
+    /// inline bytes after it.
+    chunk: Option<&'a [u8]>,
+    after_chunk: &'a [u8],
+    left: u32,
+    /// Set once an operation failed to decode: no more operations.
+    failed: bool,
+}
+
+impl<'a> OpDecoder<'a> {
+    /// A decoder of `numops` operations from `r` (after the COMPOUND header);
+    /// `chunk` is the Read chunk's data and `after_chunk` the inline bytes
+    /// that follow it, when the Call came in pieces.
+    pub fn new(r: Reader<'a>, numops: u32, chunk: Option<&'a [u8]>, after_chunk: &'a [u8]) -> Self {
+        OpDecoder {
+            r,
+            chunk,
+            after_chunk,
+            left: numops,
+            failed: false,
+        }
+    }
+
+    /// Operations not yet yielded.
+    pub fn left(&self) -> u32 {
+        self.left
+    }
+
+    /// The next operation, an error for it (after which there are no more),
+    /// or `None` when all were yielded.
+    pub fn next_op(&mut self) -> Option<Result<Op<'a>, OpError>> {
+        if self.left == 0 || self.failed {
+            return None;
+        }
+        self.left -= 1;
+        let Ok(opnum) = self.r.u32("argop") else {
+            self.failed = true;
+            // The count promised an operation the bytes do not hold.
+            return Some(Err(OpError {
+                op: OP_ILLEGAL,
+                status: NFS4ERR_BADXDR,
+            }));
+        };
+        let res = self.decode_op(opnum);
+        if res.is_err() {
+            self.failed = true;
+        }
+        Some(res)
+    }
+
+    fn decode_op(&mut self, opnum: u32) -> Result<Op<'a>, OpError> {
+        let err = |status| OpError { op: opnum, status };
+        let known = (OP_ACCESS..=OP_LAST).contains(&opnum);
+        if !known {
+            return Err(OpError {
+                op: OP_ILLEGAL,
+                status: NFS4ERR_OP_ILLEGAL,
+            });
+        }
+        if opnum == OP_WRITE {
+            return self.write().map_err(err);
+        }
+        let r = &mut self.r;
+        let op = decode_args(r, opnum).map_err(|e| match e {
+            Refuse::Xdr(e) => err(status_of(e)),
+            Refuse::Status(s) => err(s),
+        })?;
+        Ok(op)
+    }
+
+    fn write(&mut self) -> Result<Op<'a>, u32> {
+        let r = &mut self.r;
+        let stateid = stateid(r).map_err(status_of)?;
+        let offset = r.u64("offset").map_err(status_of)?;
+        let stable = r.u32("stable").map_err(status_of)?;
+        if stable > FILE_SYNC4 {
+            return Err(NFS4ERR_BADXDR);
+        }
+        let len = r.u32("data").map_err(status_of)?;
+        if len > MAX_DATA_BYTES {
+            return Err(NFS4ERR_RESOURCE);
+        }
+        let data = match self.chunk {
+            // The head ends at the length word: the data is the chunk.
+            Some(c) if r.remaining() == 0 => {
+                let d = c.get(..len as usize).ok_or(NFS4ERR_BADXDR)?;
+                self.chunk = None;
+                self.r = Reader::new(self.after_chunk);
+                d
+            }
+            _ => r.opaque_fixed(len as usize, "data").map_err(status_of)?,
+        };
+        Ok(Op::Write {
+            stateid,
+            offset,
+            stable,
+            data,
+        })
+    }
+}
+
+enum Refuse {
+    Xdr(DecodeError),
+    Status(u32),
+}
+
+impl From<DecodeError> for Refuse {
+    fn from(e: DecodeError) -> Self {
+        Refuse::Xdr(e)
+    }
+}
+
+/// `stateid4`.
+pub fn stateid(r: &mut Reader<'_>) -> Result<Stateid, DecodeError> {
+    let seqid = r.u32("stateid.seqid")?;
+    let mut other = [0u8; NFS4_OTHER_SIZE];
+    other.copy_from_slice(r.bytes(NFS4_OTHER_SIZE, "stateid.other")?);
+    Ok(Stateid { seqid, other })
+}
+
+/// `bitmap4`: at most [`MAX_BITMAP_WORDS`] words (more is
+/// NFS4ERR_RESOURCE); the words after [`BITMAP_WORDS`] name attributes no
+/// minor version defines and must be zero (else NFS4ERR_ATTRNOTSUPP... in a
+/// Call, which is what the caller makes of `Err(None)`).
+pub fn bitmap(r: &mut Reader<'_>) -> Result<Bitmap, Refuse2> {
+    let n = r.count(MAX_BITMAP_WORDS, 4, "bitmap4").map_err(Refuse2::Xdr)?;
+    let mut b = Bitmap::default();
+    for i in 0..n as usize {
+        let w = r.u32("bitmap4 word").map_err(Refuse2::Xdr)?;
+        match b.words.get_mut(i) {
+            Some(slot) => *slot = w,
+            None if w != 0 => return Err(Refuse2::UnknownAttr),
+            None => {}
+        }
+    }
+    Ok(b)
+}
+
+/// Why a bitmap was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refuse2 {
+    Xdr(DecodeError),
+    /// A bit beyond every defined attribute.
+    UnknownAttr,
+}
+
+fn bitmap_r(r: &mut Reader<'_>) -> Result<Bitmap, Refuse> {
+    bitmap(r).map_err(|e| match e {
+        Refuse2::Xdr(e) => Refuse::Xdr(e),
+        Refuse2::UnknownAttr => Refuse::Status(NFS4ERR_ATTRNOTSUPP),
+    })
+}
+
+fn fattr<'a>(r: &mut Reader<'a>) -> Result<Fattr<'a>, Refuse> {
+    let mask = bitmap_r(r)?;
+    let vals = r.opaque_var(MAX_FATTR_BYTES, "attr_vals")?;
+    Ok(Fattr { mask, vals })
+}
+
+/// `component4`: longer than [`MAX_NAME_BYTES`] is NFS4ERR_NAMETOOLONG
+/// (the bytes still have to be there: a name the Call cannot hold is
+/// NFS4ERR_BADXDR).
+fn component<'a>(r: &mut Reader<'a>) -> Result<&'a [u8], Refuse> {
+    let len = r.peek_u32("component4")?;
+    if len > MAX_NAME_BYTES {
+        // Skip it whole, so a truncated Call is BADXDR, not NAMETOOLONG.
+        r.opaque_var(u32::MAX, "component4")?;
+        return Err(Refuse::Status(NFS4ERR_NAMETOOLONG));
+    }
+    Ok(r.string(MAX_NAME_BYTES, "component4")?)
+}
+
+fn verifier(r: &mut Reader<'_>) -> Result<Verifier, DecodeError> {
+    let mut v = [0u8; NFS4_VERIFIER_SIZE];
+    v.copy_from_slice(r.bytes(NFS4_VERIFIER_SIZE, "verifier4")?);
+    Ok(v)
+}
+
+fn sessionid(r: &mut Reader<'_>) -> Result<SessionId, DecodeError> {
+    let mut v = [0u8; NFS4_SESSIONID_SIZE];
+    v.copy_from_slice(r.bytes(NFS4_SESSIONID_SIZE, "sessionid4")?);
+    Ok(v)
+}
+
+fn channel_attrs(r: &mut Reader<'_>) -> Result<ChannelAttrs, Refuse> {
+    let mut c = ChannelAttrs {
+        headerpadsize: r.u32("ca_headerpadsize")?,
+        maxrequestsize: r.u32("ca_maxrequestsize")?,
+        maxresponsesize: r.u32("ca_maxresponsesize")?,
+        maxresponsesize_cached: r.u32("ca_maxresponsesize_cached")?,
+        maxoperations: r.u32("ca_maxoperations")?,
+        maxrequests: r.u32("ca_maxrequests")?,
+        rdma_ird: None,
+    };
+    match r.count(1, 4, "ca_rdma_ird")? {
+        0 => {}
+        _ => c.rdma_ird = Some(r.u32("ca_rdma_ird")?),
+    }
+    Ok(c)
+}
+
+/// `callback_sec_parms4<>`: walked and dropped (no backchannel yet).
+fn cb_sec_parms(r: &mut Reader<'_>) -> Result<(), Refuse> {
+    let n = r.count(MAX_CB_SEC_PARMS, 4, "csa_sec_parms")?;
+    for _ in 0..n {
+        match r.u32("cb_secflavor")? {
+            0 => {}
+            1 => {
+                r.u32("stamp")?;
+                r.string(255, "machinename")?;
+                r.u32("uid")?;
+                r.u32("gid")?;
+                let g = r.count(16, 4, "gids")?;
+                r.skip(4 * g as usize, "gids")?;
+            }
+            6 => {
+                r.u32("gcbp_service")?;
+                r.opaque_var(NFS4_OPAQUE_LIMIT, "gcbp_handle_from_server")?;
+                r.opaque_var(NFS4_OPAQUE_LIMIT, "gcbp_handle_from_client")?;
+            }
+            v => {
+                return Err(Refuse::Xdr(
+                    r.error(DecodeErrorKind::BadDiscriminant { value: v }, "cb_secflavor"),
+                ))
+            }
+        }
+    }
+    Ok(())
+}
+
+fn bad(r: &Reader<'_>, value: u32, field: &'static str) -> Refuse {
+    Refuse::Xdr(r.error(DecodeErrorKind::BadDiscriminant { value }, field))
+}
+
+/// The arguments of every operation but WRITE.
+fn decode_args<'a>(r: &mut Reader<'a>, opnum: u32) -> Result<Op<'a>, Refuse> {
+    Ok(match opnum {
+        OP_ACCESS => Op::Access(r.u32("access")?),
+        OP_CLOSE => Op::Close {
+            seqid: r.u32("seqid")?,
+            stateid: stateid(r)?,
+        },
+        OP_COMMIT => Op::Commit {
+            offset: r.u64("offset")?,
+            count: r.u32("count")?,
+        },
+        OP_CREATE => {
+            let t = r.u32("objtype")?;
+            let ty = match t {
+                NF4LNK => CreateType::Link({
+                    let len = r.peek_u32("linkdata")?;
+                    if len > MAX_LINK_BYTES {
+                        r.opaque_var(u32::MAX, "linkdata")?;
+                        return Err(Refuse::Status(NFS4ERR_NAMETOOLONG));
+                    }
+                    r.string(MAX_LINK_BYTES, "linkdata")?
+                }),
+                NF4BLK => CreateType::Block(r.u32("specdata1")?, r.u32("specdata2")?),
+                NF4CHR => CreateType::Char(r.u32("specdata1")?, r.u32("specdata2")?),
+                NF4SOCK => CreateType::Socket,
+                NF4FIFO => CreateType::Fifo,
+                NF4DIR => CreateType::Dir,
+                // Other types have no arguments in the union's default arm.
+                other => CreateType::Other(other),
+            };
+            let name = component(r)?;
+            let attrs = fattr(r)?;
+            Op::Create { ty, name, attrs }
+        }
+        OP_GETATTR => Op::Getattr(bitmap_r(r)?),
+        OP_GETFH => Op::Getfh,
+        OP_LINK => Op::Link(component(r)?),
+        OP_LOOKUP => Op::Lookup(component(r)?),
+        OP_LOOKUPP => Op::Lookupp,
+        OP_NVERIFY => Op::Nverify(fattr(r)?),
+        OP_VERIFY => Op::Verify(fattr(r)?),
+        OP_OPEN => {
+            let seqid = r.u32("seqid")?;
+            let share_access = r.u32("share_access")?;
+            let share_deny = r.u32("share_deny")?;
+            let clientid = r.u64("clientid")?;
+            let owner = r.opaque_var(NFS4_OPAQUE_LIMIT, "owner")?;
+            let create = match r.u32("opentype")? {
+                OPEN4_NOCREATE => None,
+                OPEN4_CREATE => Some(match r.u32("createmode")? {
+                    UNCHECKED4 => CreateHow::Unchecked(fattr(r)?),
+                    GUARDED4 => CreateHow::Guarded(fattr(r)?),
+                    EXCLUSIVE4 => CreateHow::Exclusive(verifier(r)?),
+                    EXCLUSIVE4_1 => {
+                        let v = verifier(r)?;
+                        CreateHow::Exclusive41(v, fattr(r)?)
+                    }
+                    v => return Err(bad(r, v, "createmode")),
+                }),
+                v => return Err(bad(r, v, "opentype")),
+            };
+            let claim = match r.u32("claim")? {
+                CLAIM_NULL => Claim::Null(component(r)?),
+                CLAIM_PREVIOUS => Claim::Previous(r.u32("delegate_type")?),
+                CLAIM_DELEGATE_CUR => {
+                    stateid(r)?;
+                    component(r)?;
+                    Claim::Deleg(CLAIM_DELEGATE_CUR)
+                }
+                CLAIM_DELEGATE_PREV => {
+                    component(r)?;
+                    Claim::Deleg(CLAIM_DELEGATE_PREV)
+                }
+                CLAIM_FH => Claim::Fh,
+                CLAIM_DELEG_CUR_FH => {
+                    stateid(r)?;
+                    Claim::Deleg(CLAIM_DELEG_CUR_FH)
+                }
+                CLAIM_DELEG_PREV_FH => Claim::Deleg(CLAIM_DELEG_PREV_FH),
+                v => return Err(bad(r, v, "claim")),
+            };
+            Op::Open {
+                seqid,
+                share_access,
+                share_deny,
+                clientid,
+                owner,
+                create,
+                claim,
+            }
+        }
+        OP_OPENATTR => Op::Openattr(r.bool("createdir")?),
+        OP_OPEN_DOWNGRADE => Op::OpenDowngrade {
+            stateid: stateid(r)?,
+            seqid: r.u32("seqid")?,
+            share_access: r.u32("share_access")?,
+            share_deny: r.u32("share_deny")?,
+        },
+        OP_PUTFH => {
+            let len = r.peek_u32("object")?;
+            if len > NFS4_FHSIZE {
+                // RFC 8881 s16.2.3.1: a handle longer than NFS4_FHSIZE.
+                return Err(Refuse::Status(NFS4ERR_BADHANDLE));
+            }
+            Op::Putfh(r.opaque_var(NFS4_FHSIZE, "object")?)
+        }
+        OP_PUTPUBFH => Op::Putpubfh,
+        OP_PUTROOTFH => Op::Putrootfh,
+        OP_READ => Op::Read {
+            stateid: stateid(r)?,
+            offset: r.u64("offset")?,
+            count: r.u32("count")?,
+        },
+        OP_READDIR => Op::Readdir {
+            cookie: r.u64("cookie")?,
+            verf: verifier(r)?,
+            dircount: r.u32("dircount")?,
+            maxcount: r.u32("maxcount")?,
+            attrs: bitmap_r(r)?,
+        },
+        OP_READLINK => Op::Readlink,
+        OP_REMOVE => Op::Remove(component(r)?),
+        OP_RENAME => Op::Rename {
+            old: component(r)?,
+            new: component(r)?,
+        },
+        OP_RESTOREFH => Op::Restorefh,
+        OP_SAVEFH => Op::Savefh,
+        OP_SECINFO => Op::Secinfo(component(r)?),
+        OP_SETATTR => Op::Setattr {
+            stateid: stateid(r)?,
+            attrs: fattr(r)?,
+        },
+        OP_BIND_CONN_TO_SESSION => Op::BindConnToSession {
+            sessionid: sessionid(r)?,
+            dir: r.u32("bctsa_dir")?,
+            rdma_mode: r.bool("bctsa_use_conn_in_rdma_mode")?,
+        },
+        OP_EXCHANGE_ID => {
+            let verifier = verifier(r)?;
+            let ownerid = r.opaque_var(NFS4_OPAQUE_LIMIT, "co_ownerid")?;
+            let flags = r.u32("eia_flags")?;
+            let state_protect = r.u32("eia_state_protect")?;
+            match state_protect {
+                SP4_NONE => {}
+                SP4_MACH_CRED => {
+                    bitmap_r(r)?;
+                    bitmap_r(r)?;
+                }
+                SP4_SSV => {
+                    bitmap_r(r)?;
+                    bitmap_r(r)?;
+                    for f in ["ssp_hash_algs", "ssp_encr_algs"] {
+                        let n = r.count(MAX_SEC_OIDS, 4, f)?;
+                        for _ in 0..n {
+                            r.opaque_var(NFS4_OPAQUE_LIMIT, f)?;
+                        }
+                    }
+                    r.u32("ssp_window")?;
+                    r.u32("ssp_num_gss_handles")?;
+                }
+                v => return Err(bad(r, v, "eia_state_protect")),
+            }
+            if r.count(1, 4, "eia_client_impl_id")? == 1 {
+                r.string(NFS4_OPAQUE_LIMIT, "nii_domain")?;
+                r.string(NFS4_OPAQUE_LIMIT, "nii_name")?;
+                r.u64("nii_date.seconds")?;
+                r.u32("nii_date.nseconds")?;
+            }
+            Op::ExchangeId {
+                verifier,
+                ownerid,
+                flags,
+                state_protect,
+            }
+        }
+        OP_CREATE_SESSION => {
+            let clientid = r.u64("csa_clientid")?;
+            let sequence = r.u32("csa_sequence")?;
+            let flags = r.u32("csa_flags")?;
+            let fore = channel_attrs(r)?;
+            let back = channel_attrs(r)?;
+            let cb_program = r.u32("csa_cb_program")?;
+            cb_sec_parms(r)?;
+            Op::CreateSession {
+                clientid,
+                sequence,
+                flags,
+                fore,
+                back,
+                cb_program,
+            }
+        }
+        OP_DESTROY_SESSION => Op::DestroySession(sessionid(r)?),
+        OP_FREE_STATEID => Op::FreeStateid(stateid(r)?),
+        OP_SECINFO_NO_NAME => Op::SecinfoNoName(r.u32("secinfo_style4")?),
+        OP_SEQUENCE => Op::Sequence {
+            sessionid: sessionid(r)?,
+            sequenceid: r.u32("sa_sequenceid")?,
+            slotid: r.u32("sa_slotid")?,
+            highest_slotid: r.u32("sa_highest_slotid")?,
+            cachethis: r.bool("sa_cachethis")?,
+        },
+        OP_TEST_STATEID => {
+            let count = r.count(MAX_TEST_STATEIDS, 16, "ts_stateids")?;
+            let raw = r.bytes(16 * count as usize, "ts_stateids")?;
+            Op::TestStateid { count, raw }
+        }
+        OP_DESTROY_CLIENTID => Op::DestroyClientid(r.u64("dca_clientid")?),
+        OP_RECLAIM_COMPLETE => Op::ReclaimComplete(r.bool("rca_one_fs")?),
+        // Known operations whose arguments we do not decode (locks,
+        // delegations, pNFS, 4.0-only, 4.2): NFS4ERR_NOTSUPP, and the walk
+        // ends there as any failing operation ends it.
+        _ => return Err(Refuse::Status(NFS4ERR_NOTSUPP)),
+    })
+}
+
+/// The `count` of the READ that ends a COMPOUND whose bytes are all in
+/// `args` (after the RPC header), for sizing the reply's data buffer before
+/// the Call runs; `None` for anything else or anything malformed.
+pub fn final_read_count(args: &[u8]) -> Option<u32> {
+    let mut r = Reader::new(args);
+    let h = CompoundArgs::decode(&mut r).ok()?;
+    let mut d = OpDecoder::new(r, h.numops, None, &[]);
+    let mut last = None;
+    while let Some(op) = d.next_op() {
+        last = Some(op.ok()?);
+    }
+    match last {
+        Some(Op::Read { count, .. }) => Some(count),
+        _ => None,
+    }
+}

@@ -1,0 +1,571 @@
+//! Byte vectors written by hand from the XDR of RFC 8881 section 18 for the
+//! operations decoded, and truncation at every offset.
+
+use super::args::*;
+use super::fattr::*;
+use super::*;
+use crate::xdr::Reader;
+
+/// Big-endian words and raw bytes, spelled out.
+struct V(Vec<u8>);
+
+impl V {
+    fn new() -> V {
+        V(Vec::new())
+    }
+    fn w(mut self, x: u32) -> V {
+        self.0.extend_from_slice(&x.to_be_bytes());
+        self
+    }
+    fn h(mut self, x: u64) -> V {
+        self.0.extend_from_slice(&x.to_be_bytes());
+        self
+    }
+    fn b(mut self, x: &[u8]) -> V {
+        self.0.extend_from_slice(x);
+        self
+    }
+    /// `opaque<>`: length, bytes, zero padding.
+    fn o(self, x: &[u8]) -> V {
+        let pad = (4 - x.len() % 4) % 4;
+        self.w(x.len() as u32).b(x).b(&[0; 3][..pad])
+    }
+}
+
+fn compound(minor: u32, ops: &[Vec<u8>]) -> Vec<u8> {
+    let mut v = V::new().o(b"t").w(minor).w(ops.len() as u32);
+    for o in ops {
+        v = v.b(o);
+    }
+    v.0
+}
+
+/// Decode a COMPOUND wholly: the header and every operation's result.
+fn decode_all(b: &[u8]) -> Result<(CompoundArgs<'_>, Vec<Result<Op<'_>, OpError>>), CompoundError<'_>> {
+    let mut r = Reader::new(b);
+    let h = CompoundArgs::decode(&mut r)?;
+    let mut d = OpDecoder::new(r, h.numops, None, &[]);
+    let mut ops = vec![];
+    while let Some(op) = d.next_op() {
+        ops.push(op);
+    }
+    Ok((h, ops))
+}
+
+const SID: [u8; 16] = *b"0123456789abcdef";
+
+fn sequence() -> Vec<u8> {
+    V::new().w(OP_SEQUENCE).b(&SID).w(7).w(2).w(3).w(1).0
+}
+
+#[test]
+fn sequence_putfh_getattr_read() {
+    let ops = [
+        sequence(),
+        V::new().w(OP_PUTFH).o(&[1, 2, 3, 4, 5]).0,
+        V::new().w(OP_GETATTR).w(2).w(0x0010_011a).w(0x00b0_a23a).0,
+        V::new().w(OP_READ).w(9).b(&[0xaa; 12]).h(4096).w(65536).0,
+    ];
+    let c = compound(1, &ops);
+    let (h, ops) = decode_all(&c).unwrap();
+    assert_eq!((h.tag, h.minorversion, h.numops), (&b"t"[..], 1, 4));
+    assert_eq!(
+        ops[0],
+        Ok(Op::Sequence {
+            sessionid: SID,
+            sequenceid: 7,
+            slotid: 2,
+            highest_slotid: 3,
+            cachethis: true
+        })
+    );
+    assert_eq!(ops[1], Ok(Op::Putfh(&[1, 2, 3, 4, 5])));
+    let Ok(Op::Getattr(bm)) = ops[2] else {
+        panic!("{:?}", ops[2])
+    };
+    assert_eq!(bm.words, [0x0010_011a, 0x00b0_a23a, 0]);
+    assert!(bm.has(FATTR4_TYPE) && bm.has(FATTR4_FSID) && bm.has(FATTR4_FILEID));
+    assert!(bm.has(FATTR4_MODE) && bm.has(FATTR4_MOUNTED_ON_FILEID));
+    assert_eq!(
+        ops[3],
+        Ok(Op::Read {
+            stateid: Stateid {
+                seqid: 9,
+                other: [0xaa; 12]
+            },
+            offset: 4096,
+            count: 65536
+        })
+    );
+    assert_eq!(final_read_count(&c), Some(65536));
+    // READ not last: no hint.
+    let c2 = compound(1, &[ops_bytes_read(), V::new().w(OP_GETFH).0]);
+    assert_eq!(final_read_count(&c2), None);
+}
+
+fn ops_bytes_read() -> Vec<u8> {
+    V::new().w(OP_READ).w(0).b(&[0; 12]).h(0).w(10).0
+}
+
+#[test]
+fn exchange_id_and_create_session() {
+    let eid = V::new()
+        .w(OP_EXCHANGE_ID)
+        .b(b"verifier")
+        .o(b"Linux NFSv4.1 client")
+        .w(EXCHGID4_FLAG_USE_NON_PNFS | EXCHGID4_FLAG_SUPP_MOVED_REFER)
+        .w(SP4_NONE)
+        .w(1)
+        .o(b"kernel.org")
+        .o(b"Linux 6.1")
+        .h(1_700_000_000)
+        .w(5)
+        .0;
+    let cs = V::new()
+        .w(OP_CREATE_SESSION)
+        .h(0x1122_3344_5566_7788)
+        .w(1)
+        .w(CREATE_SESSION4_FLAG_CONN_BACK_CHAN)
+        // fore: pad, req, resp, cached, ops, reqs, ird<1> = [0]
+        .w(0)
+        .w(1_049_620)
+        .w(1_049_480)
+        .w(3_428)
+        .w(8)
+        .w(64)
+        .w(1)
+        .w(0)
+        // back: no ird
+        .w(0)
+        .w(4096)
+        .w(4096)
+        .w(0)
+        .w(2)
+        .w(16)
+        .w(0)
+        .w(0x4000_0000)
+        // sec parms: AUTH_NONE, AUTH_SYS
+        .w(2)
+        .w(0)
+        .w(1)
+        .w(0)
+        .o(b"host")
+        .w(0)
+        .w(0)
+        .w(1)
+        .w(10)
+        .0;
+    let c = compound(1, &[eid, cs]);
+    let (_, ops) = decode_all(&c).unwrap();
+    assert_eq!(
+        ops[0],
+        Ok(Op::ExchangeId {
+            verifier: *b"verifier",
+            ownerid: b"Linux NFSv4.1 client",
+            flags: EXCHGID4_FLAG_USE_NON_PNFS | EXCHGID4_FLAG_SUPP_MOVED_REFER,
+            state_protect: SP4_NONE
+        })
+    );
+    let Ok(Op::CreateSession {
+        clientid,
+        sequence,
+        flags,
+        fore,
+        back,
+        cb_program,
+    }) = ops[1]
+    else {
+        panic!("{:?}", ops[1])
+    };
+    assert_eq!(
+        (clientid, sequence, flags, cb_program),
+        (0x1122_3344_5566_7788, 1, 2, 0x4000_0000)
+    );
+    assert_eq!(
+        fore,
+        ChannelAttrs {
+            headerpadsize: 0,
+            maxrequestsize: 1_049_620,
+            maxresponsesize: 1_049_480,
+            maxresponsesize_cached: 3_428,
+            maxoperations: 8,
+            maxrequests: 64,
+            rdma_ird: Some(0)
+        }
+    );
+    assert_eq!((back.maxrequests, back.rdma_ird), (16, None));
+}
+
+#[test]
+fn open_create_exclusive41_and_claims() {
+    let attrs = V::new()
+        .w(2)
+        .w(0)
+        .w(1 << (FATTR4_MODE - 32))
+        .o(&0o644u32.to_be_bytes())
+        .0;
+    let open = V::new()
+        .w(OP_OPEN)
+        .w(0)
+        .w(OPEN4_SHARE_ACCESS_BOTH)
+        .w(OPEN4_SHARE_DENY_NONE)
+        .h(42)
+        .o(b"open id:\x00\x01")
+        .w(OPEN4_CREATE)
+        .w(EXCLUSIVE4_1)
+        .b(b"excl-vrf")
+        .b(&attrs)
+        .w(CLAIM_NULL)
+        .o(b"file.txt")
+        .0;
+    let c = compound(
+        2,
+        &[open, V::new().w(OP_OPEN).w(0).w(1).w(0).h(1).o(b"o").w(0).w(CLAIM_FH).0],
+    );
+    let (h, ops) = decode_all(&c).unwrap();
+    assert_eq!(h.minorversion, 2);
+    let Ok(Op::Open {
+        share_access,
+        clientid,
+        owner,
+        create: Some(CreateHow::Exclusive41(v, f)),
+        claim: Claim::Null(name),
+        ..
+    }) = ops[0]
+    else {
+        panic!("{:?}", ops[0])
+    };
+    assert_eq!(
+        (share_access, clientid, owner, &v, name),
+        (3, 42, &b"open id:\x00\x01"[..], b"excl-vrf", &b"file.txt"[..])
+    );
+    let s = decode_settable(&f).unwrap();
+    assert_eq!(s.mode, Some(0o644));
+    assert!(matches!(
+        ops[1],
+        Ok(Op::Open {
+            create: None,
+            claim: Claim::Fh,
+            ..
+        })
+    ));
+}
+
+#[test]
+fn write_inline_and_from_a_chunk() {
+    let w = V::new()
+        .w(OP_WRITE)
+        .w(1)
+        .b(&[3; 12])
+        .h(8192)
+        .w(FILE_SYNC4)
+        .o(b"hello")
+        .0;
+    let g = V::new().w(OP_GETATTR).w(1).w(1 << FATTR4_SIZE).0;
+    let c = compound(1, &[sequence(), w.clone(), g.clone()]);
+    let (_, ops) = decode_all(&c).unwrap();
+    assert!(matches!(
+        ops[1],
+        Ok(Op::Write {
+            offset: 8192,
+            stable: FILE_SYNC4,
+            data: b"hello",
+            ..
+        })
+    ));
+    assert!(matches!(ops[2], Ok(Op::Getattr(_))));
+    // The same COMPOUND with the data in a Read chunk: the head ends at the
+    // length word, the chunk holds data and padding, the GETATTR follows.
+    let head_len = c.len() - g.len() - 8;
+    let head = &c[..head_len];
+    let chunk = b"hello\0\0\0";
+    let mut r = Reader::new(head);
+    let h = CompoundArgs::decode(&mut r).unwrap();
+    let g = g.as_slice();
+    let mut d = OpDecoder::new(r, h.numops, Some(chunk), g);
+    assert!(matches!(d.next_op(), Some(Ok(Op::Sequence { .. }))));
+    assert!(matches!(d.next_op(), Some(Ok(Op::Write { data: b"hello", .. }))));
+    assert!(matches!(d.next_op(), Some(Ok(Op::Getattr(_)))));
+    assert_eq!(d.next_op(), None);
+    // A chunk shorter than the length word says: BADXDR.
+    let mut r = Reader::new(head);
+    let h = CompoundArgs::decode(&mut r).unwrap();
+    let mut d = OpDecoder::new(r, h.numops, Some(b"hel"), g);
+    d.next_op();
+    assert_eq!(
+        d.next_op(),
+        Some(Err(OpError {
+            op: OP_WRITE,
+            status: NFS4ERR_BADXDR
+        }))
+    );
+    assert_eq!(d.next_op(), None);
+    // The ULB locates the data in the whole Call.
+    let mut call = V::new().w(9).w(0).w(2).w(100_003).w(4).w(1).w(0).w(0).w(0).w(0).0;
+    let at = call.len();
+    call.extend_from_slice(&c);
+    let mut items = [crate::ulb::DdpItem::default(); 2];
+    assert_eq!(ulb::call_items(&call, &mut items), 1);
+    let it = items[0];
+    assert_eq!(&call[it.offset as usize..][..it.len as usize], b"hello");
+    assert_eq!(it.offset as usize, at + head_len);
+}
+
+#[test]
+fn bounds_give_statuses_not_panics() {
+    // Minor version 0 and 3.
+    for m in [0, 3] {
+        assert_eq!(
+            decode_all(&compound(m, &[])).unwrap_err(),
+            CompoundError::Status {
+                status: NFS4ERR_MINOR_VERS_MISMATCH,
+                tag: b"t"
+            }
+        );
+    }
+    // Too many operations.
+    let many: Vec<Vec<u8>> = (0..=MAX_OPS).map(|_| V::new().w(OP_GETFH).0).collect();
+    assert!(matches!(
+        decode_all(&compound(1, &many)),
+        Err(CompoundError::Status {
+            status: NFS4ERR_TOO_MANY_OPS,
+            ..
+        })
+    ));
+    assert_eq!(
+        decode_all(&compound(1, &many[..MAX_OPS as usize])).unwrap().1.len(),
+        MAX_OPS as usize
+    );
+    // A tag over the bound: RESOURCE with no tag.
+    let long_tag = V::new().o(&[b'x'; 257]).w(1).w(0).0;
+    assert_eq!(
+        decode_all(&long_tag).unwrap_err(),
+        CompoundError::Status {
+            status: NFS4ERR_RESOURCE,
+            tag: b""
+        }
+    );
+    // A name over 255 bytes: NAMETOOLONG; the walk stops there.
+    let c = compound(1, &[V::new().w(OP_LOOKUP).o(&[b'n'; 256]).0, V::new().w(OP_GETFH).0]);
+    let (_, ops) = decode_all(&c).unwrap();
+    assert_eq!(
+        ops,
+        vec![Err(OpError {
+            op: OP_LOOKUP,
+            status: NFS4ERR_NAMETOOLONG
+        })]
+    );
+    // ... unless the bytes are not there: BADXDR.
+    let c = compound(1, &[V::new().w(OP_LOOKUP).w(300).b(&[b'n'; 8]).0]);
+    assert_eq!(
+        decode_all(&c).unwrap().1,
+        vec![Err(OpError {
+            op: OP_LOOKUP,
+            status: NFS4ERR_BADXDR
+        })]
+    );
+    // Bitmaps: 8 words fine (extra zero), 9 too many, a bit past word 2 unknown.
+    let bm = |n: u32, last: u32| {
+        let mut v = V::new().w(OP_GETATTR).w(n);
+        for i in 0..n {
+            v = v.w(if i + 1 == n { last } else { u32::from(i == 0) });
+        }
+        compound(1, &[v.0])
+    };
+    assert!(matches!(decode_all(&bm(8, 0)).unwrap().1[0], Ok(Op::Getattr(_))));
+    assert_eq!(
+        decode_all(&bm(9, 0)).unwrap().1[0],
+        Err(OpError {
+            op: OP_GETATTR,
+            status: NFS4ERR_RESOURCE
+        })
+    );
+    assert_eq!(
+        decode_all(&bm(4, 1)).unwrap().1[0],
+        Err(OpError {
+            op: OP_GETATTR,
+            status: NFS4ERR_ATTRNOTSUPP
+        })
+    );
+    // A handle over NFS4_FHSIZE: BADHANDLE.
+    let c = compound(1, &[V::new().w(OP_PUTFH).o(&[0; 129]).0]);
+    assert_eq!(
+        decode_all(&c).unwrap().1[0],
+        Err(OpError {
+            op: OP_PUTFH,
+            status: NFS4ERR_BADHANDLE
+        })
+    );
+    // Unknown operation numbers: OP_ILLEGAL; known ones not decoded: NOTSUPP.
+    for op in [0, 1, 2, 76, 10044, u32::MAX] {
+        let c = compound(1, &[V::new().w(op).0]);
+        let (_, ops) = decode_all(&c).unwrap();
+        assert_eq!(
+            ops,
+            vec![Err(OpError {
+                op: OP_ILLEGAL,
+                status: NFS4ERR_OP_ILLEGAL
+            })],
+            "op {op}"
+        );
+    }
+    for op in [OP_LOCK, OP_LAYOUTGET, OP_SETCLIENTID, OP_COPY] {
+        let c = compound(1, &[V::new().w(op).0]);
+        let (_, ops) = decode_all(&c).unwrap();
+        assert_eq!(
+            ops,
+            vec![Err(OpError {
+                op,
+                status: NFS4ERR_NOTSUPP
+            })]
+        );
+    }
+    // WRITE data over the bound: RESOURCE; a bad stable_how: BADXDR.
+    let c = compound(1, &[V::new().w(OP_WRITE).b(&[0; 16]).h(0).w(0).w(MAX_DATA_BYTES + 1).0]);
+    assert_eq!(
+        decode_all(&c).unwrap().1[0],
+        Err(OpError {
+            op: OP_WRITE,
+            status: NFS4ERR_RESOURCE
+        })
+    );
+    let c = compound(1, &[V::new().w(OP_WRITE).b(&[0; 16]).h(0).w(3).o(b"x").0]);
+    assert_eq!(
+        decode_all(&c).unwrap().1[0],
+        Err(OpError {
+            op: OP_WRITE,
+            status: NFS4ERR_BADXDR
+        })
+    );
+    // More operations promised than present: BADXDR at the missing one.
+    let mut c = compound(1, &[V::new().w(OP_GETFH).0]);
+    c[15] = 2;
+    let (_, ops) = decode_all(&c).unwrap();
+    assert_eq!(
+        ops,
+        vec![
+            Ok(Op::Getfh),
+            Err(OpError {
+                op: OP_ILLEGAL,
+                status: NFS4ERR_BADXDR
+            })
+        ]
+    );
+}
+
+#[test]
+fn settable_attributes() {
+    let f = |mask: &[u32], vals: Vec<u8>| {
+        let v: &'static [u8] = Box::leak(vals.into_boxed_slice());
+        decode_settable(&Fattr {
+            mask: Bitmap::of(mask),
+            vals: v,
+        })
+    };
+    let s = f(
+        &[
+            FATTR4_SIZE,
+            FATTR4_MODE,
+            FATTR4_OWNER,
+            FATTR4_OWNER_GROUP,
+            FATTR4_TIME_ACCESS_SET,
+            FATTR4_TIME_MODIFY_SET,
+        ],
+        V::new().h(10).w(0o600).o(b"1000").o(b"100").w(0).w(1).h(5).w(6).0,
+    )
+    .unwrap();
+    assert_eq!(
+        (s.size, s.mode, s.uid, s.gid),
+        (Some(10), Some(0o600), Some(1000), Some(100))
+    );
+    assert_eq!(
+        (s.atime, s.mtime),
+        (Some(SetTime4::Server), Some(SetTime4::Client { secs: 5, nsecs: 6 }))
+    );
+    assert_eq!(f(&[FATTR4_OWNER], V::new().o(b"bob@example").0), Err(NFS4ERR_BADOWNER));
+    assert_eq!(f(&[FATTR4_OWNER], V::new().o(b"99999999999").0), Err(NFS4ERR_BADOWNER));
+    assert_eq!(f(&[FATTR4_TYPE], V::new().w(1).0), Err(NFS4ERR_INVAL));
+    assert_eq!(f(&[FATTR4_ACL], V::new().w(0).0), Err(NFS4ERR_ATTRNOTSUPP));
+    assert_eq!(
+        f(&[FATTR4_SIZE], V::new().h(1).w(0).0),
+        Err(NFS4ERR_BADXDR),
+        "bytes left over"
+    );
+    assert_eq!(f(&[FATTR4_SIZE], V::new().w(1).0), Err(NFS4ERR_BADXDR), "short");
+    assert_eq!(f(&[FATTR4_MODE], V::new().w(0o10000).0), Err(NFS4ERR_INVAL));
+}
+
+/// Every operation's vector cut at every offset decodes to an error or to
+/// fewer operations, never a panic; whole, it decodes.
+#[test]
+fn truncation_at_every_offset() {
+    let vectors: Vec<Vec<u8>> = vec![
+        sequence(),
+        V::new().w(OP_PUTFH).o(&[7; 20]).0,
+        V::new().w(OP_GETATTR).w(3).w(1).w(2).w(4).0,
+        ops_bytes_read(),
+        V::new().w(OP_WRITE).w(1).b(&[3; 12]).h(8192).w(2).o(b"hello").0,
+        V::new().w(OP_LOOKUP).o(b"name").0,
+        V::new().w(OP_CREATE).w(NF4LNK).o(b"target").o(b"ln").w(0).o(&[]).0,
+        V::new().w(OP_CREATE).w(NF4CHR).w(1).w(2).o(b"c").w(1).w(0).o(&[]).0,
+        V::new().w(OP_RENAME).o(b"a").o(b"b").0,
+        V::new().w(OP_READDIR).h(0).b(&[0; 8]).w(4096).w(8192).w(1).w(3).0,
+        V::new().w(OP_SETATTR).b(&[0; 16]).w(1).w(1 << FATTR4_SIZE).o(&[0; 8]).0,
+        V::new()
+            .w(OP_OPEN)
+            .w(0)
+            .w(1)
+            .w(0)
+            .h(1)
+            .o(b"o")
+            .w(1)
+            .w(GUARDED4)
+            .w(0)
+            .o(&[])
+            .w(CLAIM_NULL)
+            .o(b"f")
+            .0,
+        V::new().w(OP_CLOSE).w(1).b(&[1; 16]).0,
+        V::new().w(OP_COMMIT).h(0).w(0).0,
+        V::new().w(OP_TEST_STATEID).w(2).b(&[5; 32]).0,
+        V::new().w(OP_BIND_CONN_TO_SESSION).b(&SID).w(CDFC4_FORE_OR_BOTH).w(0).0,
+        V::new()
+            .w(OP_EXCHANGE_ID)
+            .b(&[0; 8])
+            .o(b"id")
+            .w(0)
+            .w(SP4_MACH_CRED)
+            .w(1)
+            .w(1)
+            .w(0)
+            .w(0)
+            .0,
+        V::new().w(OP_DESTROY_SESSION).b(&SID).0,
+        V::new().w(OP_DESTROY_CLIENTID).h(5).0,
+        V::new().w(OP_RECLAIM_COMPLETE).w(0).0,
+        V::new().w(OP_SECINFO_NO_NAME).w(0).0,
+        V::new().w(OP_FREE_STATEID).b(&[0; 16]).0,
+        V::new().w(OP_ACCESS).w(0x3f).0,
+        V::new().w(OP_VERIFY).w(1).w(1 << FATTR4_SIZE).o(&[0; 8]).0,
+    ];
+    for v in &vectors {
+        let c = compound(1, std::slice::from_ref(v));
+        let (_, ops) = decode_all(&c).unwrap();
+        assert!(ops[0].is_ok(), "{:?} from {v:?}", ops[0]);
+        for cut in 0..c.len() {
+            match decode_all(&c[..cut]) {
+                Err(_) => {}
+                Ok((_, ops)) => assert!(
+                    ops.iter().any(|o| matches!(
+                        o,
+                        Err(OpError {
+                            status: NFS4ERR_BADXDR,
+                            ..
+                        })
+                    )),
+                    "cut {cut} of {v:?}: {ops:?}"
+                ),
+            }
+        }
+    }
+}

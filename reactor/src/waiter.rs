@@ -1,0 +1,133 @@
+//! The blocking half of [`crate::IdlePolicy::SpinThenWait`]: one `epoll`
+//! instance per core, with the core's message-ring doorbell (an eventfd)
+//! always registered and whatever file descriptors its pollers add
+//! ([`crate::CoreCtx::watch_fd`]: completion channels, RDMA-CM event
+//! channels, shm doorbells, sockets).
+//!
+//! The core never reads the events `epoll` reports: it only needs to know
+//! that *something* is ready, and its pollers find what. So a wait is one
+//! `ppoll` on the epoll descriptor (which is readable while any registered
+//! source is), with a nanosecond timeout; every source is level-triggered
+//! and each owner clears its own before arming again.
+//!
+//! # The doorbell handshake (no lost wake-up, no system call while busy)
+//!
+//! The sleeper stores `sleeping = true` (SeqCst) and *then* looks for work
+//! once more (its next loop iteration dequeues the ring and polls every
+//! poller); a sender pushes its work and *then* loads `sleeping` (after a
+//! SeqCst fence), ringing only when it is set. In the single total order of
+//! SeqCst operations either the sender's load comes after the sleeper's
+//! store (the sender rings, so the wait returns at once) or before it (then
+//! the sender's push precedes the sleeper's re-check, which finds the work).
+//! While the receiver is busy `sleeping` stays false and senders make no
+//! system call.
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::time::Duration;
+
+/// An eventfd used as a doorbell: any thread rings it, its owner clears it.
+#[derive(Debug)]
+pub struct Doorbell {
+    fd: OwnedFd,
+}
+
+impl Doorbell {
+    /// A fresh, non-blocking, close-on-exec eventfd.
+    pub fn new() -> io::Result<Doorbell> {
+        // SAFETY: plain system call; the result is checked.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `fd` is a new descriptor we own.
+        Ok(Doorbell {
+            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+        })
+    }
+
+    /// Makes the doorbell readable (wakes its owner's wait). Never blocks:
+    /// a counter at its maximum is already readable.
+    pub fn ring(&self) {
+        let one: u64 = 1;
+        // SAFETY: writes 8 bytes from a live u64 to our descriptor.
+        let _ = unsafe { libc::write(self.fd.as_raw_fd(), (&one as *const u64).cast(), 8) };
+    }
+
+    /// Clears the doorbell (reads its counter). Never blocks.
+    pub fn clear(&self) {
+        let mut v: u64 = 0;
+        // SAFETY: reads 8 bytes into a live u64 from our descriptor.
+        let _ = unsafe { libc::read(self.fd.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
+    }
+
+    /// The descriptor, for registration with an `epoll`.
+    pub fn raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+}
+
+/// One core's `epoll` instance.
+#[derive(Debug)]
+pub(crate) struct Waiter {
+    epfd: OwnedFd,
+    watched: Vec<RawFd>,
+}
+
+impl Waiter {
+    pub(crate) fn new() -> io::Result<Waiter> {
+        // SAFETY: plain system call; the result is checked.
+        let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Waiter {
+            // SAFETY: `fd` is a new descriptor we own.
+            epfd: unsafe { OwnedFd::from_raw_fd(fd) },
+            watched: Vec::new(),
+        })
+    }
+
+    /// Registers `fd` (level-triggered, readable). Registering it twice is
+    /// a no-op.
+    pub(crate) fn watch(&mut self, fd: RawFd) -> io::Result<()> {
+        if self.watched.contains(&fd) {
+            return Ok(());
+        }
+        let mut ev = libc::epoll_event {
+            events: libc::EPOLLIN as u32,
+            u64: fd as u64,
+        };
+        // SAFETY: `ev` is a live epoll_event; the kernel checks `fd`.
+        if unsafe { libc::epoll_ctl(self.epfd.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        self.watched.push(fd);
+        Ok(())
+    }
+
+    /// Removes `fd` (call before closing it). Unknown descriptors are
+    /// ignored.
+    pub(crate) fn unwatch(&mut self, fd: RawFd) {
+        if let Some(i) = self.watched.iter().position(|&f| f == fd) {
+            self.watched.swap_remove(i);
+            // SAFETY: plain system call; a closed `fd` only returns an error.
+            unsafe { libc::epoll_ctl(self.epfd.as_raw_fd(), libc::EPOLL_CTL_DEL, fd, std::ptr::null_mut()) };
+        }
+    }
+
+    /// Blocks until a registered source is ready or `timeout` passed.
+    pub(crate) fn wait(&self, timeout: Duration) {
+        let mut pfd = libc::pollfd {
+            fd: self.epfd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ts = libc::timespec {
+            tv_sec: timeout.as_secs().min(i64::MAX as u64) as libc::time_t,
+            tv_nsec: libc::c_long::from(timeout.subsec_nanos() as i32),
+        };
+        // SAFETY: one live pollfd and a live timespec; no signal mask.
+        unsafe { libc::ppoll(&mut pfd, 1, &ts, std::ptr::null()) };
+    }
+}

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# tests/kernel/guest/nfs4.sh — the kernel's NFS client mounting rpcrdma-target
+# with NFSv4.1 and NFSv4.2, over TCP (2049) and RDMA (20049), in one guest
+# (run by tests/kernel/nfs4.sh through softroce-vm.sh run, the stage directory
+# at /host). For each mount: the transport in /proc/self/mountstats and the
+# version in /proc/mounts, then a small workload (a file written and read
+# back, directories, a rename, a symlink, a hard link, removal) and the
+# unmount. Then the target stops and must have answered every Call.
+# Exits non-zero when a check failed. Settings come from /host/env.sh.
+set -uo pipefail
+G=$(cd "$(dirname "$0")" && pwd)
+export OUT=/host/out BIN=/host/bin
+[ -f /host/env.sh ] && . /host/env.sh
+. "$G/lib.sh"
+. "$G/servers.sh"
+mkdir -p "$OUT/ours"
+: "${NFS4_MOUNTS:=4.1/tcp 4.1/rdma 4.2/rdma 4.2/tcp}"
+note "guest: kernel $(uname -r), $(nproc) CPUs; mounts: $NFS4_MOUNTS"
+
+workload() {
+    local mp=$1 what=$2 d
+    d=$mp/w-$RANDOM
+    check "$what: mkdir" mkdir -p "$d/sub/deeper"
+    check "$what: write 8 MiB" dd if=/dev/urandom of=/tmp/src bs=1M count=8 status=none
+    check "$what: copy in" cp /tmp/src "$d/file"
+    check "$what: sync" sync
+    echo 3 >/proc/sys/vm/drop_caches
+    check "$what: read back equal" cmp /tmp/src "$d/file"
+    check_eq "$what: size" "$(stat -c %s "$d/file")" 8388608
+    check "$what: rename" mv "$d/file" "$d/sub/moved"
+    check "$what: symlink" ln -s sub/moved "$d/link"
+    check_eq "$what: readlink" "$(readlink "$d/link")" sub/moved
+    check "$what: hard link" ln "$d/sub/moved" "$d/hard"
+    check_eq "$what: link count" "$(stat -c %h "$d/hard")" 2
+    check "$what: chmod" chmod 600 "$d/hard"
+    check_eq "$what: mode" "$(stat -c %a "$d/sub/moved")" 600
+    check "$what: append" sh -c "echo tail >>'$d/hard'"
+    check_eq "$what: listing" "$(ls "$d" | tr '\n' ' ')" "hard link sub "
+    check "$what: remove all" rm -rf "$d"
+    check_fails "$what: gone" stat "$d"
+}
+
+ours_start || exit 1
+for m in $NFS4_MOUNTS; do
+    v=${m%/*} p=${m#*/}
+    mp=/mnt/v$v-$p
+    opts="vers=$v,proto=$p"
+    [ "$p" = rdma ] && opts="$opts,port=20049"
+    mkdir -p "$mp"
+    if timeout 120 mount -t nfs -o "$opts" "$VMLAB_IP:/export" "$mp" 2>"$OUT/ours/mount-$v-$p.err"; then
+        pass "mount $opts"
+    else
+        flunk "mount $opts: $(tr '\n' ' ' <"$OUT/ours/mount-$v-$p.err")"
+        dmesg | tail -20
+        continue
+    fi
+    check_eq "$opts: transport in mountstats" "$(mount_xprt "$mp")" "$p"
+    check_eq "$opts: version in /proc/mounts" "$(awk -v mp="$mp" '$2 == mp' /proc/mounts | grep -o "vers=[0-9.]*")" "vers=$v"
+    workload "$mp" "$opts"
+    check "$opts: umount" nfs_umount "$mp"
+done
+ours_stop
+dmesg >"$OUT/ours/dmesg.txt"
+check_eq "the client's dmesg has no 'not responding'" "$(grep -c 'not responding' "$OUT/ours/dmesg.txt")" 0
+n_bad=$(grep -c '^not ok' "$CHECKS")
+note "guest checks: $(grep -c '^ok' "$CHECKS") ok, $n_bad not ok"
+[ "$n_bad" = 0 ]
