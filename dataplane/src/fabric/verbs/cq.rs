@@ -19,6 +19,7 @@ impl VerbsFabric {
         let mut report = true;
         if let Some(i) = ci {
             if let Some(c) = self.conns.get_mut(i) {
+                let mut posted = None;
                 if send_side {
                     if let Some(e) = c.sq.pop_front() {
                         opcode = e.opcode;
@@ -26,6 +27,7 @@ impl VerbsFabric {
                         if e.internal {
                             c.sq_internal -= 1;
                         }
+                        posted = Some(e);
                     }
                 } else {
                     if c.srq.is_none() {
@@ -44,6 +46,13 @@ impl VerbsFabric {
                 }
                 let dead = c.state == State::Error;
                 if !st.is_success() && !dead {
+                    self.last_wc_error = Some(WcError {
+                        qp_num: wc.qp_num,
+                        status: wc.status,
+                        vendor_err: wc.vendor_err,
+                        internal: posted.is_some_and(|e| e.internal),
+                        opcode: Some(opcode),
+                    });
                     // Any error (a flush too: the QP went to error on its own)
                     // ends the connection.
                     self.fail(i, CmEvent::Disconnected { conn });

@@ -352,6 +352,41 @@ pub struct VerbsFabric {
     by_qp: HashMap<u32, usize>,
     events: VecDeque<CmEvent>,
     wcs: Box<[sys::ibv_wc; WC_BATCH]>,
+    /// The first error completion (not a flush) of the connection that
+    /// failed last, for diagnostics ([`VerbsFabric::last_wc_error`]).
+    last_wc_error: Option<WcError>,
+}
+
+/// An error work completion as the device reported it, for diagnostics:
+/// the fabric's [`Completion`] keeps only the status the engine acts on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WcError {
+    pub qp_num: u32,
+    /// `enum ibv_wc_status`.
+    pub status: u32,
+    /// The provider's own error code (`ibv_wc::vendor_err`).
+    pub vendor_err: u32,
+    /// Whether the work request was the provider's own (a window bind or
+    /// invalidation) rather than the consumer's.
+    pub internal: bool,
+    /// Opcode of the work request as posted (the completion's is undefined
+    /// on error).
+    pub opcode: Option<WcOpcode>,
+}
+
+impl std::fmt::Display for WcError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "qp {}: {:?} (ibv_wc_status {}, vendor_err {:#x}) on {} work request {:?}",
+            self.qp_num,
+            status::wc_status(self.status),
+            self.status,
+            self.vendor_err,
+            if self.internal { "a window" } else { "a consumer" },
+            self.opcode
+        )
+    }
 }
 
 impl std::fmt::Debug for VerbsFabric {

@@ -73,6 +73,15 @@ impl VerbsFabric {
             c.free_mws.push((mw, old));
             return Err(post_err("ibv_post_send(BIND_MW)", rc));
         }
+        // The window's current key lives in `mw->rkey`: the provider hands
+        // it to the device as the key of the window to bind (rxe compares it
+        // with the window's key and fails the bind, and with it the QP, when
+        // it differs). A type-2 bind posted as a work request leaves it to
+        // the consumer to record the key the bind gives the window, so the
+        // next bind (after the invalidation) names it.
+        // SAFETY: `mw` is a window this fabric allocated and still owns; no
+        // other thread uses it.
+        unsafe { (*mw).rkey = rkey };
         c.sq.push_back(SqEntry {
             signaled: false,
             opcode: WcOpcode::Send,

@@ -32,6 +32,13 @@ impl VerbsFabric {
         (!c.qp.is_null()).then_some(c.qp_num)
     }
 
+    /// The first error completion (other than a flush) of the connection
+    /// that failed last: status and vendor error as the device gave them.
+    /// For diagnostics: the engine sees only [`WcStatus`].
+    pub fn last_wc_error(&self) -> Option<WcError> {
+        self.last_wc_error
+    }
+
     /// Inline bytes the connection's QP was created with.
     pub fn max_inline(&self, conn: ConnId) -> Option<u32> {
         let c = self.conns.get(self.conns.index(conn.0)?)?;
