@@ -158,7 +158,8 @@ fn run_version(p: &Pools, addr: &str, want_vers: u32) -> Result<(), String> {
                 .ok_or("unknown completion")?;
             let (id, k) = inflight.swap_remove(pos);
             let (name, e) = &work[k];
-            outcome_ok(c.outcome).map_err(|err| format!("call {k} ({name}): {err}{}", wc_errors(&mut cli, &mut srv)))?;
+            outcome_ok(c.outcome)
+                .map_err(|err| format!("call {k} ({name}): {err}{}", wc_errors(&mut cli, &mut srv)))?;
             check_reply(&cli, id, e).map_err(|err| format!("call {k} ({name}): {err}"))?;
             cli.release(id);
             done += 1;
@@ -309,7 +310,8 @@ fn run_writers(p: &Pools, addr: &str, want_vers: u32) -> Result<(), String> {
                     .position(|(id, _)| *id == c.id)
                     .ok_or("unknown completion")?;
                 let (id, i) = inflight[k].swap_remove(pos);
-                outcome_ok(c.outcome).map_err(|err| format!("writer {k} call {i}: {err}{}", wc_errors(cli, &mut srv)))?;
+                outcome_ok(c.outcome)
+                    .map_err(|err| format!("writer {k} call {i}: {err}{}", wc_errors(cli, &mut srv)))?;
                 check_reply(cli, id, &work[i]).map_err(|err| format!("writer {k} call {i}: {err}"))?;
                 cli.release(id);
                 done[k] += 1;

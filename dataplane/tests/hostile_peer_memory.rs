@@ -464,17 +464,13 @@ fn hostile_peer_shm_client_maps_nothing_of_the_responders() {
     assert_eq!(raw.f.peer_regions_mapped(conn), Some(0));
 }
 
-/// One requester fabric with two connections to one target (as verbs has:
-/// one protection domain for every connection of a process): a window
-/// exposed to connection A is closed to connection B, for Writes and Reads.
-fn window_is_open_to_its_connection_only<B: Bed>(bed: &B) {
+/// `n` connections from `q` to `t` (listening at the bed's address), each
+/// with 4 receives posted on both sides: (t's ends, q's ends).
+fn connect_n<B: Bed>(bed: &B, t: &mut Raw<B::F>, q: &mut Raw<B::F>, n: usize) -> (Vec<ConnId>, Vec<ConnId>) {
     let addr = bed.addr();
-    let mut t = Raw::new(bed.endpoint(), 210, RegionAccess::Local);
-    t.f.listen(&addr).expect("listen");
-    let mut q = Raw::new(bed.endpoint(), 211, RegionAccess::Exposable);
     let mut tc: Vec<ConnId> = Vec::new();
     let mut qc: Vec<ConnId> = Vec::new();
-    for _ in 0..3 {
+    for _ in 0..n {
         let qp = q.qp();
         let c = q.f.connect(&addr, &qp, &[]).expect("connect");
         q.post_recvs(c, 4);
@@ -497,6 +493,18 @@ fn window_is_open_to_its_connection_only<B: Bed>(bed: &B) {
             up_t && up_q
         });
     }
+    (tc, qc)
+}
+
+/// One requester fabric with two connections to one target (as verbs has:
+/// one protection domain for every connection of a process): a window
+/// exposed to connection A is closed to connection B, for Writes and Reads.
+fn window_is_open_to_its_connection_only<B: Bed>(bed: &B) {
+    let addr = bed.addr();
+    let mut t = Raw::new(bed.endpoint(), 210, RegionAccess::Local);
+    t.f.listen(&addr).expect("listen");
+    let mut q = Raw::new(bed.endpoint(), 211, RegionAccess::Exposable);
+    let (tc, qc) = connect_n(bed, &mut t, &mut q, 3);
     let chunk = q.buf(64 << 10, LEN);
     q.fill(64 << 10, 0x77, LEN);
     for (k, op) in [SendOp::RdmaRead, SendOp::RdmaWrite].into_iter().enumerate() {
@@ -546,4 +554,72 @@ fn hostile_peer_sim_a_window_is_closed_to_the_processes_other_connections() {
 #[test]
 fn hostile_peer_shm_a_window_is_closed_to_the_processes_other_connections() {
     window_is_open_to_its_connection_only(&ShmBed::new("win"));
+}
+
+/// Mappings of the file behind `region` in this process (/proc/self/maps
+/// lines naming its inode on its device).
+fn mappings_of(region: &Region) -> usize {
+    use std::os::fd::AsRawFd;
+    // SAFETY: all-zero is a valid `stat`; fstat fills it.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid descriptor and out-pointer.
+    assert_eq!(unsafe { libc::fstat(region.fd().as_raw_fd(), &mut st) }, 0);
+    let dev = format!("{:02x}:{:02x}", libc::major(st.st_dev), libc::minor(st.st_dev));
+    let ino = st.st_ino.to_string();
+    let maps = std::fs::read_to_string("/proc/self/maps").expect("maps");
+    maps.lines()
+        .filter(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            f.len() >= 5 && f[3] == dev && f[4] == ino
+        })
+        .count()
+}
+
+/// Issue 24 part 5: a target maps a client process's region once however
+/// many connections the client opens (4 here, as from one perf with 4
+/// connections), not once per connection; the mapping goes with the last
+/// connection's fabric. Each connection still reaches only its own windows
+/// (`hostile_peer_shm_a_window_is_closed_to_the_processes_other_connections`
+/// runs over the same shared mapping).
+#[test]
+fn shm_a_peers_region_is_mapped_once_per_process_however_many_connections() {
+    let bed = ShmBed::new("once");
+    let mut t = Raw::new(bed.endpoint(), 212, RegionAccess::Local);
+    t.f.listen(&bed.addr()).expect("listen");
+    let mut q = Raw::new(bed.endpoint(), 213, RegionAccess::Exposable);
+    assert_eq!(mappings_of(&q.region), 1, "the client's own mapping");
+    let (tc, qc) = connect_n(&bed, &mut t, &mut q, 4);
+    for &c in &tc {
+        assert_eq!(t.f.peer_regions_mapped(c), Some(1));
+    }
+    assert_eq!(
+        mappings_of(&q.region),
+        2,
+        "the client's own mapping and one of the target's for its 4 connections"
+    );
+    // Still usable through a window on each connection.
+    q.fill(0, 0x5a, LEN);
+    for (k, (&tcon, &qcon)) in tc.iter().zip(&qc).enumerate() {
+        let seg =
+            q.f.expose(qcon, q.buf(0, LEN), dataplane::Access::Read)
+                .expect("expose");
+        t.fill(1 << 20, 0, LEN);
+        let st = rdma(
+            &bed,
+            &mut t,
+            tcon,
+            SendOp::RdmaRead,
+            RemoteBuf { length: LEN, ..seg },
+            &mut || q.poll(),
+        );
+        assert_eq!(st, WcStatus::Success, "connection {k}");
+        assert_eq!(t.bytes(1 << 20, LEN), vec![0x5a; LEN as usize], "connection {k}");
+        q.f.hide(qcon, seg.handle);
+    }
+    drop(t);
+    assert_eq!(
+        mappings_of(&q.region),
+        1,
+        "the target's mapping went with its connections"
+    );
 }

@@ -139,7 +139,9 @@ pub enum State {
 pub struct PeerRegion {
     /// Usable length (the smaller of what the peer announced and what we mapped).
     pub len: u64,
-    pub region: Region,
+    /// Shared with the other connections handed the same file
+    /// ([`super::peermap`]).
+    pub region: Arc<Region>,
 }
 
 /// What this side holds of the peer: its ring file and the regions it
@@ -207,8 +209,10 @@ impl Peer {
         let mut regions: Vec<Option<PeerRegion>> = Vec::new();
         regions.resize_with(max_id.map_or(0, |m| m + 1), || None);
         for (ri, fd) in hello.regions.iter().zip(fds) {
-            let len = usize::try_from(ri.len).map_err(|_| "region length")?;
-            let region = Region::map_from_fd(fd, len, ri.id).map_err(|e| format!("peer region {}: {e}", ri.id))?;
+            // Once per process, shared by every connection handed the same
+            // file (`peermap`); reached only through this connection's
+            // windows.
+            let region = super::peermap::map(fd, ri.len, ri.id).map_err(|e| format!("peer region {}: {e}", ri.id))?;
             if cfg.require_sealed_regions && !region.is_sealed() {
                 return Err(format!(
                     "peer region {} is not sealed against shrinking (set require_sealed_regions = false to allow)",

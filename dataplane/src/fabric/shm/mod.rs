@@ -142,6 +142,7 @@ pub mod ring;
 mod conn;
 mod doorbell;
 mod memory;
+pub mod peermap;
 mod setup;
 mod sock;
 pub mod window;
