@@ -165,6 +165,7 @@ use crate::fabric::{
 };
 use crate::queue::GenSlab as Slab;
 
+pub use conn::{file_layout, Layout};
 pub use wire::MAX_REGIONS;
 
 /// Largest CQ / SRQ depth accepted.
