@@ -10,7 +10,10 @@
 //!    peer's Write through that connection lands; the same rkey on another
 //!    connection of the same two processes fails with a remote access error;
 //!    after the requester hides the window (and says so with a Send), the
-//!    rkey fails on its own connection too.
+//!    rkey fails on its own connection too;
+//! 3. the window is bound again (as the next Call's chunk would be, right
+//!    after the invalidation) with a new rkey: a Write through it lands, and
+//!    the earlier rkey fails with a remote access error.
 //!
 //! Usage: `verbs_exposure [IP:PORT]` (default `$VMLAB_IP:7491`). Prints
 //! `verbs_exposure: PASS (N ms)` and exits 0 only when every check held.
@@ -283,14 +286,41 @@ fn run(addr: &str) -> Result<(), String> {
     )?;
     req.f.hide(qa, seg.handle);
     announce(&mut req, &mut rsp, qa, 2)?;
+
+    println!("[3] the window bound again after its invalidation, as the next Call's chunk");
+    // The same Memory Window, rebound right after the Local Invalidate with
+    // the next rkey (the bind must name the key the window has now).
+    let seg2 = req
+        .f
+        .expose(qa, req.buf(chunk_at, LEN), Access::Write)
+        .map_err(|e| format!("expose again: {e}"))?;
+    check(
+        seg2.handle != seg.handle,
+        &format!("a new rkey {:#x} (was {:#x})", seg2.handle, seg.handle),
+    )?;
+    announce(&mut req, &mut rsp, qa, 3)?;
+    rsp.fill(0x6_0000, 0x66, LEN);
+    let st = rdma(&mut rsp, &mut req, ra, SendOp::RdmaWrite, 0x6_0000, seg2, 6)?;
+    check(
+        st == WcStatus::Success,
+        &format!(
+            "Write through the rebound window: {st:?}; requester's last error completion: {:?}",
+            req.f.last_wc_error().map(|e| e.to_string())
+        ),
+    )?;
+    check(
+        req.bytes(chunk_at, LEN) == vec![0x66; LEN as usize],
+        "the Write landed in A's chunk",
+    )?;
+
     rsp.fill(0x5_0000, 0x55, LEN);
     let st = rdma(&mut rsp, &mut req, ra, SendOp::RdmaWrite, 0x5_0000, seg, 5)?;
     check(
         st == WcStatus::RemoteAccess,
-        &format!("Write after the window was hidden: {st:?}"),
+        &format!("Write with the window's earlier rkey (hidden): {st:?}"),
     )?;
     check(
-        req.bytes(chunk_at, LEN) == vec![0x44; LEN as usize],
+        req.bytes(chunk_at, LEN) == vec![0x66; LEN as usize],
         "A's chunk is untouched since",
     )?;
     Ok(())

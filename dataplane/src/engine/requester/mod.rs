@@ -498,11 +498,20 @@ impl<'p, F: Fabric> Requester<'p, F> {
     #[inline]
     fn hide_call(&mut self, i: u32) {
         let Some(c) = self.calls.get_mut(i) else { return };
-        let n = std::mem::take(&mut c.window_count) as usize;
-        if n > 0 {
-            let w = c.windows;
-            self.hide(&w[..n]);
+        if c.window_count > 0 {
+            self.hide_windows(i);
         }
+    }
+
+    /// [`Requester::hide_call`] of a Call that exposed chunk buffers: out of
+    /// line, so a chunk-free Call pays only the count's test.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn hide_windows(&mut self, i: u32) {
+        let Some(c) = self.calls.get_mut(i) else { return };
+        let n = std::mem::take(&mut c.window_count) as usize;
+        let w = c.windows;
+        self.hide(&w[..n]);
     }
 
     /// Take the inline thresholds from the negotiation state (its one
@@ -578,7 +587,11 @@ impl<'p, F: Fabric> Requester<'p, F> {
     }
 
     fn free_call(&mut self, i: u32) {
-        self.hide_call(i);
+        let Some(c) = self.calls.get_mut(i) else { return };
+        if c.window_count > 0 {
+            // A Call that ended without its Reply (failed or released).
+            self.hide_windows(i);
+        }
         let Some(c) = self.calls.get_mut(i) else { return };
         // The header buffer stays with the slot (`slot_hdr`).
         c.hdr_buf = None;
