@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use criterion::{Criterion, Throughput};
 use dataplane::shm::{ShmConfig, ShmFabric};
 use dataplane::{
-    CmEvent, Completion, ConnId, CqId, Fabric, LocalBuf, MrKeys, QpConfig, RecvWr, RemoteBuf, SendOp, SendWr, WcOpcode,
+    CmEvent, Completion, ConnId, CqId, Fabric, LocalBuf, QpConfig, RecvWr, RemoteBuf, SendOp, SendWr, WcOpcode,
     WcStatus, WrId,
 };
 use mempool::region::{Region, RegionConfig};
@@ -38,15 +38,15 @@ struct Side {
     f: ShmFabric,
     cq: CqId,
     region: Arc<Region>,
-    keys: MrKeys,
 }
 
 fn side(id: u16) -> Side {
     let mut f = ShmFabric::new(ShmConfig::default()).expect("fabric");
     let region = Arc::new(Region::create(id, 4 << 20, &RegionConfig::default()).expect("region"));
-    let keys = f.register_region(&region).expect("register");
+    f.register_region(&region, dataplane::RegionAccess::Exposable)
+        .expect("register");
     let cq = f.create_cq(1024).expect("cq");
-    Side { f, cq, region, keys }
+    Side { f, cq, region }
 }
 
 fn wc0() -> Completion {
@@ -228,15 +228,13 @@ fn pingpong_one_thread(c: &mut Criterion) {
 }
 
 fn write_vs_memcpy(c: &mut Criterion) {
-    let (a, _ca, mut b, cb) = pair();
+    let (mut a, ca, mut b, cb) = pair();
     pin(0);
     let src_off = 2 * MIB as u64;
     let dst_off = 2 * MIB as u64;
-    let remote = RemoteBuf {
-        handle: a.keys.rkey,
-        length: MIB as u32,
-        offset: a.f.remote_addr(a.region.id(), dst_off).expect("addr"),
-    };
+    let remote =
+        a.f.expose(ca, buf(&a, dst_off, MIB as u32), dataplane::Access::Write)
+            .expect("expose");
     let wr = SendWr::new(WrId::new(3, 0), SendOp::RdmaWrite, buf(&b, src_off, MIB as u32), remote);
     let mut wc = [wc0(); 4];
     let mut g = c.benchmark_group("shm");

@@ -102,6 +102,19 @@ fn responder_for(
     Ok((client_versions, srv))
 }
 
+/// What the devices said of the last failed work request on either side
+/// (status and vendor error), to append to a failure.
+fn wc_errors<S: dataplane::service::Service>(
+    cli: &mut Requester<'_, VerbsFabric>,
+    srv: &mut Responder<'_, VerbsFabric, S>,
+) -> String {
+    format!(
+        "; requester's last error completion: {:?}; responder's: {:?}",
+        cli.fabric().last_wc_error().map(|e| e.to_string()),
+        srv.fabric().last_wc_error().map(|e| e.to_string())
+    )
+}
+
 fn run_version(p: &Pools, addr: &str, want_vers: u32) -> Result<(), String> {
     let t0 = Instant::now();
     let (client_versions, mut srv) = responder_for(p, addr, want_vers)?;
@@ -145,14 +158,19 @@ fn run_version(p: &Pools, addr: &str, want_vers: u32) -> Result<(), String> {
                 .ok_or("unknown completion")?;
             let (id, k) = inflight.swap_remove(pos);
             let (name, e) = &work[k];
-            outcome_ok(c.outcome).map_err(|err| format!("call {k} ({name}): {err}"))?;
+            outcome_ok(c.outcome)
+                .map_err(|err| format!("call {k} ({name}): {err}{}", wc_errors(&mut cli, &mut srv)))?;
             check_reply(&cli, id, e).map_err(|err| format!("call {k} ({name}): {err}"))?;
             cli.release(id);
             done += 1;
             println!("  v{want_vers} call {k:2} {name:<30} ok");
         }
         if cli.link() == LinkState::Failed {
-            return Err(format!("link failed after {done} calls: {:?}", cli.stats()));
+            return Err(format!(
+                "link failed after {done} calls: {:?}{}",
+                cli.stats(),
+                wc_errors(&mut cli, &mut srv)
+            ));
         }
         if busy == 0 {
             std::thread::sleep(Duration::from_micros(50));
@@ -292,7 +310,8 @@ fn run_writers(p: &Pools, addr: &str, want_vers: u32) -> Result<(), String> {
                     .position(|(id, _)| *id == c.id)
                     .ok_or("unknown completion")?;
                 let (id, i) = inflight[k].swap_remove(pos);
-                outcome_ok(c.outcome).map_err(|err| format!("writer {k} call {i}: {err}"))?;
+                outcome_ok(c.outcome)
+                    .map_err(|err| format!("writer {k} call {i}: {err}{}", wc_errors(cli, &mut srv)))?;
                 check_reply(cli, id, &work[i]).map_err(|err| format!("writer {k} call {i}: {err}"))?;
                 cli.release(id);
                 done[k] += 1;

@@ -42,10 +42,7 @@ struct Side {
 
 impl Side {
     fn new(name: &'static str, region_id: u16) -> Result<Side, String> {
-        let cfg = VerbsConfig {
-            mw_bind: true,
-            ..VerbsConfig::default()
-        };
+        let cfg = VerbsConfig::default();
         let mut f = VerbsFabric::new(cfg).map_err(|e| format!("{name}: {e}"))?;
         let rcfg = RegionConfig {
             lock: false,
@@ -53,7 +50,7 @@ impl Side {
         };
         let region = Arc::new(Region::create(region_id, REGION_LEN, &rcfg).map_err(|e| e.to_string())?);
         let keys = f
-            .register_region(&region)
+            .register_region(&region, RegionAccess::Exposable)
             .map_err(|e| format!("{name}: register: {e}"))?;
         let cq = f.create_cq(256).map_err(|e| format!("{name}: cq: {e}"))?;
         Ok(Side {
@@ -350,11 +347,10 @@ fn run(addr: &str) -> Result<(), String> {
     println!("[4] RDMA Write and RDMA Read");
     let wdata = pattern(5, 8192);
     cli.fill(0x1_0000, &wdata);
-    let target = RemoteBuf {
-        handle: srv.keys.rkey,
-        length: 8192,
-        offset: srv.f.remote_addr(0, 0x2_0000).map_err(|e| e.to_string())?,
-    };
+    let target = srv
+        .f
+        .expose(conn_s, srv.buf(0x2_0000, 8192), Access::Write)
+        .map_err(|e| format!("expose: {e}"))?;
     let wr = SendWr::new(WrId::new(3, 1), SendOp::RdmaWrite, cli.buf(0x1_0000, 8192), target);
     cli.f.post_send(conn_c, &wr).map_err(|e| format!("post write: {e}"))?;
     let mut w = None;
@@ -373,11 +369,10 @@ fn run(addr: &str) -> Result<(), String> {
     )?;
     let rdata = pattern(6, 8192);
     srv.fill(0x4_0000, &rdata);
-    let source = RemoteBuf {
-        handle: srv.keys.rkey,
-        length: 8192,
-        offset: srv.f.remote_addr(0, 0x4_0000).map_err(|e| e.to_string())?,
-    };
+    let source = srv
+        .f
+        .expose(conn_s, srv.buf(0x4_0000, 8192), Access::Read)
+        .map_err(|e| format!("expose: {e}"))?;
     let wr = SendWr::new(WrId::new(3, 2), SendOp::RdmaRead, cli.buf(0x5_0000, 8192), source);
     cli.f.post_send(conn_c, &wr).map_err(|e| format!("post read: {e}"))?;
     let mut r = None;
@@ -397,25 +392,11 @@ fn run(addr: &str) -> Result<(), String> {
 
     println!("[5] Send with Invalidate of a Memory Window rkey");
     let window = srv.buf(0x6_0000, 4096);
-    let mw_rkey = srv
+    let through_window = srv
         .f
-        .bind_window(conn_s, WrId::new(4, 1), window)
-        .map_err(|e| format!("bind_window: {e}"))?;
-    let mut b = None;
-    wait(&mut srv, &mut cli, "window bind completion", |s, _| {
-        b = s.take_wc(WrId::new(4, 1));
-        b.is_some()
-    })?;
-    let b = b.ok_or("b")?;
-    check(
-        b.status == WcStatus::Success,
-        &format!("bind: {b:?}, rkey {mw_rkey:#x}"),
-    )?;
-    let through_window = RemoteBuf {
-        handle: mw_rkey,
-        length: 4096,
-        offset: srv.f.remote_addr(0, 0x6_0000).map_err(|e| e.to_string())?,
-    };
+        .expose(conn_s, window, Access::Write)
+        .map_err(|e| format!("expose: {e}"))?;
+    let mw_rkey = through_window.handle;
     let mwdata = pattern(7, 4096);
     cli.fill(0x7_0000, &mwdata);
     let wr = SendWr::new(

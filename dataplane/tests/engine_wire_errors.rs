@@ -9,7 +9,8 @@ use std::sync::OnceLock;
 use dataplane::responder::{Responder, ResponderConfig};
 use dataplane::sim::{SimConfig, SimFabric, SimNetwork};
 use dataplane::{
-    CmEvent, Completion, ConnId, CqId, Fabric, LocalBuf, QpConfig, RecvWr, SendOp, SendWr, WcOpcode, WrId,
+    Access, CmEvent, Completion, ConnId, CqId, Fabric, LocalBuf, QpConfig, RecvWr, RegionAccess, SendOp, SendWr,
+    WcOpcode, WrId,
 };
 use engine_common::*;
 use mempool::pool::PoolCache;
@@ -210,9 +211,8 @@ fn responder_on(
 /// taking buffers through the pool's per-core caches of `core` (1 or 2).
 fn raw_peer(net: &SimNetwork, p: &'static Pools, receives: usize, core: usize) -> Raw<'static> {
     let mut fab = net.endpoint();
-    let mut rkeys = vec![0; p.regions.len()];
     for r in &p.regions {
-        rkeys[r.id() as usize] = fab.register_region(r).unwrap().rkey;
+        fab.register_region(r, RegionAccess::Exposable).unwrap();
     }
     let cq = fab.create_cq(64).unwrap();
     let conn = fab
@@ -226,6 +226,17 @@ fn raw_peer(net: &SimNetwork, p: &'static Pools, receives: usize, core: usize) -
             &[],
         )
         .unwrap();
+    // The raw peer offers each region whole (Read and Write) to this one
+    // connection, as a careless requester might.
+    let mut rkeys = vec![0; p.regions.len()];
+    for r in &p.regions {
+        let whole = LocalBuf {
+            region: r.id(),
+            offset: 0,
+            len: r.len() as u32,
+        };
+        rkeys[r.id() as usize] = fab.expose(conn, whole, Access::ReadWrite).unwrap().handle;
+    }
     let mut raw = Raw {
         fab,
         cq,

@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use dataplane::shm::{ShmConfig, ShmFabric};
 use dataplane::{
-    CmEvent, Completion, ConnId, CqId, Fabric, FabricError, LocalBuf, MrKeys, QpConfig, RecvWr, RemoteBuf, SendOp,
-    SendWr, SrqId, WcOpcode, WcStatus, WrId,
+    Access, CmEvent, Completion, ConnId, CqId, Fabric, FabricError, LocalBuf, MrKeys, QpConfig, RecvWr, RegionAccess,
+    RemoteBuf, SendOp, SendWr, SrqId, WcOpcode, WcStatus, WrId, NO_WINDOW,
 };
 use mempool::region::{Region, RegionConfig};
 
@@ -31,14 +31,23 @@ struct Side {
     cq: CqId,
     region: Arc<Region>,
     keys: MrKeys,
+    /// The whole region exposed (Read and Write) to the last connection
+    /// made ([`connect_with`]): what [`Side::remote`] names.
+    window: u32,
 }
 
 fn side_with(cfg: ShmConfig, region_id: u16) -> Side {
     let mut f = ShmFabric::new(cfg).unwrap();
     let region = Arc::new(Region::create(region_id, 2 << 20, &RegionConfig::default()).unwrap());
-    let keys = f.register_region(&region).unwrap();
+    let keys = f.register_region(&region, RegionAccess::Exposable).unwrap();
     let cq = f.create_cq(4096).unwrap();
-    Side { f, cq, region, keys }
+    Side {
+        f,
+        cq,
+        region,
+        keys,
+        window: NO_WINDOW,
+    }
 }
 
 /// A side with region `region_id`. Even ids prefetch receive buffers (as the
@@ -61,9 +70,13 @@ impl Side {
             len,
         }
     }
+    fn expose_region(&mut self, conn: ConnId) {
+        let whole = self.buf(0, self.region.len() as u32);
+        self.window = self.f.expose(conn, whole, Access::ReadWrite).unwrap().handle;
+    }
     fn remote(&self, offset: u64, len: u32) -> RemoteBuf {
         RemoteBuf {
-            handle: self.keys.rkey,
+            handle: self.window,
             length: len,
             offset: self.f.remote_addr(self.region.id(), offset).unwrap(),
         }
@@ -190,6 +203,8 @@ fn connect_with(a: &mut Side, b: &mut Side, qa: QpConfig, qb: QpConfig) -> (Conn
         CmEvent::Established { conn, .. } => assert_eq!(conn, ca),
         e => panic!("unexpected {e:?}"),
     }
+    a.expose_region(ca);
+    b.expose_region(cb);
     (ca, cb)
 }
 
@@ -238,9 +253,11 @@ fn gather_write_read_and_send_with_invalidate() {
     b.write(100, b"abc");
     b.write(200, b"defg");
     b.write(300, b"h");
+    // A window of a's for b to invalidate.
+    let inv = a.f.expose(ca, a.buf(1 << 20, 64), Access::Write).unwrap().handle;
     let mut wr = SendWr::new(
         WrId::new(2, 0),
-        SendOp::SendWithInv { rkey: 0xdead_beef },
+        SendOp::SendWithInv { rkey: inv },
         b.buf(100, 3),
         RemoteBuf::default(),
     );
@@ -250,7 +267,7 @@ fn gather_write_read_and_send_with_invalidate() {
     b.f.post_send(cb, &wr).unwrap();
     assert_eq!(b.wait(1)[0].byte_len, 8);
     let rc = a.wait(1);
-    assert_eq!((rc[0].byte_len, rc[0].invalidated_rkey), (8, Some(0xdead_beef)));
+    assert_eq!((rc[0].byte_len, rc[0].invalidated_rkey), (8, Some(inv)));
     assert_eq!(a.read(0, 8), b"abcdefgh");
 
     // RDMA Write into a, RDMA Read from a.
@@ -767,7 +784,10 @@ fn path_listener_and_caps() {
     assert!(caps.send_with_invalidate && caps.srq);
     assert_eq!(a.f.remote_addr(1, 4096).unwrap(), 4096);
     assert!(a.f.remote_addr(7, 0).is_err());
-    assert!(a.f.register_region(&a.region.clone()).is_err(), "double registration");
+    assert!(
+        a.f.register_region(&a.region.clone(), RegionAccess::Exposable).is_err(),
+        "double registration"
+    );
     let dir = std::env::temp_dir().join(format!(
         "rpcrdma-shm-{}-{}",
         std::process::id(),

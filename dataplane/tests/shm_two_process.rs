@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 
 use dataplane::shm::{ShmConfig, ShmFabric};
 use dataplane::{
-    CmEvent, Completion, ConnId, CqId, Fabric, LocalBuf, QpConfig, RecvWr, RemoteBuf, SendOp, SendWr, WcOpcode,
-    WcStatus, WrId,
+    Access, CmEvent, Completion, ConnId, CqId, Fabric, LocalBuf, QpConfig, RecvWr, RegionAccess, RemoteBuf, SendOp,
+    SendWr, WcOpcode, WcStatus, WrId,
 };
 use mempool::region::{Region, RegionConfig};
 
@@ -27,7 +27,6 @@ const REQ_PD: &[u8] = b"requester hello";
 const REP_PD: &[u8] = b"responder welcome";
 const PING: &[u8] = b"ping from the requester process";
 const REPLY: &[u8] = b"ok from the responder process";
-const INV_RKEY: u32 = 0x1234_5678;
 const BULK: usize = 64 * 1024;
 /// Responder's area the requester Writes into, and the one it Reads from.
 const WRITE_OFF: u64 = 1 << 20;
@@ -45,16 +44,15 @@ struct Side {
     f: ShmFabric,
     cq: CqId,
     region: Arc<Region>,
-    rkey: u32,
 }
 
 impl Side {
     fn new() -> Side {
         let mut f = ShmFabric::new(ShmConfig::default()).unwrap();
         let region = Arc::new(Region::create(1, 2 << 20, &RegionConfig::default()).unwrap());
-        let rkey = f.register_region(&region).unwrap().rkey;
+        f.register_region(&region, RegionAccess::Exposable).unwrap();
         let cq = f.create_cq(256).unwrap();
-        Side { f, cq, region, rkey }
+        Side { f, cq, region }
     }
     fn buf(&self, offset: u64, len: usize) -> LocalBuf {
         LocalBuf {
@@ -166,9 +164,11 @@ fn two_processes_send_write_read_and_disconnect() {
     s.post_recvs(conn, 8);
     assert!(matches!(s.cm(), CmEvent::Established { conn: c, .. } if c == conn));
 
-    // Advert: rkey, where to Write, where to Read.
+    // Advert: the window's key, where to Write, where to Read.
+    let whole = s.buf(0, s.region.len());
+    let window = s.f.expose(conn, whole, Access::ReadWrite).unwrap().handle;
     let mut advert = Vec::new();
-    advert.extend_from_slice(&s.rkey.to_le_bytes());
+    advert.extend_from_slice(&window.to_le_bytes());
     advert.extend_from_slice(&s.f.remote_addr(1, WRITE_OFF).unwrap().to_le_bytes());
     advert.extend_from_slice(&s.f.remote_addr(1, READ_OFF).unwrap().to_le_bytes());
     s.write(OUT_OFF, &advert);
@@ -190,7 +190,7 @@ fn two_processes_send_write_read_and_disconnect() {
     assert_eq!(s.read(got[0].wr_id.index() * 4096, PING.len()), PING);
     assert_eq!(got[0].invalidated_rkey, None);
     assert_eq!(got[1].status, WcStatus::Success);
-    assert_eq!(got[1].invalidated_rkey, Some(INV_RKEY));
+    assert_eq!(got[1].invalidated_rkey, Some(window));
     assert_eq!(s.read(got[1].wr_id.index() * 4096, got[1].byte_len as usize), b"done");
     assert_eq!(s.read(WRITE_OFF, BULK), pattern(0x2b), "RDMA Write bytes");
 
@@ -289,7 +289,7 @@ fn requester_child() {
     s.write(OUT_OFF + 2000, b"done");
     let wr = SendWr::new(
         WrId::new(2, 3),
-        SendOp::SendWithInv { rkey: INV_RKEY },
+        SendOp::SendWithInv { rkey },
         s.buf(OUT_OFF + 2000, 4),
         RemoteBuf::default(),
     );

@@ -4,7 +4,8 @@ mod sim_common;
 
 use dataplane::sim::{ConnState, SimConfig, SimError, SimNetwork};
 use dataplane::{
-    CmEvent, Completion, Fabric, FabricError, LocalBuf, QpConfig, RecvWr, SendOp, SendWr, WcOpcode, WcStatus,
+    CmEvent, Completion, Fabric, FabricError, LocalBuf, QpConfig, RecvWr, RegionAccess, SendOp, SendWr, WcOpcode,
+    WcStatus,
 };
 use sim_common::*;
 
@@ -484,7 +485,8 @@ fn invalidating_an_unknown_rkey_is_remote_invalid_request() {
     net.run_until_idle(1000).unwrap();
     assert_eq!(find(&c.drain(), RECV, 0).status, WcStatus::RemoteInvalidRequest);
     assert_eq!(find(&s.drain(), SEND, 0).status, WcStatus::RemoteInvalidRequest);
-    assert!(c.fab.rkey_valid(c.keys.rkey), "the real key is untouched");
+    assert!(c.fab.rkey_valid(c.window), "the real key is untouched");
+    assert!(!c.fab.rkey_valid(c.keys.rkey), "a region key is never a window");
 }
 
 #[test]
@@ -731,9 +733,15 @@ fn posting_rules_before_establishment_and_bad_arguments() {
     assert!(c.fab.create_cq(0).is_err());
     // Registering the same region twice gives the same keys; another region
     // with the same id is refused.
-    let again = c.fab.register_region(&c.region.clone()).unwrap();
+    let again = c
+        .fab
+        .register_region(&c.region.clone(), RegionAccess::Exposable)
+        .unwrap();
     assert_eq!(again, c.keys);
-    assert!(c.fab.register_region(&fresh_region(1)).is_err());
+    assert!(c
+        .fab
+        .register_region(&fresh_region(1), RegionAccess::Exposable)
+        .is_err());
     assert_eq!(c.fab.name(), "sim");
     assert!(c.fab.caps().send_with_invalidate && c.fab.caps().srq);
 }

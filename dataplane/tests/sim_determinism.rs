@@ -78,6 +78,8 @@ fn two_queue_run(
     let (c1, s1) = connect_with(&net, &mut c, &mut s, "b", cq, sq);
     let _ = net.take_trace();
     for (k, (cc, sc)) in [(c0, s0), (c1, s1)].into_iter().enumerate() {
+        // Windows are per connection: this one's.
+        s.expose_region(sc);
         for i in 0..n {
             let slot = (k as u64 * n + i) * 64;
             s.fab

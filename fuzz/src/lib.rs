@@ -804,6 +804,55 @@ pub fn check_shm_wire(data: &[u8]) {
             "shm wire message does not round-trip"
         );
     }
+    check_shm_ring_file(data);
+}
+
+/// The parts of an shm ring file (format 2) another process wrote and this
+/// one reads: the layout its header words give (`shm::file_layout`: every
+/// part in order, inside the total, or refused) and its window table
+/// (`shm::window::lookup` of any key over any table bytes: never panics; an
+/// open window is what the table's entry says).
+fn check_shm_ring_file(data: &[u8]) {
+    use dataplane::shm::{file_layout, mapping::SharedFile, window};
+    use dataplane::Access;
+    let word = |k: usize| data.get(4 * k..4 * k + 4).map(|b| u32::from_le_bytes(b.try_into().unwrap()));
+    let (Some(cap), Some(windows), Some(slot), Some(key), Some(acc)) = (word(0), word(1), word(2), word(3), word(4))
+    else {
+        return;
+    };
+    if let Some(l) = file_layout(cap, windows, slot) {
+        assert!(l.desc <= l.deliv && l.deliv <= l.windows && l.windows <= l.area && l.area <= l.total);
+        assert!(l.windows + windows as usize * window::WINDOW_BYTES <= l.area, "window table overlaps the slots");
+        assert_eq!(l.total - l.area, cap as usize * slot as usize, "receive slots");
+    }
+    const TABLE: usize = 64 << 10;
+    thread_local! {
+        static FILE: SharedFile = SharedFile::create("fuzz", TABLE).expect("memfd");
+    }
+    FILE.with(|f| {
+        let table = &data[20..];
+        let n = table.len().min(TABLE);
+        // SAFETY: the file is ours, mapped for TABLE bytes; nothing else
+        // reads or writes it now.
+        unsafe { std::ptr::copy_nonoverlapping(table.as_ptr(), f.as_ptr(), n) };
+        let count = (TABLE / window::WINDOW_BYTES) as u32;
+        let access = match acc % 3 {
+            0 => Access::Read,
+            1 => Access::Write,
+            _ => Access::ReadWrite,
+        };
+        if let Some(w) = window::lookup(f, 0, count, key, access) {
+            let at = (key >> 16) as usize * window::WINDOW_BYTES;
+            // SAFETY: `lookup` accepted the slot, so the entry is inside.
+            let entry = unsafe { std::slice::from_raw_parts(f.as_ptr().add(at), window::WINDOW_BYTES) };
+            let w64 = |k: usize| u64::from_le_bytes(entry[8 * k..8 * k + 8].try_into().unwrap());
+            assert_eq!(w64(0) >> 32, u64::from(key), "the entry carries the key");
+            assert_eq!((w.region as u64, w.start, w.len), (w64(1), w64(2), w64(3)));
+        }
+        // Leave the table closed for the next input.
+        // SAFETY: as above.
+        unsafe { std::ptr::write_bytes(f.as_ptr(), 0, n) };
+    });
 }
 
 /// The gateway's rpcbind responder (`server::rpcbind::wire::answer`) on

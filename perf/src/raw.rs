@@ -72,7 +72,7 @@ impl<F: Fabric> Endpoint<F> {
     fn new<M: FabricMaker<F = F>>(maker: &M, len: u64, cq_depth: u32) -> Result<Self, PerfError> {
         let mut f = maker.make()?;
         let region = region(len)?;
-        f.register_region(&region)?;
+        f.register_region(&region, dataplane::fabric::RegionAccess::Local)?;
         let cq = f.create_cq(cq_depth)?;
         Ok(Endpoint { f, cq, region })
     }

@@ -2,8 +2,11 @@
 # tests/verbs/run.sh — run the `verbs` provider for real, over Soft-RoCE
 # (rdma_rxe) in a small Debian 12 VM (../shared/tools/softroce-vm.sh).
 #
-#   1. builds the examples verbs_raw (raw provider test) and verbs_engine (the
-#      transport engine, v1 and v2, every chunk pattern) on the host, release;
+#   1. builds the examples verbs_raw (raw provider test), verbs_engine (the
+#      transport engine, v1 and v2, every chunk pattern) and verbs_exposure
+#      (memory exposure, issue 20 item 1: a raw peer with the responder's
+#      real rkey, and one connection's window rkey on another connection, get
+#      remote access errors) on the host, release;
 #   2. builds the VM image if it is missing (about 10 minutes the first time);
 #   3. boots the VM with the binaries shared in at /host and runs both against
 #      the guest's rxe0 address ($VMLAB_IP, loopback through rxe);
@@ -28,11 +31,12 @@ unavailable() { echo "verbs: VM UNAVAILABLE: $*"; exit 3; }
 [ -f "$VM" ] || unavailable "VM tool not found at $VM (set SOFTROCE_VM)"
 
 bash scripts/build-deps.sh || fail "build dependencies (scripts/build-deps.sh)"
-echo "== build (release): verbs_raw, verbs_engine"
+echo "== build (release): verbs_raw, verbs_engine, verbs_exposure"
 cargo build --release --quiet -p rpcrdma-dataplane --example verbs_raw --example verbs_engine \
-    || fail "cargo build"
+    --example verbs_exposure || fail "cargo build"
 rm -rf "$STAGE"; mkdir -p "$STAGE"
-cp target/release/examples/verbs_raw target/release/examples/verbs_engine "$STAGE/"
+cp target/release/examples/verbs_raw target/release/examples/verbs_engine \
+    target/release/examples/verbs_exposure "$STAGE/"
 
 if [ ! -e "$CACHE/rootfs.img" ]; then
     echo "== VM image missing: bash $VM build"
@@ -58,6 +62,7 @@ echo "guest: $(uname -r), $(rdma link show 2>/dev/null | head -1)"
 rc=0
 ./verbs_raw "$VMLAB_IP:7471" || rc=1
 ./verbs_engine "$VMLAB_IP:7480" || rc=1
+./verbs_exposure "$VMLAB_IP:7491" || rc=1
 exit $rc
 EOF
 
@@ -74,5 +79,6 @@ echo "== VM run: $((t_end - t_vm)) s (exit $vm_rc); whole script $((t_end - t_st
 tr -d '\r' < "$STAGE/vm.log" > "$STAGE/vm.txt"
 grep -qx 'verbs_raw: PASS ([0-9]* ms)' "$STAGE/vm.txt" || fail "verbs_raw did not pass (log: $STAGE/vm.log)"
 grep -qx 'verbs_engine: PASS ([0-9]* ms)' "$STAGE/vm.txt" || fail "verbs_engine did not pass (log: $STAGE/vm.log)"
+grep -qx 'verbs_exposure: PASS ([0-9]* ms)' "$STAGE/vm.txt" || fail "verbs_exposure did not pass (log: $STAGE/vm.log)"
 [ "$vm_rc" = 0 ] || fail "guest exit status $vm_rc"
 echo "verbs: PASS"

@@ -50,6 +50,45 @@ pub struct LocalBuf {
 /// (handle = steering tag / rkey, offset = the peer's address for it).
 pub type RemoteBuf = Segment;
 
+/// What a region is registered for (RFC 8166 s8.1: a Responder exposes none
+/// of its memory; a Requester exposes the chunk buffers of its Calls in
+/// flight, and only those, to the one connection that carries them).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RegionAccess {
+    /// Local use only: sends, receives and the local side of RDMA Reads and
+    /// Writes. No peer can reach it, whatever key it presents.
+    Local,
+    /// Local use, and parts of it may be exposed to one connection's peer
+    /// with [`Fabric::expose`] (a requester's chunk buffers).
+    Exposable,
+}
+
+/// The remote access a window ([`Fabric::expose`]) grants.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Access {
+    /// The peer may RDMA-Read it (a Read chunk).
+    Read,
+    /// The peer may RDMA-Write it (a Write or Reply chunk).
+    Write,
+    /// Both (a buffer the peer reads and writes; tests, tools).
+    ReadWrite,
+}
+
+impl Access {
+    /// Whether a window opened for `self` allows an operation needing `op`
+    /// ([`Access::Read`] for an RDMA Read, [`Access::Write`] for a Write).
+    pub const fn allows(self, op: Access) -> bool {
+        matches!(
+            (self, op),
+            (Access::ReadWrite, _) | (Access::Read, Access::Read) | (Access::Write, Access::Write)
+        )
+    }
+}
+
+/// The handle of a window that is not exposed: a [`Fabric::expose`] never
+/// returns it.
+pub const NO_WINDOW: u32 = 0;
+
 /// Keys a provider assigned to a registered region.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub struct MrKeys {
@@ -416,11 +455,35 @@ pub trait Fabric {
 
     fn caps(&self) -> Caps;
 
-    /// Register a memory region for local use and remote access (Read and Write).
-    /// Called once per region at start-up; keys live until the fabric is dropped.
-    /// The provider may keep a clone of the `Arc` to reach the region's memory
-    /// (shm and sim copy through it).
-    fn register_region(&mut self, region: &Arc<mempool::region::Region>) -> Result<MrKeys, FabricError>;
+    /// Register a memory region for local use; with
+    /// [`RegionAccess::Exposable`] parts of it may later be exposed with
+    /// [`Fabric::expose`]. A registration alone grants no remote access: an
+    /// RDMA Read or Write naming the region's own key fails at the
+    /// initiator with [`WcStatus::RemoteAccess`]. Called once per region at
+    /// start-up; keys live until the fabric is dropped. The provider may keep
+    /// a clone of the `Arc` to reach the region's memory (shm and sim copy
+    /// through it).
+    fn register_region(
+        &mut self,
+        region: &Arc<mempool::region::Region>,
+        access: RegionAccess,
+    ) -> Result<MrKeys, FabricError>;
+
+    /// Expose `buf` (inside a region registered [`RegionAccess::Exposable`])
+    /// to the peer of `conn`, and to no other connection, for `access`,
+    /// until [`Fabric::hide`] (or the peer's Send with Invalidate of the
+    /// handle, or the connection's end). Returns the segment to advertise
+    /// (RFC 8166 s3.4.3): a handle valid on `conn` only, `buf.len`, and the
+    /// address of `buf`. The peer's Reads and Writes must fall inside it.
+    /// Data path: no system call on shm and sim; on verbs a Memory Window
+    /// bind posted on `conn`'s send queue, before the Call's Send. Owning core.
+    fn expose(&mut self, conn: ConnId, buf: LocalBuf, access: Access) -> Result<RemoteBuf, FabricError>;
+
+    /// End the exposure of `handle` (from [`Fabric::expose`] on `conn`): the
+    /// peer's later Reads and Writes with it fail with RemoteAccess.
+    /// Idempotent; a handle the peer already invalidated, or one of a
+    /// connection that is gone, is released quietly. Owning core.
+    fn hide(&mut self, conn: ConnId, handle: u32);
 
     /// The address a peer must use in a segment's offset to reach `offset` bytes
     /// into local region `region` (a virtual address for verbs, a region-relative

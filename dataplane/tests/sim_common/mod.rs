@@ -5,7 +5,8 @@ use std::sync::Arc;
 
 use dataplane::sim::{self, SimFabric, SimNetwork};
 use dataplane::{
-    CmEvent, Completion, ConnId, CqId, Fabric, LocalBuf, MrKeys, QpConfig, RemoteBuf, WcOpcode, WcStatus, WrId,
+    Access, CmEvent, Completion, ConnId, CqId, Fabric, LocalBuf, MrKeys, QpConfig, RegionAccess, RemoteBuf, WcOpcode,
+    WcStatus, WrId, NO_WINDOW,
 };
 use mempool::region::{Region, RegionConfig};
 
@@ -67,14 +68,30 @@ pub struct Host {
     pub region: Arc<Region>,
     pub keys: MrKeys,
     pub cq: CqId,
+    /// A window over the whole region (Read and Write) exposed to the last
+    /// connection [`connect_with`] made; [`NO_WINDOW`] before.
+    pub window: u32,
 }
 
 impl Host {
     pub fn new(net: &SimNetwork, region: Arc<Region>) -> Host {
         let mut fab = net.endpoint();
-        let keys = fab.register_region(&region).expect("register");
+        let keys = fab.register_region(&region, RegionAccess::Exposable).expect("register");
         let cq = fab.create_cq(4096).expect("cq");
-        Host { fab, region, keys, cq }
+        Host {
+            fab,
+            region,
+            keys,
+            cq,
+            window: NO_WINDOW,
+        }
+    }
+
+    /// Expose the whole region to `conn`'s peer for Reads and Writes; the
+    /// window [`Host::segment`] names.
+    pub fn expose_region(&mut self, conn: ConnId) {
+        let whole = self.buf(0, self.region.len() as u32);
+        self.window = self.fab.expose(conn, whole, Access::ReadWrite).expect("expose").handle;
     }
 
     pub fn buf(&self, offset: u64, len: u32) -> LocalBuf {
@@ -85,10 +102,11 @@ impl Host {
         }
     }
 
-    /// The segment a peer uses to reach `len` bytes at `offset` of our region.
+    /// The segment a peer uses to reach `len` bytes at `offset` of our
+    /// region, through the window [`Host::expose_region`] opened.
     pub fn segment(&self, offset: u64, len: u32) -> RemoteBuf {
         RemoteBuf {
-            handle: self.keys.rkey,
+            handle: self.window,
             length: len,
             offset: self.fab.remote_addr(self.region.id(), offset).expect("remote_addr"),
         }
@@ -150,6 +168,8 @@ pub fn connect_with(
     net.run_until_idle(10_000).expect("idle after connect");
     assert!(matches!(client.fab.poll_cm(), Some(CmEvent::Established { conn, .. }) if conn == c));
     assert!(matches!(server.fab.poll_cm(), Some(CmEvent::Established { conn, .. }) if conn == s));
+    client.expose_region(c);
+    server.expose_region(s);
     (c, s)
 }
 

@@ -9,7 +9,8 @@ use std::sync::Arc;
 
 use dataplane::sim::{ConnState, SimConfig, SimNetwork, SimRng, SimStats};
 use dataplane::{
-    CmEvent, Completion, ConnId, Fabric, LocalBuf, QpConfig, RecvWr, SendOp, SendWr, SrqId, WcOpcode, WcStatus, WrId,
+    CmEvent, Completion, ConnId, Fabric, LocalBuf, QpConfig, RecvWr, RemoteBuf, SendOp, SendWr, SrqId, WcOpcode,
+    WcStatus, WrId,
 };
 use mempool::region::Region;
 
@@ -293,6 +294,16 @@ pub fn run(seed: u64, cfg: SimConfig, regions: &(Arc<Region>, Arc<Region>)) -> R
             .collect::<Result<_, _>>()?,
     ];
 
+    // Each side exposes its region (Read and Write) to each connection's
+    // peer: windows are per connection.
+    let mut win = [vec![0u32; nconns], vec![0u32; nconns]];
+    for s in 0..2 {
+        for k in 0..nconns {
+            hosts[s].expose_region(conns[s][k]);
+            win[s][k] = hosts[s].window;
+        }
+    }
+
     // Post the operations in random batches, stepping in between.
     let mut cursor = [vec![0usize; nconns], vec![0usize; nconns]];
     loop {
@@ -320,6 +331,10 @@ pub fn run(seed: u64, cfg: SimConfig, regions: &(Arc<Region>, Arc<Region>)) -> R
                 Kind::Send => (SendOp::Send, OUT, Default::default()),
                 Kind::Write => (SendOp::RdmaWrite, OUT, peer.segment(at(WIN, g), op.len + op.slack)),
                 Kind::Read => (SendOp::RdmaRead, RDST, peer.segment(at(RSRC, g), op.len + op.slack)),
+            };
+            let remote = RemoteBuf {
+                handle: win[1 - side][k],
+                ..remote
             };
             let (sge, num_sge) = op.sges(area, g, region);
             let wr = SendWr {

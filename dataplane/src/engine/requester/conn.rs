@@ -103,6 +103,7 @@ impl<'p, F: Fabric> Requester<'p, F> {
     pub(super) fn fail_all(&mut self) {
         let ids: Vec<u32> = self.calls.used_indices().collect();
         for i in ids {
+            self.hide_call(i);
             let c = self.calls.get_mut(i).expect("used");
             if c.state == CallState::InFlight {
                 c.state = CallState::Done;

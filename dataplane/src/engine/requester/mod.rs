@@ -213,7 +213,15 @@ struct Call {
     replied: bool,
     layout: Option<ReplyLayout>,
     outcome: Option<CallOutcome>,
+    /// The handles of the chunk buffers exposed to the connection for this
+    /// Call ([`Fabric::expose`]), hidden when the Call ends (RFC 8166 s8.1).
+    windows: [u32; CALL_WINDOWS],
+    window_count: u8,
 }
+
+/// Most chunk buffers one Call exposes: its Read chunks, Write chunks and
+/// Reply chunk.
+const CALL_WINDOWS: usize = plan::PLAN_READ_CHUNKS + plan::PLAN_WRITE_CHUNKS + 1;
 
 impl Call {
     /// Whether a Reply with `xid` answers this Call: it is in flight under
@@ -258,7 +266,6 @@ pub struct Requester<'p, F: Fabric> {
     cfg: RequesterConfig,
     fabric: F,
     bufs: EngineBufs<'p>,
-    rkeys: Vec<u32>,
     cq: CqId,
     conn: Option<ConnId>,
     link: LinkState,
@@ -340,14 +347,10 @@ impl<'p, F: Fabric> Requester<'p, F> {
         else {
             return Err(EngineError::Config("unknown pool class".into()));
         };
-        let mut rkeys = Vec::new();
+        // Exposable: each Call's chunk buffers are exposed to the
+        // connection while it is in flight, and nothing else (RFC 8166 s8.1).
         for r in regions {
-            let k = fabric.register_region(r)?;
-            let id = r.id() as usize;
-            if rkeys.len() <= id {
-                rkeys.resize(id + 1, 0);
-            }
-            rkeys[id] = k.rkey;
+            fabric.register_region(r, RegionAccess::Exposable)?;
         }
         let cq = fabric.create_cq(cfg.credits * 2 + cfg.send_depth + 8)?;
         let ncfg = negotiate::Config::new(cfg.versions, send_size, recv_size)
@@ -362,7 +365,6 @@ impl<'p, F: Fabric> Requester<'p, F> {
             completions: std::collections::VecDeque::with_capacity(slots + 1),
             cfg,
             fabric,
-            rkeys,
             cq,
             conn: None,
             link: LinkState::Idle,
@@ -467,13 +469,49 @@ impl<'p, F: Fabric> Requester<'p, F> {
         true
     }
 
-    fn remote(&self, b: BufRef, at: u32, len: u32) -> Segment {
-        let off = self.bufs.pool.offset(b).unwrap_or(0) as u64 + at as u64;
-        Segment {
-            handle: self.rkeys.get(b.region as usize).copied().unwrap_or(0),
-            length: len,
-            offset: self.fabric.remote_addr(b.region, off).unwrap_or(0),
+    /// Expose `len` bytes at `at` of buffer `b` to the connection for
+    /// `access`, as a chunk of a Call about to be sent (RFC 8166 s8.1): the
+    /// segment to advertise, or `None` when the fabric cannot (no
+    /// connection, no window free).
+    fn expose(&mut self, b: BufRef, at: u32, len: u32, access: Access) -> Option<Segment> {
+        let conn = self.conn?;
+        let offset = self.bufs.pool.offset(b)? as u64 + at as u64;
+        let buf = LocalBuf {
+            region: b.region,
+            offset,
+            len,
+        };
+        self.fabric.expose(conn, buf, access).ok()
+    }
+
+    /// Hide the given exposed handles (a Call that ended, or one whose
+    /// submit failed after exposing them).
+    fn hide(&mut self, handles: &[u32]) {
+        let Some(conn) = self.conn else { return };
+        for &h in handles {
+            self.fabric.hide(conn, h);
         }
+    }
+
+    /// Call slot `i` ended (answered, failed or released): its chunk
+    /// buffers are no longer exposed. Once per Call.
+    #[inline]
+    fn hide_call(&mut self, i: u32) {
+        let Some(c) = self.calls.get_mut(i) else { return };
+        if c.window_count > 0 {
+            self.hide_windows(i);
+        }
+    }
+
+    /// [`Requester::hide_call`] of a Call that exposed chunk buffers: out of
+    /// line, so a chunk-free Call pays only the count's test.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn hide_windows(&mut self, i: u32) {
+        let Some(c) = self.calls.get_mut(i) else { return };
+        let n = std::mem::take(&mut c.window_count) as usize;
+        let w = c.windows;
+        self.hide(&w[..n]);
     }
 
     /// Take the inline thresholds from the negotiation state (its one
@@ -549,6 +587,11 @@ impl<'p, F: Fabric> Requester<'p, F> {
     }
 
     fn free_call(&mut self, i: u32) {
+        let Some(c) = self.calls.get_mut(i) else { return };
+        if c.window_count > 0 {
+            // A Call that ended without its Reply (failed or released).
+            self.hide_windows(i);
+        }
         let Some(c) = self.calls.get_mut(i) else { return };
         // The header buffer stays with the slot (`slot_hdr`).
         c.hdr_buf = None;

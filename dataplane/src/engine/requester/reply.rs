@@ -183,6 +183,10 @@ impl<'p, F: Fabric> Requester<'p, F> {
     #[inline]
     pub(super) fn complete_call(&mut self, i: u32, b: BufRef, len: u32, payload_at: u32, outcome: CallOutcome) {
         let Some(c) = self.calls.get_mut(i) else { return };
+        if c.window_count > 0 {
+            self.hide_windows(i);
+        }
+        let Some(c) = self.calls.get_mut(i) else { return };
         c.recv = Some(b);
         c.recv_len = len;
         c.payload_at = payload_at;

@@ -94,20 +94,43 @@ impl<'p, F: Fabric> Requester<'p, F> {
             return Err((SubmitError::NoBuffers, cb));
         }
         let xid = self.stamp_xid(i, &mut cb);
-        // Segments: one per chunk, straight from registered buffers.
+        // Segments: one per chunk, each buffer exposed to this connection
+        // for as long as the Call is in flight (RFC 8166 s8.1).
+        let mut windows = [NO_WINDOW; CALL_WINDOWS];
+        let mut nwin = 0;
         let mut read_segs = [[Segment::default(); 1]; plan::PLAN_READ_CHUNKS];
-        for (k, r) in plan.reads.iter().enumerate() {
-            read_segs[k][0] = self.remote(cb.buf, r.range.start, r.range.len);
+        let mut write_segs = [[Segment::default(); 1]; plan::PLAN_WRITE_CHUNKS];
+        let mut reply_seg = [Segment::default()];
+        let wants = plan
+            .reads
+            .iter()
+            .map(|r| (Some(cb.buf), r.range.start, r.range.len, Access::Read))
+            .chain(
+                plan.write_chunks
+                    .iter()
+                    .enumerate()
+                    .map(|(k, &w)| (wbufs[k], 0, w, Access::Write)),
+            )
+            .chain(plan.reply_chunk.map(|l| (rbuf, 0, l, Access::Write)));
+        let (nr, nw) = (plan.reads.len(), plan.write_chunks.len());
+        for (k, (b, at, len, access)) in wants.enumerate() {
+            let Some(seg) = b.and_then(|b| self.expose(b, at, len, access)) else {
+                self.hide(&windows[..nwin]);
+                self.calls.free(i);
+                self.bufs.put_all([rbuf]);
+                self.bufs.put_all(wbufs);
+                return Err((SubmitError::NoBuffers, cb));
+            };
+            windows[nwin] = seg.handle;
+            nwin += 1;
+            match k {
+                k if k < nr => read_segs[k][0] = seg,
+                k if k < nr + nw => write_segs[k - nr][0] = seg,
+                _ => reply_seg[0] = seg,
+            }
         }
         let read_refs: [&[Segment]; plan::PLAN_READ_CHUNKS] = std::array::from_fn(|k| &read_segs[k][..]);
-        let mut write_segs = [[Segment::default(); 1]; plan::PLAN_WRITE_CHUNKS];
-        for (k, &wlen) in plan.write_chunks.iter().enumerate() {
-            write_segs[k][0] = self.remote(wbufs[k].expect("allocated"), 0, wlen);
-        }
         let write_refs: [&[Segment]; plan::PLAN_WRITE_CHUNKS] = std::array::from_fn(|k| &write_segs[k][..]);
-        let reply_seg = [plan
-            .reply_chunk
-            .map_or(Segment::default(), |l| self.remote(rbuf.expect("reply buf"), 0, l))];
         let out = self.bufs.bytes_mut(hdr);
         let hlen = match plan::encode_call_header(
             &plan,
@@ -121,6 +144,7 @@ impl<'p, F: Fabric> Requester<'p, F> {
         ) {
             Ok(n) => n,
             Err(e) => {
+                self.hide(&windows[..nwin]);
                 self.calls.free(i);
                 self.bufs.put_all([rbuf]);
                 self.bufs.put_all(wbufs);
@@ -136,6 +160,7 @@ impl<'p, F: Fabric> Requester<'p, F> {
             send_len += src.len();
         }
         if !self.post_call(i, hdr, send_len) {
+            self.hide(&windows[..nwin]);
             self.calls.free(i);
             self.bufs.put_all([rbuf]);
             self.bufs.put_all(wbufs);
@@ -154,6 +179,8 @@ impl<'p, F: Fabric> Requester<'p, F> {
             reply_seg: plan.reply_chunk.map(|_| reply_seg[0]),
             write_bufs: wbufs,
             reply_buf: rbuf,
+            windows,
+            window_count: nwin as u8,
             ..Call::default()
         };
         Ok(self.finish_submit(i, plan.kind))
@@ -248,7 +275,14 @@ impl<'p, F: Fabric> Requester<'p, F> {
         };
         let write = match write_len {
             Some(w) => match self.bufs.get(Class::Data) {
-                Some(b) => Some((b, self.remote(b, 0, w))),
+                Some(b) => match self.expose(b, 0, w, Access::Write) {
+                    Some(seg) => Some((b, seg)),
+                    None => {
+                        self.bufs.put(b);
+                        self.calls.free(i);
+                        return Err(SubmitError::NoBuffers);
+                    }
+                },
                 None => {
                     self.calls.free(i);
                     return Err(SubmitError::NoBuffers);
@@ -273,7 +307,8 @@ impl<'p, F: Fabric> Requester<'p, F> {
         };
         if let Some(e) = err {
             self.calls.free(i);
-            if let Some((b, _)) = write {
+            if let Some((b, seg)) = write {
+                self.hide(&[seg.handle]);
                 self.bufs.put(b);
             }
             return Err(e);
@@ -322,6 +357,8 @@ impl<'p, F: Fabric> Requester<'p, F> {
             fresh.write_segs[0] = seg;
             fresh.write_count = 1;
             fresh.write_bufs[0] = Some(wbuf);
+            fresh.windows[0] = seg.handle;
+            fresh.window_count = 1;
         }
         *c = fresh;
         Ok(self.finish_submit(i, CallKind::Short))

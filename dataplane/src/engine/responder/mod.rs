@@ -647,7 +647,8 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         // Register every region once (persistent keys). A responder exposes none
         // of its own memory to the peer (RFC 8166 s8.1), so only local keys matter.
         for r in regions {
-            fabric.register_region(r)?;
+            // A responder exposes none of its memory (RFC 8166 s8.1).
+            fabric.register_region(r, RegionAccess::Local)?;
         }
         let cq = fabric.create_cq(cfg.srq_depth() + cfg.max_conns * cfg.send_depth)?;
         let srq = fabric.create_srq(cfg.srq_depth())?;

@@ -19,13 +19,16 @@ use mempool::region::Region;
 use super::mapping::SharedFile;
 use super::ring::{ring_bytes, Consumer, Producer, INDEX_BLOCK};
 use super::sock::{self, UnixAddr};
+use super::window::{self, Windows, MAX_WINDOWS, WINDOW_BYTES};
 use super::ShmConfig;
 use crate::fabric::{
-    CmEvent, Completion, ConnId, LocalBuf, PrivateData, QpConfig, RecvWr, RemoteBuf, SendOp, SendWr, WcOpcode,
+    Access, CmEvent, Completion, ConnId, LocalBuf, PrivateData, QpConfig, RecvWr, RemoteBuf, SendOp, SendWr, WcOpcode,
     WcStatus, MAX_SGE,
 };
 
-/// Words of a receive descriptor: `rkey | len << 32`, `offset`, `seq`, spare.
+/// Words of a receive descriptor: `len << 32`, spare, `seq`, spare. The
+/// message lands in the receive slot `seq` names in the receiver's ring file,
+/// never in the receiver's buffers: the sender maps none of them.
 pub const DESC_WORDS: usize = 4;
 /// Words of a delivery entry: `seq | byte_len << 32`, `kind | inv_rkey << 32`.
 pub const DELIV_WORDS: usize = 2;
@@ -35,38 +38,76 @@ const KIND_SEND: u32 = 1;
 const KIND_SEND_INV: u32 = 2;
 /// The message was larger than the receive buffer (receiver: LocalLength).
 const KIND_LEN_ERR: u32 = 3;
-/// The receive descriptor named memory outside the receiver's regions
-/// (receiver: LocalProtection).
-const KIND_PROT_ERR: u32 = 4;
+/// The Send with Invalidate named a key that is no window of the receiver's
+/// on this connection (receiver: RemoteInvalidRequest, as on rxe).
+const KIND_INV_ERR: u32 = 5;
 
 /// "RSHQ": magic of a connection's ring file.
 const FILE_MAGIC: u32 = u32::from_le_bytes(*b"RSHQ");
-const FILE_VERSION: u32 = 1;
+const FILE_VERSION: u32 = 2;
 /// Offsets in the ring file header. The `closed` word is alone in block 0 (it
 /// is polled by the peer); magic, version and capacity sit in block 1.
 const OFF_CLOSED: usize = 0;
 const OFF_MAGIC: usize = INDEX_BLOCK;
 const OFF_VERSION: usize = INDEX_BLOCK + 4;
 const OFF_CAP: usize = INDEX_BLOCK + 8;
+const OFF_WINDOWS: usize = INDEX_BLOCK + 12;
+const OFF_SLOT: usize = INDEX_BLOCK + 16;
 const FILE_HEADER: usize = 2 * INDEX_BLOCK;
 
 const _: () = assert!(FILE_HEADER & (INDEX_BLOCK - 1) == 0);
 const _: () = assert!(DESC_WORDS >= 3 && DELIV_WORDS >= 2);
 
-/// Where the two rings of a ring file of capacity `cap` live:
-/// `(descriptor ring offset, delivery ring offset, file length)`.
+/// Where the parts of a ring file live.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Layout {
+    pub desc: usize,
+    pub deliv: usize,
+    /// The window table ([`window`]).
+    pub windows: usize,
+    /// The receive slots: `cap` slots of `slot_bytes`.
+    pub area: usize,
+    pub total: usize,
+}
+
+/// Round `n` up to a multiple of [`INDEX_BLOCK`].
+fn block_up(n: usize) -> Option<usize> {
+    Some(n.checked_add(INDEX_BLOCK - 1)? & !(INDEX_BLOCK - 1))
+}
+
+/// The layout of a ring file with rings of capacity `cap`, `windows` window
+/// entries and receive slots of `slot_bytes`.
 ///
-/// A connection's ring file holds the rings of *its owner's inbound direction*:
-/// the receive-descriptor ring (owner produces, peer consumes) and the delivery
-/// ring (peer produces, owner consumes). Each side creates its own and passes
-/// it to the other, so each sizes its rings from its own receive depth.
-pub fn file_layout(cap: u32) -> Option<(usize, usize, usize)> {
+/// A connection's ring file holds *its owner's inbound direction* and what
+/// the owner shares with that one peer: the receive-descriptor ring (owner
+/// produces, peer consumes), the delivery ring (peer produces, owner
+/// consumes), the owner's window table (owner writes, peer reads before its
+/// RDMA Reads and Writes) and the receive slots a Send is copied into (peer
+/// writes, owner copies out into the posted receive buffer). Each side
+/// creates its own and passes it to the other, so each sizes it from its own
+/// receive depth.
+pub fn file_layout(cap: u32, windows: u32, slot_bytes: u32) -> Option<Layout> {
+    if windows > MAX_WINDOWS || slot_bytes == 0 || !(slot_bytes as usize).is_multiple_of(INDEX_BLOCK) {
+        return None;
+    }
     let desc = ring_bytes(cap, DESC_WORDS)?;
     let deliv = ring_bytes(cap, DELIV_WORDS)?;
     let desc_off = FILE_HEADER;
     let deliv_off = desc_off.checked_add(desc)?;
-    Some((desc_off, deliv_off, deliv_off.checked_add(deliv)?))
+    let win_off = block_up(deliv_off.checked_add(deliv)?)?;
+    let area_off = block_up(win_off.checked_add((windows as usize).checked_mul(WINDOW_BYTES)?)?)?;
+    let total = area_off.checked_add((cap as usize).checked_mul(slot_bytes as usize)?)?;
+    Some(Layout {
+        desc: desc_off,
+        deliv: deliv_off,
+        windows: win_off,
+        area: area_off,
+        total,
+    })
 }
+
+/// Largest peer ring file this side maps.
+const MAX_PEER_FILE: u64 = 1 << 30;
 
 fn header_word(file: &SharedFile, off: usize) -> &AtomicU32 {
     debug_assert!(off & 3 == 0 && off + 4 <= FILE_HEADER && FILE_HEADER <= file.len());
@@ -96,16 +137,25 @@ pub enum State {
 /// A peer region mapped into this process.
 #[derive(Debug)]
 pub struct PeerRegion {
-    pub rkey: u32,
     /// Usable length (the smaller of what the peer announced and what we mapped).
     pub len: u64,
-    pub region: Region,
+    /// Shared with the other connections handed the same file
+    /// ([`super::peermap`]).
+    pub region: Arc<Region>,
 }
 
-/// What this side holds of the peer: its ring file and regions.
+/// What this side holds of the peer: its ring file and the regions it
+/// registered exposable (none, for a responder).
 #[derive(Debug)]
 pub struct Peer {
     file: Arc<SharedFile>,
+    layout: Layout,
+    /// Entries of the peer's window table.
+    windows: u32,
+    /// Bytes of each of the peer's receive slots.
+    slot_bytes: u32,
+    /// Capacity of the peer's rings (and number of its receive slots).
+    cap: u32,
     /// Pop the peer's receive descriptors (peer's inbound descriptor ring).
     desc_rx: Consumer<DESC_WORDS>,
     /// Push deliveries into the peer (peer's inbound delivery ring).
@@ -132,29 +182,37 @@ impl Peer {
         if !cap.is_power_of_two() || cap > cfg.max_ring_depth.next_power_of_two() {
             return Err(format!("peer ring capacity {cap} is not a power of two within limits"));
         }
-        let (desc_off, deliv_off, total) = file_layout(cap).ok_or("bad ring layout")?;
-        if hello.file_len < total as u64 {
-            return Err("peer ring file is shorter than its layout".into());
+        if hello.file_len < FILE_HEADER as u64 || hello.file_len > MAX_PEER_FILE {
+            return Err("peer ring file length out of limits".into());
         }
         let mut fds = fds.into_iter();
         let ring_fd = fds.next().ok_or("missing ring descriptor")?;
-        let file = Arc::new(SharedFile::open_peer(ring_fd, total).map_err(|e| format!("ring file: {e}"))?);
+        let file =
+            Arc::new(SharedFile::open_peer(ring_fd, hello.file_len as usize).map_err(|e| format!("ring file: {e}"))?);
         // Acquire: the peer wrote the header before sending the descriptor;
         // the socket already orders that, this only documents intent.
         let magic = header_word(&file, OFF_MAGIC).load(Ordering::Acquire);
         let version = header_word(&file, OFF_VERSION).load(Ordering::Acquire);
         let fcap = header_word(&file, OFF_CAP).load(Ordering::Acquire);
+        let windows = header_word(&file, OFF_WINDOWS).load(Ordering::Acquire);
+        let slot_bytes = header_word(&file, OFF_SLOT).load(Ordering::Acquire);
         if magic != FILE_MAGIC || version != FILE_VERSION || fcap != cap {
             return Err("peer ring file header does not match".into());
         }
-        let desc_rx = Consumer::new(Arc::clone(&file), desc_off, cap, 0).ok_or("descriptor ring")?;
-        let deliv_tx = Producer::new(Arc::clone(&file), deliv_off, cap, 0).ok_or("delivery ring")?;
+        let layout = file_layout(cap, windows, slot_bytes).ok_or("bad ring layout")?;
+        if layout.total > file.len() {
+            return Err("peer ring file is shorter than its layout".into());
+        }
+        let desc_rx = Consumer::new(Arc::clone(&file), layout.desc, cap, 0).ok_or("descriptor ring")?;
+        let deliv_tx = Producer::new(Arc::clone(&file), layout.deliv, cap, 0).ok_or("delivery ring")?;
         let max_id = hello.regions.iter().map(|r| r.id as usize).max();
         let mut regions: Vec<Option<PeerRegion>> = Vec::new();
         regions.resize_with(max_id.map_or(0, |m| m + 1), || None);
         for (ri, fd) in hello.regions.iter().zip(fds) {
-            let len = usize::try_from(ri.len).map_err(|_| "region length")?;
-            let region = Region::map_from_fd(fd, len, ri.id).map_err(|e| format!("peer region {}: {e}", ri.id))?;
+            // Once per process, shared by every connection handed the same
+            // file (`peermap`); reached only through this connection's
+            // windows.
+            let region = super::peermap::map(fd, ri.len, ri.id).map_err(|e| format!("peer region {}: {e}", ri.id))?;
             if cfg.require_sealed_regions && !region.is_sealed() {
                 return Err(format!(
                     "peer region {} is not sealed against shrinking (set require_sealed_regions = false to allow)",
@@ -162,14 +220,14 @@ impl Peer {
                 ));
             }
             let len = ri.len.min(region.len() as u64);
-            regions[ri.id as usize] = Some(PeerRegion {
-                rkey: ri.rkey,
-                len,
-                region,
-            });
+            regions[ri.id as usize] = Some(PeerRegion { len, region });
         }
         Ok(Peer {
             file,
+            layout,
+            windows,
+            slot_bytes,
+            cap,
             desc_rx,
             deliv_tx,
             regions,
@@ -177,18 +235,41 @@ impl Peer {
         })
     }
 
-    /// The peer's memory for `[offset, offset + len)` of the region `rkey`
-    /// names, if the key is one the peer registered and the range is inside it.
+    /// The peer's memory for `[offset, offset + len)` reached through its
+    /// window `key` for `access`: the window must be open on this connection
+    /// for that access ([`window::lookup`]), the range inside it and inside
+    /// a region the peer registered exposable.
     #[inline]
-    fn resolve(&self, rkey: u32, offset: u64, len: u64) -> Option<*mut u8> {
-        let r = self.regions.get((rkey & 0xffff) as usize)?.as_ref()?;
+    fn resolve(&self, key: u32, offset: u64, len: u64, access: Access) -> Option<*mut u8> {
+        let w = window::lookup(&self.file, self.layout.windows, self.windows, key, access)?;
         let end = offset.checked_add(len)?;
-        if r.rkey != rkey || end > r.len {
+        if offset < w.start || end > w.start.checked_add(w.len)? {
+            return None;
+        }
+        let r = self.regions.get(w.region as usize)?.as_ref()?;
+        if end > r.len {
             return None;
         }
         // SAFETY: offset + len <= r.len <= the mapping's length, so the
         // pointer stays inside the live mapping `r.region` owns.
         Some(unsafe { r.region.as_ptr().add(offset as usize) })
+    }
+
+    /// The peer's receive slot for descriptor `seq`, if `len` bytes fit it.
+    #[inline]
+    fn slot(&self, seq: u32, len: u64) -> Option<*mut u8> {
+        if len > u64::from(self.slot_bytes) {
+            return None;
+        }
+        let at = self.layout.area + (seq & (self.cap - 1)) as usize * self.slot_bytes as usize;
+        // SAFETY: `at + slot_bytes <= layout.total <= file.len()` (checked
+        // in `attach`): inside the live mapping `file` owns.
+        Some(unsafe { self.file.as_ptr().add(at) })
+    }
+
+    /// How many of the peer's regions are mapped here.
+    pub fn regions_mapped(&self) -> usize {
+        self.regions.iter().flatten().count()
     }
 
     fn closed(&self) -> bool {
@@ -204,6 +285,9 @@ impl Peer {
 pub struct LocalRegion {
     pub region: Arc<Region>,
     pub rkey: u32,
+    /// Registered [`crate::fabric::RegionAccess::Exposable`]: passed to
+    /// peers (mapped by them) so windows can be opened on it.
+    pub exposable: bool,
 }
 
 /// This fabric's registered regions, indexed by region id.
@@ -319,6 +403,10 @@ pub struct Conn {
     /// Our inbound ring file (passed to the peer).
     pub file: Arc<SharedFile>,
     pub ring_cap: u32,
+    layout: Layout,
+    slot_bytes: u32,
+    /// The windows this side opened to this connection's peer.
+    windows: Windows,
     desc_tx: Producer<DESC_WORDS>,
     deliv_rx: Consumer<DELIV_WORDS>,
     pub peer: Option<Peer>,
@@ -420,15 +508,17 @@ impl Conn {
             ));
         }
         let cap = recv_limit.max(1).next_power_of_two();
-        let (desc_off, deliv_off, total) = file_layout(cap).ok_or("bad ring layout")?;
-        let file = Arc::new(SharedFile::create("qp", total).map_err(|e| format!("ring file: {e}"))?);
+        let layout = file_layout(cap, cfg.max_windows, cfg.recv_slot_bytes).ok_or("bad ring layout")?;
+        let file = Arc::new(SharedFile::create("qp", layout.total).map_err(|e| format!("ring file: {e}"))?);
         // Relaxed: the file reaches the peer through a socket message sent
         // after these stores, which orders them.
         header_word(&file, OFF_MAGIC).store(FILE_MAGIC, Ordering::Relaxed);
         header_word(&file, OFF_VERSION).store(FILE_VERSION, Ordering::Relaxed);
         header_word(&file, OFF_CAP).store(cap, Ordering::Relaxed);
-        let desc_tx = Producer::new(Arc::clone(&file), desc_off, cap, 0).ok_or("descriptor ring")?;
-        let deliv_rx = Consumer::new(Arc::clone(&file), deliv_off, cap, 0).ok_or("delivery ring")?;
+        header_word(&file, OFF_WINDOWS).store(cfg.max_windows, Ordering::Relaxed);
+        header_word(&file, OFF_SLOT).store(cfg.recv_slot_bytes, Ordering::Relaxed);
+        let desc_tx = Producer::new(Arc::clone(&file), layout.desc, cap, 0).ok_or("descriptor ring")?;
+        let deliv_rx = Consumer::new(Arc::clone(&file), layout.deliv, cap, 0).ok_or("delivery ring")?;
         Ok(Conn {
             state: State::Connecting { connected: false },
             cq,
@@ -439,6 +529,9 @@ impl Conn {
             deadline: now + cfg.connect_timeout,
             file,
             ring_cap: cap,
+            layout,
+            slot_bytes: cfg.recv_slot_bytes,
+            windows: Windows::new(layout.windows, cfg.max_windows, super::new_salt()),
             desc_tx,
             deliv_rx,
             peer: None,
@@ -509,15 +602,12 @@ impl Conn {
     /// that `posted.len() < recv_limit`, so the ring has room unless the peer
     /// corrupted the consumer index. `false` on corruption.
     fn push_desc(&mut self, wr: RecvWr, regions: &RegionTable) -> bool {
-        let Some(rkey) = regions.rkey(wr.buf.region) else {
+        if regions.rkey(wr.buf.region).is_none() {
             return false;
-        };
-        let item = [
-            rkey as u64 | (wr.buf.len as u64) << 32,
-            wr.buf.offset,
-            self.next_seq as u64,
-            0,
-        ];
+        }
+        // The peer copies into our slot, at most what the buffer takes.
+        let len = wr.buf.len.min(self.slot_bytes);
+        let item = [(len as u64) << 32, 0, self.next_seq as u64, 0];
         match self.desc_tx.try_push(item) {
             Ok(true) => {
                 self.posted.push_back(wr);
@@ -629,7 +719,33 @@ impl Conn {
         if self.state != State::Established || !self.sq.is_empty() || self.peer_closed() {
             return None;
         }
-        NonNull::new(self.peer.as_ref()?.resolve(seg.handle, seg.offset, u64::from(len))?)
+        NonNull::new(
+            self.peer
+                .as_ref()?
+                .resolve(seg.handle, seg.offset, u64::from(len), Access::Write)?,
+        )
+    }
+
+    /// Open a window on `buf` (whose region `regions` says is registered
+    /// exposable; the caller checked) to this connection's peer for
+    /// `access` ([`crate::fabric::Fabric::expose`]). `None` when the table
+    /// is full.
+    #[inline]
+    pub fn expose(&mut self, buf: &LocalBuf, access: Access) -> Option<RemoteBuf> {
+        let key = self
+            .windows
+            .open(&self.file, buf.region, buf.offset, u64::from(buf.len), access)?;
+        Some(RemoteBuf {
+            handle: key,
+            length: buf.len,
+            offset: buf.offset,
+        })
+    }
+
+    /// Close window `key` ([`crate::fabric::Fabric::hide`]).
+    #[inline]
+    pub fn hide(&mut self, key: u32) {
+        self.windows.close(&self.file, key);
     }
 
     pub fn sq_len(&self) -> usize {
@@ -709,7 +825,7 @@ impl Conn {
                         // The delivery is for the front receive (checked
                         // below): start fetching its message now.
                         if let Some(wr) = self.posted.front() {
-                            prefetch(regions, &wr.buf, prefetch_bytes);
+                            self.prefetch_slot(self.front_seq, wr.buf.len.min(prefetch_bytes));
                         }
                     }
                     Ok(false) => return,
@@ -732,11 +848,28 @@ impl Conn {
                 return self.protocol_error(id, events);
             }
             let (status, len, inv) = match kind {
-                KIND_SEND | KIND_SEND_INV if byte_len <= wr.buf.len => {
-                    (WcStatus::Success, byte_len, (kind == KIND_SEND_INV).then_some(inv_rkey))
+                KIND_SEND | KIND_SEND_INV if byte_len <= wr.buf.len.min(self.slot_bytes) => {
+                    let Some(dst) = regions.resolve(&LocalBuf {
+                        len: byte_len,
+                        ..wr.buf
+                    }) else {
+                        return self.protocol_error(id, events);
+                    };
+                    let at = self.layout.area + (seq & (self.ring_cap - 1)) as usize * self.slot_bytes as usize;
+                    // SAFETY: the slot lies inside our ring file (`layout`),
+                    // `byte_len <= slot_bytes`; `dst` has `byte_len` bytes in
+                    // our registered region, handed to us by the posted
+                    // receive. The two never overlap (a region is not the
+                    // ring file).
+                    unsafe { std::ptr::copy_nonoverlapping(self.file.as_ptr().add(at), dst, byte_len as usize) };
+                    let inv = (kind == KIND_SEND_INV).then_some(inv_rkey);
+                    if let Some(k) = inv {
+                        self.windows.invalidate(&self.file, k);
+                    }
+                    (WcStatus::Success, byte_len, inv)
                 }
                 KIND_LEN_ERR => (WcStatus::LocalLength, 0, None),
-                KIND_PROT_ERR => (WcStatus::LocalProtection, 0, None),
+                KIND_INV_ERR => (WcStatus::RemoteInvalidRequest, 0, None),
                 _ => return self.protocol_error(id, events),
             };
             self.posted.pop_front();
@@ -755,6 +888,28 @@ impl Conn {
             if !status.is_success() {
                 self.fail(CmEvent::Disconnected { conn: id }, events, true);
             }
+        }
+    }
+
+    /// Prefetches the first `bytes` of our receive slot for descriptor `seq`
+    /// (rounded up to cache lines) into this CPU's caches. A hint only.
+    #[inline]
+    fn prefetch_slot(&self, seq: u32, bytes: u32) {
+        let at = self.layout.area + (seq & (self.ring_cap - 1)) as usize * self.slot_bytes as usize;
+        let len = bytes.min(self.slot_bytes) as usize;
+        let mut k = 0;
+        while k < len {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: a prefetch never faults and reads nothing into the
+            // program's state; the address is inside our ring file's slot.
+            unsafe {
+                std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+                    self.file.as_ptr().add(at + k).cast::<i8>(),
+                );
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            let _ = at;
+            k += mempool::pool::CACHE_LINE;
         }
     }
 
@@ -858,27 +1013,6 @@ impl Conn {
     }
 }
 
-/// Prefetches the first `bytes` of local buffer `buf` (rounded up to cache
-/// lines, at most the buffer) into this CPU's caches. A hint only: nothing
-/// is read, and a buffer outside the registered regions is ignored.
-#[inline]
-fn prefetch(regions: &RegionTable, buf: &LocalBuf, bytes: u32) {
-    let Some(p) = regions.resolve(buf) else { return };
-    let len = bytes.min(buf.len) as usize;
-    let mut at = 0;
-    while at < len {
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: a prefetch never faults and reads nothing into the
-        // program's state; `p + at` is inside the buffer `resolve` checked.
-        unsafe {
-            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.add(at).cast::<i8>());
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = p;
-        at += mempool::pool::CACHE_LINE;
-    }
-}
-
 /// Execute one send-queue work request in this process: check the local
 /// buffers (LocalProtection), the remote key and range (RemoteAccess), copy.
 fn execute(wr: &SendWr, peer: &mut Peer, regions: &RegionTable, cfg: &ShmConfig) -> Exec {
@@ -904,17 +1038,20 @@ fn execute(wr: &SendWr, peer: &mut Peer, regions: &RegionTable, cfg: &ShmConfig)
                 Ok(None) => return Exec::Rnr,
                 Err(_) => return Exec::Done(WcStatus::RemoteInvalidRequest, 0),
             };
-            let rkey = desc[0] as u32;
             let cap = (desc[0] >> 32) as u32;
-            let offset = desc[1];
             let seq = desc[2] as u32;
-            let (kind, inv, status) = match peer.resolve(rkey, offset, cap as u64) {
-                None => (KIND_PROT_ERR, 0, WcStatus::RemoteInvalidRequest),
-                Some(_) if total > cap as u64 => (KIND_LEN_ERR, 0, WcStatus::RemoteInvalidRequest),
+            let inv_ok = match wr.op {
+                SendOp::SendWithInv { rkey } => window::is_open(&peer.file, peer.layout.windows, peer.windows, rkey),
+                _ => true,
+            };
+            let (kind, inv, status) = match peer.slot(seq, total) {
+                _ if total > cap as u64 => (KIND_LEN_ERR, 0, WcStatus::RemoteInvalidRequest),
+                None => (KIND_LEN_ERR, 0, WcStatus::RemoteInvalidRequest),
+                Some(_) if !inv_ok => (KIND_INV_ERR, 0, WcStatus::RemoteInvalidRequest),
                 Some(dst) => {
                     // SAFETY: `local` entries were resolved inside our
-                    // registered regions; `dst` has `cap >= total` bytes
-                    // inside the peer's region.
+                    // registered regions; `dst` is the peer's receive slot
+                    // of `slot_bytes >= total` bytes inside its ring file.
                     unsafe { gather(local, dst) };
                     match wr.op {
                         SendOp::SendWithInv { rkey } => (KIND_SEND_INV, rkey, WcStatus::Success),
@@ -931,7 +1068,7 @@ fn execute(wr: &SendWr, peer: &mut Peer, regions: &RegionTable, cfg: &ShmConfig)
             }
         }
         SendOp::RdmaWrite => {
-            let Some(dst) = peer.resolve(wr.remote.handle, wr.remote.offset, total) else {
+            let Some(dst) = peer.resolve(wr.remote.handle, wr.remote.offset, total, Access::Write) else {
                 return Exec::Done(WcStatus::RemoteAccess, 0);
             };
             // SAFETY: local entries resolved; `dst` has `total` bytes inside
@@ -940,7 +1077,7 @@ fn execute(wr: &SendWr, peer: &mut Peer, regions: &RegionTable, cfg: &ShmConfig)
             Exec::Done(WcStatus::Success, total32)
         }
         SendOp::RdmaRead => {
-            let Some(src) = peer.resolve(wr.remote.handle, wr.remote.offset, total) else {
+            let Some(src) = peer.resolve(wr.remote.handle, wr.remote.offset, total, Access::Read) else {
                 return Exec::Done(WcStatus::RemoteAccess, 0);
             };
             // SAFETY: as above, reversed.

@@ -1,4 +1,5 @@
-//! Memory: registering regions (each becomes a shared file the peer maps),
+//! Memory: registering regions (an exposable one becomes a shared file the
+//! peer maps), opening windows on them for one connection,
 //! turning `(region, offset)` into the offset segments carry, and the window a
 //! Write chunk is filled through (the peer's region, mapped here).
 
@@ -6,7 +7,11 @@ use super::*;
 
 impl ShmFabric {
     /// [`Fabric::register_region`] for this provider.
-    pub(super) fn do_register_region(&mut self, region: &Arc<mempool::region::Region>) -> Result<MrKeys, FabricError> {
+    pub(super) fn do_register_region(
+        &mut self,
+        region: &Arc<mempool::region::Region>,
+        access: RegionAccess,
+    ) -> Result<MrKeys, FabricError> {
         let id = region.id();
         if self.regions.rkey(id).is_some() {
             return Err(FabricError::Other(format!("region {id} is already registered")));
@@ -24,9 +29,31 @@ impl ShmFabric {
         t[id as usize] = Some(LocalRegion {
             region: Arc::clone(region),
             rkey: key,
+            exposable: access == RegionAccess::Exposable,
         });
         self.regions.count += 1;
         Ok(MrKeys { lkey: key, rkey: key })
+    }
+
+    /// [`Fabric::expose`] for this provider.
+    pub(super) fn do_expose(&mut self, conn: ConnId, buf: LocalBuf, access: Access) -> Result<RemoteBuf, FabricError> {
+        let r = self
+            .regions
+            .by_id
+            .get(buf.region as usize)
+            .and_then(|r| r.as_ref())
+            .ok_or(FabricError::NotRegistered { region: buf.region })?;
+        if !r.exposable {
+            return Err(FabricError::Unsupported(
+                "exposing a region registered for local access",
+            ));
+        }
+        if self.regions.resolve(&buf).is_none() {
+            return Err(FabricError::BadAddress(format!("{buf:?} is outside its region")));
+        }
+        let ci = self.conns.index(conn.0).ok_or(FabricError::NotConnected(conn))?;
+        let c = self.conns.get_mut(ci).ok_or(FabricError::NotConnected(conn))?;
+        c.expose(&buf, access).ok_or(FabricError::QueueFull { what: "windows" })
     }
 
     /// [`Fabric::remote_addr`] for this provider.

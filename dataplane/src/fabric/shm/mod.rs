@@ -142,8 +142,10 @@ pub mod ring;
 mod conn;
 mod doorbell;
 mod memory;
+pub mod peermap;
 mod setup;
 mod sock;
+pub mod window;
 pub mod wire;
 
 use std::collections::VecDeque;
@@ -158,11 +160,12 @@ use sock::{Recv, UnixAddr};
 use wire::{Hello, Msg, RegionInfo, MAX_MSG_LEN};
 
 use crate::fabric::{
-    Caps, CmEvent, Completion, ConnId, ConnReqId, CqId, Fabric, FabricError, ListenerId, MrKeys, PrivateData, QpConfig,
-    RecvWr, RemoteBuf, SendWr, SrqId, MAX_SGE,
+    Access, Caps, CmEvent, Completion, ConnId, ConnReqId, CqId, Fabric, FabricError, ListenerId, LocalBuf, MrKeys,
+    PrivateData, QpConfig, RecvWr, RegionAccess, RemoteBuf, SendWr, SrqId, MAX_SGE,
 };
 use crate::queue::GenSlab as Slab;
 
+pub use conn::{file_layout, Layout};
 pub use wire::MAX_REGIONS;
 
 /// Largest CQ / SRQ depth accepted.
@@ -210,6 +213,16 @@ pub struct ShmConfig {
     /// the entry's instead of after it. `0` (the default): no prefetch, best
     /// for receivers that do not read their messages.
     pub recv_prefetch_bytes: u32,
+    /// Bytes of each receive slot in a connection's ring file: a Send is
+    /// copied there by the peer and from there into the posted receive
+    /// buffer, so the peer maps none of our buffers. A Send longer than
+    /// this fails as one longer than the receive buffer does. A multiple of
+    /// 64; the slots are touched only as far as messages reach.
+    pub recv_slot_bytes: u32,
+    /// Window entries ([`Fabric::expose`]) each connection's table holds:
+    /// the chunks of the Calls one requester connection may have in flight
+    /// at once. At most [`window::MAX_WINDOWS`].
+    pub max_windows: u32,
 }
 
 /// [`ShmConfig::recv_prefetch_bytes`] for RPC engines: four cache lines hold
@@ -243,6 +256,8 @@ impl Default for ShmConfig {
             require_sealed_regions: true,
             cm_sweep_period: Duration::from_millis(1),
             recv_prefetch_bytes: 0,
+            recv_slot_bytes: 64 << 10,
+            max_windows: 1024,
         }
     }
 }
@@ -281,7 +296,7 @@ static NEXT_SALT: AtomicU32 = AtomicU32::new(0);
 
 /// A 16-bit key salt, different for every fabric of this process and unlikely
 /// to repeat across processes.
-fn new_salt() -> u16 {
+pub(super) fn new_salt() -> u16 {
     let n = NEXT_SALT.fetch_add(1, Ordering::Relaxed);
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -333,6 +348,12 @@ impl ShmFabric {
                 ring::MAX_RING_CAP
             )));
         }
+        if conn::file_layout(1, cfg.max_windows, cfg.recv_slot_bytes).is_none() {
+            return Err(FabricError::Other(format!(
+                "recv_slot_bytes must be a positive multiple of 64 and max_windows at most {}",
+                window::MAX_WINDOWS
+            )));
+        }
         if cfg.srq_window == 0 || cfg.srq_window > cfg.max_ring_depth {
             return Err(FabricError::Other("srq_window must be in 1..=max_ring_depth".into()));
         }
@@ -358,6 +379,20 @@ impl ShmFabric {
     /// The configuration.
     pub fn config(&self) -> &ShmConfig {
         &self.cfg
+    }
+
+    /// The key region `region` was registered with, if it was (tests: a
+    /// hostile peer presenting a region's real key). Owning core.
+    pub fn region_key(&self, region: u16) -> Option<u32> {
+        self.regions.rkey(region)
+    }
+
+    /// How many of the peer's regions connection `conn` mapped (`None`
+    /// before the peer's ring file and regions arrived): a responder's peer
+    /// maps none. Owning core.
+    pub fn peer_regions_mapped(&self, conn: ConnId) -> Option<usize> {
+        let c = self.conns.get(self.conns.index(conn.0)?)?;
+        c.peer.as_ref().map(conn::Peer::regions_mapped)
     }
 
     /// Connections currently held (live or waiting to be reaped). Any time.
@@ -472,10 +507,27 @@ impl Fabric for ShmFabric {
         }
     }
 
-    /// Registers `region` for local use and for every peer connected *after*
-    /// this call. At most [`MAX_REGIONS`] regions.
-    fn register_region(&mut self, region: &Arc<mempool::region::Region>) -> Result<MrKeys, FabricError> {
-        self.do_register_region(region)
+    /// Registers `region` for local use; an exposable one is also passed to
+    /// (and mapped by) every peer connected *after* this call, for the
+    /// windows [`Fabric::expose`] opens. At most [`MAX_REGIONS`] regions.
+    fn register_region(
+        &mut self,
+        region: &Arc<mempool::region::Region>,
+        access: RegionAccess,
+    ) -> Result<MrKeys, FabricError> {
+        self.do_register_region(region, access)
+    }
+
+    /// An entry in the connection's window table: a few stores, no system
+    /// call ([`window`]).
+    fn expose(&mut self, conn: ConnId, buf: LocalBuf, access: Access) -> Result<RemoteBuf, FabricError> {
+        self.do_expose(conn, buf, access)
+    }
+
+    fn hide(&mut self, conn: ConnId, handle: u32) {
+        if let Some(c) = self.conns.index(conn.0).and_then(|ci| self.conns.get_mut(ci)) {
+            c.hide(handle);
+        }
     }
 
     /// Region-relative: returns `offset` (after checking the region is

@@ -13,6 +13,7 @@ impl ShmFabric {
             .by_id
             .iter()
             .flatten()
+            .filter(|r| r.exposable)
             .map(|r| RegionInfo {
                 id: r.region.id(),
                 rkey: r.rkey,
@@ -38,7 +39,16 @@ impl ShmFabric {
         };
         let mut fds: Vec<BorrowedFd<'_>> = Vec::with_capacity(1 + self.regions.count);
         fds.push(c.file.fd());
-        fds.extend(self.regions.by_id.iter().flatten().map(|r| r.region.fd()));
+        // Only exposable regions: a responder's memory is never mapped by a
+        // peer (RFC 8166 s8.1).
+        fds.extend(
+            self.regions
+                .by_id
+                .iter()
+                .flatten()
+                .filter(|r| r.exposable)
+                .map(|r| r.region.fd()),
+        );
         // Our doorbell last (shm::doorbell); a peer that expects none sees
         // one descriptor too many only if it is older than the doorbell.
         if let Some(b) = &self.bell {

@@ -37,7 +37,8 @@ fn end(id: u16) -> End {
     };
     let mut f = ShmFabric::new(cfg).unwrap();
     let region = Arc::new(Region::create(id, 1 << 20, &RegionConfig::default()).unwrap());
-    f.register_region(&region).unwrap();
+    f.register_region(&region, crate::fabric::RegionAccess::Exposable)
+        .unwrap();
     let cq = f.create_cq(64).unwrap();
     End { f, cq, region }
 }

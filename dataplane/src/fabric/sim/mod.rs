@@ -52,7 +52,10 @@
 //!   [`QpConfig::rnr_retry`] retries (7 or more: forever); then
 //!   [`WcStatus::RnrRetryExceeded`] at the sender and the connection goes to error.
 //! - **RDMA Write / Read** check the remote key, bounds and access at the target:
-//!   the rkey must be one the peer registered (and not invalidated), the transfer
+//!   the rkey must be a window the peer opened with [`Fabric::expose`] *for this
+//!   connection* and for this access (Read or Write), not hidden or invalidated;
+//!   a region's own key grants nothing (regions are registered for local
+//!   access, RFC 8166 s8.1); the transfer
 //!   (the local SGEs' total length) must fit in the segment's `length` **and** in
 //!   the region from the segment's `offset`. Offsets are region-relative: what
 //!   [`Fabric::remote_addr`] returns. Any failure completes the initiator's work
@@ -74,19 +77,22 @@
 //!   completion on the same QP (verbs frees slots only then); posting beyond
 //!   `send_depth` returns [`FabricError::QueueFull`].
 //!
-//! # Send with Invalidate and persistent registration
+//! # Memory exposure and Send with Invalidate
 //!
-//! Regions are registered once for the life of the fabric, and one rkey covers a
-//! whole region. [`SendOp::SendWithInv`] with a valid rkey of the receiver makes
-//! the receive completion carry `invalidated_rkey: Some(rkey)` and **revokes remote
-//! access with that rkey for good**: later RDMA Reads/Writes with it fail with
-//! RemoteAccess, and a second invalidation of it fails. Local use of the region
-//! (its lkey, i.e. [`LocalBuf`](crate::fabric::LocalBuf)s) is unaffected: the memory stays the pool's. Since
-//! that cuts off every other buffer of the region from remote access, an engine
-//! using persistent region keys should not ask peers to invalidate them; the sim
-//! lets a test see exactly that. Invalidating a key that is not valid at the
-//! receiver completes the consumed receive and the sender's work request with
-//! RemoteInvalidRequest (as Linux rxe does) and the connection goes to error.
+//! Regions are registered once for the life of the fabric, for local access
+//! only; their keys open nothing to a peer. [`Fabric::expose`] opens a
+//! *window*: part of an [`RegionAccess::Exposable`] region, for RDMA Reads or
+//! for RDMA Writes, to the peer of one connection, under a fresh key (the
+//! endpoint's tag, a slot, a generation byte) until [`Fabric::hide`]. A peer
+//! on another connection presenting that key, or any peer presenting a
+//! region's key, gets RemoteAccess (both QPs to error). [`SendOp::SendWithInv`]
+//! of a valid window of the receiving connection makes the receive completion
+//! carry `invalidated_rkey: Some(rkey)` and **revokes the window**: later RDMA
+//! Reads/Writes with it fail with RemoteAccess, a second invalidation of it
+//! fails, and [`Fabric::hide`] then only frees its slot. Invalidating a key that
+//! is not such a window completes the consumed receive and the sender's work
+//! request with RemoteInvalidRequest (as Linux rxe does) and the connection goes
+//! to error.
 //!
 //! # Errors, flushes and disconnection
 //!
@@ -150,8 +156,8 @@
 //!
 //! The sim reads and writes registered regions through raw pointers, as a NIC
 //! does by DMA: buffers handed over by posting belong to the provider until their
-//! completion, and regions are open to the peer's RDMA Reads and Writes at any time
-//! (the protocol decides when the owner looks). [`poke`] and [`peek`] are test
+//! completion, and windows are open to the peer's RDMA Reads and Writes at any
+//! time until hidden (the protocol decides when the owner looks). [`poke`] and [`peek`] are test
 //! helpers for filling and checking region bytes.
 
 mod net;
@@ -166,8 +172,8 @@ use std::sync::Arc;
 use mempool::region::Region;
 
 use crate::fabric::{
-    Caps, CmEvent, Completion, ConnId, ConnReqId, CqId, Fabric, FabricError, ListenerId, MrKeys, QpConfig, RecvWr,
-    SendOp, SendWr, SrqId, WcOpcode, WcStatus, WrId, MAX_SGE,
+    Access, Caps, CmEvent, Completion, ConnId, ConnReqId, CqId, Fabric, FabricError, ListenerId, LocalBuf, MrKeys,
+    QpConfig, RecvWr, RegionAccess, RemoteBuf, SendOp, SendWr, SrqId, WcOpcode, WcStatus, WrId, MAX_SGE,
 };
 
 pub use rng::SimRng;
@@ -748,10 +754,17 @@ impl SimFabric {
         self.net.borrow().cq_len(self.ep, cq)
     }
 
-    /// Whether `rkey` currently grants remote access to a region of this
-    /// endpoint (false once invalidated by a Send with Invalidate).
+    /// Whether `rkey` is a window ([`Fabric::expose`]) of this endpoint
+    /// that still grants remote access (false once hidden or invalidated
+    /// by a Send with Invalidate; always false for a region's own key).
     pub fn rkey_valid(&self, rkey: u32) -> bool {
         self.net.borrow().rkey_valid(self.ep, rkey)
+    }
+
+    /// The keys region `region` was registered with, if it was (tests: a
+    /// hostile peer presenting a region's real key).
+    pub fn region_keys(&self, region: u16) -> Option<MrKeys> {
+        self.net.borrow().region_keys(self.ep, region)
     }
 }
 
@@ -774,8 +787,16 @@ impl Fabric for SimFabric {
     /// index, the endpoint tag and the random key byte catch keys used at the
     /// wrong endpoint or made up. Registering the same `Arc` again returns the
     /// same keys; another region with an already registered id is an error.
-    fn register_region(&mut self, region: &Arc<Region>) -> Result<MrKeys, FabricError> {
-        self.net.borrow_mut().register_region(self.ep, region)
+    fn register_region(&mut self, region: &Arc<Region>, access: RegionAccess) -> Result<MrKeys, FabricError> {
+        self.net.borrow_mut().register_region(self.ep, region, access)
+    }
+
+    fn expose(&mut self, conn: ConnId, buf: LocalBuf, access: Access) -> Result<RemoteBuf, FabricError> {
+        self.net.borrow_mut().expose(self.ep, conn, buf, access)
+    }
+
+    fn hide(&mut self, conn: ConnId, handle: u32) {
+        self.net.borrow_mut().hide(self.ep, conn, handle)
     }
 
     /// Region-relative: returns `offset` (checked against the region).

@@ -19,16 +19,40 @@ impl VerbsFabric {
         let mut report = true;
         if let Some(i) = ci {
             if let Some(c) = self.conns.get_mut(i) {
+                let mut posted = None;
                 if send_side {
                     if let Some(e) = c.sq.pop_front() {
                         opcode = e.opcode;
                         report = e.signaled || !st.is_success();
+                        if e.internal {
+                            c.sq_internal -= 1;
+                        }
+                        posted = Some(e);
                     }
-                } else if c.srq.is_none() {
-                    c.rq_out = c.rq_out.saturating_sub(1);
+                } else {
+                    if c.srq.is_none() {
+                        c.rq_out = c.rq_out.saturating_sub(1);
+                    }
+                    // A window the peer invalidated (Send with Invalidate)
+                    // is free to bind again on this QP.
+                    if st.is_success() && wc.wc_flags & self.inv_flags != 0 {
+                        // SAFETY: both members of the union are u32.
+                        let k = unsafe { wc.imm_data_invalidated_rkey_union.invalidated_rkey };
+                        if let Some(p) = c.windows.iter().position(|w| w.0 == k) {
+                            let (k, mw) = c.windows.swap_remove(p);
+                            c.free_mws.push((mw, k));
+                        }
+                    }
                 }
                 let dead = c.state == State::Error;
                 if !st.is_success() && !dead {
+                    self.last_wc_error = Some(WcError {
+                        qp_num: wc.qp_num,
+                        status: wc.status,
+                        vendor_err: wc.vendor_err,
+                        internal: posted.is_some_and(|e| e.internal),
+                        opcode: Some(opcode),
+                    });
                     // Any error (a flush too: the QP went to error on its own)
                     // ends the connection.
                     self.fail(i, CmEvent::Disconnected { conn });
@@ -97,9 +121,13 @@ impl VerbsFabric {
         if depth == 0 || depth > max {
             return Err(FabricError::Other(format!("CQ depth must be in 1..={max}")));
         }
+        // The send CQ also takes the completions of the provider's own
+        // window binds and invalidations (reported to no one, but they
+        // occupy entries until polled).
+        let send_depth = depth.saturating_mul(INTERNAL_SQ_FACTOR).min(max).max(depth);
         // SAFETY: `self.ctx` is open; `self.comp` is our completion channel
         // (interrupt mode, `wake`); vector 0.
-        let send = unsafe { sys::ibv_create_cq(self.ctx, depth as c_int, ptr::null_mut(), self.comp, 0) };
+        let send = unsafe { sys::ibv_create_cq(self.ctx, send_depth as c_int, ptr::null_mut(), self.comp, 0) };
         if send.is_null() {
             return Err(errno("ibv_create_cq"));
         }

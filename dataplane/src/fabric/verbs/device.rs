@@ -111,6 +111,7 @@ impl VerbsFabric {
             by_qp: HashMap::with_capacity(cfg.max_conns as usize),
             events: VecDeque::with_capacity(2 * cfg.max_conns as usize + cfg.max_pending_requests as usize),
             wcs: Box::new([wc_zero(); WC_BATCH]),
+            last_wc_error: None,
             cfg,
         };
         let mut names = Vec::new();

@@ -13,11 +13,19 @@
 //!   (first device, or [`VerbsConfig::device`]). Every listen and connect
 //!   address must route through that device.
 //! - **Memory regions** are registered once ([`Fabric::register_region`]) with
-//!   `IBV_ACCESS_LOCAL_WRITE | REMOTE_READ | REMOTE_WRITE` (plus `MW_BIND` when
-//!   [`VerbsConfig::mw_bind`]), and looked up on the data path by region id in
-//!   a plain array. [`Fabric::remote_addr`] is the virtual address
-//!   (`base + offset`): segments carry virtual addresses and the MR's rkey
+//!   `IBV_ACCESS_LOCAL_WRITE` only (plus `MW_BIND` when exposable): an MR's
+//!   rkey opens nothing to any peer (RFC 8166 s8.1). They are looked up on the
+//!   data path by region id in a plain array.
+//! - **Exposure** ([`Fabric::expose`]): a type-2 Memory Window bound over the
+//!   chunk buffer on the Call's own QP, for remote Read or remote Write, with
+//!   an `IBV_WR_BIND_MW` posted before the Call's Send; [`Fabric::hide`] posts
+//!   `IBV_WR_LOCAL_INV` (or the peer's Send with Invalidate did it). Windows
+//!   are kept per QP and rebound with a bumped rkey; they are deallocated with
+//!   their QP. Segments carry virtual addresses
 //!   (RFC 8166 s3.4.3 leaves the meaning of the offset to the transport).
+//!   The provider's binds and invalidations complete unreported (an error
+//!   one with [`INTERNAL_WR_ID`]); QPs get [`INTERNAL_SQ_FACTOR`] times the
+//!   consumer's send depth for them.
 //! - **Completion queues**: a [`CqId`] is two hardware CQs of the same depth,
 //!   one for send-queue and one for receive-queue completions, because an
 //!   error completion's opcode is undefined in `ibv_wc` and the provider must
@@ -49,7 +57,7 @@
 //!   `invalidate_flags`). Devices invalidate only Memory Windows and
 //!   fast-registered MRs, not the persistent MRs of [`Fabric::register_region`]
 //!   (rxe fails the receive with a remote invalid request): remote invalidation
-//!   needs a window from [`VerbsFabric::bind_window`].
+//!   needs a window from [`Fabric::expose`].
 //! - **RNR and retries** come from [`QpConfig`] (`rnr_retry`, `retry_count`,
 //!   at most 7) through the CM connection parameters (`rdma_conn_param`), and
 //!   the IB CM applies them as it does for every RDMA-CM consumer: the RNR
@@ -118,8 +126,9 @@ use std::sync::Arc;
 use rdma_mummy_sys as sys;
 
 use crate::fabric::{
-    Caps, CmEvent, Completion, ConnId, ConnReqId, CqId, Fabric, FabricError, ListenerId, LocalBuf, MrKeys, PrivateData,
-    QpConfig, RecvWr, SendOp, SendWr, SrqId, WcOpcode, WcStatus, WrId, MAX_PRIVATE_DATA, MAX_SGE,
+    Access, Caps, CmEvent, Completion, ConnId, ConnReqId, CqId, Fabric, FabricError, ListenerId, LocalBuf, MrKeys,
+    PrivateData, QpConfig, RecvWr, RegionAccess, RemoteBuf, SendOp, SendWr, SrqId, WcOpcode, WcStatus, WrId,
+    MAX_PRIVATE_DATA, MAX_SGE,
 };
 use crate::queue::GenSlab as Slab;
 
@@ -159,9 +168,6 @@ pub struct VerbsConfig {
     /// Inline bytes asked for every QP whose [`QpConfig::max_inline`] is 0
     /// (a QP that cannot have them is created without inline data).
     pub max_inline: u32,
-    /// Register regions with `IBV_ACCESS_MW_BIND` too, so that
-    /// [`VerbsFabric::bind_window`] can bind Memory Windows over them.
-    pub mw_bind: bool,
 }
 
 impl Default for VerbsConfig {
@@ -173,7 +179,6 @@ impl Default for VerbsConfig {
             resolve_timeout_ms: 2000,
             listen_backlog: 64,
             max_inline: 64,
-            mw_bind: false,
         }
     }
 }
@@ -199,6 +204,8 @@ struct Mr {
     base: u64,
     len: u64,
     lkey: u32,
+    /// Registered [`RegionAccess::Exposable`] (with `MW_BIND`).
+    exposable: bool,
     /// Keeps the memory mapped while it is registered.
     _region: Arc<mempool::region::Region>,
 }
@@ -249,7 +256,18 @@ enum State {
 struct SqEntry {
     signaled: bool,
     opcode: WcOpcode,
+    /// Posted by the provider itself (a window bind or invalidation), not
+    /// counted against the consumer's `send_depth`.
+    internal: bool,
 }
+
+/// The `wr_id` of the provider's own work requests; an error completion
+/// of one reaches the consumer with it (tag 0xff, which no engine uses).
+pub const INTERNAL_WR_ID: WrId = WrId::new(0xff, WrId::INDEX_MAX);
+
+/// Send-queue room a QP has for the provider's own work requests (window
+/// binds and invalidations), per consumer send-queue entry.
+pub(super) const INTERNAL_SQ_FACTOR: u32 = 3;
 
 #[derive(Debug)]
 struct Conn {
@@ -268,6 +286,13 @@ struct Conn {
     /// Receives posted before the QP existed (active side).
     early_recvs: Vec<RecvWr>,
     sq: VecDeque<SqEntry>,
+    /// Entries of `sq` that are the provider's own.
+    sq_internal: u32,
+    /// Memory Windows bound on this QP ([`Fabric::expose`]): (rkey, window).
+    windows: Vec<(u32, *mut sys::ibv_mw)>,
+    /// Windows of this QP free to bind again (after an invalidation posted
+    /// on this QP, so a new bind is ordered after it), with their last rkey.
+    free_mws: Vec<(*mut sys::ibv_mw, u32)>,
     /// Receives on the QP's own receive queue not completed yet.
     rq_out: u32,
     terminal_queued: bool,
@@ -327,6 +352,41 @@ pub struct VerbsFabric {
     by_qp: HashMap<u32, usize>,
     events: VecDeque<CmEvent>,
     wcs: Box<[sys::ibv_wc; WC_BATCH]>,
+    /// The first error completion (not a flush) of the connection that
+    /// failed last, for diagnostics ([`VerbsFabric::last_wc_error`]).
+    last_wc_error: Option<WcError>,
+}
+
+/// An error work completion as the device reported it, for diagnostics:
+/// the fabric's [`Completion`] keeps only the status the engine acts on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WcError {
+    pub qp_num: u32,
+    /// `enum ibv_wc_status`.
+    pub status: u32,
+    /// The provider's own error code (`ibv_wc::vendor_err`).
+    pub vendor_err: u32,
+    /// Whether the work request was the provider's own (a window bind or
+    /// invalidation) rather than the consumer's.
+    pub internal: bool,
+    /// Opcode of the work request as posted (the completion's is undefined
+    /// on error).
+    pub opcode: Option<WcOpcode>,
+}
+
+impl std::fmt::Display for WcError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "qp {}: {:?} (ibv_wc_status {}, vendor_err {:#x}) on {} work request {:?}",
+            self.qp_num,
+            status::wc_status(self.status),
+            self.status,
+            self.vendor_err,
+            if self.internal { "a window" } else { "a consumer" },
+            self.opcode
+        )
+    }
 }
 
 impl std::fmt::Debug for VerbsFabric {
@@ -364,10 +424,29 @@ impl Fabric for VerbsFabric {
         }
     }
 
-    /// `ibv_reg_mr` over the whole region (local write, remote read and
-    /// write). Once per region id.
-    fn register_region(&mut self, region: &Arc<mempool::region::Region>) -> Result<MrKeys, FabricError> {
-        self.do_register_region(region)
+    /// `ibv_reg_mr` over the whole region with local write access only
+    /// (its rkey opens nothing: RFC 8166 s8.1), plus `MW_BIND` when
+    /// exposable. Once per region id.
+    fn register_region(
+        &mut self,
+        region: &Arc<mempool::region::Region>,
+        access: RegionAccess,
+    ) -> Result<MrKeys, FabricError> {
+        self.do_register_region(region, access)
+    }
+
+    /// A type-2 Memory Window bound over `buf` on `conn`'s QP (only that
+    /// QP's peer can use it) for remote Read or Write, posted before the
+    /// Call's Send; windows are kept per QP and rebound, so the steady state
+    /// makes no system call beyond the post.
+    fn expose(&mut self, conn: ConnId, buf: LocalBuf, access: Access) -> Result<RemoteBuf, FabricError> {
+        self.do_expose(conn, buf, access)
+    }
+
+    /// Posts a Local Invalidate of the window on `conn`'s QP, unless the
+    /// peer invalidated it already (Send with Invalidate).
+    fn hide(&mut self, conn: ConnId, handle: u32) {
+        self.do_hide(conn, handle)
     }
 
     /// The virtual address `base + offset` (after checking `offset` is within

@@ -1,44 +1,58 @@
 //! Memory: registering regions as MRs, turning `(region, offset)` into
-//! addresses and scatter/gather entries, and binding memory windows
-//! ([`VerbsFabric::bind_window`]) for remote invalidation.
+//! addresses and scatter/gather entries, and the Memory Windows that expose
+//! a requester's chunk buffers to one connection ([`Fabric::expose`]).
 
 use super::qp::post_err;
 use super::*;
 
 impl VerbsFabric {
-    /// Bind a fresh type-2 Memory Window over `buf` (remote Read and Write)
-    /// with a work request on `conn`'s send queue; returns the window's rkey,
-    /// usable by the peer once the bind completes (as a [`WcOpcode::Send`]
-    /// completion with `wr_id`). A peer's Send with Invalidate of that rkey
-    /// invalidates the window — unlike the persistent MRs' rkeys, which
-    /// devices refuse to invalidate remotely. Needs [`VerbsConfig::mw_bind`].
-    /// Called from the owning core.
-    pub fn bind_window(&mut self, conn: ConnId, wr_id: WrId, buf: LocalBuf) -> Result<u32, FabricError> {
-        if !self.cfg.mw_bind {
-            return Err(FabricError::Unsupported("memory windows without VerbsConfig::mw_bind"));
-        }
+    /// [`Fabric::expose`] for this provider: a type-2 Memory Window bound
+    /// over `buf` with a work request on `conn`'s send queue (ordered before
+    /// the Send that advertises it), for remote Read or remote Write only. A
+    /// type-2 window is bound to the QP: a peer on another connection using
+    /// its rkey gets a remote access error. A window of this QP freed by an
+    /// earlier invalidation is rebound with the next rkey (its low byte
+    /// bumped); only a QP's first windows cost an `ibv_alloc_mw`.
+    pub(super) fn do_expose(&mut self, conn: ConnId, buf: LocalBuf, access: Access) -> Result<RemoteBuf, FabricError> {
         let ci = self.conns.index(conn.0).ok_or(FabricError::NotConnected(conn))?;
         let (mr, addr) = self.resolve(&buf)?;
-        let c = self.conns.get(ci).ok_or(FabricError::NotConnected(conn))?;
-        if c.state != State::Established {
+        if !self.mrs[buf.region as usize].as_ref().is_some_and(|m| m.exposable) {
+            return Err(FabricError::Unsupported(
+                "exposing a region registered for local access",
+            ));
+        }
+        let c = self.conns.get_mut(ci).ok_or(FabricError::NotConnected(conn))?;
+        if !matches!(c.state, State::Established | State::Accepting) || c.qp.is_null() {
             return Err(FabricError::NotConnected(conn));
         }
-        if c.sq.len() >= c.cfg.send_depth as usize {
+        if c.sq.len() >= (c.cfg.send_depth.saturating_mul(INTERNAL_SQ_FACTOR)) as usize {
             return Err(FabricError::QueueFull { what: "send queue" });
         }
-        // SAFETY: `self.pd` is a valid PD; returns NULL or a window we own.
-        let mw = unsafe { sys::ibv_alloc_mw(self.pd, sys::ibv_mw_type::IBV_MW_TYPE_2) };
-        if mw.is_null() {
-            return Err(errno("ibv_alloc_mw"));
-        }
-        self.mws.push(mw);
-        // SAFETY: `mw` was just allocated and is valid.
-        let old = unsafe { (*mw).rkey };
+        let (mw, old) = match c.free_mws.pop() {
+            Some(w) => w,
+            None => {
+                // SAFETY: `self.pd` is a valid PD; returns NULL or a window we own.
+                let mw = unsafe { sys::ibv_alloc_mw(self.pd, sys::ibv_mw_type::IBV_MW_TYPE_2) };
+                if mw.is_null() {
+                    return Err(errno("ibv_alloc_mw"));
+                }
+                self.mws.push(mw);
+                // SAFETY: `mw` was just allocated and is valid.
+                (mw, unsafe { (*mw).rkey })
+            }
+        };
+        let c = self.conns.get_mut(ci).ok_or(FabricError::NotConnected(conn))?;
         let rkey = (old & !0xff) | (old.wrapping_add(1) & 0xff);
+        use sys::ibv_access_flags as a;
+        let flags = match access {
+            Access::Read => a::IBV_ACCESS_REMOTE_READ.0,
+            Access::Write => a::IBV_ACCESS_REMOTE_WRITE.0,
+            Access::ReadWrite => a::IBV_ACCESS_REMOTE_READ.0 | a::IBV_ACCESS_REMOTE_WRITE.0,
+        };
         // SAFETY: ibv_send_wr is plain old data (integers, pointers, unions of
         // those); zero is valid and the fields used are set below.
         let mut wr: sys::ibv_send_wr = unsafe { std::mem::zeroed() };
-        wr.wr_id = wr_id.0;
+        wr.wr_id = INTERNAL_WR_ID.0;
         wr.opcode = sys::ibv_wr_opcode::IBV_WR_BIND_MW;
         wr.send_flags = sys::ibv_send_flags::IBV_SEND_SIGNALED.0;
         wr.bind_mw_tso_union.bind_mw = sys::bind_mw_t {
@@ -48,24 +62,76 @@ impl VerbsFabric {
                 mr,
                 addr,
                 length: buf.len as u64,
-                mw_access_flags: sys::ibv_access_flags::IBV_ACCESS_REMOTE_READ.0
-                    | sys::ibv_access_flags::IBV_ACCESS_REMOTE_WRITE.0,
+                mw_access_flags: flags,
             },
         };
         let mut bad: *mut sys::ibv_send_wr = ptr::null_mut();
-        // SAFETY: `c.qp` is a live QP (state Established); `wr` and the MR / MW
-        // it names are valid for the call; the provider copies the request.
+        // SAFETY: `c.qp` is a live QP; `wr` and the MR / MW it names are
+        // valid for the call; the provider copies the request.
         let rc = unsafe { sys::ibv_post_send(c.qp, &mut wr, &mut bad) };
         if rc != 0 {
+            c.free_mws.push((mw, old));
             return Err(post_err("ibv_post_send(BIND_MW)", rc));
         }
-        if let Some(c) = self.conns.get_mut(ci) {
-            c.sq.push_back(SqEntry {
-                signaled: true,
-                opcode: WcOpcode::Send,
-            });
+        // The window's current key lives in `mw->rkey`: the provider hands
+        // it to the device as the key of the window to bind (rxe compares it
+        // with the window's key and fails the bind, and with it the QP, when
+        // it differs). A type-2 bind posted as a work request leaves it to
+        // the consumer to record the key the bind gives the window, so the
+        // next bind (after the invalidation) names it.
+        // SAFETY: `mw` is a window this fabric allocated and still owns; no
+        // other thread uses it.
+        unsafe { (*mw).rkey = rkey };
+        c.sq.push_back(SqEntry {
+            signaled: false,
+            opcode: WcOpcode::Send,
+            internal: true,
+        });
+        c.sq_internal += 1;
+        c.windows.push((rkey, mw));
+        Ok(RemoteBuf {
+            handle: rkey,
+            length: buf.len,
+            offset: addr,
+        })
+    }
+
+    /// [`Fabric::hide`] for this provider: a Local Invalidate posted on the
+    /// window's QP (the window then waits on that QP's free list, so its
+    /// next bind is ordered after the invalidation). A window the peer
+    /// invalidated was freed when its receive completed; one of a QP that is
+    /// no longer usable is left for the QP's teardown.
+    pub(super) fn do_hide(&mut self, conn: ConnId, handle: u32) {
+        let Some(ci) = self.conns.index(conn.0) else { return };
+        let Some(c) = self.conns.get_mut(ci) else { return };
+        let Some(p) = c.windows.iter().position(|w| w.0 == handle) else {
+            return;
+        };
+        if !matches!(c.state, State::Established | State::Accepting) || c.qp.is_null() {
+            return;
         }
-        Ok(rkey)
+        let (rkey, mw) = c.windows.swap_remove(p);
+        // SAFETY: as in `do_expose`.
+        let mut wr: sys::ibv_send_wr = unsafe { std::mem::zeroed() };
+        wr.wr_id = INTERNAL_WR_ID.0;
+        wr.opcode = sys::ibv_wr_opcode::IBV_WR_LOCAL_INV;
+        wr.send_flags = sys::ibv_send_flags::IBV_SEND_SIGNALED.0;
+        wr.imm_data_invalidated_rkey_union.invalidated_rkey = rkey;
+        let mut bad: *mut sys::ibv_send_wr = ptr::null_mut();
+        // SAFETY: `c.qp` is a live QP; `wr` is valid for the call.
+        let rc = unsafe { sys::ibv_post_send(c.qp, &mut wr, &mut bad) };
+        if rc != 0 {
+            // Still bound: the QP's teardown deallocates it.
+            c.windows.push((rkey, mw));
+            return;
+        }
+        c.sq.push_back(SqEntry {
+            signaled: false,
+            opcode: WcOpcode::Send,
+            internal: true,
+        });
+        c.sq_internal += 1;
+        c.free_mws.push((mw, rkey));
     }
 
     /// Address and MR of a local buffer, checked against its registration.
@@ -95,14 +161,21 @@ impl VerbsFabric {
     }
 
     /// [`Fabric::register_region`] for this provider.
-    pub(super) fn do_register_region(&mut self, region: &Arc<mempool::region::Region>) -> Result<MrKeys, FabricError> {
+    pub(super) fn do_register_region(
+        &mut self,
+        region: &Arc<mempool::region::Region>,
+        region_access: RegionAccess,
+    ) -> Result<MrKeys, FabricError> {
         let id = region.id() as usize;
         if self.mrs.get(id).is_some_and(Option::is_some) {
             return Err(FabricError::Other(format!("region {id} is already registered")));
         }
         use sys::ibv_access_flags as a;
-        let mut access = a::IBV_ACCESS_LOCAL_WRITE.0 | a::IBV_ACCESS_REMOTE_READ.0 | a::IBV_ACCESS_REMOTE_WRITE.0;
-        if self.cfg.mw_bind {
+        // No remote access through the MR itself: only windows open memory
+        // to a peer (RFC 8166 s8.1).
+        let exposable = region_access == RegionAccess::Exposable;
+        let mut access = a::IBV_ACCESS_LOCAL_WRITE.0;
+        if exposable {
             access |= a::IBV_ACCESS_MW_BIND.0;
         }
         // SAFETY: `self.pd` is our PD; the region's memory is mapped for
@@ -121,6 +194,7 @@ impl VerbsFabric {
             base: region.as_ptr() as u64,
             len: region.len() as u64,
             lkey,
+            exposable,
             _region: Arc::clone(region),
         });
         Ok(MrKeys { lkey, rkey })

@@ -32,6 +32,13 @@ impl VerbsFabric {
         (!c.qp.is_null()).then_some(c.qp_num)
     }
 
+    /// The first error completion (other than a flush) of the connection
+    /// that failed last: status and vendor error as the device gave them.
+    /// For diagnostics: the engine sees only [`WcStatus`].
+    pub fn last_wc_error(&self) -> Option<WcError> {
+        self.last_wc_error
+    }
+
     /// Inline bytes the connection's QP was created with.
     pub fn max_inline(&self, conn: ConnId) -> Option<u32> {
         let c = self.conns.get(self.conns.index(conn.0)?)?;
@@ -68,7 +75,12 @@ impl VerbsFabric {
             attr.send_cq = cq.send;
             attr.recv_cq = cq.recv;
             attr.srq = c.srq.map_or(ptr::null_mut(), |s| self.srqs[s].srq);
-            attr.cap.max_send_wr = c.cfg.send_depth;
+            // Room for the provider's window binds and invalidations too.
+            attr.cap.max_send_wr = c
+                .cfg
+                .send_depth
+                .saturating_mul(INTERNAL_SQ_FACTOR)
+                .min(self.limits.max_qp_wr.max(c.cfg.send_depth));
             attr.cap.max_recv_wr = if c.srq.is_some() { 0 } else { c.cfg.recv_depth };
             attr.cap.max_send_sge = (MAX_SGE as u32).min(self.limits.max_sge.max(1));
             attr.cap.max_recv_sge = 1;
@@ -205,6 +217,21 @@ impl VerbsFabric {
             self.by_qp.remove(&c.qp_num);
         }
         destroy_conn_id(c.id, !c.qp.is_null());
+        // The QP's windows go with it.
+        let dead: Vec<*mut sys::ibv_mw> = c
+            .windows
+            .iter()
+            .map(|w| w.1)
+            .chain(c.free_mws.iter().map(|w| w.0))
+            .collect();
+        if !dead.is_empty() {
+            self.mws.retain(|m| !dead.contains(m));
+            for mw in dead {
+                // SAFETY: a window this fabric allocated, still listed
+                // nowhere else; its QP was destroyed above.
+                unsafe { sys::ibv_dealloc_mw(mw) };
+            }
+        }
     }
 
     /// [`Fabric::post_send`] for this provider.
@@ -235,7 +262,7 @@ impl VerbsFabric {
         if !matches!(c.state, State::Established | State::Accepting) {
             return Err(FabricError::NotConnected(conn));
         }
-        if c.sq.len() >= c.cfg.send_depth as usize {
+        if c.sq.len() - c.sq_internal as usize >= c.cfg.send_depth as usize {
             return Err(FabricError::QueueFull { what: "send queue" });
         }
         use sys::ibv_wr_opcode as o;
@@ -278,6 +305,7 @@ impl VerbsFabric {
         c.sq.push_back(SqEntry {
             signaled: wr.signaled,
             opcode: wc_op,
+            internal: false,
         });
         Ok(())
     }

@@ -262,7 +262,7 @@ impl Net {
                     return;
                 }
                 let inv = match wr.op {
-                    SendOp::SendWithInv { rkey } => match self.mr_index(pep, rkey) {
+                    SendOp::SendWithInv { rkey } => match self.window_index(pep, p, rkey) {
                         Some(i) => Some((i, rkey)),
                         None => {
                             self.fail_at_receiver(q, p, &r.wr, WcStatus::RemoteInvalidRequest);
@@ -284,8 +284,8 @@ impl Net {
                     at += len;
                 }
                 if let Some((i, _)) = inv {
-                    if let Some(mr) = self.eps[pep].regs[i].as_mut() {
-                        mr.rkey_valid = false;
+                    if let Some(w) = self.eps[pep].windows[i].as_mut() {
+                        w.valid = false;
                     }
                 }
                 let (pcq, pconn) = (self.qps[p].cfg.cq, self.qps[p].conn);
@@ -305,7 +305,7 @@ impl Net {
                 self.succeed(q, total);
             }
             SendOp::RdmaWrite => {
-                let Some(dst) = self.remote_range(pep, &wr.remote, total) else {
+                let Some(dst) = self.remote_range(pep, p, &wr.remote, total, Access::Write) else {
                     self.enter_error(p);
                     self.fail_send(q, WcStatus::RemoteAccess);
                     return;
@@ -323,7 +323,7 @@ impl Net {
                 self.succeed(q, total);
             }
             SendOp::RdmaRead => {
-                let Some(src) = self.remote_range(pep, &wr.remote, total) else {
+                let Some(src) = self.remote_range(pep, p, &wr.remote, total, Access::Read) else {
                     self.enter_error(p);
                     self.fail_send(q, WcStatus::RemoteAccess);
                     return;

@@ -25,8 +25,8 @@ use super::rng::SimRng;
 use super::{ConnState, FaultKind, SimConfig, SimStats, TraceEvent};
 use super::{LISTEN_BACKLOG, MAX_QUEUE_DEPTH, SIM_MAX_INLINE, SIM_MAX_MSG_SIZE};
 use crate::fabric::{
-    CmEvent, Completion, ConnId, ConnReqId, CqId, FabricError, ListenerId, LocalBuf, MrKeys, PrivateData, QpConfig,
-    RecvWr, RemoteBuf, SendOp, SendWr, SrqId, WcOpcode, WcStatus, MAX_SGE,
+    Access, CmEvent, Completion, ConnId, ConnReqId, CqId, FabricError, ListenerId, LocalBuf, MrKeys, PrivateData,
+    QpConfig, RecvWr, RegionAccess, RemoteBuf, SendOp, SendWr, SrqId, WcOpcode, WcStatus, MAX_SGE,
 };
 
 /// RNR retry count meaning "retry forever" (IB: the 3-bit field's value 7).
@@ -36,9 +36,23 @@ const RNR_RETRY_INFINITE: u8 = 7;
 struct Mr {
     region: Arc<Region>,
     keys: MrKeys,
-    /// False once a Send with Invalidate named this rkey: remote access is revoked
-    /// (local use through the lkey stays valid; see the module docs).
-    rkey_valid: bool,
+    /// Registered [`RegionAccess::Exposable`]: windows may be opened on it.
+    exposable: bool,
+}
+
+/// A window ([`crate::fabric::Fabric::expose`]) at one endpoint: part of a
+/// region, open to the peer of one QP only, for one kind of access, until
+/// hidden or invalidated by that peer's Send with Invalidate.
+struct Window {
+    /// Global index of the QP (at this endpoint) whose peer may use it.
+    qp: usize,
+    region: usize,
+    start: u64,
+    len: u64,
+    access: Access,
+    rkey: u32,
+    /// False once the peer invalidated it (the slot stays taken until hidden).
+    valid: bool,
 }
 
 struct Cq {
@@ -71,6 +85,13 @@ struct Endpoint {
     tag: u8,
     /// Indexed by region id.
     regs: Vec<Option<Mr>>,
+    /// Windows, indexed by the rkey's middle 16 bits; `None` is a free slot.
+    windows: Vec<Option<Window>>,
+    /// Free slots of `windows`.
+    free_windows: Vec<usize>,
+    /// Bumped for every window opened: the rkey's low byte, so a stale key
+    /// of a reused slot fails.
+    window_gen: u8,
     cqs: Vec<Cq>,
     srqs: Vec<Srq>,
     /// `ConnId.0` → index into `Net::qps`.
@@ -352,6 +373,9 @@ impl Net {
             alive: true,
             tag,
             regs: Vec::new(),
+            windows: Vec::new(),
+            free_windows: Vec::new(),
+            window_gen: 0,
             cqs: Vec::new(),
             srqs: Vec::new(),
             conns: Vec::new(),
@@ -396,10 +420,15 @@ impl Net {
         self.eps[ep].cm.clear();
     }
 
-    pub(super) fn register_region(&mut self, ep: usize, region: &Arc<Region>) -> Result<MrKeys, FabricError> {
+    pub(super) fn register_region(
+        &mut self,
+        ep: usize,
+        region: &Arc<Region>,
+        access: RegionAccess,
+    ) -> Result<MrKeys, FabricError> {
         let id = region.id() as usize;
         if let Some(Some(mr)) = self.eps[ep].regs.get(id) {
-            if Arc::ptr_eq(&mr.region, region) {
+            if Arc::ptr_eq(&mr.region, region) && mr.exposable == (access == RegionAccess::Exposable) {
                 return Ok(mr.keys);
             }
             return Err(FabricError::Other(format!(
@@ -420,9 +449,74 @@ impl Net {
         e.regs[id] = Some(Mr {
             region: Arc::clone(region),
             keys,
-            rkey_valid: true,
+            exposable: access == RegionAccess::Exposable,
         });
         Ok(keys)
+    }
+
+    /// [`crate::fabric::Fabric::expose`] at endpoint `ep`.
+    pub(super) fn expose(
+        &mut self,
+        ep: usize,
+        conn: ConnId,
+        buf: LocalBuf,
+        access: Access,
+    ) -> Result<RemoteBuf, FabricError> {
+        let q = self.qp_of(ep, conn)?;
+        let e = &mut self.eps[ep];
+        let id = buf.region as usize;
+        let mr = e
+            .regs
+            .get(id)
+            .and_then(Option::as_ref)
+            .ok_or(FabricError::NotRegistered { region: buf.region })?;
+        if !mr.exposable {
+            return Err(FabricError::Unsupported(
+                "exposing a region registered for local access",
+            ));
+        }
+        if !in_bounds(mr.region.len(), buf.offset, u64::from(buf.len)) {
+            return Err(FabricError::BadAddress(format!("{buf:?} is outside its region")));
+        }
+        let slot = match e.free_windows.pop() {
+            Some(k) => k,
+            None if e.windows.len() < 1 << 16 => {
+                e.windows.push(None);
+                e.windows.len() - 1
+            }
+            None => return Err(FabricError::QueueFull { what: "windows" }),
+        };
+        e.window_gen = e.window_gen.wrapping_add(1);
+        let rkey = (u32::from(e.tag) << 24) | ((slot as u32) << 8) | u32::from(e.window_gen);
+        e.windows[slot] = Some(Window {
+            qp: q,
+            region: id,
+            start: buf.offset,
+            len: u64::from(buf.len),
+            access,
+            rkey,
+            valid: true,
+        });
+        Ok(RemoteBuf {
+            handle: rkey,
+            length: buf.len,
+            offset: buf.offset,
+        })
+    }
+
+    /// [`crate::fabric::Fabric::hide`] at endpoint `ep`.
+    pub(super) fn hide(&mut self, ep: usize, conn: ConnId, rkey: u32) {
+        let Ok(q) = self.qp_of(ep, conn) else { return };
+        let e = &mut self.eps[ep];
+        let slot = ((rkey >> 8) & 0xffff) as usize;
+        if e.windows
+            .get(slot)
+            .and_then(Option::as_ref)
+            .is_some_and(|w| w.rkey == rkey && w.qp == q)
+        {
+            e.windows[slot] = None;
+            e.free_windows.push(slot);
+        }
     }
 
     pub(super) fn remote_addr(&self, ep: usize, region: u16, offset: u64) -> Result<u64, FabricError> {
@@ -440,16 +534,27 @@ impl Net {
         Ok(offset)
     }
 
-    pub(super) fn rkey_valid(&self, ep: usize, rkey: u32) -> bool {
-        self.mr_index(ep, rkey).is_some()
+    pub(super) fn region_keys(&self, ep: usize, region: u16) -> Option<MrKeys> {
+        self.eps[ep].regs.get(region as usize)?.as_ref().map(|m| m.keys)
     }
 
-    /// Index of the region whose *valid* rkey is `rkey` at endpoint `ep`: the
-    /// rkey's middle 16 bits are the region id (an array index, no lookup).
-    fn mr_index(&self, ep: usize, rkey: u32) -> Option<usize> {
-        let id = ((rkey >> 8) & 0xffff) as usize;
-        let mr = self.eps[ep].regs.get(id)?.as_ref()?;
-        (mr.keys.rkey == rkey && mr.rkey_valid).then_some(id)
+    pub(super) fn rkey_valid(&self, ep: usize, rkey: u32) -> bool {
+        let slot = ((rkey >> 8) & 0xffff) as usize;
+        self.eps[ep]
+            .windows
+            .get(slot)
+            .and_then(Option::as_ref)
+            .is_some_and(|w| w.rkey == rkey && w.valid)
+    }
+
+    /// Slot of the *valid* window `rkey` at endpoint `ep` open to the peer
+    /// of QP `q`: the rkey's middle 16 bits are the slot (an array index, no
+    /// lookup). A region's own key, another QP's window, a hidden or
+    /// invalidated one: `None`.
+    fn window_index(&self, ep: usize, q: usize, rkey: u32) -> Option<usize> {
+        let slot = ((rkey >> 8) & 0xffff) as usize;
+        let w = self.eps[ep].windows.get(slot)?.as_ref()?;
+        (w.rkey == rkey && w.valid && w.qp == q).then_some(slot)
     }
 
     /// Address of a local buffer, if it is inside a registered region.
@@ -464,12 +569,18 @@ impl Net {
         Some(unsafe { mr.region.as_ptr().add(b.offset as usize) })
     }
 
-    /// Address of `len` bytes of a remote buffer at endpoint `ep`: a valid rkey,
-    /// `len` within the advertised segment and the range inside the region.
-    fn remote_range(&self, ep: usize, seg: &RemoteBuf, len: u64) -> Option<*mut u8> {
-        let id = self.mr_index(ep, seg.handle)?;
-        let mr = self.eps[ep].regs[id].as_ref()?;
-        if len > u64::from(seg.length) || !in_bounds(mr.region.len(), seg.offset, len) {
+    /// Address of `len` bytes of a remote buffer at endpoint `ep`, reached
+    /// through its QP `q` for `access`: a valid window of that QP allowing
+    /// it, `len` within the advertised segment, the range inside the window.
+    fn remote_range(&self, ep: usize, q: usize, seg: &RemoteBuf, len: u64, access: Access) -> Option<*mut u8> {
+        let slot = self.window_index(ep, q, seg.handle)?;
+        let w = self.eps[ep].windows[slot].as_ref()?;
+        let end = seg.offset.checked_add(len)?;
+        if !w.access.allows(access) || len > u64::from(seg.length) || seg.offset < w.start || end > w.start + w.len {
+            return None;
+        }
+        let mr = self.eps[ep].regs[w.region].as_ref()?;
+        if !in_bounds(mr.region.len(), seg.offset, len) {
             return None;
         }
         // SAFETY: as in `resolve`: `offset + len <= region.len()`.
