@@ -14,7 +14,7 @@ use std::collections::HashSet;
 use std::sync::OnceLock;
 
 use dataplane::requester::{CallId, LinkState, Requester};
-use dataplane::responder::Responder;
+use dataplane::responder::{ReqState, Responder};
 use dataplane::service::{CallView, DeferToken, ReplyBuilder, Service, ServiceError};
 use dataplane::sim::{SimConfig, SimNetwork};
 use engine_common::*;
@@ -174,7 +174,14 @@ fn check_teardown<S: Service>(
     pool_idle(p)
 }
 
-fn run(seed: u64, client: VersionRange, calls: usize) -> Result<(u64, u64), String> {
+/// What [`run`] saw: Calls deferred, Calls made, and turns on which Calls
+/// were live and every one waited only for a fabric completion.
+struct Seen {
+    deferred: u64,
+    fabric_only_turns: u64,
+}
+
+fn run(seed: u64, client: VersionRange, calls: usize) -> Result<Seen, String> {
     let p = pools_for(0);
     let net = SimNetwork::new(SimConfig::with_seed(seed));
     let mut srv = Responder::new(
@@ -192,6 +199,7 @@ fn run(seed: u64, client: VersionRange, calls: usize) -> Result<(u64, u64), Stri
     cli.connect("srv").map_err(|e| e.to_string())?;
     let work = workload(seed, calls);
     let (mut next, mut done, mut turns) = (0usize, 0usize, 0u64);
+    let mut fabric_only_turns = 0;
     let mut inflight: Vec<(CallId, usize)> = Vec::new();
     while done < work.len() {
         turns += 1;
@@ -199,6 +207,23 @@ fn run(seed: u64, client: VersionRange, calls: usize) -> Result<(u64, u64), Stri
             return Err(format!("stuck: {done}/{} done, {:?}", work.len(), srv.stats()));
         }
         srv.poll();
+        // Spin-then-wait (issue 24 item 1): the core may block on the
+        // fabric's notification exactly when every live Call waits for a
+        // completion (its RDMA Reads, its reply's Send), not while one is
+        // deferred or queued for a resource.
+        let states = srv.live_by_state();
+        let fabric_only = srv.deferred() == 0
+            && states
+                .iter()
+                .all(|(s, _)| matches!(s, ReqState::Reading | ReqState::Sending | ReqState::Draining));
+        if srv.waits_only_on_fabric() != fabric_only {
+            return Err(format!(
+                "waits_only_on_fabric() is {} with {} deferred and live {states:?}",
+                !fabric_only,
+                srv.deferred()
+            ));
+        }
+        fabric_only_turns += u64::from(fabric_only && !states.is_empty());
         cli.poll();
         while next < work.len() && cli.can_submit() {
             inflight.push((submit(&mut cli, &work[next])?, next));
@@ -245,7 +270,10 @@ fn run(seed: u64, client: VersionRange, calls: usize) -> Result<(u64, u64), Stri
     }
     let deferred = s.deferred;
     check_teardown(p, cli, srv, &net)?;
-    Ok((deferred, work.len() as u64))
+    Ok(Seen {
+        deferred,
+        fabric_only_turns,
+    })
 }
 
 fn seeds() -> Vec<u64> {
@@ -261,16 +289,20 @@ fn seeds() -> Vec<u64> {
 
 #[test]
 fn deferred_replies_in_any_order_are_byte_exact_v1_and_v2() {
-    let mut deferred = 0;
+    let (mut deferred, mut fabric_only) = (0, 0);
     for seed in seeds() {
         for client in [VersionRange::only(1).unwrap(), VersionRange::ALL] {
             match run(seed, client, 60) {
-                Ok((d, _)) => deferred += d,
+                Ok(seen) => {
+                    deferred += seen.deferred;
+                    fabric_only += seen.fabric_only_turns;
+                }
                 Err(e) => panic!("seed {seed} (SIM_SEED={seed}), client {client:?}: {e}"),
             }
         }
     }
     assert!(deferred > 0, "nothing was deferred");
+    assert!(fabric_only > 0, "no Call ever waited only for a completion");
 }
 
 #[test]

@@ -733,17 +733,20 @@ impl<F: Fabric> Poller for EnginePoller<F> {
         }
     }
 
-    /// The core is about to block: the fabric arms its notifications. Not
-    /// while a request is live (backend I/O deferred, whose completions ring
-    /// nothing here; or a request queued for a resource): the core then
-    /// sleeps in short slices and keeps polling.
+    /// The core is about to block: the fabric arms its notifications. Also
+    /// while requests wait for their RDMA Reads or their reply's Send to
+    /// complete (a completion wakes the core; sleeping in slices instead
+    /// cost every WRITE with a Read chunk a fallback sleep). Not while a
+    /// request waits for backend I/O (deferred, whose completions ring
+    /// nothing here) or is queued for a resource: the core then sleeps in
+    /// short slices and keeps polling.
     fn arm(&mut self, _ctx: &mut CoreCtx) -> Arm {
         self.refusals.check(self.core, &mut self.responder, self.draining, true);
         // A sleeping core publishes nothing: copy what changed first.
         if let Some(now) = self.publisher.due_before_sleep() {
             self.publish(now);
         }
-        if self.responder.deferred() == 0 && self.responder.in_flight() == 0 && self.responder.fabric().arm_wakeup() {
+        if self.responder.waits_only_on_fabric() && self.responder.fabric().arm_wakeup() {
             Arm::Armed
         } else {
             Arm::Unsupported

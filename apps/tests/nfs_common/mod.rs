@@ -1267,8 +1267,9 @@ impl<F: Fabric> Engine<F> {
             self.pump();
             assert!(
                 self.cli.link() != LinkState::Failed && t0.elapsed().as_secs() < 30,
-                "connect: {:?}",
-                self.cli.link()
+                "connect: {:?} after {:?}",
+                self.cli.link(),
+                t0.elapsed()
             );
         }
     }

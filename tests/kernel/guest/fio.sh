@@ -1,17 +1,32 @@
 #!/usr/bin/env bash
-# tests/kernel/guest/fio.sh SRC TAG — the fio matrix of the kernel-interop
-# test against one server: 4 KiB random read and write at queue depths 1 and
-# 16, 1 MiB sequential read and write at queue depths 1 and 4, O_DIRECT,
-# libaio, $FIO_SECONDS (default 5) each after a 1 s ramp, on one 64 MiB file.
-# Writes $OUT/TAG/fio-<job>.json (fio --output-format=json, with total-latency
-# percentiles) and checks that every job ran without errors and did I/O.
+# tests/kernel/guest/fio.sh SRC TAG [PROTO] — the fio matrix of the
+# kernel-interop test against one server: 4 KiB random read and write at
+# queue depths 1 and 16, 1 MiB sequential read and write at queue depths 1
+# and 4, O_DIRECT, libaio, $FIO_SECONDS (default 5) each after a 1 s ramp, on
+# one 64 MiB file, over PROTO (rdma, the default, or tcp: NFSv3 over TCP on
+# 2049, for the transport comparison of issue 24 part 2).
+# Writes $OUT/TAG/fio-<job>.json (rdma) or $OUT/TAG/tcp/fio-<job>.json (tcp)
+# (fio --output-format=json, with total-latency percentiles), and the guest's
+# CPU time over each job from /proc/stat ("BUSY TOTAL" jiffies before, the
+# same after, and the job's wall seconds) to $OUT/TAG/fiocpu-PROTO-<job>.txt
+# (report.py turns it into CPU per MB); checks that every job ran without
+# errors and did I/O.
 set -uo pipefail
 . "$(dirname "$0")/lib.sh"
 
 SRC=$1
 TAG=$2
+PROTO=${3:-rdma}
+export NFS_PROTO=$PROTO
 MP=/mnt/$TAG
 D=$OUT/$TAG
+JD=$D
+if [ "$PROTO" != rdma ]; then
+    MP=/mnt/$TAG-$PROTO
+    JD=$D/$PROTO
+    mkdir -p "$JD"
+    TAG="$TAG $PROTO"
+fi
 FIO_SECONDS=${FIO_SECONDS:-5}
 FIO_FILE_MIB=${FIO_FILE_MIB:-64}
 mkdir -p "$D"
@@ -21,7 +36,7 @@ if ! nfs_mount "$SRC" "$MP"; then
     flunk "$TAG: mount for fio"
     exit 1
 fi
-check_eq "$TAG: fio mount transport" "$(mount_xprt "$MP")" rdma
+check_eq "$TAG: fio mount transport" "$(mount_xprt "$MP")" "$PROTO"
 F=$MP/fio.dat
 t=$(now)
 check "$TAG: lay out the ${FIO_FILE_MIB} MiB fio file" \
@@ -42,11 +57,13 @@ seq-write-1m-qd4 write 1M 4"
 while read -r name rw bs qd; do
     t=$(now)
     rc=0
+    c0=$(cpu_jiffies)
     fio --name="$name" --filename="$F" --size="${FIO_FILE_MIB}M" --rw="$rw" --bs="$bs" --iodepth="$qd" \
         --ioengine=libaio --direct=1 --time_based --runtime="$FIO_SECONDS" --ramp_time=1 \
         --lat_percentiles=1 --randrepeat=0 --norandommap \
-        --output-format=json --output="$D/fio-$name.json" || rc=$?
-    summary=$(python3 - "$D/fio-$name.json" "$rw" <<'PY'
+        --output-format=json --output="$JD/fio-$name.json" || rc=$?
+    echo "$c0 $(cpu_jiffies) $(elapsed "$t")" >"$D/fiocpu-$PROTO-$name.txt"
+    summary=$(python3 - "$JD/fio-$name.json" "$rw" <<'PY'
 import json, sys
 job = json.load(open(sys.argv[1]))["jobs"][0]
 side = job["read"] if "read" in sys.argv[2] else job["write"]

@@ -48,10 +48,12 @@ mount_xprt() {
 # plain way: no mountport or mountproto, the mount helper asks the server's
 # rpcbind where MOUNT is (both servers: the kernel's mountd registers with
 # rpcbind, rpcrdma-target registers too or answers port 111 itself).
-# $MOUNT_PORT (optional) pins the MOUNT port.
+# $MOUNT_PORT (optional) pins the MOUNT port. NFS_PROTO=tcp mounts NFSv3
+# over TCP on 2049 instead (fio.sh's transport comparison).
 nfs_mount() {
     local src=$1 mp=$2 extra=${3:-} opts
     opts="vers=3,proto=rdma,port=20049,nolock"
+    [ "${NFS_PROTO:-rdma}" = tcp ] && opts="vers=3,proto=tcp,port=2049,nolock"
     [ -n "${MOUNT_PORT:-}" ] && opts="$opts,mountproto=tcp,mountport=$MOUNT_PORT"
     [ -n "$extra" ] && opts="$opts,$extra"
     mkdir -p "$mp"
@@ -61,6 +63,12 @@ nfs_mount() {
 # nfs_umount MOUNTPOINT: unmount (flushing dirty data), bounded in time.
 nfs_umount() {
     timeout 180 umount "$1"
+}
+
+# cpu_jiffies: "BUSY TOTAL" from the first line of /proc/stat (busy: all but
+# idle and iowait), for CPU per MB over an interval
+cpu_jiffies() {
+    awk '$1 == "cpu" { t = 0; for (i = 2; i <= NF; i++) t += $i; print t - $5 - $6, t; exit }' /proc/stat
 }
 
 # seconds since boot with centiseconds, for timing sections

@@ -139,8 +139,59 @@ def main():
         results["goal_1x_met"] = ge1
         results["goal_2x_met"] = ge2
         results["ratios"] = len(ratios)
+    transports = transport_table(out)
+    if transports:
+        results["transports"] = transports
     with open(os.path.join(out, "results.json"), "w") as f:
         json.dump(results, f, indent=1)
+
+
+def cpu_ms_per_mb(path, mb_per_s):
+    """Guest CPU (all vCPUs, USER_HZ 100) per MB moved over one fio job, from
+    fio.sh's "BUSY0 TOTAL0 BUSY1 TOTAL1 SECONDS" (the job's wall time, ramp
+    included, at the measured rate)."""
+    b0, _, b1, _, secs = (float(x) for x in open(path).read().split()[:5])
+    if mb_per_s <= 0 or secs <= 0:
+        return None
+    return (b1 - b0) * 10.0 / (mb_per_s * secs)
+
+
+def transport_table(out):
+    """RDMA against TCP (issue 24 part 2): for each server whose fio matrix
+    also ran over TCP (KINTEROP_FIO_TCP=1), MB/s and guest CPU per MB on each
+    transport and RDMA's ratio (throughput rdma/tcp; CPU per MB tcp/rdma, so
+    above 1.0 = RDMA better in both)."""
+    rows = []
+    for server in SERVERS:
+        for p in sorted(glob.glob(os.path.join(out, server, "fiocpu-tcp-*.txt"))):
+            job = os.path.basename(p)[len("fiocpu-tcp-"):-4]
+            rec = {"server": server, "job": job}
+            try:
+                for proto, jp in (("rdma", os.path.join(out, server, "fio-%s.json" % job)),
+                                  ("tcp", os.path.join(out, server, "tcp", "fio-%s.json" % job))):
+                    f = fio_figures(jp)
+                    cpu = cpu_ms_per_mb(os.path.join(out, server, "fiocpu-%s-%s.txt" % (proto, job)), f["mb_per_s"])
+                    rec[proto] = {"mb_per_s": f["mb_per_s"], "iops": f["iops"], "cpu_ms_per_mb": cpu}
+            except (OSError, ValueError, KeyError, IndexError, TypeError):
+                continue
+            r, t = rec["rdma"], rec["tcp"]
+            rec["throughput_x"] = r["mb_per_s"] / t["mb_per_s"] if t["mb_per_s"] > 0 else None
+            rec["cpu_x"] = t["cpu_ms_per_mb"] / r["cpu_ms_per_mb"] if r["cpu_ms_per_mb"] and t["cpu_ms_per_mb"] else None
+            rows.append(rec)
+    if not rows:
+        return rows
+    print()
+    print("RDMA against TCP (fio through the kernel client, proto=rdma and proto=tcp; guest CPU ms per MB, all vCPUs;")
+    print("x = RDMA's advantage: MB/s rdma/tcp, CPU per MB tcp/rdma)")
+    print("%-7s %-20s | %9s %9s %5s | %9s %9s %5s" % ("server", "fio job", "rdma MB/s", "tcp MB/s", "x", "rdma ms/MB", "tcp", "x"))
+    for rec in rows:
+        r, t = rec["rdma"], rec["tcp"]
+        x1, x2 = rec["throughput_x"], rec["cpu_x"]
+        print("%-7s %-20s | %9s %9s %5s | %9s %9s %5s" % (
+            rec["server"], rec["job"], fmt(r["mb_per_s"], 9), fmt(t["mb_per_s"], 9),
+            "%.2f" % x1 if x1 else "-", fmt(r["cpu_ms_per_mb"], 9), fmt(t["cpu_ms_per_mb"], 9),
+            "%.2f" % x2 if x2 else "-"))
+    return rows
 
 
 if __name__ == "__main__":

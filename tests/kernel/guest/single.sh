@@ -61,6 +61,8 @@ for s in $SERVERS; do
         section "$s-functional" "$G/functional.sh" "$SRC" "$s"
         section "$s-posix" "$G/posix.sh" "$SRC" "$s"
         section "$s-fio" "$G/fio.sh" "$SRC" "$s"
+        # The same matrix over NFS/TCP, for RDMA against TCP (issue 24 part 2).
+        [ "${KINTEROP_FIO_TCP:-0}" = 1 ] && section "$s-fio-tcp" "$G/fio.sh" "$SRC" "$s" tcp
         # Many connections from one client (issue 24 item 4), on request.
         [ "${KINTEROP_NCONNECT:-0}" = 1 ] && section "$s-nconnect" "$G/nconnect.sh" "$SRC" "$s"
         if [ -x "$BIN/perf" ]; then

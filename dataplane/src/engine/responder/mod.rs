@@ -835,6 +835,23 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         self.reqs.in_use()
     }
 
+    /// Whether every live request waits only for work requests the fabric
+    /// completes (its RDMA Reads, its reply's Writes and Send, or the flush
+    /// of a lost connection), none for deferred backend I/O or for a local
+    /// resource (buffers, slots, the backend queue): the core may then block
+    /// on the fabric's completion notification (issue 24 item 1), since
+    /// only a completion moves those requests on. Idle path: walks the live
+    /// requests.
+    pub fn waits_only_on_fabric(&self) -> bool {
+        self.deferred == 0
+            && (self.reqs.in_use() == 0
+                || self.reqs.used_indices().all(|i| {
+                    self.reqs
+                        .get(i)
+                        .is_none_or(|r| matches!(r.state, ReqState::Reading | ReqState::Sending | ReqState::Draining))
+                }))
+    }
+
     /// Calls received, counted, and not yet answered (no reply or error
     /// reply posted): what [`ResponderStats::unaccounted`] takes as `live`.
     /// Owning core.

@@ -152,3 +152,59 @@ impl ShmFabric {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::sock::{self, UnixAddr};
+    use super::super::{ShmConfig, ShmFabric};
+    use crate::fabric::Fabric;
+    use std::os::fd::RawFd;
+
+    /// Whether any of `fds` is readable now (what the core's epoll would
+    /// report).
+    fn any_readable(fds: &[RawFd]) -> bool {
+        let mut p: Vec<libc::pollfd> = fds
+            .iter()
+            .map(|&fd| libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            })
+            .collect();
+        // SAFETY: `p` is a live array of `p.len()` pollfds; timeout 0.
+        let n = unsafe { libc::poll(p.as_mut_ptr(), p.len() as libc::nfds_t, 0) };
+        n > 0
+    }
+
+    /// The re-check after arming (one `poll_cm`) may accept a connection
+    /// whose REQ has not arrived yet; that empties the listener, so a wait
+    /// would miss the REQ unless something else is readable (a lost
+    /// wake-up in connection set-up: a client's connect timed out while
+    /// the target's core slept).
+    #[test]
+    fn spin_then_wait_accept_during_recheck_keeps_the_core_awake() {
+        let mut f = ShmFabric::new(ShmConfig {
+            cm_sweep_period: std::time::Duration::ZERO,
+            ..ShmConfig::default()
+        })
+        .unwrap();
+        let addr = format!("@rpcrdma-shm-unit-accept-wake-{}", std::process::id());
+        f.listen(&addr).unwrap();
+        let fds = f.wake_fds();
+        assert!(f.arm_wakeup(), "nothing pending: the fabric arms");
+        assert!(!any_readable(&fds), "nothing to wake for yet");
+        // A peer connects; its REQ is still to come.
+        let peer = sock::connect(&UnixAddr::parse(&addr).unwrap()).unwrap();
+        assert!(any_readable(&fds), "the listener wakes the core");
+        // The core's re-check: the sweep accepts the socket, no event yet.
+        assert_eq!(f.poll_cm(), None);
+        assert_eq!(f.incoming.len(), 1, "accepted, waiting for its REQ");
+        assert!(
+            any_readable(&fds),
+            "after the accept something must still wake the core, or the REQ waits a whole wait"
+        );
+        f.disarm_wakeup();
+        assert!(!f.arm_wakeup(), "no arming while a REQ is awaited");
+        drop(peer);
+    }
+}

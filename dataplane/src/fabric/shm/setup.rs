@@ -78,6 +78,7 @@ impl ShmFabric {
     }
 
     fn accept_incoming(&mut self, now: Instant) {
+        let before = self.incoming.len();
         for (li, l) in self.listeners.iter().enumerate() {
             while self.incoming.len() < self.cfg.max_pending_requests as usize {
                 match sock::accept(l.fd.as_fd()) {
@@ -88,6 +89,19 @@ impl ShmFabric {
                     }),
                     Ok(None) | Err(_) => break,
                 }
+            }
+        }
+        // An accepted socket whose REQ has not arrived yet is watched by no
+        // one: once accepted, the listener is no longer readable, and its
+        // REQ makes nothing readable that the core's wait watches. If this
+        // sweep is the core's re-check after arming (`arm_wakeup` saw no
+        // `incoming` and said yes), it would block for a whole wait with the
+        // REQ unread, and the peer's connect times out. Ringing our own bell
+        // ends that wait at once; the next arm refuses while the socket is
+        // in `incoming`. One write per accepted connection, not per message.
+        if self.incoming.len() > before {
+            if let Some(b) = &self.bell {
+                b.ring();
             }
         }
     }
