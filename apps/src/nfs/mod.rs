@@ -388,6 +388,8 @@ pub(crate) struct CoreState {
     pub deferred: defer::Deferred,
     /// NFSv4 counters.
     pub v4: crate::nfs4::Nfs4Stats,
+    /// NFSv4 COMPOUNDs suspended at a deferred I/O operation.
+    pub v4_suspended: crate::nfs4::suspend::Suspended,
     /// Calls on the helper pool.
     pub offload: offload::CoreOffload,
 }
@@ -457,6 +459,7 @@ impl NfsService {
                 stats: NfsStats::default(),
                 deferred: defer::Deferred::new(),
                 v4: crate::nfs4::Nfs4Stats::default(),
+                v4_suspended: Default::default(),
                 offload: offload::CoreOffload::default(),
             },
             scratch: Vec::new(),
@@ -615,6 +618,7 @@ impl Service for NfsService {
     fn cancel(&mut self, token: DeferToken) {
         let _ = self.st.deferred.take(token);
         let _ = self.procs.resumed(token.0);
+        self.st.v4_suspended.cancel(&self.shared.v4, token);
         if let Some(s) = self.st.offload.cancel(token) {
             self.drc.with(|c| c.complete(s, None));
         }

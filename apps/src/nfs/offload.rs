@@ -162,6 +162,7 @@ fn helper(inner: &Inner) {
         deferred: Deferred::new(),
         offload: CoreOffload::default(),
         v4: crate::nfs4::Nfs4Stats::default(),
+        v4_suspended: Default::default(),
     };
     loop {
         let job = {

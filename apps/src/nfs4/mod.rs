@@ -28,18 +28,24 @@
 //! and READLINK encode their data in the head and mark it as a DDP item.
 //! Everything else goes inline or in the Reply chunk, as the engine plans.
 //!
+//! # I/O that completes later
+//!
+//! On `uring` and `nvme`, READ (into the engine's data buffer), WRITE and
+//! COMMIT submit their I/O and defer the reply, as NFSv3's do; the COMPOUND
+//! is suspended at that operation and resumed when the I/O completes
+//! ([`suspend`]), so the core never waits for a backend.
+//!
 //! # Not yet
 //!
 //! Locks (LOCK, LOCKT, LOCKU, RELEASE_LOCKOWNER), delegations and the
 //! backchannel, pNFS, NFSv4.2's ALLOCATE/DEALLOCATE/SEEK/COPY/CLONE and
-//! extended attributes are NFS4ERR_NOTSUPP. READ and WRITE run
-//! synchronously on backends that complete I/O later (no deferral yet).
+//! extended attributes are NFS4ERR_NOTSUPP.
 //! Client records are not persisted: there is no grace period, and
 //! CLAIM_PREVIOUS is NFS4ERR_NO_GRACE. See docs/NFSV4.md.
 
 use std::net::IpAddr;
 
-use dataplane::service::{CallView, ReplyBuilder, ServiceError};
+use dataplane::service::{CallView, DeferToken, ReplyBuilder, ServiceError};
 use proto::error::EncodeError;
 use proto::nfs4::args::{CompoundArgs, CompoundError, Op, OpDecoder, OpError};
 use proto::nfs4::*;
@@ -54,6 +60,7 @@ pub mod attr;
 pub mod fh;
 mod ops;
 pub mod state;
+pub(crate) mod suspend;
 
 use fh::Fh;
 
@@ -120,6 +127,9 @@ pub(crate) struct Ctx<'c> {
     pub session: Option<(SessionId, u32, u64)>,
     /// Operations left after this one (READ's data buffer is for the last).
     pub last: bool,
+    /// The engine lets this Call's reply be deferred under this token (an
+    /// I/O operation then suspends the COMPOUND, see [`suspend`]).
+    pub token: Option<DeferToken>,
 }
 
 /// Operations that may come without SEQUENCE when they are alone (RFC 8881
@@ -206,7 +216,12 @@ pub(crate) fn call(
         Some(REPLY_HEADER_BYTES) => REPLY_HEADER_BYTES,
         _ => return Err(ServiceError::Reject),
     };
-    st.v4.compounds += 1;
+    // A COMPOUND resumed after its I/O operation's completion: where it
+    // stopped ([`suspend`]).
+    let stop = st.v4_suspended.take(view.defer_token());
+    if stop.is_none() {
+        st.v4.compounds += 1;
+    }
     let mut r = Reader::new(args);
     let ca = match CompoundArgs::decode(&mut r) {
         Ok(c) => c,
@@ -254,12 +269,39 @@ pub(crate) fn call(
         saved_sid: None,
         session: None,
         last: false,
+        token: view.defer_token(),
     };
     let mut status = NFS4_OK;
     let mut numres = 0u32;
     let mut index = 0u32;
     let mut cachethis = false;
     let mut max_ops = MAX_OPS;
+    if let Some(s) = stop {
+        // Put back what ran before the I/O operation, without running it
+        // again: its results, the filehandles, the session.
+        let end = base + s.kept.len();
+        if end > limit || s.numres_at + 4 > s.kept.len() {
+            st.v4_suspended.cancel(&sh.v4, s.token);
+            return Err(ServiceError::Reject);
+        }
+        reply.head_mut()[base..end].copy_from_slice(&s.kept);
+        for _ in 0..s.done_ops {
+            let _ = d.next_op();
+        }
+        pos = end;
+        numres = s.numres;
+        index = s.done_ops;
+        limit = s.limit;
+        max_ops = s.max_ops;
+        cachethis = s.cachethis;
+        cx.cur = s.cur;
+        cx.saved = s.saved;
+        cx.cur_sid = s.cur_sid;
+        cx.saved_sid = s.saved_sid;
+        cx.session = s.session;
+        debug_assert_eq!(base + s.numres_at, numres_at);
+        st.v4_suspended.recycle(s);
+    }
     while let Some(next) = d.next_op() {
         let first = index == 0;
         index += 1;
@@ -320,7 +362,35 @@ pub(crate) fn call(
                     // ca_maxoperations, after SEQUENCE ran.
                     Err(St(NFS4ERR_TOO_MANY_OPS))
                 } else {
-                    ops::run(&mut cx, st, op, reply, pos + 8, limit)
+                    // May suspend at an I/O operation only when what ran
+                    // before it can be kept.
+                    if pos - base > suspend::MAX_KEPT_BYTES {
+                        cx.token = None;
+                    }
+                    let res = ops::run(&mut cx, st, op, reply, pos + 8, limit);
+                    if reply.is_deferred() {
+                        // Suspended: its I/O completes later.
+                        let token = cx.token.ok_or(ServiceError::Reject)?;
+                        let mut kept = st.v4_suspended.buffer();
+                        kept.extend_from_slice(&reply.head_mut()[base..pos]);
+                        st.v4_suspended.keep(suspend::Stop {
+                            token,
+                            done_ops: index - 1,
+                            kept,
+                            numres_at: numres_at - base,
+                            numres,
+                            limit,
+                            max_ops,
+                            cachethis,
+                            cur: cx.cur,
+                            saved: cx.saved,
+                            cur_sid: cx.cur_sid,
+                            saved_sid: cx.saved_sid,
+                            session: cx.session,
+                        });
+                        return Ok(());
+                    }
+                    res
                 };
                 (opnum, res)
             }
