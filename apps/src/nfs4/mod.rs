@@ -141,30 +141,38 @@ fn sessionless(op: u32) -> bool {
     )
 }
 
-/// The arguments, the Read chunk's data and the inline bytes after it.
-type Pieces<'a> = (&'a [u8], Option<&'a [u8]>, &'a [u8]);
+/// Most pieces a Call comes in: the inline head, then a Read chunk and the
+/// inline bytes after it for each chunk.
+const MAX_PIECES: usize = 1 + 2 * proto::plan::PLAN_READ_CHUNKS;
 
 /// The pieces of the Call's arguments: contiguous (the Call in one piece,
-/// or small enough to assemble), or the inline head, the Read chunk holding
-/// WRITE data, and the inline rest.
-fn pieces<'a>(call: &CallView<'a>, at: usize, scratch: &'a mut Vec<u8>) -> Option<Pieces<'a>> {
+/// or small enough to assemble into `scratch`), or the inline head and,
+/// in `rest`, each Read chunk holding WRITE data with the inline bytes
+/// after it. Returns the arguments in the head and how many of `rest` were
+/// filled; `None` when the Call has more pieces than a Call can have.
+fn pieces<'a>(
+    call: &CallView<'a>,
+    at: usize,
+    scratch: &'a mut Vec<u8>,
+    rest: &mut [&'a [u8]; MAX_PIECES],
+) -> Option<(&'a [u8], usize)> {
     let mut s = call.slices();
     let first = s.next().unwrap_or(&[]);
-    let (second, third, fourth) = (s.next(), s.next(), s.next());
-    if second.is_none() {
-        return Some((first.get(at..)?, None, &[]));
+    let mut n = 0;
+    for p in s {
+        *rest.get_mut(n)? = p;
+        n += 1;
     }
-    let n = call.len();
-    if n <= MAX_ASSEMBLED_CALL_BYTES {
-        scratch.resize(n, 0);
+    if n == 0 {
+        return Some((first.get(at..)?, 0));
+    }
+    let len = call.len();
+    if len <= MAX_ASSEMBLED_CALL_BYTES {
+        scratch.resize(len, 0);
         call.copy_to(scratch);
-        return Some((scratch.get(at..n)?, None, &[]));
+        return Some((scratch.get(at..len)?, 0));
     }
-    if fourth.is_some() {
-        // More than one Read chunk in a large COMPOUND: not handled.
-        return None;
-    }
-    Some((first.get(at..)?, second, third.unwrap_or(&[])))
+    Some((first.get(at..)?, n))
 }
 
 /// The `count` of a COMPOUND whose last operation is READ, for the data
@@ -204,7 +212,8 @@ pub(crate) fn call(
     cred: Cred<'_>,
     reply: &mut ReplyBuilder<'_>,
 ) -> Result<(), ServiceError> {
-    let Some((args, chunk, after)) = pieces(view, at, scratch) else {
+    let mut rest: [&[u8]; MAX_PIECES] = [&[]; MAX_PIECES];
+    let Some((args, n_rest)) = pieces(view, at, scratch, &mut rest) else {
         st.stats.rpc_errors += 1;
         st.stats.garbage_args += 1;
         return reply_rpc(
@@ -258,7 +267,7 @@ pub(crate) fn call(
     };
     let numres_at = pos - 4;
     let mut limit = cap;
-    let mut d = OpDecoder::new(r, ca.numops, chunk, after);
+    let mut d = OpDecoder::with_pieces(r, ca.numops, &rest[..n_rest]);
     let mut cx = Ctx {
         sh,
         cred,
