@@ -681,3 +681,87 @@ fn nfs4_slow_read_on_uring_is_deferred_and_other_clients_are_answered_meanwhile(
     let res = a4.seq(&[putfh(&fh)]);
     assert_eq!(res.status, NFS4_OK);
 }
+
+/// The whole reduced reply of a finished Call.
+fn reply_bytes(cli: &mut Requester<'static, ShmFabric>, id: dataplane::requester::CallId) -> Vec<u8> {
+    let v = cli.reply(id).expect("reply view");
+    let out = v.reduced.to_vec();
+    cli.release(id);
+    out
+}
+
+fn one_call4(r: &mut Rig, call: &[u8]) -> Vec<u8> {
+    let id = submit4(&mut r.a, call, None);
+    let t0 = Instant::now();
+    loop {
+        r.turn();
+        if let Some(d) = r.a.poll_completion() {
+            assert_eq!((d.id, d.outcome), (id, CallOutcome::Reply));
+            return reply_bytes(&mut r.a, id);
+        }
+        assert!(t0.elapsed() < Duration::from_secs(30), "no reply");
+    }
+}
+
+/// NFSv4.1 WRITE (FILE_SYNC4, whose write the double reports only
+/// UNSTABLE) followed by GETATTR, and COMMIT, over the shm engine on
+/// `uring`: the WRITE suspends its COMPOUND twice (the write, then the
+/// flush), and the COMPOUND resumes after each: GETATTR, after the WRITE,
+/// is answered with the size the write made; the COMMIT is deferred too.
+/// The slot's reply is cached once complete: a retry of the WRITE
+/// COMPOUND gets the same reply without writing again.
+#[test]
+fn nfs4_write_and_commit_on_uring_are_deferred_and_the_compound_resumes() {
+    use nfs4_common::*;
+    use proto::nfs4::*;
+    let (_s, h) = hold_store(true);
+    h.release.store(true, Ordering::Release);
+    let sh = export_shared(h, true);
+    let fh = file_with_data(&sh);
+    let mut a4 = V4::new(Direct::new(&sh), "writer");
+    a4.setup(4);
+    let mut r = Rig::new(&sh, "v4write");
+    let data = pattern(11, 8192);
+    let at = 64 * 1024;
+    let ops = [
+        a4.sequence(0, true),
+        putfh(&fh),
+        write(&Stateid::ANONYMOUS, at, FILE_SYNC4, &data),
+        getattr(&[FATTR4_SIZE]),
+    ];
+    let call = a4.encode(&ops);
+    let first = one_call4(&mut r, &call);
+    let rp = parse(Reply::parse(&first));
+    assert_eq!(rp.status, NFS4_OK);
+    let mut d = rp.dec();
+    assert_eq!(res(&mut d, OP_SEQUENCE), NFS4_OK);
+    seq_res(&mut d);
+    assert_eq!(res(&mut d, OP_PUTFH), NFS4_OK);
+    assert_eq!(res(&mut d, OP_WRITE), NFS4_OK);
+    assert_eq!(d.u32(), 8192, "count");
+    assert_eq!(d.u32(), FILE_SYNC4, "committed after the deferred flush");
+    assert_eq!(d.fixed(8), sh.write_verifier());
+    assert_eq!(res(&mut d, OP_GETATTR), NFS4_OK, "the operation after the WRITE ran");
+    assert_eq!(attr(&attrs(&mut d), FATTR4_SIZE), Some(at + 8192));
+    let st = r.srv.service().stats();
+    assert_eq!((st.deferred_writes, st.deferred_flushes), (1, 1), "{st:?}");
+    // A retry of the same COMPOUND: the cached reply, nothing written.
+    let again = one_call4(&mut r, &call);
+    assert_eq!(again[4..], first[4..], "the slot's cached reply");
+    assert_eq!(r.srv.service().stats().deferred_writes, 1);
+    assert_eq!(r.srv.service().nfs4_stats().replays, 1);
+    // COMMIT, deferred.
+    let ops = [
+        a4.sequence(0, false),
+        putfh(&fh),
+        op(|e| {
+            e.u32(OP_COMMIT).u64(0).u32(0);
+        }),
+    ];
+    let call = a4.encode(&ops);
+    let rp = parse(Reply::parse(&one_call4(&mut r, &call)));
+    assert_eq!(rp.status, NFS4_OK);
+    assert_eq!(r.srv.service().stats().deferred_commits, 1);
+    let mut d = root_direct(&sh);
+    assert_eq!(d.read(&fh, at, 8192).expect("READ").0, data);
+}
