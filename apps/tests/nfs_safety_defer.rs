@@ -765,3 +765,65 @@ fn nfs4_write_and_commit_on_uring_are_deferred_and_the_compound_resumes() {
     let mut d = root_direct(&sh);
     assert_eq!(d.read(&fh, at, 8192).expect("READ").0, data);
 }
+
+/// NFSv4.1 on a `sync` export: CREATE, OPEN that creates, SETATTR, LINK,
+/// RENAME and REMOVE each ask the backend to flush the directories and
+/// inodes they changed before replying, as NFSv3's do; on an `async`
+/// export none does. (Before, no v4 operation flushed anything.)
+#[test]
+fn nfs4_sync_export_flushes_every_namespace_change() {
+    use nfs4_common::*;
+    use proto::nfs4::*;
+    for sync in [true, false] {
+        let (_s, h) = hold_store(false);
+        h.release.store(true, Ordering::Release);
+        let syncs = h.syncs.clone();
+        let sh = export_shared(h, sync);
+        let mut c = V4::new(Direct::new(&sh), "syncer");
+        c.setup(4);
+        let root = c.walk("/export").unwrap();
+        let mut count = |what: &str, want: u64, ops: Vec<Vec<u8>>, c: &mut V4<Direct>| {
+            let before = syncs.load(Ordering::Relaxed);
+            let r = c.seq(&ops);
+            assert_eq!(r.status, NFS4_OK, "{what}");
+            let got = syncs.load(Ordering::Relaxed) - before;
+            let want = if sync { want } else { 0 };
+            assert_eq!(got, want, "sync={sync} {what}: backend flushes before the reply");
+        };
+        let mkdir = op(|e| {
+            e.u32(OP_CREATE).u32(NF4DIR).opaque(b"d");
+            mode_attrs(e, Some(0o755));
+        });
+        count("CREATE", 2, vec![putfh(&root), mkdir], &mut c);
+        let o = open("f", 3, 0, b"o", Some((UNCHECKED4, 0o644, [0; 8])));
+        count("OPEN create", 2, vec![putfh(&root), o], &mut c);
+        let f = c.walk("/export/f").unwrap();
+        let d = c.walk("/export/d").unwrap();
+        let sa = op(|e| {
+            e.u32(OP_SETATTR);
+            stateid(e, &Stateid::ANONYMOUS);
+            e.u32(2).u32(0).u32(1 << (FATTR4_MODE - 32));
+            e.u32(4).u32(0o600);
+        });
+        count("SETATTR", 1, vec![putfh(&f), sa], &mut c);
+        let save = op(|e| {
+            e.u32(OP_SAVEFH);
+        });
+        let link = op(|e| {
+            e.u32(OP_LINK).opaque(b"h");
+        });
+        count("LINK", 2, vec![putfh(&f), save.clone(), putfh(&d), link], &mut c);
+        let ren = op(|e| {
+            e.u32(OP_RENAME).opaque(b"h").opaque(b"h2");
+        });
+        count("RENAME in one directory", 1, vec![putfh(&d), save.clone(), ren], &mut c);
+        let ren = op(|e| {
+            e.u32(OP_RENAME).opaque(b"h2").opaque(b"h3");
+        });
+        count("RENAME across", 2, vec![putfh(&d), save, putfh(&root), ren], &mut c);
+        let rm = op(|e| {
+            e.u32(OP_REMOVE).opaque(b"h3");
+        });
+        count("REMOVE", 1, vec![putfh(&root), rm], &mut c);
+    }
+}

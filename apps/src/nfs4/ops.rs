@@ -22,6 +22,20 @@ type R = Result<usize, St>;
 
 mod io;
 
+/// On a `sync` export (the default), make a namespace change or SETATTR
+/// durable before its reply, as NFSv3's are: the directories and inodes in
+/// `fhs`, in order (`Backend::sync_meta`).
+fn commit_meta(cx: &Ctx<'_>, o: &Real, fhs: &[&FileHandle]) -> Result<(), St> {
+    if !cx.sh.exports()[o.ex].sync {
+        return Ok(());
+    }
+    let b = backend(cx, o);
+    for fh in fhs {
+        b.sync_meta(fh)?;
+    }
+    Ok(())
+}
+
 /// An object of an export, with who the Call acts as there.
 #[derive(Clone, Copy, Debug)]
 struct Real {
@@ -406,6 +420,7 @@ pub(super) fn run(
             } else {
                 b.remove(&d.fh, name)?;
             }
+            commit_meta(cx, &d, &[&d.fh])?;
             let after = b.getattr(&d.fh)?;
             let mut w = w_at(reply, at, limit);
             put_cinfo(&mut w, &before, &after)?;
@@ -432,6 +447,11 @@ pub(super) fn run(
                 return Err(St(NFS4ERR_ACCESS));
             }
             b.rename(&src.fh, old, &dst.fh, new)?;
+            if src.fh == dst.fh {
+                commit_meta(cx, &dst, &[&dst.fh])?;
+            } else {
+                commit_meta(cx, &dst, &[&src.fh, &dst.fh])?;
+            }
             let sa = b.getattr(&src.fh)?;
             let da = b.getattr(&dst.fh)?;
             let mut w = w_at(reply, at, limit);
@@ -461,6 +481,7 @@ pub(super) fn run(
                 return Err(St(NFS4ERR_ACCESS));
             }
             b.link(&file.fh, &dir.fh, name)?;
+            commit_meta(cx, &dir, &[&file.fh, &dir.fh])?;
             let after = b.getattr(&dir.fh)?;
             let mut w = w_at(reply, at, limit);
             put_cinfo(&mut w, &before, &after)?;
@@ -487,6 +508,7 @@ pub(super) fn run(
             let set = to_setattr(&s);
             check_setattr(&o.caller, &a, &set).map_err(St)?;
             b.setattr(&o.fh, &set)?;
+            commit_meta(cx, &o, &[&o.fh])?;
             let mut w = w_at(reply, at, limit);
             attr::bitmap(&mut w, &s.mask)?;
             Ok(w.len())
@@ -872,6 +894,7 @@ fn open(
                                     ..SetAttr::default()
                                 },
                             )?;
+                            commit_meta(cx, &d, &[&fh])?;
                             attrset.words[0] |= 1 << FATTR4_SIZE;
                         }
                         (Real { fh, ..d }, a)
@@ -888,6 +911,7 @@ fn open(
                                 b.setattr(&fh, &s)?;
                             }
                         }
+                        commit_meta(cx, &d, &[&fh, &d.fh])?;
                         attrset = set4.mask;
                         let after = b.getattr(&d.fh)?;
                         cinfo = Some((dir, after));
@@ -1014,6 +1038,7 @@ fn create(
         CreateType::Fifo => b.mknod(&d.fh, name, NodeKind::Fifo, &set, owner)?,
         CreateType::Other(_) => return Err(St(NFS4ERR_BADTYPE)),
     };
+    commit_meta(cx, &d, &[&fh, &d.fh])?;
     let after = b.getattr(&d.fh)?;
     cx.cur = Some(Fh::Real { ex: d.ex, fh });
     cx.cur_sid = None;
