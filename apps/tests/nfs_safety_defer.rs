@@ -782,7 +782,7 @@ fn nfs4_sync_export_flushes_every_namespace_change() {
         let mut c = V4::new(Direct::new(&sh), "syncer");
         c.setup(4);
         let root = c.walk("/export").unwrap();
-        let mut count = |what: &str, want: u64, ops: Vec<Vec<u8>>, c: &mut V4<Direct>| {
+        let count = |what: &str, want: u64, ops: Vec<Vec<u8>>, c: &mut V4<Direct>| {
             let before = syncs.load(Ordering::Relaxed);
             let r = c.seq(&ops);
             assert_eq!(r.status, NFS4_OK, "{what}");

@@ -1050,6 +1050,7 @@ mod tests {
             stable: 0,
             commit_every: 0,
             binding: Nfs3Binding::new(4096),
+            v4: None,
         };
         let n = wl.needs(NFSPROC3_NULL);
         assert!(n.write_chunks.is_empty());

@@ -67,6 +67,7 @@ pub fn encode_null(out: &mut [u8], xid: u32, cred: &Cred, s: &Slot) -> Result<us
 }
 
 /// SEQUENCE, PUTFH, READ.
+#[allow(clippy::too_many_arguments)]
 pub fn encode_read(
     out: &mut [u8],
     xid: u32,

@@ -991,7 +991,6 @@ mod tests {
             idle_sleep_us: 0,
             target_pid: None,
             nfs41: false,
-            nfs41: false,
         }
     }
 
