@@ -7,7 +7,8 @@
 # every failed check and, as its last line, "kernel-nfs4: PASS" when all held.
 # Exit status: 0 pass, 1 a check failed, 3 the VM could not be had.
 # Env: NFS4_MOUNTS ("4.1/tcp 4.1/rdma 4.2/rdma 4.2/tcp default/rdma default/tcp";
-#      "default": no vers= option, which must land on 4.2), SOFTROCE_VM,
+#      "default": no vers= option, which must land on 4.2), NFS4_BACKENDS
+#      ("mem uring": the target's backend, each in turn), SOFTROCE_VM,
 #      VMLAB_CACHE, CARGO_TARGET_DIR. Run under the shared VM lock:
 #      flock /tmp/rpcrdma-vm.lock bash tests/kernel/nfs4.sh
 set -euo pipefail
@@ -27,6 +28,7 @@ cp -r tests/kernel/guest "$STAGE/guest"
 cp configs/cores.json "$STAGE/bin/cores.json"
 cp "$BUILD_DIR/rpcrdma-target" "$BUILD_DIR/perf" "$STAGE/bin/"
 echo "NFS4_MOUNTS='${NFS4_MOUNTS:-4.1/tcp 4.1/rdma 4.2/rdma 4.2/tcp default/rdma default/tcp}'" >"$STAGE/env.sh"
+echo "NFS4_BACKENDS='${NFS4_BACKENDS:-mem uring}'" >>"$STAGE/env.sh"
 printf '#!/bin/sh\nexec bash /host/guest/nfs4.sh\n' >"$STAGE/nfs4.sh"
 rc=0
 bash "$VM" run -m 3072 -s "$STAGE" -f "$STAGE/nfs4.sh" 2>&1 | tr -d '\r' | tee "$STAGE/nfs4.log" || rc=${PIPESTATUS[0]}
