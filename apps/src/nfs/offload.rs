@@ -281,7 +281,11 @@ fn v4(
 /// such backend).
 pub(crate) fn wanted_v4(sh: &NfsShared, st: &CoreState, view: &dataplane::service::CallView<'_>, at: usize) -> bool {
     use proto::nfs4::args::{CompoundArgs, Op, OpDecoder};
-    if view.defer_token().is_none() || !st.deferred.has_room() || view.slices().nth(1).is_some() {
+    if view.defer_token().is_none()
+        || !st.deferred.has_room()
+        || view.slices().nth(1).is_some()
+        || !sh.backends.iter().any(|(_, b)| b.metadata_blocks())
+    {
         return false;
     }
     let Some(args) = view.head().get(at..) else {
