@@ -697,3 +697,53 @@ fn nfs4_over_shm_one_process_each_backend() {
         }
     }
 }
+
+/// A COMPOUND over 16 KiB with two WRITEs whose data travel in two Read
+/// chunks (SEQUENCE, PUTFH, WRITE, WRITE, GETATTR) is served: each WRITE
+/// takes its own chunk, and the operations after each are decoded from
+/// the inline bytes that follow it. Before, the Call was answered
+/// GARBAGE_ARGS.
+#[test]
+fn nfs4_compound_over_16k_with_two_read_chunks() {
+    for v in [1, 2] {
+        let (_s, sh) = setup(Kind::Mem, 4);
+        let p = pools(4);
+        let e = sim_engine(&p, &sh, 50 + u64::from(v), v, 4);
+        let mut c = V4::new(e, "two-chunks");
+        c.setup(8);
+        let b = c.walk("/b").unwrap();
+        let (s, fh) = c
+            .open(&b, open("two", 3, 0, b"owner-2", Some((UNCHECKED4, 0o644, [0; 8]))))
+            .unwrap();
+        let (one, two) = (pattern(3, 12 * 1024), pattern(4, 12 * 1024));
+        let before = c.t.carried.read_chunk_calls;
+        let r = c.seq(&[
+            putfh(&fh),
+            write(&s, 0, FILE_SYNC4, &one),
+            write(&s, one.len() as u64, FILE_SYNC4, &two),
+            getattr(&[FATTR4_SIZE]),
+        ]);
+        assert_eq!(r.reply.stat, RpcStat::Success, "v{v}: not GARBAGE_ARGS");
+        assert_eq!(r.status, NFS4_OK, "v{v}");
+        let mut d = r.dec();
+        res(&mut d, OP_PUTFH);
+        for w in [&one, &two] {
+            assert_eq!(res(&mut d, OP_WRITE), NFS4_OK);
+            assert_eq!(d.u32(), w.len() as u32);
+            let _committed = d.u32();
+            let _verf = d.fixed(8);
+        }
+        assert_eq!(res(&mut d, OP_GETATTR), NFS4_OK);
+        assert_eq!(attr(&attrs(&mut d), FATTR4_SIZE), Some(24 * 1024));
+        assert_eq!(
+            c.t.carried.read_chunk_calls,
+            before + 1,
+            "v{v}: the WRITEs went in Read chunks"
+        );
+        let st = c.t.srv.as_ref().unwrap().stats();
+        assert!(st.rdma_reads >= 2, "v{v}: two Read chunks pulled: {st:?}");
+        let (_, got) = c.read(&fh, &s, 0, 24 * 1024).unwrap();
+        assert_eq!(got[..one.len()], one[..], "v{v}");
+        assert_eq!(got[one.len()..], two[..], "v{v}");
+    }
+}

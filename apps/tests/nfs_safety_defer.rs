@@ -19,12 +19,22 @@
 //!   fsync the double holds back runs on the helper pool (`offloaded`), and
 //!   the core answers another client's READ meanwhile. Before, the CREATE
 //!   and its fsync ran on the core.
+//! - `nfs4_slow_read_on_uring_is_deferred_and_other_clients_are_answered_meanwhile`:
+//!   over the shm engine, an NFSv4.1 COMPOUND (SEQUENCE, PUTFH, READ) on a
+//!   `uring` backend whose read completion a test double holds back is
+//!   suspended at its READ (`deferred_reads`), and the core answers another
+//!   client's NFSv3 READ and NFSv4.1 READ meanwhile; the held COMPOUND is
+//!   answered with the right data once the read completes, and its session
+//!   slot is free again after it. Before, the COMPOUND's READ spun on the
+//!   core in `read_sync` until its completion came (here: until the double
+//!   let it go after 3 s), and the other READs waited behind it.
 //! - `nfs_safety_sync_export_flushes_every_namespace_change`: on a `sync`
 //!   export (the default) every namespace procedure and SETATTR asks the
 //!   backend to flush the directories and inodes it changed before
 //!   replying, and on an `async` export none does. It checks the calls, not
 //!   that the data reached a disk: the crash test does that.
 
+mod nfs4_common;
 mod nfs_common;
 
 use std::collections::HashSet;
@@ -39,7 +49,7 @@ use nfs_common::*;
 use proto::nfs3::{FILE_SYNC, UNSTABLE};
 use proto::ulb::{Nfs3Binding, UpperLayerBinding};
 use rpcrdma_apps::backend::{
-    Attr, Backend, CreateHow, DirEntry, FileHandle, FsResult, FsStat, IoChannel, IoDesc, IoDone, NodeKind, Owner,
+    Attr, Backend, CreateHow, DirEntry, FileHandle, FsResult, FsStat, IoChannel, IoDesc, IoDone, IoOp, NodeKind, Owner,
     SetAttr, Stable,
 };
 use rpcrdma_apps::nfs::{NfsService, NfsShared};
@@ -85,6 +95,8 @@ struct HoldFlush {
     /// Say metadata calls block (as `uring` does), and make `sync_meta`
     /// wait for `release` too (a slow directory fsync).
     slow_meta: bool,
+    /// Hold the completion of reads at this offset as well (a slow read).
+    slow_read_at: Option<u64>,
 }
 
 #[derive(Debug)]
@@ -94,13 +106,14 @@ struct HoldChannel {
     weak_writes: bool,
     flushes: HashSet<u64>,
     held: Vec<(Instant, IoDone)>,
+    slow_read_at: Option<u64>,
 }
 
 const HOLD_AT_MOST: Duration = Duration::from_secs(3);
 
 impl IoChannel for HoldChannel {
     unsafe fn submit(&mut self, io: IoDesc) -> FsResult<()> {
-        if io.op.is_flush() {
+        if io.op.is_flush() || (io.op == IoOp::Read && Some(io.offset) == self.slow_read_at) {
             self.flushes.insert(io.tag);
         }
         // SAFETY: the caller's guarantee, passed on unchanged.
@@ -167,6 +180,7 @@ impl Backend for HoldFlush {
             weak_writes: self.weak_writes,
             flushes: HashSet::new(),
             held: Vec::new(),
+            slow_read_at: self.slow_read_at,
         }))
     }
 }
@@ -183,6 +197,7 @@ fn hold_store_with(weak_writes: bool, slow_meta: bool) -> (Store, Arc<HoldFlush>
         weak_writes,
         syncs: Arc::new(AtomicU64::new(0)),
         slow_meta,
+        slow_read_at: None,
     });
     (s, h)
 }
@@ -546,4 +561,345 @@ fn nfs_safety_mem_big_write_does_not_park_readers_of_another_file() {
         w1 - w0,
         spans.len()
     );
+}
+
+/// Submit an NFSv4 COMPOUND; `read_max`: a Write chunk for a READ ending it.
+fn submit4(
+    cli: &mut Requester<'static, ShmFabric>,
+    call: &[u8],
+    read_max: Option<u32>,
+) -> dataplane::requester::CallId {
+    let mut cb = cli.call_buf().expect("call buffer");
+    cb.bytes_mut()[..call.len()].copy_from_slice(call);
+    let mut items = [proto::ulb::DdpItem::default(); 2];
+    let k = proto::nfs4::ulb::call_items(call, &mut items);
+    let wc: Vec<u32> = read_max.into_iter().collect();
+    let needs = proto::plan::ReplyNeeds::new(&wc, 1024).unwrap();
+    cli.submit(cb, call.len(), &items[..k], &needs)
+        .map_err(|(e, _)| e)
+        .expect("submit")
+}
+
+/// A v4 READ reply's COMPOUND status, and the data its Write chunk got.
+fn reply4(cli: &mut Requester<'static, ShmFabric>, id: dataplane::requester::CallId) -> (u32, Vec<u8>) {
+    let v = cli.reply(id).expect("reply view");
+    let st = Reply::parse(v.reduced).dec().u32();
+    let data = v.write_chunk(0).map(|d| d.to_vec()).unwrap_or_default();
+    cli.release(id);
+    (st, data)
+}
+
+#[test]
+fn nfs4_slow_read_on_uring_is_deferred_and_other_clients_are_answered_meanwhile() {
+    use nfs4_common::*;
+    use proto::nfs4::{Stateid, NFS4_OK};
+    const SLOW: u64 = 8192;
+    let s = store(Kind::Uring, "b0");
+    let h = Arc::new(HoldFlush {
+        inner: s.backend.clone(),
+        release: Arc::new(AtomicBool::new(false)),
+        weak_writes: false,
+        syncs: Arc::new(AtomicU64::new(0)),
+        slow_meta: false,
+        slow_read_at: Some(SLOW),
+    });
+    let release = h.release.clone();
+    let sh = export_shared(h, true);
+    let fh = file_with_data(&sh);
+    let want = pattern(7, 64 * 1024);
+    // Two v4.1 clients with their sessions, set up directly.
+    let mut a4 = V4::new(Direct::new(&sh), "slow-reader");
+    a4.setup(4);
+    let mut b4 = V4::new(Direct::new(&sh), "other-reader");
+    b4.setup(4);
+    let mut r = Rig::new(&sh, "v4read");
+
+    let anon = Stateid::ANONYMOUS;
+    let ops = [a4.sequence(0, false), putfh(&fh), read(&anon, SLOW, 4096)];
+    let slow = a4.encode(&ops);
+    let ops = [b4.sequence(0, false), putfh(&fh), read(&anon, 0, 4096)];
+    let fast4 = b4.encode(&ops);
+    let fast3 = nfs_call(0x600, READ, |e| {
+        e.opaque(&fh).u64(0).u32(4096);
+    });
+    let t0 = Instant::now();
+    let ca = submit4(&mut r.a, &slow, Some(4096));
+    // The slow COMPOUND reaches the service first.
+    for _ in 0..50 {
+        r.turn();
+    }
+    let c3 = submit(&mut r.b, &fast3, READ);
+    let mut c4 = None;
+    let (mut fast3_at, mut fast4_at, mut slow_at) = (None, None, None);
+    while fast3_at.is_none() || fast4_at.is_none() || slow_at.is_none() {
+        r.turn();
+        if let Some(d) = r.b.poll_completion() {
+            assert_eq!(d.outcome, CallOutcome::Reply);
+            // Call ids are reused once released: the v3 READ is answered
+            // before the v4 one is sent.
+            if fast3_at.is_none() {
+                assert_eq!(d.id, c3);
+                assert_eq!(reply_status(&mut r.b, c3), 0, "v3 READ");
+                fast3_at = Some(t0.elapsed());
+                c4 = Some(submit4(&mut r.b, &fast4, Some(4096)));
+            } else {
+                assert_eq!(Some(d.id), c4);
+                let (st, data) = reply4(&mut r.b, d.id);
+                assert_eq!(st, NFS4_OK, "v4 READ of the other client");
+                assert_eq!(data, want[..4096]);
+                fast4_at = Some(t0.elapsed());
+                // Only now is the slow read let go.
+                release.store(true, Ordering::Release);
+            }
+        }
+        if let Some(d) = r.a.poll_completion() {
+            assert_eq!((d.id, d.outcome), (ca, CallOutcome::Reply));
+            let (st, data) = reply4(&mut r.a, ca);
+            assert_eq!(st, NFS4_OK, "the slow v4 READ");
+            assert_eq!(data, want[SLOW as usize..SLOW as usize + 4096]);
+            slow_at = Some(t0.elapsed());
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "no replies: v3 {fast3_at:?} v4 {fast4_at:?} slow {slow_at:?} {:?}",
+            r.srv.service().stats()
+        );
+    }
+    let (f3, f4, sl) = (fast3_at.unwrap(), fast4_at.unwrap(), slow_at.unwrap());
+    assert!(
+        f3 < sl && f4 < sl && f4 < Duration::from_secs(1),
+        "the other client's READs were answered while the slow READ was outstanding: \
+         v3 at {f3:?}, v4 at {f4:?}, slow v4 at {sl:?}"
+    );
+    let st = r.srv.service().stats();
+    assert!(st.deferred_reads >= 2, "the v4 READs were deferred: {st:?}");
+    let v4 = r.srv.service().nfs4_stats();
+    assert_eq!(v4.compounds, 2, "each COMPOUND counted once: {v4:?}");
+    assert_eq!(v4.ops[proto::nfs4::OP_READ as usize], 2, "{v4:?}");
+    // The slot the suspended COMPOUND held is free: the next sequence id on
+    // it is served.
+    let res = a4.seq(&[putfh(&fh)]);
+    assert_eq!(res.status, NFS4_OK);
+}
+
+/// The whole reduced reply of a finished Call.
+fn reply_bytes(cli: &mut Requester<'static, ShmFabric>, id: dataplane::requester::CallId) -> Vec<u8> {
+    let v = cli.reply(id).expect("reply view");
+    let out = v.reduced.to_vec();
+    cli.release(id);
+    out
+}
+
+fn one_call4(r: &mut Rig, call: &[u8]) -> Vec<u8> {
+    let id = submit4(&mut r.a, call, None);
+    let t0 = Instant::now();
+    loop {
+        r.turn();
+        if let Some(d) = r.a.poll_completion() {
+            assert_eq!((d.id, d.outcome), (id, CallOutcome::Reply));
+            return reply_bytes(&mut r.a, id);
+        }
+        assert!(t0.elapsed() < Duration::from_secs(30), "no reply");
+    }
+}
+
+/// NFSv4.1 WRITE (FILE_SYNC4, whose write the double reports only
+/// UNSTABLE) followed by GETATTR, and COMMIT, over the shm engine on
+/// `uring`: the WRITE suspends its COMPOUND twice (the write, then the
+/// flush), and the COMPOUND resumes after each: GETATTR, after the WRITE,
+/// is answered with the size the write made; the COMMIT is deferred too.
+/// The slot's reply is cached once complete: a retry of the WRITE
+/// COMPOUND gets the same reply without writing again.
+#[test]
+fn nfs4_write_and_commit_on_uring_are_deferred_and_the_compound_resumes() {
+    use nfs4_common::*;
+    use proto::nfs4::*;
+    let (_s, h) = hold_store(true);
+    h.release.store(true, Ordering::Release);
+    let sh = export_shared(h, true);
+    let fh = file_with_data(&sh);
+    let mut a4 = V4::new(Direct::new(&sh), "writer");
+    a4.setup(4);
+    let mut r = Rig::new(&sh, "v4write");
+    let data = pattern(11, 8192);
+    let at = 64 * 1024;
+    let ops = [
+        a4.sequence(0, true),
+        putfh(&fh),
+        write(&Stateid::ANONYMOUS, at, FILE_SYNC4, &data),
+        getattr(&[FATTR4_SIZE]),
+    ];
+    let call = a4.encode(&ops);
+    let first = one_call4(&mut r, &call);
+    let rp = parse(Reply::parse(&first));
+    assert_eq!(rp.status, NFS4_OK);
+    let mut d = rp.dec();
+    assert_eq!(res(&mut d, OP_SEQUENCE), NFS4_OK);
+    seq_res(&mut d);
+    assert_eq!(res(&mut d, OP_PUTFH), NFS4_OK);
+    assert_eq!(res(&mut d, OP_WRITE), NFS4_OK);
+    assert_eq!(d.u32(), 8192, "count");
+    assert_eq!(d.u32(), FILE_SYNC4, "committed after the deferred flush");
+    assert_eq!(d.fixed(8), sh.write_verifier());
+    assert_eq!(res(&mut d, OP_GETATTR), NFS4_OK, "the operation after the WRITE ran");
+    assert_eq!(attr(&attrs(&mut d), FATTR4_SIZE), Some(at + 8192));
+    let st = r.srv.service().stats();
+    assert_eq!((st.deferred_writes, st.deferred_flushes), (1, 1), "{st:?}");
+    // A retry of the same COMPOUND: the cached reply, nothing written.
+    let again = one_call4(&mut r, &call);
+    assert_eq!(again[4..], first[4..], "the slot's cached reply");
+    assert_eq!(r.srv.service().stats().deferred_writes, 1);
+    assert_eq!(r.srv.service().nfs4_stats().replays, 1);
+    // COMMIT, deferred.
+    let ops = [
+        a4.sequence(0, false),
+        putfh(&fh),
+        op(|e| {
+            e.u32(OP_COMMIT).u64(0).u32(0);
+        }),
+    ];
+    let call = a4.encode(&ops);
+    let rp = parse(Reply::parse(&one_call4(&mut r, &call)));
+    assert_eq!(rp.status, NFS4_OK);
+    assert_eq!(r.srv.service().stats().deferred_commits, 1);
+    let mut d = root_direct(&sh);
+    assert_eq!(d.read(&fh, at, 8192).expect("READ").0, data);
+}
+
+/// NFSv4.1 on a `sync` export: CREATE, OPEN that creates, SETATTR, LINK,
+/// RENAME and REMOVE each ask the backend to flush the directories and
+/// inodes they changed before replying, as NFSv3's do; on an `async`
+/// export none does. (Before, no v4 operation flushed anything.)
+#[test]
+fn nfs4_sync_export_flushes_every_namespace_change() {
+    use nfs4_common::*;
+    use proto::nfs4::*;
+    for sync in [true, false] {
+        let (_s, h) = hold_store(false);
+        h.release.store(true, Ordering::Release);
+        let syncs = h.syncs.clone();
+        let sh = export_shared(h, sync);
+        let mut c = V4::new(Direct::new(&sh), "syncer");
+        c.setup(4);
+        let root = c.walk("/export").unwrap();
+        let count = |what: &str, want: u64, ops: Vec<Vec<u8>>, c: &mut V4<Direct>| {
+            let before = syncs.load(Ordering::Relaxed);
+            let r = c.seq(&ops);
+            assert_eq!(r.status, NFS4_OK, "{what}");
+            let got = syncs.load(Ordering::Relaxed) - before;
+            let want = if sync { want } else { 0 };
+            assert_eq!(got, want, "sync={sync} {what}: backend flushes before the reply");
+        };
+        let mkdir = op(|e| {
+            e.u32(OP_CREATE).u32(NF4DIR).opaque(b"d");
+            mode_attrs(e, Some(0o755));
+        });
+        count("CREATE", 2, vec![putfh(&root), mkdir], &mut c);
+        let o = open("f", 3, 0, b"o", Some((UNCHECKED4, 0o644, [0; 8])));
+        count("OPEN create", 2, vec![putfh(&root), o], &mut c);
+        let f = c.walk("/export/f").unwrap();
+        let d = c.walk("/export/d").unwrap();
+        let sa = op(|e| {
+            e.u32(OP_SETATTR);
+            stateid(e, &Stateid::ANONYMOUS);
+            e.u32(2).u32(0).u32(1 << (FATTR4_MODE - 32));
+            e.u32(4).u32(0o600);
+        });
+        count("SETATTR", 1, vec![putfh(&f), sa], &mut c);
+        let save = op(|e| {
+            e.u32(OP_SAVEFH);
+        });
+        let link = op(|e| {
+            e.u32(OP_LINK).opaque(b"h");
+        });
+        count("LINK", 2, vec![putfh(&f), save.clone(), putfh(&d), link], &mut c);
+        let ren = op(|e| {
+            e.u32(OP_RENAME).opaque(b"h").opaque(b"h2");
+        });
+        count("RENAME in one directory", 1, vec![putfh(&d), save.clone(), ren], &mut c);
+        let ren = op(|e| {
+            e.u32(OP_RENAME).opaque(b"h2").opaque(b"h3");
+        });
+        count("RENAME across", 2, vec![putfh(&d), save, putfh(&root), ren], &mut c);
+        let rm = op(|e| {
+            e.u32(OP_REMOVE).opaque(b"h3");
+        });
+        count("REMOVE", 1, vec![putfh(&root), rm], &mut c);
+    }
+}
+
+/// NFSv4.1 on a backend whose metadata calls block (as `uring`'s): a
+/// COMPOUND with CREATE, whose directory fsync the double holds back, runs
+/// on the helper pool (`offloaded`), and the core answers another client's
+/// READ meanwhile; the COMPOUND's reply (CREATE's and GETFH's results)
+/// comes once the fsync is let go. Before, the CREATE and its fsync ran on
+/// the core.
+#[test]
+fn nfs4_slow_namespace_fsync_runs_off_the_core() {
+    use nfs4_common::*;
+    use proto::nfs4::*;
+    let (_s, h) = hold_store_with(false, true);
+    let release = h.release.clone();
+    let sh = export_shared(h, true);
+    release.store(true, Ordering::Release);
+    let fh = file_with_data(&sh);
+    let mut a4 = V4::new(Direct::new(&sh), "creator");
+    a4.setup(4);
+    let root = a4.walk("/export").unwrap();
+    release.store(false, Ordering::Release);
+    let mut r = Rig::new(&sh, "v4meta");
+    let mkdir = op(|e| {
+        e.u32(OP_CREATE).u32(NF4DIR).opaque(b"slow");
+        mode_attrs(e, Some(0o755));
+    });
+    let ops = [a4.sequence(0, false), putfh(&root), mkdir, getfh()];
+    let create = a4.encode(&ops);
+    let read = nfs_call(0x700, READ, |e| {
+        e.opaque(&fh).u64(0).u32(4096);
+    });
+    let t0 = Instant::now();
+    let ca = submit4(&mut r.a, &create, None);
+    for _ in 0..50 {
+        r.turn();
+    }
+    let cb = submit(&mut r.b, &read, READ);
+    let (mut read_at, mut create_at) = (None, None);
+    while read_at.is_none() || create_at.is_none() {
+        r.turn();
+        if let Some(d) = r.b.poll_completion() {
+            assert_eq!((d.id, d.outcome), (cb, CallOutcome::Reply));
+            assert_eq!(reply_status(&mut r.b, cb), 0, "READ");
+            read_at = Some(t0.elapsed());
+            release.store(true, Ordering::Release);
+        }
+        if let Some(d) = r.a.poll_completion() {
+            assert_eq!((d.id, d.outcome), (ca, CallOutcome::Reply));
+            let rp = parse(Reply::parse(&reply_bytes(&mut r.a, ca)));
+            assert_eq!(rp.status, NFS4_OK, "CREATE");
+            let mut dd = rp.dec();
+            assert_eq!(res(&mut dd, OP_SEQUENCE), NFS4_OK);
+            seq_res(&mut dd);
+            assert_eq!(res(&mut dd, OP_PUTFH), NFS4_OK);
+            assert_eq!(res(&mut dd, OP_CREATE), NFS4_OK);
+            dd.bool();
+            dd.u64();
+            dd.u64();
+            let n = dd.u32();
+            for _ in 0..n {
+                dd.u32();
+            }
+            assert_eq!(res(&mut dd, OP_GETFH), NFS4_OK);
+            assert!(!dd.opaque().is_empty());
+            create_at = Some(t0.elapsed());
+        }
+        assert!(t0.elapsed() < Duration::from_secs(30), "no replies");
+    }
+    let (read_at, create_at) = (read_at.unwrap(), create_at.unwrap());
+    assert!(
+        read_at < create_at && read_at < Duration::from_secs(1),
+        "the READ was answered while the CREATE's fsync was outstanding: READ at {read_at:?}, CREATE at {create_at:?}"
+    );
+    let st = r.srv.service().stats();
+    assert_eq!(st.offloaded, 1, "the COMPOUND ran on the helper pool: {st:?}");
+    assert!(a4.walk("/export/slow").is_ok());
 }

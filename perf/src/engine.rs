@@ -28,6 +28,7 @@ use proto::ulb::{DdpItem, Nfs3Binding, UpperLayerBinding};
 use proto::EncodeError;
 
 use crate::nfs::{self, Cred, ReplyError};
+use crate::nfs4;
 use crate::schedule::{Offsets, OpenLoop};
 use crate::stats::{new_hist, record, LatencyHist};
 use crate::{pattern, PerfError};
@@ -275,12 +276,56 @@ pub struct Workload {
     /// COMMIT of the file (0: never).
     pub commit_every: u64,
     pub binding: Nfs3Binding,
+    /// NFSv4.1 instead of NFSv3 (`--nfs 4.1`).
+    pub v4: Option<V4Load>,
+}
+
+/// The NFSv4.1 sessions of a load: one per connection (by the connection's
+/// index in the run), each with `slots` slots, and the open stateid of the
+/// file.
+#[derive(Clone, Debug)]
+pub struct V4Load {
+    pub sessions: Vec<[u8; proto::nfs4::NFS4_SESSIONID_SIZE]>,
+    pub slots: Vec<u32>,
+    pub stateid: proto::nfs4::Stateid,
+}
+
+/// A connection's NFSv4.1 session: sequence ids per slot and the free
+/// slots.
+#[derive(Debug)]
+struct V4Conn {
+    session: [u8; proto::nfs4::NFS4_SESSIONID_SIZE],
+    seq: Vec<u32>,
+    free: Vec<u32>,
+}
+
+impl V4Conn {
+    /// The next slot to send on, with its next sequence id.
+    fn take(&mut self) -> Option<nfs4::Slot> {
+        let slot = self.free.pop()?;
+        self.seq[slot as usize] = self.seq[slot as usize].wrapping_add(1);
+        Some(nfs4::Slot {
+            session: self.session,
+            slot,
+            seq: self.seq[slot as usize],
+            highest: self.seq.len() as u32 - 1,
+        })
+    }
 }
 
 impl Workload {
     /// Reply needs of NFSv3 procedure `proc_`; NULL of another program gets
     /// room for a reply header and nothing else.
     fn needs(&self, proc_: u32) -> ReplyNeeds {
+        if self.v4.is_some() {
+            // COMPOUND replies: READ data in a Write chunk; the rest small.
+            let small = 1024;
+            return match proc_ {
+                NFSPROC3_READ => ReplyNeeds::new(&[self.io_size], small),
+                _ => ReplyNeeds::new(&[], small),
+            }
+            .unwrap_or_default();
+        }
         match self.kind {
             OpKind::Null { prog, vers } if proc_ == NFSPROC3_NULL && (prog != NFS_PROGRAM || vers != NFS_V3) => {
                 ReplyNeeds::new(&[], proto::rpc::REPLY_HEADER_MAX_BYTES as u32).unwrap_or_default()
@@ -303,6 +348,8 @@ pub(crate) struct OpMeta {
     pub(crate) kind: u8,
     /// Submitted and not finished.
     pub(crate) live: bool,
+    /// The NFSv4.1 session slot it went on.
+    pub(crate) slot: u32,
 }
 
 /// Build and submit one Call of `kind` at `offset`. `Ok(None)`: the requester
@@ -313,25 +360,46 @@ fn submit_op<F: Fabric>(
     needs: &[ReplyNeeds; 4],
     kind: u8,
     offset: u64,
+    slot: Option<&nfs4::Slot>,
 ) -> Result<Option<CallId>, PerfError> {
     let Some(mut cb) = req.call_buf() else { return Ok(None) };
     let buf = cb.bytes_mut();
     let enc = |e: EncodeError| PerfError::Option(format!("the Call does not fit a data buffer: {e}"));
     let fh = wl.file.as_ref().map_or(&[][..], |f| &f.fh[..]);
-    let len = match (kind, wl.kind) {
-        (K_NULL, OpKind::Null { prog, vers }) => nfs::encode_null(buf, 0, prog, vers, &wl.cred).map_err(enc)?,
-        (K_READ, _) => nfs::encode_read(buf, 0, &wl.cred, fh, offset, wl.io_size).map_err(enc)?,
-        (K_COMMIT, _) => nfs::encode_commit(buf, 0, &wl.cred, fh).map_err(enc)?,
-        _ => {
-            let at = nfs::encode_write_head(buf, 0, &wl.cred, fh, offset, wl.io_size, wl.stable).map_err(enc)?;
+    let len = match (kind, wl.kind, slot, &wl.v4) {
+        (K_NULL, _, Some(s), Some(_)) => Some(nfs4::encode_null(buf, 0, &wl.cred, s).map_err(enc)?),
+        (K_READ, _, Some(s), Some(v)) => {
+            Some(nfs4::encode_read(buf, 0, &wl.cred, s, fh, &v.stateid, offset, wl.io_size).map_err(enc)?)
+        }
+        (K_WRITE, _, Some(s), Some(v)) => {
+            let at = nfs4::encode_write_head(buf, 0, &wl.cred, s, fh, &v.stateid, offset, wl.io_size, wl.stable)
+                .map_err(enc)?;
             if wl.verify {
                 pattern::fill(&mut buf[at..at + wl.io_size as usize], offset, wl.salt);
             }
-            nfs::write_call_len(at, wl.io_size)
+            Some(nfs::write_call_len(at, wl.io_size))
         }
+        _ => None,
+    };
+    let len = match len {
+        Some(n) => n,
+        None => match (kind, wl.kind) {
+            (K_NULL, OpKind::Null { prog, vers }) => nfs::encode_null(buf, 0, prog, vers, &wl.cred).map_err(enc)?,
+            (K_READ, _) => nfs::encode_read(buf, 0, &wl.cred, fh, offset, wl.io_size).map_err(enc)?,
+            (K_COMMIT, _) => nfs::encode_commit(buf, 0, &wl.cred, fh).map_err(enc)?,
+            _ => {
+                let at = nfs::encode_write_head(buf, 0, &wl.cred, fh, offset, wl.io_size, wl.stable).map_err(enc)?;
+                if wl.verify {
+                    pattern::fill(&mut buf[at..at + wl.io_size as usize], offset, wl.salt);
+                }
+                nfs::write_call_len(at, wl.io_size)
+            }
+        },
     };
     let mut items = [DdpItem::default(); 1];
-    let k = if kind == K_WRITE {
+    let k = if kind == K_WRITE && wl.v4.is_some() {
+        proto::nfs4::ulb::call_items(&cb.bytes_mut()[..len], &mut items)
+    } else if kind == K_WRITE {
         wl.binding
             .call_items(&cb.bytes_mut()[..len], &mut items)
             .map_err(|e| PerfError::Other(format!("WRITE Call not understood by the binding: {e}")))?
@@ -366,6 +434,25 @@ pub(crate) fn check_reply_bytes(
     wl: &Workload,
     m: &OpMeta,
 ) -> Result<(), ReplyError> {
+    if wl.v4.is_some() {
+        return match m.kind {
+            K_NULL => nfs4::parse_null(reduced, Some(xid)),
+            K_READ => {
+                let data = nfs4::parse_read(reduced, chunk, Some(xid), wl.io_size)?;
+                if data.len() != wl.io_size as usize {
+                    return Err(ReplyError::Bad("short READ"));
+                }
+                if wl.verify && pattern::check(data, m.offset, wl.salt).is_some() {
+                    return Err(ReplyError::Bad("READ data differs from the pattern"));
+                }
+                Ok(())
+            }
+            _ => match nfs4::parse_write(reduced, Some(xid))? {
+                n if n == wl.io_size => Ok(()),
+                _ => Err(ReplyError::Bad("short WRITE")),
+            },
+        };
+    }
     match m.kind {
         K_NULL => nfs::parse_null(reduced, Some(xid)),
         K_COMMIT => nfs::parse_commit(reduced, Some(xid)),
@@ -479,6 +566,8 @@ struct ConnLoad<'p, F: Fabric> {
     dead: bool,
     /// Bytes of WRITEs submitted since the last COMMIT.
     since_commit: u64,
+    /// Its NFSv4.1 session (`--nfs 4.1`).
+    v4: Option<V4Conn>,
 }
 
 /// What a worker hands back.
@@ -554,6 +643,15 @@ pub fn run_worker<'p, F: Fabric>(
             quota: plan.quotas.as_ref().map(|q| q.get(i).copied().unwrap_or(0)),
             dead: false,
             since_commit: 0,
+            v4: wl.v4.as_ref().map(|v| {
+                let i = c as usize;
+                let n = v.slots.get(i).copied().unwrap_or(1).max(1);
+                V4Conn {
+                    session: v.sessions.get(i).copied().unwrap_or_default(),
+                    seq: vec![0; n as usize],
+                    free: (0..n).rev().collect(),
+                }
+            }),
         })
         .collect();
     let blocks = (file_size / wl.io_size.max(1) as u64).max(1);
@@ -580,6 +678,9 @@ pub fn run_worker<'p, F: Fabric>(
                 let t = clock.now_ns();
                 let m = c.meta[done.id.0 as usize];
                 c.meta[done.id.0 as usize].live = false;
+                if let Some(v) = c.v4.as_mut() {
+                    v.free.push(m.slot);
+                }
                 let ok = done.outcome == CallOutcome::Reply
                     && c.req
                         .reply(done.id)
@@ -678,7 +779,19 @@ fn refill<F: Fabric>(
                 (k, c.offsets.next_offset())
             }
         };
-        let Some(id) = submit_op(&mut c.req, wl, needs, kind, offset)? else {
+        let slot = match c.v4.as_mut() {
+            Some(v) => match v.take() {
+                Some(s) => Some(s),
+                None => break,
+            },
+            None => None,
+        };
+        let Some(id) = submit_op(&mut c.req, wl, needs, kind, offset, slot.as_ref())? else {
+            if let (Some(v), Some(s)) = (c.v4.as_mut(), slot) {
+                // Not sent: the slot's sequence id was not used.
+                v.seq[s.slot as usize] = v.seq[s.slot as usize].wrapping_sub(1);
+                v.free.push(s.slot);
+            }
             break;
         };
         if let Some(s) = c.sched.as_mut() {
@@ -699,6 +812,7 @@ fn refill<F: Fabric>(
             offset,
             kind,
             live: true,
+            slot: slot.map_or(0, |s| s.slot),
         };
         c.outstanding += 1;
     }
@@ -740,7 +854,11 @@ impl<'p, F: Fabric> Session<'p, F> {
             }
         };
         let mut items = [DdpItem::default(); 1];
-        let k = binding.call_items(&cb.bytes_mut()[..len], &mut items).unwrap_or(0);
+        // NFSv4 COMPOUNDs (WRITE data) first, else the NFSv3 binding.
+        let k = match proto::nfs4::ulb::call_items(&cb.bytes_mut()[..len], &mut items) {
+            0 => binding.call_items(&cb.bytes_mut()[..len], &mut items).unwrap_or(0),
+            k => k,
+        };
         let t0 = Instant::now();
         let id = loop {
             match self.req.submit(cb, len, &items[..k], needs) {
@@ -932,6 +1050,7 @@ mod tests {
             stable: 0,
             commit_every: 0,
             binding: Nfs3Binding::new(4096),
+            v4: None,
         };
         let n = wl.needs(NFSPROC3_NULL);
         assert!(n.write_chunks.is_empty());

@@ -32,6 +32,8 @@ pub mod cpu;
 pub mod engine;
 pub mod hdrlog;
 pub mod nfs;
+pub mod nfs4;
+pub mod nfs4setup;
 pub mod pattern;
 pub mod plot;
 pub mod raw;

@@ -137,6 +137,10 @@ struct Common {
     /// polling starves the fabric (Soft-RoCE in an emulated VM); adds latency.
     #[arg(long = "idle-sleep-us", default_value_t = 0)]
     idle_sleep_us: u32,
+    /// NFS version: "3", or "4.1" (a session first, then SEQUENCE + PUTFH +
+    /// READ/WRITE per Call; `null` sends SEQUENCE alone).
+    #[arg(long = "nfs", default_value = "3", value_parser = ["3", "4.1"])]
+    nfs: String,
     /// The target's process id: its CPU time (/proc/PID/stat) over the measured
     /// time is reported per operation next to perf's own.
     #[arg(long = "target-pid")]
@@ -327,6 +331,7 @@ fn base_config(c: &Common, mode: Mode, size: u32) -> RunConfig {
         timeout: c.timeout,
         idle_sleep_us: c.idle_sleep_us,
         target_pid: c.target_pid,
+        nfs41: c.nfs == "4.1",
     }
 }
 

@@ -142,6 +142,10 @@ pub struct RunConfig {
     /// The target's process id: its CPU time over the measured window is
     /// reported next to perf's own ([`crate::cpu`]).
     pub target_pid: Option<u32>,
+    /// NFSv4.1 COMPOUNDs instead of NFSv3 (`--nfs 4.1`): sessions set up
+    /// first, then SEQUENCE + PUTFH + READ/WRITE per Call, or SEQUENCE
+    /// alone for NULL.
+    pub nfs41: bool,
 }
 
 /// What a run produced.
@@ -192,6 +196,20 @@ impl RunConfig {
         if let Some(r) = self.rate {
             if !(r > 0.0 && r.is_finite() && r <= 1e9) {
                 return bad(format!("--rate {r}: a positive number of Calls per second"));
+            }
+        }
+        if self.nfs41 {
+            if self.fabric == FabricKind::Tcp {
+                return bad("--nfs 4.1: over RPC-over-RDMA only (shm, verbs)".into());
+            }
+            if self.nfs.as_ref().is_some_and(|n| n.commit_every > 0) {
+                return bad("--nfs 4.1 with --commit-every: not built".into());
+            }
+            if self.verify_only {
+                return bad("--nfs 4.1 with --verify-only: not built".into());
+            }
+            if matches!(self.mode, Mode::Raw { .. }) {
+                return bad("--nfs 4.1: an NFS load".into());
             }
         }
         match self.mode {
@@ -388,8 +406,14 @@ fn run_rpc<M: FabricMaker>(maker: &M, cfg: &RunConfig, kind: OpKind) -> Result<R
         stable: cfg.nfs.as_ref().map_or(0, |n| n.stable),
         commit_every: cfg.nfs.as_ref().map_or(0, |n| n.commit_every),
         binding: Nfs3Binding::new(io_size.max(1)),
+        v4: None,
     };
-    if is_nfs {
+    if cfg.nfs41 {
+        let mut s = session(maker, &pools, session_slot, cfg)?;
+        let r = crate::nfs4setup::setup(&mut s, &mut wl, cfg);
+        s.close();
+        r?;
+    } else if is_nfs {
         let n = cfg
             .nfs
             .as_ref()
@@ -966,6 +990,7 @@ mod tests {
             timeout: Duration::from_secs(1),
             idle_sleep_us: 0,
             target_pid: None,
+            nfs41: false,
         }
     }
 

@@ -613,6 +613,7 @@ fn run_worker(
                         offset,
                         kind,
                         live: true,
+                        slot: 0,
                     },
                 ));
             }
@@ -684,6 +685,7 @@ pub fn run_tcp(cfg: &RunConfig, kind: OpKind) -> Result<RunOutput, PerfError> {
         binding: Nfs3Binding::new(io_size.max(1)),
         // COMMIT every N bytes is a fabric-path option only.
         commit_every: 0,
+        v4: None,
     };
     if cfg.nfs.as_ref().is_some_and(|n| n.commit_every > 0) {
         return Err(PerfError::Option(

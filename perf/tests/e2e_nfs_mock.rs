@@ -335,6 +335,7 @@ fn cfg(m: &Mock, kind: OpKind, version: u32, size: u32) -> RunConfig {
         timeout: Duration::from_secs(10),
         idle_sleep_us: 5,
         target_pid: None,
+        nfs41: false,
     }
 }
 

@@ -58,6 +58,52 @@ fn null_read_write_mixed_against_the_target() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `--nfs 4.1` against the target: the NULL COMPOUND (SEQUENCE only), and
+/// READ / WRITE / mixed with `--verify` at 4 KiB and 1 MiB on both
+/// RPC-over-RDMA versions: a session per connection, SEQUENCE + PUTFH +
+/// READ/WRITE per Call, no errors, WRITE data in Read chunks, and the
+/// target counted the COMPOUNDs.
+#[test]
+fn nfs41_null_read_write_mixed_against_the_target() {
+    let dir = tmpdir("v41");
+    let (cfg, mount_port) = target_config(&dir);
+    let t = Target::start(cfg).expect("target starts");
+    let sock = dir.join("fabric.sock");
+    for version in [1, 2] {
+        let mut c = run_cfg(&sock, mount_port, Mode::Rpc(run::NULL_DEFAULT), version, 0);
+        c.nfs = None;
+        c.nfs41 = true;
+        let out = run::run_with(&ShmMaker::default(), &c).expect("null COMPOUND");
+        assert_eq!(out.result.errors, 0, "{:?}", out.result);
+        assert!(out.result.ops > 0);
+    }
+    for (kind, version, size) in [
+        (OpKind::Write, 1, 4096),
+        (OpKind::Read, 1, 4096),
+        (OpKind::Write, 2, MIB as u32),
+        (OpKind::Read, 2, MIB as u32),
+        (OpKind::Mixed { read_pct: 70 }, 2, 4096),
+    ] {
+        let mut c = run_cfg(&sock, mount_port, Mode::Rpc(kind), version, size);
+        c.nfs41 = true;
+        if let Some(n) = c.nfs.as_mut() {
+            n.file = format!("v41-{size}.dat");
+        }
+        let out = run::run_with(&ShmMaker::default(), &c).expect("run");
+        let r = &out.result;
+        let what = format!("v4.1 {kind:?} v{version} {size}: {r:?} {:?}", out.transport);
+        assert_eq!(r.errors, 0, "{what}");
+        assert!(r.ops > 0, "{what}");
+        assert_eq!(out.transport.transport_errors + out.transport.bad_replies, 0, "{what}");
+        if kind == OpKind::Write {
+            assert!(out.verified_blocks.unwrap_or(0) > 0, "{what}");
+            assert!(out.transport.chunked_calls > 0, "{what}");
+        }
+    }
+    t.shutdown().expect("clean shutdown");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// `--transport tcp` against the same target's NFS TCP port: NULL, and
 /// READ / WRITE / mixed with `--verify` at 4 KiB and 1 MiB, qd 1 and 4, with
 /// the CPU of both sides measured (the target is this process).

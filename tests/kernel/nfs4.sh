@@ -6,7 +6,9 @@
 # target/kernel-vm-nfs4 and runs tests/kernel/guest/nfs4.sh there; prints
 # every failed check and, as its last line, "kernel-nfs4: PASS" when all held.
 # Exit status: 0 pass, 1 a check failed, 3 the VM could not be had.
-# Env: NFS4_MOUNTS ("4.1/tcp 4.1/rdma 4.2/rdma 4.2/tcp"), SOFTROCE_VM,
+# Env: NFS4_MOUNTS ("4.1/tcp 4.1/rdma 4.2/rdma 4.2/tcp default/rdma default/tcp";
+#      "default": no vers= option, which must land on 4.2), NFS4_BACKENDS
+#      ("mem uring": the target's backend, each in turn), SOFTROCE_VM,
 #      VMLAB_CACHE, CARGO_TARGET_DIR. Run under the shared VM lock:
 #      flock /tmp/rpcrdma-vm.lock bash tests/kernel/nfs4.sh
 set -euo pipefail
@@ -19,13 +21,14 @@ BUILD_DIR=${CARGO_TARGET_DIR:-$ROOT/target}/release
 [ -f "$VM" ] || { echo "kernel-nfs4: VM UNAVAILABLE: no VM tool at $VM (set SOFTROCE_VM)"; exit 3; }
 [ -e "$CACHE/rootfs.img" ] || { echo "kernel-nfs4: VM UNAVAILABLE: no image in $CACHE (bash $VM build)"; exit 3; }
 bash scripts/build-deps.sh
-cargo build --release --quiet -p rpcrdma-apps --bin rpcrdma-target
+cargo build --release --quiet -p rpcrdma-apps --bin rpcrdma-target -p rpcrdma-perf --bin perf
 rm -rf "$STAGE"
 mkdir -p "$STAGE/bin" "$STAGE/out"
 cp -r tests/kernel/guest "$STAGE/guest"
 cp configs/cores.json "$STAGE/bin/cores.json"
-cp "$BUILD_DIR/rpcrdma-target" "$STAGE/bin/"
-echo "NFS4_MOUNTS='${NFS4_MOUNTS:-4.1/tcp 4.1/rdma 4.2/rdma 4.2/tcp}'" >"$STAGE/env.sh"
+cp "$BUILD_DIR/rpcrdma-target" "$BUILD_DIR/perf" "$STAGE/bin/"
+echo "NFS4_MOUNTS='${NFS4_MOUNTS:-4.1/tcp 4.1/rdma 4.2/rdma 4.2/tcp default/rdma default/tcp}'" >"$STAGE/env.sh"
+echo "NFS4_BACKENDS='${NFS4_BACKENDS:-mem uring}'" >>"$STAGE/env.sh"
 printf '#!/bin/sh\nexec bash /host/guest/nfs4.sh\n' >"$STAGE/nfs4.sh"
 rc=0
 bash "$VM" run -m 3072 -s "$STAGE" -f "$STAGE/nfs4.sh" 2>&1 | tr -d '\r' | tee "$STAGE/nfs4.log" || rc=${PIPESTATUS[0]}

@@ -31,7 +31,6 @@
 //!
 //! [`CallView::defer_token`]: dataplane::service::CallView::defer_token
 
-use crate::backend::{FileHandle, Stable};
 use dataplane::service::{DeferToken, ReplyBuilder};
 
 use crate::backend::{Attr, FsError, FsResult, IoChannel, IoDesc, IoDone};
@@ -263,31 +262,6 @@ impl Deferred {
         // SAFETY: `buf` is exclusively borrowed for this whole call.
         let done = unsafe { self.io_sync(backend, ch, io)? };
         done.result.map(|n| (n, done.eof))
-    }
-
-    /// Write `buf` at `offset` synchronously ([`Deferred::io_sync`]): the
-    /// bytes written and how stable they are.
-    pub fn write_sync(
-        &mut self,
-        backend: usize,
-        ch: &mut dyn IoChannel,
-        fh: &FileHandle,
-        offset: u64,
-        buf: &[u8],
-        stable: Stable,
-    ) -> FsResult<(u32, Stable)> {
-        let io = IoDesc::write(fh, offset, buf, stable, 0)?;
-        // SAFETY: `buf` is borrowed for this whole call and a write only
-        // reads it.
-        let done = unsafe { self.io_sync(backend, ch, io)? };
-        done.result.map(|n| (n, done.committed))
-    }
-
-    /// Flush `fh` synchronously ([`Deferred::io_sync`]).
-    pub fn flush_sync(&mut self, backend: usize, ch: &mut dyn IoChannel, fh: &FileHandle) -> FsResult<()> {
-        // SAFETY: a flush has no buffer.
-        let done = unsafe { self.io_sync(backend, ch, IoDesc::flush(fh, 0))? };
-        done.result.map(|_| ())
     }
 
     /// Reap every channel with deferred I/O in flight, and write the tokens

@@ -400,6 +400,8 @@ pub(crate) struct CoreState {
     pub deferred: defer::Deferred,
     /// NFSv4 counters.
     pub v4: crate::nfs4::Nfs4Stats,
+    /// NFSv4 COMPOUNDs suspended at a deferred I/O operation.
+    pub v4_suspended: crate::nfs4::suspend::Suspended,
     /// Calls on the helper pool.
     pub offload: offload::CoreOffload,
 }
@@ -469,6 +471,7 @@ impl NfsService {
                 stats: NfsStats::default(),
                 deferred: defer::Deferred::new(),
                 v4: crate::nfs4::Nfs4Stats::default(),
+                v4_suspended: Default::default(),
                 offload: offload::CoreOffload::default(),
             },
             scratch: Vec::new(),
@@ -627,6 +630,7 @@ impl Service for NfsService {
     fn cancel(&mut self, token: DeferToken) {
         let _ = self.st.deferred.take(token);
         let _ = self.procs.resumed(token.0);
+        self.st.v4_suspended.cancel(&self.shared.v4, token);
         if let Some(s) = self.st.offload.cancel(token) {
             self.drc.with(|c| c.complete(s, None));
         }
@@ -758,6 +762,30 @@ impl NfsService {
         if v4 {
             // COMPOUND (RFC 8881 s16.2): sessions give it exactly-once
             // semantics, so the reply cache below is not used.
+            if let Some(f) = st.offload.resumed_for(call.defer_token()) {
+                // The helper pool ran it whole: its reply.
+                st.v4.compounds += 1;
+                let n = rpc::encode_success_reply_none(xid, reply.head_mut()).ok_or(ServiceError::Reject)?;
+                return match offload::results(f, reply, n) {
+                    Ok(k) => {
+                        reply.set_head_len(n + k);
+                        Ok(())
+                    }
+                    Err(_) => {
+                        st.stats.rpc_errors += 1;
+                        reply_header(reply, &accepted(AcceptedReply::SystemErr))
+                    }
+                };
+            }
+            if offload::wanted_v4(shared, st, call, at) {
+                let token = call.defer_token().ok_or(ServiceError::Reject)?;
+                let cap = reply.head_mut().len();
+                let (h, args) = head.split_at(at);
+                st.offload.submit(shared, token, h, args, call.peer, cap, None);
+                st.deferred.submit_to_pool(token, reply);
+                st.stats.offloaded += 1;
+                return Ok(());
+            }
             return crate::nfs4::call(shared, st, scratch, call, xid, at, cred, reply);
         }
         // The arguments: in the head when the Call is one piece, and for WRITE

@@ -18,6 +18,12 @@
 //! while it is on the pool, so a retransmit that comes meanwhile is dropped;
 //! the entry is completed when the Call is resumed (or cancelled).
 //!
+//! An NFSv4 COMPOUND that changes the namespace or attributes (CREATE,
+//! REMOVE, RENAME, LINK, SETATTR, OPEN that may create) and does no data
+//! I/O runs on the pool whole ([`wanted_v4`]): the helper runs
+//! [`crate::nfs4::call`] over a copy of the Call, SEQUENCE and the session
+//! slot's reply cache included, and the core copies the reply it built.
+//!
 //! Not offloaded: NULL, READ, WRITE and COMMIT (their data goes through the
 //! core's channel, deferred), MOUNT, Calls that may not be deferred (TCP),
 //! and GETATTR of a file the core's channel has open, answered from that
@@ -162,6 +168,7 @@ fn helper(inner: &Inner) {
         deferred: Deferred::new(),
         offload: CoreOffload::default(),
         v4: crate::nfs4::Nfs4Stats::default(),
+        v4_suspended: Default::default(),
     };
     loop {
         let job = {
@@ -190,6 +197,10 @@ fn run(job: Job, st: &mut CoreState) -> Finished {
     let (res, items) = {
         let mut rb = ReplyBuilder::new(&mut head, None);
         let res = match CallHeader::decode(&job.msg) {
+            Ok((hdr, at)) if hdr.vers == proto::nfs4::NFS_V4 => match credential(&hdr) {
+                Ok(cred) => v4(&job, st, &mut rb, hdr.xid, at, cred),
+                Err(why) => Err(Fail::Auth(why)),
+            },
             Ok((hdr, at)) => match credential(&hdr) {
                 Ok(cred) => {
                     let c = Call {
@@ -229,6 +240,79 @@ fn run(job: Job, st: &mut CoreState) -> Finished {
         res,
         bytes,
         items,
+    }
+}
+
+/// Run an NFSv4 COMPOUND whole, as the core would without a defer token;
+/// its results after the RPC reply header.
+fn v4(
+    job: &Job,
+    st: &mut CoreState,
+    rb: &mut ReplyBuilder<'_>,
+    xid: u32,
+    at: usize,
+    cred: super::auth::Cred<'_>,
+) -> Result<usize, Fail> {
+    let piece = [proto::plan::Piece::Inline {
+        start: 0,
+        len: job.msg.len() as u32,
+    }];
+    let view =
+        dataplane::service::CallView::contiguous(dataplane::fabric::ConnId(0), job.peer, 1, xid, &job.msg, &piece);
+    let mut scratch = Vec::new();
+    crate::nfs4::call(&job.shared, st, &mut scratch, &view, xid, at, cred, rb).map_err(|_| Fail::System)?;
+    // Only a SUCCESS reply header is the core's to write back.
+    let mut ok = [0u8; REPLY_HEADER_BYTES];
+    let n = rb.head_len();
+    match proto::rpc::encode_success_reply_none(xid, &mut ok) {
+        Some(REPLY_HEADER_BYTES) if n >= REPLY_HEADER_BYTES && rb.head_mut()[..REPLY_HEADER_BYTES] == ok => {
+            Ok(n - REPLY_HEADER_BYTES)
+        }
+        _ => Err(Fail::System),
+    }
+}
+
+/// Whether the NFSv4 COMPOUND of `view` (arguments at `at` of its one
+/// piece) runs on the helper pool: the engine lets this core defer it, it
+/// changes the namespace or attributes (CREATE, REMOVE, RENAME, LINK,
+/// SETATTR, OPEN that may create), it does no data I/O (READ, WRITE,
+/// COMMIT go through the core's channel, deferred), and the first PUTFH
+/// names an export whose backend's metadata calls block (no PUTFH: any
+/// such backend).
+pub(crate) fn wanted_v4(sh: &NfsShared, st: &CoreState, view: &dataplane::service::CallView<'_>, at: usize) -> bool {
+    use proto::nfs4::args::{CompoundArgs, Op, OpDecoder};
+    if view.defer_token().is_none()
+        || !st.deferred.has_room()
+        || view.slices().nth(1).is_some()
+        || !sh.backends.iter().any(|(_, b)| b.metadata_blocks())
+    {
+        return false;
+    }
+    let Some(args) = view.head().get(at..) else {
+        return false;
+    };
+    let mut r = Reader::new(args);
+    let Ok(ca) = CompoundArgs::decode(&mut r) else {
+        return false;
+    };
+    let mut d = OpDecoder::new(r, ca.numops, None, &[]);
+    let (mut changes, mut first_fh) = (false, None);
+    while let Some(Ok(op)) = d.next_op() {
+        match op {
+            Op::Read { .. } | Op::Write { .. } | Op::Commit { .. } => return false,
+            Op::Create { .. } | Op::Remove(_) | Op::Rename { .. } | Op::Link(_) | Op::Setattr { .. } => changes = true,
+            Op::Open { create: Some(_), .. } => changes = true,
+            Op::Putfh(b) if first_fh.is_none() => first_fh = Some(b),
+            _ => {}
+        }
+    }
+    if !changes || !sh.helpers().is_running() {
+        return false;
+    }
+    match first_fh.map(|b| crate::nfs4::fh::decode(sh, b)) {
+        Some(Ok(crate::nfs4::fh::Fh::Real { ex, .. })) => sh.backends[sh.exports[ex].backend].1.metadata_blocks(),
+        Some(_) => false,
+        None => sh.backends.iter().any(|(_, b)| b.metadata_blocks()),
     }
 }
 

@@ -28,6 +28,13 @@
 //! and READLINK encode their data in the head and mark it as a DDP item.
 //! Everything else goes inline or in the Reply chunk, as the engine plans.
 //!
+//! # I/O that completes later
+//!
+//! On `uring` and `nvme`, READ (into the engine's data buffer), WRITE and
+//! COMMIT submit their I/O and defer the reply, as NFSv3's do; the COMPOUND
+//! is suspended at that operation and resumed when the I/O completes
+//! ([`suspend`]), so the core never waits for a backend.
+//!
 //! # Locks, grace, NFSv4.2
 //!
 //! Byte-range locks are in [`lock`], the stable client records and the
@@ -38,12 +45,11 @@
 //!
 //! Delegations and the backchannel, pNFS, NFSv4.2's CLONE, READ_PLUS and
 //! extended attributes, and RELEASE_LOCKOWNER (NFSv4.0's) are
-//! NFS4ERR_NOTSUPP. READ and WRITE run synchronously on backends that
-//! complete I/O later (no deferral yet). See docs/NFSV4.md.
+//! NFS4ERR_NOTSUPP. See docs/NFSV4.md.
 
 use std::net::IpAddr;
 
-use dataplane::service::{CallView, ReplyBuilder, ServiceError};
+use dataplane::service::{CallView, DeferToken, ReplyBuilder, ServiceError};
 use proto::error::EncodeError;
 use proto::nfs4::args::{CompoundArgs, CompoundError, Op, OpDecoder, OpError};
 use proto::nfs4::*;
@@ -61,6 +67,7 @@ pub mod lock;
 mod ops;
 pub mod state;
 pub mod v42;
+pub(crate) mod suspend;
 
 use fh::Fh;
 
@@ -130,6 +137,9 @@ pub(crate) struct Ctx<'c> {
     /// Bytes of result an operation that failed wrote after its status
     /// (LOCK4denied of LOCK and LOCKT).
     pub err_body: usize,
+    /// The engine lets this Call's reply be deferred under this token (an
+    /// I/O operation then suspends the COMPOUND, see [`suspend`]).
+    pub token: Option<DeferToken>,
 }
 
 /// Operations that may come without SEQUENCE when they are alone (RFC 8881
@@ -141,30 +151,38 @@ fn sessionless(op: u32) -> bool {
     )
 }
 
-/// The arguments, the Read chunk's data and the inline bytes after it.
-type Pieces<'a> = (&'a [u8], Option<&'a [u8]>, &'a [u8]);
+/// Most pieces a Call comes in: the inline head, then a Read chunk and the
+/// inline bytes after it for each chunk.
+const MAX_PIECES: usize = 1 + 2 * proto::plan::PLAN_READ_CHUNKS;
 
 /// The pieces of the Call's arguments: contiguous (the Call in one piece,
-/// or small enough to assemble), or the inline head, the Read chunk holding
-/// WRITE data, and the inline rest.
-fn pieces<'a>(call: &CallView<'a>, at: usize, scratch: &'a mut Vec<u8>) -> Option<Pieces<'a>> {
+/// or small enough to assemble into `scratch`), or the inline head and,
+/// in `rest`, each Read chunk holding WRITE data with the inline bytes
+/// after it. Returns the arguments in the head and how many of `rest` were
+/// filled; `None` when the Call has more pieces than a Call can have.
+fn pieces<'a>(
+    call: &CallView<'a>,
+    at: usize,
+    scratch: &'a mut Vec<u8>,
+    rest: &mut [&'a [u8]; MAX_PIECES],
+) -> Option<(&'a [u8], usize)> {
     let mut s = call.slices();
     let first = s.next().unwrap_or(&[]);
-    let (second, third, fourth) = (s.next(), s.next(), s.next());
-    if second.is_none() {
-        return Some((first.get(at..)?, None, &[]));
+    let mut n = 0;
+    for p in s {
+        *rest.get_mut(n)? = p;
+        n += 1;
     }
-    let n = call.len();
-    if n <= MAX_ASSEMBLED_CALL_BYTES {
-        scratch.resize(n, 0);
+    if n == 0 {
+        return Some((first.get(at..)?, 0));
+    }
+    let len = call.len();
+    if len <= MAX_ASSEMBLED_CALL_BYTES {
+        scratch.resize(len, 0);
         call.copy_to(scratch);
-        return Some((scratch.get(at..n)?, None, &[]));
+        return Some((scratch.get(at..len)?, 0));
     }
-    if fourth.is_some() {
-        // More than one Read chunk in a large COMPOUND: not handled.
-        return None;
-    }
-    Some((first.get(at..)?, second, third.unwrap_or(&[])))
+    Some((first.get(at..)?, n))
 }
 
 /// The `count` of a COMPOUND whose last operation is READ, for the data
@@ -204,7 +222,8 @@ pub(crate) fn call(
     cred: Cred<'_>,
     reply: &mut ReplyBuilder<'_>,
 ) -> Result<(), ServiceError> {
-    let Some((args, chunk, after)) = pieces(view, at, scratch) else {
+    let mut rest: [&[u8]; MAX_PIECES] = [&[]; MAX_PIECES];
+    let Some((args, n_rest)) = pieces(view, at, scratch, &mut rest) else {
         st.stats.rpc_errors += 1;
         st.stats.garbage_args += 1;
         return reply_rpc(
@@ -216,7 +235,12 @@ pub(crate) fn call(
         Some(REPLY_HEADER_BYTES) => REPLY_HEADER_BYTES,
         _ => return Err(ServiceError::Reject),
     };
-    st.v4.compounds += 1;
+    // A COMPOUND resumed after its I/O operation's completion: where it
+    // stopped ([`suspend`]).
+    let stop = st.v4_suspended.take(view.defer_token());
+    if stop.is_none() {
+        st.v4.compounds += 1;
+    }
     let mut r = Reader::new(args);
     let ca = match CompoundArgs::decode(&mut r) {
         Ok(c) => c,
@@ -253,7 +277,7 @@ pub(crate) fn call(
     };
     let numres_at = pos - 4;
     let mut limit = cap;
-    let mut d = OpDecoder::new(r, ca.numops, chunk, after);
+    let mut d = OpDecoder::with_pieces(r, ca.numops, &rest[..n_rest]);
     let mut cx = Ctx {
         sh,
         cred,
@@ -265,12 +289,39 @@ pub(crate) fn call(
         session: None,
         last: false,
         err_body: 0,
+        token: view.defer_token(),
     };
     let mut status = NFS4_OK;
     let mut numres = 0u32;
     let mut index = 0u32;
     let mut cachethis = false;
     let mut max_ops = MAX_OPS;
+    if let Some(s) = stop {
+        // Put back what ran before the I/O operation, without running it
+        // again: its results, the filehandles, the session.
+        let end = base + s.kept.len();
+        if end > limit || s.numres_at + 4 > s.kept.len() {
+            st.v4_suspended.cancel(&sh.v4, s.token);
+            return Err(ServiceError::Reject);
+        }
+        reply.head_mut()[base..end].copy_from_slice(&s.kept);
+        for _ in 0..s.done_ops {
+            let _ = d.next_op();
+        }
+        pos = end;
+        numres = s.numres;
+        index = s.done_ops;
+        limit = s.limit;
+        max_ops = s.max_ops;
+        cachethis = s.cachethis;
+        cx.cur = s.cur;
+        cx.saved = s.saved;
+        cx.cur_sid = s.cur_sid;
+        cx.saved_sid = s.saved_sid;
+        cx.session = s.session;
+        debug_assert_eq!(base + s.numres_at, numres_at);
+        st.v4_suspended.recycle(s);
+    }
     while let Some(next) = d.next_op() {
         let first = index == 0;
         index += 1;
@@ -340,7 +391,35 @@ pub(crate) fn call(
                     // ca_maxoperations, after SEQUENCE ran.
                     Err(St(NFS4ERR_TOO_MANY_OPS))
                 } else {
-                    ops::run(&mut cx, st, op, reply, pos + 8, limit)
+                    // May suspend at an I/O operation only when what ran
+                    // before it can be kept.
+                    if pos - base > suspend::MAX_KEPT_BYTES {
+                        cx.token = None;
+                    }
+                    let res = ops::run(&mut cx, st, op, reply, pos + 8, limit);
+                    if reply.is_deferred() {
+                        // Suspended: its I/O completes later.
+                        let token = cx.token.ok_or(ServiceError::Reject)?;
+                        let mut kept = st.v4_suspended.buffer();
+                        kept.extend_from_slice(&reply.head_mut()[base..pos]);
+                        st.v4_suspended.keep(suspend::Stop {
+                            token,
+                            done_ops: index - 1,
+                            kept,
+                            numres_at: numres_at - base,
+                            numres,
+                            limit,
+                            max_ops,
+                            cachethis,
+                            cur: cx.cur,
+                            saved: cx.saved,
+                            cur_sid: cx.cur_sid,
+                            saved_sid: cx.saved_sid,
+                            session: cx.session,
+                        });
+                        return Ok(());
+                    }
+                    res
                 };
                 (opnum, res)
             }

@@ -12,15 +12,29 @@ use dataplane::service::ReplyBuilder;
 use super::attr::{self, Obj};
 use super::fh::{self, Fh};
 use super::{Ctx, St};
-use crate::backend::{
-    Attr, Backend, CreateHow, FileHandle, FileType, NodeKind, SetAttr, SetTime, Stable, Time, FH_MAX_BYTES,
-};
+use crate::backend::{Attr, Backend, CreateHow, FileHandle, FileType, NodeKind, SetAttr, SetTime, Time, FH_MAX_BYTES};
 use crate::nfs::auth::{Caller, MAY_EXEC, MAY_READ, MAY_WRITE};
 use crate::nfs::export::fnv1a64;
 use crate::nfs::nfs3::{check_new_attrs, check_new_name, check_old_name, check_setattr, new_owner};
 use crate::nfs::CoreState;
 
 pub(super) type R = Result<usize, St>;
+
+mod io;
+
+/// On a `sync` export (the default), make a namespace change or SETATTR
+/// durable before its reply, as NFSv3's are: the directories and inodes in
+/// `fhs`, in order (`Backend::sync_meta`).
+fn commit_meta(cx: &Ctx<'_>, o: &Real, fhs: &[&FileHandle]) -> Result<(), St> {
+    if !cx.sh.exports()[o.ex].sync {
+        return Ok(());
+    }
+    let b = backend(cx, o);
+    for fh in fhs {
+        b.sync_meta(fh)?;
+    }
+    Ok(())
+}
 
 /// An object of an export, with who the Call acts as there.
 #[derive(Clone, Copy, Debug)]
@@ -379,31 +393,14 @@ pub(super) fn run(
             put_stateid(&mut w, &s)?;
             Ok(w.len())
         }
-        Op::Read { stateid, offset, count } => read(cx, st, reply, at, limit, stateid, offset, count),
+        Op::Read { stateid, offset, count } => io::read(cx, st, reply, at, limit, stateid, offset, count),
         Op::Write {
             stateid,
             offset,
             stable,
             data,
-        } => write(cx, st, reply, at, limit, stateid, offset, stable, data),
-        Op::Commit { .. } => {
-            let o = cur_real(cx, NFS4ERR_ISDIR)?;
-            let b = backend(cx, &o);
-            match b.getattr(&o.fh)?.ftype {
-                FileType::Regular => {}
-                FileType::Directory => return Err(St(NFS4ERR_ISDIR)),
-                _ => return Err(St(NFS4ERR_INVAL)),
-            }
-            let bi = sh.exports()[o.ex].backend;
-            let ch = &mut *st.channels[bi];
-            if let Err(e) = st.deferred.flush_sync(bi, ch, &o.fh) {
-                sh.writeback_failed();
-                return Err(e.into());
-            }
-            let mut w = w_at(reply, at, limit);
-            w.put_bytes(&sh.write_verifier())?;
-            Ok(w.len())
-        }
+        } => io::write(cx, st, reply, at, limit, stateid, offset, stable, data),
+        Op::Commit { .. } => io::commit(cx, st, reply, at, limit),
         Op::Create { ty, name, attrs } => create(cx, reply, at, limit, ty, name, &attrs),
         Op::Remove(name) => {
             let d = cur_real(cx, NFS4ERR_ROFS)?;
@@ -428,6 +425,7 @@ pub(super) fn run(
             } else {
                 b.remove(&d.fh, name)?;
             }
+            commit_meta(cx, &d, &[&d.fh])?;
             let after = b.getattr(&d.fh)?;
             let mut w = w_at(reply, at, limit);
             put_cinfo(&mut w, &before, &after)?;
@@ -454,6 +452,11 @@ pub(super) fn run(
                 return Err(St(NFS4ERR_ACCESS));
             }
             b.rename(&src.fh, old, &dst.fh, new)?;
+            if src.fh == dst.fh {
+                commit_meta(cx, &dst, &[&dst.fh])?;
+            } else {
+                commit_meta(cx, &dst, &[&src.fh, &dst.fh])?;
+            }
             let sa = b.getattr(&src.fh)?;
             let da = b.getattr(&dst.fh)?;
             let mut w = w_at(reply, at, limit);
@@ -483,6 +486,7 @@ pub(super) fn run(
                 return Err(St(NFS4ERR_ACCESS));
             }
             b.link(&file.fh, &dir.fh, name)?;
+            commit_meta(cx, &dir, &[&file.fh, &dir.fh])?;
             let after = b.getattr(&dir.fh)?;
             let mut w = w_at(reply, at, limit);
             put_cinfo(&mut w, &before, &after)?;
@@ -509,6 +513,7 @@ pub(super) fn run(
             let set = to_setattr(&s);
             check_setattr(&o.caller, &a, &set).map_err(St)?;
             b.setattr(&o.fh, &set)?;
+            commit_meta(cx, &o, &[&o.fh])?;
             let mut w = w_at(reply, at, limit);
             attr::bitmap(&mut w, &s.mask)?;
             Ok(w.len())
@@ -925,6 +930,7 @@ fn open(
                                     ..SetAttr::default()
                                 },
                             )?;
+                            commit_meta(cx, &d, &[&fh])?;
                             attrset.words[0] |= 1 << FATTR4_SIZE;
                         }
                         (Real { fh, ..d }, a)
@@ -941,6 +947,7 @@ fn open(
                                 b.setattr(&fh, &s)?;
                             }
                         }
+                        commit_meta(cx, &d, &[&fh, &d.fh])?;
                         attrset = set4.mask;
                         let after = b.getattr(&d.fh)?;
                         cinfo = Some((dir, after));
@@ -1022,117 +1029,6 @@ fn io_file(cx: &Ctx<'_>, sid: Stateid, write: bool) -> Result<(Real, Attr), St> 
     Ok((o, a))
 }
 
-/// READ (RFC 8881 s18.22): into the engine's data buffer when it ends the
-/// COMPOUND (the DDP item the engine writes into the client's Write chunk),
-/// else into the head, marked DDP-eligible.
-#[allow(clippy::too_many_arguments)]
-fn read(
-    cx: &mut Ctx<'_>,
-    st: &mut CoreState,
-    reply: &mut ReplyBuilder<'_>,
-    at: usize,
-    limit: usize,
-    sid: Stateid,
-    offset: u64,
-    count: u32,
-) -> R {
-    let (o, a) = io_file(cx, sid, false)?;
-    let sh = cx.sh;
-    let bi = sh.exports()[o.ex].backend;
-    let ch = &mut *st.channels[bi];
-    let count = count.min(sh.max_io_bytes()) as usize;
-    if cx.last && reply.data_capacity() > 0 {
-        let n = count.min(reply.data_capacity());
-        let (got, eof) = match reply.data_mut() {
-            Some(buf) if n > 0 => st.deferred.read_sync(bi, ch, read_io(&o.fh, offset), &mut buf[..n])?,
-            _ => (0, offset >= a.size),
-        };
-        let got = (got as usize).min(n);
-        let mut w = w_at(reply, at, limit);
-        w.put_bool(eof)?;
-        w.put_u32(got as u32)?;
-        let len = w.len();
-        reply.set_data(got, true);
-        return Ok(len);
-    }
-    // eof, length word, data, padding.
-    let room = limit.saturating_sub(at + 8);
-    let n = count.min(room & !3);
-    let head = reply.head_mut();
-    let (got, eof) = if n > 0 {
-        st.deferred
-            .read_sync(bi, ch, read_io(&o.fh, offset), &mut head[at + 8..at + 8 + n])?
-    } else {
-        (0, offset >= a.size)
-    };
-    let got = (got as usize).min(n);
-    head[at..at + 4].copy_from_slice(&u32::from(eof).to_be_bytes());
-    head[at + 4..at + 8].copy_from_slice(&(got as u32).to_be_bytes());
-    head[at + 8 + got..at + 8 + got + pad_len(got)].fill(0);
-    // RFC 8267 s6.1: READ data is DDP-eligible wherever it is.
-    let _ = reply.add_head_item(at + 8, got);
-    Ok(8 + roundup(got))
-}
-
-#[allow(clippy::too_many_arguments)]
-fn write(
-    cx: &mut Ctx<'_>,
-    st: &mut CoreState,
-    reply: &mut ReplyBuilder<'_>,
-    at: usize,
-    limit: usize,
-    sid: Stateid,
-    offset: u64,
-    stable: u32,
-    data: &[u8],
-) -> R {
-    let o = cur_real(cx, NFS4ERR_ISDIR)?;
-    let sh = cx.sh;
-    if sh.exports()[o.ex].read_only {
-        return Err(St(NFS4ERR_ROFS));
-    }
-    let (o, _) = io_file(cx, sid, true).map(|(_, a)| (o, a))?;
-    if offset.checked_add(data.len() as u64).is_none() {
-        return Err(St(NFS4ERR_INVAL));
-    }
-    let want = match stable {
-        UNSTABLE4 => Stable::Unstable,
-        DATA_SYNC4 => Stable::DataSync,
-        _ => Stable::FileSync,
-    };
-    let bi = sh.exports()[o.ex].backend;
-    let ch = &mut *st.channels[bi];
-    let data = &data[..data.len().min(sh.max_io_bytes() as usize)];
-    let (n, committed) = match st.deferred.write_sync(bi, ch, &o.fh, offset, data, want) {
-        Ok(v) => v,
-        Err(e) => {
-            if want != Stable::Unstable {
-                sh.writeback_failed();
-            }
-            return Err(e.into());
-        }
-    };
-    let committed = if (n as usize) < data.len() && want != Stable::Unstable && committed < want {
-        // A short stable write: flush what was written.
-        if let Err(e) = st.deferred.flush_sync(bi, ch, &o.fh) {
-            sh.writeback_failed();
-            return Err(e.into());
-        }
-        want
-    } else {
-        committed
-    };
-    let mut w = w_at(reply, at, limit);
-    w.put_u32(n)?;
-    w.put_u32(match committed {
-        Stable::Unstable => UNSTABLE4,
-        Stable::DataSync => DATA_SYNC4,
-        Stable::FileSync => FILE_SYNC4,
-    })?;
-    w.put_bytes(&sh.write_verifier())?;
-    Ok(w.len())
-}
-
 #[allow(clippy::too_many_arguments)]
 fn create(
     cx: &mut Ctx<'_>,
@@ -1178,6 +1074,7 @@ fn create(
         CreateType::Fifo => b.mknod(&d.fh, name, NodeKind::Fifo, &set, owner)?,
         CreateType::Other(_) => return Err(St(NFS4ERR_BADTYPE)),
     };
+    commit_meta(cx, &d, &[&fh, &d.fh])?;
     let after = b.getattr(&d.fh)?;
     cx.cur = Some(Fh::Real { ex: d.ex, fh });
     cx.cur_sid = None;
@@ -1185,19 +1082,4 @@ fn create(
     put_cinfo(&mut w, &dir, &after)?;
     attr::bitmap(&mut w, &s4.mask)?;
     Ok(w.len())
-}
-
-/// A READ of `fh` at `offset` for [`Deferred::read_sync`], which sets the
-/// buffer and its length.
-///
-/// [`Deferred::read_sync`]: crate::nfs::defer::Deferred::read_sync
-fn read_io(fh: &FileHandle, offset: u64) -> crate::backend::IoDesc {
-    crate::backend::IoDesc {
-        fh: *fh,
-        op: crate::backend::IoOp::Read,
-        offset,
-        buf: std::ptr::null_mut(),
-        len: 0,
-        tag: 0,
-    }
 }

@@ -102,5 +102,6 @@ pub fn run_cfg(sock: &Path, mount_port: u16, mode: Mode, version: u32, size: u32
         timeout: Duration::from_secs(10),
         idle_sleep_us: 0,
         target_pid: None,
+        nfs41: false,
     }
 }

@@ -403,6 +403,9 @@ pub struct OpDecoder<'a> {
     /// inline bytes after it.
     chunk: Option<&'a [u8]>,
     after_chunk: &'a [u8],
+    /// Further Read chunks and the inline bytes after each, alternating
+    /// (a COMPOUND with several WRITEs whose data travelled in chunks).
+    more: &'a [&'a [u8]],
     left: u32,
     /// Set once an operation failed to decode: no more operations.
     failed: bool,
@@ -417,9 +420,27 @@ impl<'a> OpDecoder<'a> {
             r,
             chunk,
             after_chunk,
+            more: &[],
             left: numops,
             failed: false,
         }
+    }
+
+    /// [`OpDecoder::new`] for a Call in any number of pieces: `rest` is
+    /// what follows the head, a Read chunk's data (with its padding) and the
+    /// inline bytes after it, alternating. Each WRITE whose head ends at its
+    /// data's length word takes the next chunk as its data.
+    pub fn with_pieces(r: Reader<'a>, numops: u32, rest: &'a [&'a [u8]]) -> Self {
+        let mut d = OpDecoder::new(r, numops, None, &[]);
+        d.next_chunk(rest);
+        d
+    }
+
+    /// Move to the chunk and inline piece at the front of `rest`.
+    fn next_chunk(&mut self, rest: &'a [&'a [u8]]) {
+        self.chunk = rest.first().copied();
+        self.after_chunk = rest.get(1).copied().unwrap_or(&[]);
+        self.more = rest.get(2..).unwrap_or(&[]);
     }
 
     /// Operations not yet yielded.
@@ -485,8 +506,8 @@ impl<'a> OpDecoder<'a> {
             // The head ends at the length word: the data is the chunk.
             Some(c) if r.remaining() == 0 => {
                 let d = c.get(..len as usize).ok_or(NFS4ERR_BADXDR)?;
-                self.chunk = None;
                 self.r = Reader::new(self.after_chunk);
+                self.next_chunk(self.more);
                 d
             }
             _ => r.opaque_fixed(len as usize, "data").map_err(status_of)?,

@@ -287,6 +287,21 @@ fn write_inline_and_from_a_chunk() {
     assert!(matches!(d.next_op(), Some(Ok(Op::Write { data: b"hello", .. }))));
     assert!(matches!(d.next_op(), Some(Ok(Op::Getattr(_)))));
     assert_eq!(d.next_op(), None);
+    // Two WRITEs, each with its data in a Read chunk (`with_pieces`): the
+    // second WRITE's head is in the inline piece after the first chunk, and
+    // the GETATTR after the second chunk.
+    let w_head = &w[..w.len() - 8];
+    let two_head = V::new().o(b"t").w(1).w(4).b(&sequence()).b(w_head).0;
+    let rest: [&[u8]; 4] = [chunk, w_head, b"world\0\0\0", g];
+    let mut r = Reader::new(&two_head);
+    let h = CompoundArgs::decode(&mut r).unwrap();
+    assert_eq!(h.numops, 4);
+    let mut d = OpDecoder::with_pieces(r, h.numops, &rest);
+    assert!(matches!(d.next_op(), Some(Ok(Op::Sequence { .. }))));
+    assert!(matches!(d.next_op(), Some(Ok(Op::Write { data: b"hello", .. }))));
+    assert!(matches!(d.next_op(), Some(Ok(Op::Write { data: b"world", .. }))));
+    assert!(matches!(d.next_op(), Some(Ok(Op::Getattr(_)))));
+    assert_eq!(d.next_op(), None);
     // A chunk shorter than the length word says: BADXDR.
     let mut r = Reader::new(head);
     let h = CompoundArgs::decode(&mut r).unwrap();

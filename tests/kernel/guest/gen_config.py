@@ -4,7 +4,7 @@ configuration for the kernel-interop guest, derived from configs/cores.json:
 the verbs provider on rxe0 at IP, the fabric listener on IP:20049 (versions 1
 and 2), NFS on 2049/TCP and MOUNT on 20048/TCP, one core per guest CPU (the
 first admin, the rest I/O; a single CPU is one I/O core), a mem backend large
-enough for the functional workload, and /export open to IP's /24 without root
+enough for the functional workload (or uring: TARGET_BACKEND), and /export open to IP's /24 without root
 squashing (the workload chowns files)."""
 import ipaddress
 import json
@@ -24,6 +24,11 @@ cfg["listeners"]["nfs_tcp_port"] = 2049
 cfg["listeners"]["mount_tcp_port"] = 20048
 mem_mib = int(os.environ.get("TARGET_MEM_MIB", "768"))
 cfg["backends"] = [{"name": "mem0", "type": "mem", "size_bytes": mem_mib << 20}]
+# TARGET_BACKEND=uring: a directory tree through io_uring instead (I/O that
+# completes later, deferred replies); O_DIRECT off, the guest's file systems
+# may not have it.
+if os.environ.get("TARGET_BACKEND") == "uring":
+    cfg["backends"] = [{"name": "mem0", "type": "uring", "path": "/var/tmp/rpcrdma-uring", "o_direct": False}]
 net = str(ipaddress.ip_network(ip + "/24", strict=False))
 cfg["exports"] = [
     dict(cfg["exports"][0], path="/export", backend="mem0", clients=[net], read_only=False, root_squash=False)

@@ -14,8 +14,9 @@ export OUT=/host/out BIN=/host/bin
 . "$G/lib.sh"
 . "$G/servers.sh"
 mkdir -p "$OUT/ours"
-: "${NFS4_MOUNTS:=4.1/tcp 4.1/rdma 4.2/rdma 4.2/tcp}"
-note "guest: kernel $(uname -r), $(nproc) CPUs; mounts: $NFS4_MOUNTS"
+: "${NFS4_MOUNTS:=4.1/tcp 4.1/rdma 4.2/rdma 4.2/tcp default/rdma default/tcp}"
+: "${NFS4_BACKENDS:=mem uring}"
+note "guest: kernel $(uname -r), $(nproc) CPUs; mounts: $NFS4_MOUNTS; backends: $NFS4_BACKENDS"
 
 workload() {
     local mp=$1 what=$2 d
@@ -40,26 +41,46 @@ workload() {
     check_fails "$what: gone" stat "$d"
 }
 
-ours_start || exit 1
-for m in $NFS4_MOUNTS; do
-    v=${m%/*} p=${m#*/}
-    mp=/mnt/v$v-$p
-    opts="vers=$v,proto=$p"
-    [ "$p" = rdma ] && opts="$opts,port=20049"
-    mkdir -p "$mp"
-    if timeout 120 mount -t nfs -o "$opts" "$VMLAB_IP:/export" "$mp" 2>"$OUT/ours/mount-$v-$p.err"; then
-        pass "mount $opts"
-    else
-        flunk "mount $opts: $(tr '\n' ' ' <"$OUT/ours/mount-$v-$p.err")"
-        dmesg | tail -20
-        continue
-    fi
-    check_eq "$opts: transport in mountstats" "$(mount_xprt "$mp")" "$p"
-    check_eq "$opts: version in /proc/mounts" "$(awk -v mp="$mp" '$2 == mp' /proc/mounts | grep -o "vers=[0-9.]*")" "vers=$v"
-    workload "$mp" "$opts"
-    check "$opts: umount" nfs_umount "$mp"
+# A capture of NFS over TCP and RoCE (UDP 4791), kept for tshark when a
+# COMPOUND is refused.
+if command -v dumpcap >/dev/null; then
+    dumpcap -q -i any -f "tcp port 2049 or udp port 4791" -w "$OUT/ours/nfs4.pcapng" 2>/dev/null &
+    CAP_PID=$!
+fi
+# Each backend in turn: mem, and uring (whose I/O completes later, so
+# READ, WRITE and COMMIT are deferred and namespace COMPOUNDs run on the
+# helper pool).
+for be in $NFS4_BACKENDS; do
+    export TARGET_BACKEND=$be
+    ours_start || exit 1
+    for m in $NFS4_MOUNTS; do
+        v=${m%/*} p=${m#*/}
+        mp=/mnt/$be-v$v-$p
+        # "default": no vers= at all; the client must land on 4.2.
+        if [ "$v" = default ]; then opts="proto=$p" want=4.2; else opts="vers=$v,proto=$p" want=$v; fi
+        [ "$p" = rdma ] && opts="$opts,port=20049"
+        what="$be $opts"
+        mkdir -p "$mp"
+        if timeout 120 mount -t nfs -o "$opts" "$VMLAB_IP:/export" "$mp" 2>"$OUT/ours/mount-$be-$v-$p.err"; then
+            pass "mount $what"
+        else
+            flunk "mount $what: $(tr '\n' ' ' <"$OUT/ours/mount-$be-$v-$p.err")"
+            dmesg | tail -20
+            # What was refused, from the capture so far.
+            command -v tshark >/dev/null && [ -s "$OUT/ours/nfs4.pcapng" ] &&
+                timeout 300 tshark -r "$OUT/ours/nfs4.pcapng" -d udp.port==4791,infiniband \
+                    -Y 'rpc.replystat != 0 || rpc.state_accept != 0 || nfs.nfsstat4 != 0 || rpcrdma.errcode || _ws.malformed' 2>&1 |
+                head -40
+            continue
+        fi
+        check_eq "$what: transport in mountstats" "$(mount_xprt "$mp")" "$p"
+        check_eq "$what: version in /proc/mounts" "$(awk -v mp="$mp" '$2 == mp' /proc/mounts | grep -o "vers=[0-9.]*")" "vers=$want"
+        workload "$mp" "$what"
+        check "$what: umount" nfs_umount "$mp"
+    done
+    ours_stop
 done
-ours_stop
+[ -n "${CAP_PID:-}" ] && kill "$CAP_PID" 2>/dev/null
 dmesg >"$OUT/ours/dmesg.txt"
 check_eq "the client's dmesg has no 'not responding'" "$(grep -c 'not responding' "$OUT/ours/dmesg.txt")" 0
 n_bad=$(grep -c '^not ok' "$CHECKS")
