@@ -47,7 +47,7 @@ use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use super::creds::{self, kill_setid};
 use super::{
-    Attr, Backend, CreateHow, DirEntry, FileHandle, FileType, FsError, FsResult, FsStat, IoChannel, IoDesc, IoDone,
+    Attr, Backend, CreateHow, DirChange, DirChanged, DirEntry, DirPre, FileHandle, FileType, FsError, FsResult, FsStat, IoChannel, IoDesc, IoDone,
     IoOp, NodeKind, Owner, SetAttr, SetTime, Stable, Time, NAME_MAX_BYTES, PATH_MAX_BYTES,
 };
 
@@ -1061,81 +1061,11 @@ impl fmt::Debug for MemBackend {
     }
 }
 
-impl Backend for MemBackend {
-    fn kind(&self) -> &'static str {
-        "mem"
-    }
-
-    fn root(&self) -> FileHandle {
-        let fs = self.shared.fs.read().unwrap_or_else(|e| e.into_inner());
-        self.shared.handle(&fs, ROOT)
-    }
-
-    /// Reads keep no access time (module docs).
-    fn reads_keep_attributes(&self) -> bool {
-        true
-    }
-
-    fn getattr(&self, fh: &FileHandle) -> FsResult<Attr> {
-        let fs = self.shared.read_fs()?;
-        let slot = self.shared.resolve(&fs, fh)?;
-        Ok(fs.node(slot)?.attr(slot))
-    }
-
-    fn setattr(&self, fh: &FileHandle, set: &SetAttr) -> FsResult<Attr> {
-        let mut fs = self.shared.write_fs()?;
-        let slot = self.shared.resolve(&fs, fh)?;
-        fs.apply_set(slot, set)?;
-        Ok(fs.node(slot)?.attr(slot))
-    }
-
-    /// The read, the checks and the change under one hold of the lock: no
-    /// other change lands between them (issue 21 item 8).
-    fn setattr_checked(
-        &self,
-        fh: &FileHandle,
-        set: &SetAttr,
-        check: &mut dyn FnMut(&Attr) -> Result<(), u32>,
-    ) -> FsResult<(Attr, Result<Attr, u32>)> {
-        let mut fs = self.shared.write_fs()?;
-        let slot = self.shared.resolve(&fs, fh)?;
-        let pre = fs.node(slot)?.attr(slot);
-        if let Err(s) = check(&pre) {
-            return Ok((pre, Err(s)));
-        }
-        let post = fs.apply_set(slot, set).and_then(|()| Ok(fs.node(slot)?.attr(slot)));
-        Ok((pre, post.map_err(|e| e.nfsstat3())))
-    }
-
-    fn lookup(&self, dir: &FileHandle, name: &[u8]) -> FsResult<(FileHandle, Attr)> {
-        let fs = self.shared.read_fs()?;
-        let d = self.shared.resolve(&fs, dir)?;
-        let entries = fs.dir_of(d)?;
-        check_name(name)?;
-        let slot = match name {
-            b"." => d,
-            b".." => entries.parent,
-            _ => entries.get(name).ok_or(FsError::NoEnt)?,
-        };
-        self.shared.found(&fs, slot)
-    }
-
-    fn readlink(&self, fh: &FileHandle, out: &mut [u8]) -> FsResult<usize> {
-        let fs = self.shared.read_fs()?;
-        let slot = self.shared.resolve(&fs, fh)?;
-        match &fs.node(slot)?.body {
-            Body::Symlink(t) => {
-                let dst = out.get_mut(..t.len()).ok_or(FsError::TooSmall)?;
-                dst.copy_from_slice(t);
-                Ok(t.len())
-            }
-            _ => Err(FsError::Inval),
-        }
-    }
-
-    fn create(&self, dir: &FileHandle, name: &[u8], how: CreateHow, owner: Owner) -> FsResult<(FileHandle, Attr)> {
-        let mut fs = self.shared.write_fs()?;
-        let d = self.shared.resolve(&fs, dir)?;
+/// The namespace changes on the locked file system, shared by the plain
+/// calls and [`Backend::change_checked`] (which checks and changes under one
+/// hold of the lock).
+impl MemBackend {
+    fn create_in(&self, fs: &mut Fs, d: u32, name: &[u8], how: CreateHow, owner: Owner) -> FsResult<(FileHandle, Attr)> {
         let existing = fs.dir_of(d)?.get(name);
         check_new_name(name)?;
         if let Some(slot) = existing {
@@ -1188,9 +1118,7 @@ impl Backend for MemBackend {
         self.shared.found(&fs, slot)
     }
 
-    fn mkdir(&self, dir: &FileHandle, name: &[u8], set: &SetAttr, owner: Owner) -> FsResult<(FileHandle, Attr)> {
-        let mut fs = self.shared.write_fs()?;
-        let d = self.shared.resolve(&fs, dir)?;
+    fn mkdir_in(&self, fs: &mut Fs, d: u32, name: &[u8], set: &SetAttr, owner: Owner) -> FsResult<(FileHandle, Attr)> {
         let existing = fs.dir_of(d)?.get(name);
         check_new_name(name)?;
         if existing.is_some() {
@@ -1206,16 +1134,15 @@ impl Backend for MemBackend {
         self.shared.found(&fs, slot)
     }
 
-    fn symlink(
+    fn symlink_in(
         &self,
-        dir: &FileHandle,
+        fs: &mut Fs,
+        d: u32,
         name: &[u8],
         target: &[u8],
         set: &SetAttr,
         owner: Owner,
     ) -> FsResult<(FileHandle, Attr)> {
-        let mut fs = self.shared.write_fs()?;
-        let d = self.shared.resolve(&fs, dir)?;
         let existing = fs.dir_of(d)?.get(name);
         check_new_name(name)?;
         if target.is_empty() || target.contains(&0) {
@@ -1240,16 +1167,15 @@ impl Backend for MemBackend {
         self.shared.found(&fs, slot)
     }
 
-    fn mknod(
+    fn mknod_in(
         &self,
-        dir: &FileHandle,
+        fs: &mut Fs,
+        d: u32,
         name: &[u8],
         kind: NodeKind,
         set: &SetAttr,
         owner: Owner,
     ) -> FsResult<(FileHandle, Attr)> {
-        let mut fs = self.shared.write_fs()?;
-        let d = self.shared.resolve(&fs, dir)?;
         let existing = fs.dir_of(d)?.get(name);
         check_new_name(name)?;
         if existing.is_some() {
@@ -1274,9 +1200,7 @@ impl Backend for MemBackend {
         self.shared.found(&fs, slot)
     }
 
-    fn remove(&self, dir: &FileHandle, name: &[u8]) -> FsResult<()> {
-        let mut fs = self.shared.write_fs()?;
-        let d = self.shared.resolve(&fs, dir)?;
+    fn remove_in(&self, fs: &mut Fs, d: u32, name: &[u8]) -> FsResult<()> {
         let existing = fs.dir_of(d)?.get(name);
         check_old_name(name)?;
         let slot = existing.ok_or(FsError::NoEnt)?;
@@ -1289,9 +1213,7 @@ impl Backend for MemBackend {
         fs.unlink_node(slot)
     }
 
-    fn rmdir(&self, dir: &FileHandle, name: &[u8]) -> FsResult<()> {
-        let mut fs = self.shared.write_fs()?;
-        let d = self.shared.resolve(&fs, dir)?;
+    fn rmdir_in(&self, fs: &mut Fs, d: u32, name: &[u8]) -> FsResult<()> {
         let existing = fs.dir_of(d)?.get(name);
         check_name(name)?;
         match name {
@@ -1311,10 +1233,7 @@ impl Backend for MemBackend {
         Ok(())
     }
 
-    fn rename(&self, from_dir: &FileHandle, from: &[u8], to_dir: &FileHandle, to: &[u8]) -> FsResult<()> {
-        let mut fs = self.shared.write_fs()?;
-        let fd = self.shared.resolve(&fs, from_dir)?;
-        let td = self.shared.resolve(&fs, to_dir)?;
+    fn rename_in(&self, fs: &mut Fs, fd: u32, from: &[u8], td: u32, to: &[u8]) -> FsResult<()> {
         let src = fs.dir_of(fd)?.get(from);
         let dst = fs.dir_of(td)?.get(to);
         check_old_name(from)?;
@@ -1364,10 +1283,7 @@ impl Backend for MemBackend {
         Ok(())
     }
 
-    fn link(&self, fh: &FileHandle, dir: &FileHandle, name: &[u8]) -> FsResult<()> {
-        let mut fs = self.shared.write_fs()?;
-        let slot = self.shared.resolve(&fs, fh)?;
-        let d = self.shared.resolve(&fs, dir)?;
+    fn link_in(&self, fs: &mut Fs, slot: u32, d: u32, name: &[u8]) -> FsResult<()> {
         let existing = fs.dir_of(d)?.get(name);
         check_new_name(name)?;
         let node = fs.node(slot)?;
@@ -1393,6 +1309,211 @@ impl Backend for MemBackend {
         parent.touch_dir();
         parent.dir_mut()?.insert(name, slot);
         Ok(())
+    }
+
+    /// `name` in directory slot `d`, as [`Backend::lookup`].
+    fn lookup_in(&self, fs: &Fs, d: u32, name: &[u8]) -> FsResult<(FileHandle, Attr)> {
+        let entries = fs.dir_of(d)?;
+        check_name(name)?;
+        let slot = match name {
+            b"." => d,
+            b".." => entries.parent,
+            _ => entries.get(name).ok_or(FsError::NoEnt)?,
+        };
+        self.shared.found(fs, slot)
+    }
+}
+
+impl Backend for MemBackend {
+    fn kind(&self) -> &'static str {
+        "mem"
+    }
+
+    fn root(&self) -> FileHandle {
+        let fs = self.shared.fs.read().unwrap_or_else(|e| e.into_inner());
+        self.shared.handle(&fs, ROOT)
+    }
+
+    /// Reads keep no access time (module docs).
+    fn reads_keep_attributes(&self) -> bool {
+        true
+    }
+
+    fn getattr(&self, fh: &FileHandle) -> FsResult<Attr> {
+        let fs = self.shared.read_fs()?;
+        let slot = self.shared.resolve(&fs, fh)?;
+        Ok(fs.node(slot)?.attr(slot))
+    }
+
+    fn setattr(&self, fh: &FileHandle, set: &SetAttr) -> FsResult<Attr> {
+        let mut fs = self.shared.write_fs()?;
+        let slot = self.shared.resolve(&fs, fh)?;
+        fs.apply_set(slot, set)?;
+        Ok(fs.node(slot)?.attr(slot))
+    }
+
+    /// The read, the checks and the change under one hold of the lock: no
+    /// other change lands between them (issue 21 item 8).
+    fn setattr_checked(
+        &self,
+        fh: &FileHandle,
+        set: &SetAttr,
+        check: &mut dyn FnMut(&Attr) -> Result<(), u32>,
+    ) -> FsResult<(Attr, Result<Attr, u32>)> {
+        let mut fs = self.shared.write_fs()?;
+        let slot = self.shared.resolve(&fs, fh)?;
+        let pre = fs.node(slot)?.attr(slot);
+        if let Err(s) = check(&pre) {
+            return Ok((pre, Err(s)));
+        }
+        let post = fs.apply_set(slot, set).and_then(|()| Ok(fs.node(slot)?.attr(slot)));
+        Ok((pre, post.map_err(|e| e.nfsstat3())))
+    }
+
+    fn lookup(&self, dir: &FileHandle, name: &[u8]) -> FsResult<(FileHandle, Attr)> {
+        let fs = self.shared.read_fs()?;
+        let d = self.shared.resolve(&fs, dir)?;
+        self.lookup_in(&fs, d, name)
+    }
+
+    /// Read, check and change under one hold of the lock (issue 21 item 8).
+    fn change_checked(
+        &self,
+        dir: &FileHandle,
+        change: DirChange<'_>,
+        check: &mut dyn FnMut(&DirPre<'_>) -> Result<Owner, u32>,
+    ) -> FsResult<DirChanged> {
+        let mut fs = self.shared.write_fs()?;
+        let d = self.shared.resolve(&fs, dir)?;
+        let pre = fs.node(d)?.attr(d);
+        let (td, pre_to) = match change {
+            DirChange::Rename { to_dir, .. } => {
+                let td = self.shared.resolve(&fs, to_dir)?;
+                (td, Some(fs.node(td)?.attr(td)))
+            }
+            _ => (d, None),
+        };
+        let checked = {
+            let locked: &Fs = &fs;
+            let lookup = |dh: &FileHandle, name: &[u8]| -> FsResult<(FileHandle, Attr)> {
+                let slot = self.shared.resolve(locked, dh)?;
+                self.lookup_in(locked, slot, name)
+            };
+            check(&DirPre {
+                dir: pre,
+                to_dir: pre_to,
+                lookup: &lookup,
+            })
+        };
+        let owner = match checked {
+            Ok(owner) => owner,
+            Err(s) => {
+                return Ok(DirChanged {
+                    pre,
+                    pre_to,
+                    res: Err(s),
+                    refused: true,
+                })
+            }
+        };
+        let fs = &mut *fs;
+        let res = match change {
+            DirChange::Create { name, how } => self.create_in(fs, d, name, how, owner).map(Some),
+            DirChange::Mkdir { name, set } => self.mkdir_in(fs, d, name, set, owner).map(Some),
+            DirChange::Symlink { name, target, set } => self.symlink_in(fs, d, name, target, set, owner).map(Some),
+            DirChange::Mknod { name, kind, set } => self.mknod_in(fs, d, name, kind, set, owner).map(Some),
+            DirChange::Remove { name } => self.remove_in(fs, d, name).map(|()| None),
+            DirChange::Rmdir { name } => self.rmdir_in(fs, d, name).map(|()| None),
+            DirChange::Rename { name, to, .. } => self.rename_in(fs, d, name, td, to).map(|()| None),
+            DirChange::Link { file, name } => self
+                .shared
+                .resolve(fs, file)
+                .and_then(|slot| self.link_in(fs, slot, d, name))
+                .map(|()| None),
+        };
+        Ok(DirChanged {
+            pre,
+            pre_to,
+            res: res.map_err(|e| e.nfsstat3()),
+            refused: false,
+        })
+    }
+
+    fn readlink(&self, fh: &FileHandle, out: &mut [u8]) -> FsResult<usize> {
+        let fs = self.shared.read_fs()?;
+        let slot = self.shared.resolve(&fs, fh)?;
+        match &fs.node(slot)?.body {
+            Body::Symlink(t) => {
+                let dst = out.get_mut(..t.len()).ok_or(FsError::TooSmall)?;
+                dst.copy_from_slice(t);
+                Ok(t.len())
+            }
+            _ => Err(FsError::Inval),
+        }
+    }
+
+    fn create(&self, dir: &FileHandle, name: &[u8], how: CreateHow, owner: Owner) -> FsResult<(FileHandle, Attr)> {
+        let mut fs = self.shared.write_fs()?;
+        let d = self.shared.resolve(&fs, dir)?;
+        self.create_in(&mut fs, d, name, how, owner)
+    }
+
+    fn mkdir(&self, dir: &FileHandle, name: &[u8], set: &SetAttr, owner: Owner) -> FsResult<(FileHandle, Attr)> {
+        let mut fs = self.shared.write_fs()?;
+        let d = self.shared.resolve(&fs, dir)?;
+        self.mkdir_in(&mut fs, d, name, set, owner)
+    }
+
+    fn symlink(
+        &self,
+        dir: &FileHandle,
+        name: &[u8],
+        target: &[u8],
+        set: &SetAttr,
+        owner: Owner,
+    ) -> FsResult<(FileHandle, Attr)> {
+        let mut fs = self.shared.write_fs()?;
+        let d = self.shared.resolve(&fs, dir)?;
+        self.symlink_in(&mut fs, d, name, target, set, owner)
+    }
+
+    fn mknod(
+        &self,
+        dir: &FileHandle,
+        name: &[u8],
+        kind: NodeKind,
+        set: &SetAttr,
+        owner: Owner,
+    ) -> FsResult<(FileHandle, Attr)> {
+        let mut fs = self.shared.write_fs()?;
+        let d = self.shared.resolve(&fs, dir)?;
+        self.mknod_in(&mut fs, d, name, kind, set, owner)
+    }
+
+    fn remove(&self, dir: &FileHandle, name: &[u8]) -> FsResult<()> {
+        let mut fs = self.shared.write_fs()?;
+        let d = self.shared.resolve(&fs, dir)?;
+        self.remove_in(&mut fs, d, name)
+    }
+
+    fn rmdir(&self, dir: &FileHandle, name: &[u8]) -> FsResult<()> {
+        let mut fs = self.shared.write_fs()?;
+        let d = self.shared.resolve(&fs, dir)?;
+        self.rmdir_in(&mut fs, d, name)
+    }
+
+    fn rename(&self, from_dir: &FileHandle, from: &[u8], to_dir: &FileHandle, to: &[u8]) -> FsResult<()> {
+        let mut fs = self.shared.write_fs()?;
+        let fd = self.shared.resolve(&fs, from_dir)?;
+        let td = self.shared.resolve(&fs, to_dir)?;
+        self.rename_in(&mut fs, fd, from, td, to)
+    }
+
+    fn link(&self, fh: &FileHandle, dir: &FileHandle, name: &[u8]) -> FsResult<()> {
+        let mut fs = self.shared.write_fs()?;
+        let slot = self.shared.resolve(&fs, fh)?;
+        let d = self.shared.resolve(&fs, dir)?;
+        self.link_in(&mut fs, slot, d, name)
     }
 
     fn readdir(&self, dir: &FileHandle, cookie: u64, sink: &mut dyn FnMut(DirEntry<'_>) -> bool) -> FsResult<bool> {

@@ -21,7 +21,7 @@ use super::xdr::*;
 use super::{Call, CoreState, Fail, NfsShared};
 use crate::backend::creds;
 use crate::backend::{
-    Attr, Backend, CreateHow, DirEntry, FileHandle, FileType, FsError, FsResult, IoDesc, IoDone, IoOp, NodeKind,
+    Attr, Backend, CreateHow, DirChange, DirEntry, DirPre, FileHandle, FileType, FsError, FsResult, IoDesc, IoDone, IoOp, NodeKind,
     SetAttr, SetTime, Stable, FH_MAX_BYTES, NAME_MAX_BYTES, PATH_MAX_BYTES,
 };
 use proto::rpc::AuthStat;
@@ -891,19 +891,34 @@ fn create(sh: &NfsShared, c: &Call<'_>, reply: &mut ReplyBuilder<'_>, base: usiz
         return Err(Fail::Nfs(NFS3ERR_ROFS));
     }
     let (b, id) = (backend(sh, &o), fsid(sh, &o));
-    let pre = b.getattr(&o.fh)?;
     let caller = &o.caller;
     let attrs = match &make {
         Make::File(CreateHow::Unchecked(s) | CreateHow::Guarded(s)) => Some(s),
         Make::File(CreateHow::Exclusive(_)) => None,
         Make::Dir(s) | Make::Symlink(s, _) | Make::Node(_, s) => Some(s),
     };
-    let check = || -> Result<(), u32> {
+    let name = where_.name;
+    let change = match &make {
+        Make::File(how) => DirChange::Create { name, how: *how },
+        Make::Dir(set) => DirChange::Mkdir { name, set },
+        Make::Symlink(set, target) => DirChange::Symlink { name, target, set },
+        Make::Node(Some(kind), set) => DirChange::Mknod { name, kind: *kind, set },
+        // An unknown type: the check below refuses it before any change.
+        Make::Node(None, set) => DirChange::Mknod {
+            name,
+            kind: NodeKind::Fifo,
+            set,
+        },
+    };
+    // The checks and the pre-operation attributes are the ones the change
+    // starts from (issue 21 item 8; `Backend::change_checked`).
+    let mut check = |p: &DirPre<'_>| -> Result<crate::backend::Owner, u32> {
+        let pre = &p.dir;
         if pre.ftype != FileType::Directory {
             return Err(NFS3ERR_NOTDIR);
         }
-        check_new_name(where_.name)?;
-        if !may(b, &o, &o.fh, &pre, MAY_WRITE | MAY_EXEC) {
+        check_new_name(name)?;
+        if !may(b, &o, &o.fh, pre, MAY_WRITE | MAY_EXEC) {
             return Err(NFS3ERR_ACCES);
         }
         if let Some(s) = attrs {
@@ -918,7 +933,7 @@ fn create(sh: &NfsShared, c: &Call<'_>, reply: &mut ReplyBuilder<'_>, base: usiz
             // An UNCHECKED create of an existing file truncates it when a size
             // is given: that needs write permission on the file.
             Make::File(CreateHow::Unchecked(s)) if s.size.is_some() => {
-                if let Ok((fh, a)) = b.lookup(&o.fh, where_.name) {
+                if let Ok((fh, a)) = (p.lookup)(&o.fh, name) {
                     if a.ftype == FileType::Regular && !may_io(b, &o, &fh, &a, MAY_WRITE) {
                         return Err(NFS3ERR_ACCES);
                     }
@@ -926,25 +941,23 @@ fn create(sh: &NfsShared, c: &Call<'_>, reply: &mut ReplyBuilder<'_>, base: usiz
             }
             _ => {}
         }
-        Ok(())
+        Ok(new_owner(caller, pre))
     };
+    let done = b.change_checked(&o.fh, change, &mut check)?;
+    let pre = done.pre;
     let mut w = out(reply, base);
-    if let Err(s) = check() {
-        w.put_u32(s)?;
+    if done.refused {
+        w.put_u32(done.res.err().unwrap_or(NFS3ERR_SERVERFAULT))?;
         put_wcc(&mut w, Some(&pre), Some(&pre), id)?;
         return Ok(w.len());
     }
-    let owner = new_owner(caller, &pre);
-    let made = match make {
-        Make::File(how) => b.create(&o.fh, where_.name, how, owner),
-        Make::Dir(s) => b.mkdir(&o.fh, where_.name, &s, owner),
-        Make::Symlink(s, t) => b.symlink(&o.fh, where_.name, t, &s, owner),
-        Make::Node(Some(k), s) => b.mknod(&o.fh, where_.name, k, &s, owner),
-        Make::Node(None, _) => return Err(Fail::Nfs(NFS3ERR_BADTYPE)),
-    };
-    let made = made.and_then(|(fh, a)| match commit_meta(sh, &o, &[&fh, &o.fh]) {
-        Ok(()) => Ok((fh, a)),
-        Err(_) => Err(crate::backend::FsError::Io),
+    let made = done.res.and_then(|made| {
+        let (fh, a) = made.ok_or(NFS3ERR_SERVERFAULT)?;
+        // A `sync` export makes the change durable before it is acknowledged.
+        match commit_meta(sh, &o, &[&fh, &o.fh]) {
+            Ok(()) => Ok((fh, a)),
+            Err(_) => Err(NFS3ERR_IO),
+        }
     });
     let post = b.getattr(&o.fh).ok();
     match made {
@@ -956,8 +969,8 @@ fn create(sh: &NfsShared, c: &Call<'_>, reply: &mut ReplyBuilder<'_>, base: usiz
             put_post_op_attr(&mut w, Some(&a), id)?;
             put_wcc(&mut w, Some(&pre), post.as_ref(), id)?;
         }
-        Err(e) => {
-            w.put_u32(e.nfsstat3())?;
+        Err(s) => {
+            w.put_u32(s)?;
             put_wcc(&mut w, Some(&pre), post.as_ref(), id)?;
         }
     }
@@ -971,38 +984,36 @@ fn remove(sh: &NfsShared, c: &Call<'_>, reply: &mut ReplyBuilder<'_>, base: usiz
         return Err(Fail::Nfs(NFS3ERR_ROFS));
     }
     let (b, id) = (backend(sh, &o), fsid(sh, &o));
-    let pre = b.getattr(&o.fh)?;
-    let check = || -> Result<(), u32> {
+    let mut check = |p: &DirPre<'_>| -> Result<crate::backend::Owner, u32> {
+        let pre = &p.dir;
         if pre.ftype != FileType::Directory {
             return Err(NFS3ERR_NOTDIR);
         }
         check_old_name(args.name)?;
-        if !may(b, &o, &o.fh, &pre, MAY_WRITE | MAY_EXEC) {
+        if !may(b, &o, &o.fh, pre, MAY_WRITE | MAY_EXEC) {
             return Err(NFS3ERR_ACCES);
         }
         // The sticky rule: the file system applies it itself when it checks.
         if pre.mode & 0o1000 != 0 && !b.enforces_permissions() {
-            let (_, victim) = b.lookup(&o.fh, args.name).map_err(|e| e.nfsstat3())?;
-            if !o.caller.may_unlink(&pre, &victim) {
+            let (_, victim) = (p.lookup)(&o.fh, args.name).map_err(|e| e.nfsstat3())?;
+            if !o.caller.may_unlink(pre, &victim) {
                 // EPERM, as the kernel's may_delete.
                 return Err(NFS3ERR_PERM);
             }
         }
-        Ok(())
+        Ok(o.caller.owner())
     };
-    let res = check().and_then(|()| {
-        if c.proc_ == NFSPROC3_RMDIR {
-            b.rmdir(&o.fh, args.name)
-        } else {
-            b.remove(&o.fh, args.name)
-        }
-        .map_err(|e| e.nfsstat3())
-        .and_then(|()| commit_meta(sh, &o, &[&o.fh]))
-    });
-    let post = b.getattr(&o.fh).ok();
+    let change = if c.proc_ == NFSPROC3_RMDIR {
+        DirChange::Rmdir { name: args.name }
+    } else {
+        DirChange::Remove { name: args.name }
+    };
+    let done = b.change_checked(&o.fh, change, &mut check)?;
+    let res = done.res.and_then(|_| commit_meta(sh, &o, &[&o.fh]));
+    let post = if done.refused { Some(done.pre) } else { b.getattr(&o.fh).ok() };
     let mut w = out(reply, base);
     w.put_u32(res.err().unwrap_or(NFS3_OK))?;
-    put_wcc(&mut w, Some(&pre), post.as_ref(), id)?;
+    put_wcc(&mut w, Some(&done.pre), post.as_ref(), id)?;
     Ok(w.len())
 }
 
@@ -1017,65 +1028,72 @@ fn rename(sh: &NfsShared, c: &Call<'_>, reply: &mut ReplyBuilder<'_>, base: usiz
         return Err(Fail::Nfs(NFS3ERR_ROFS));
     }
     let (b, id) = (backend(sh, &from), fsid(sh, &from));
-    let pre_from = b.getattr(&from.fh)?;
-    let pre_to = b.getattr(&to.fh)?;
     let caller = &from.caller;
-    let check = || -> Result<(), u32> {
+    let mut check = |p: &DirPre<'_>| -> Result<crate::backend::Owner, u32> {
+        let pre_from = &p.dir;
+        let pre_to = p.to_dir.as_ref().ok_or(NFS3ERR_SERVERFAULT)?;
         if pre_from.ftype != FileType::Directory || pre_to.ftype != FileType::Directory {
             return Err(NFS3ERR_NOTDIR);
         }
         check_old_name(args.from.name)?;
         check_old_name(args.to.name)?;
-        if !may(b, &from, &from.fh, &pre_from, MAY_WRITE | MAY_EXEC)
-            || !may(b, &to, &to.fh, &pre_to, MAY_WRITE | MAY_EXEC)
+        if !may(b, &from, &from.fh, pre_from, MAY_WRITE | MAY_EXEC)
+            || !may(b, &to, &to.fh, pre_to, MAY_WRITE | MAY_EXEC)
         {
             return Err(NFS3ERR_ACCES);
         }
         if b.enforces_permissions() {
             // The sticky rules and moving a directory: the file system's.
-            return Ok(());
+            return Ok(caller.owner());
         }
         // A directory that moves to another parent has its `..` rewritten:
         // that needs write permission on it (as the kernel's vfs_rename).
         if from.fh != to.fh {
-            if let Ok((_, moved)) = b.lookup(&from.fh, args.from.name) {
+            if let Ok((_, moved)) = (p.lookup)(&from.fh, args.from.name) {
                 if moved.ftype == FileType::Directory && !caller.may(&moved, MAY_WRITE) {
                     return Err(NFS3ERR_ACCES);
                 }
             }
         }
         if pre_from.mode & 0o1000 != 0 {
-            let (_, victim) = b.lookup(&from.fh, args.from.name).map_err(|e| e.nfsstat3())?;
-            if !caller.may_unlink(&pre_from, &victim) {
+            let (_, victim) = (p.lookup)(&from.fh, args.from.name).map_err(|e| e.nfsstat3())?;
+            if !caller.may_unlink(pre_from, &victim) {
                 return Err(NFS3ERR_PERM);
             }
         }
         if pre_to.mode & 0o1000 != 0 {
-            if let Ok((_, victim)) = b.lookup(&to.fh, args.to.name) {
-                if !caller.may_unlink(&pre_to, &victim) {
+            if let Ok((_, victim)) = (p.lookup)(&to.fh, args.to.name) {
+                if !caller.may_unlink(pre_to, &victim) {
                     return Err(NFS3ERR_PERM);
                 }
             }
         }
-        Ok(())
+        Ok(caller.owner())
     };
-    let res = check().and_then(|()| {
-        b.rename(&from.fh, args.from.name, &to.fh, args.to.name)
-            .map_err(|e| e.nfsstat3())
-            .and_then(|()| {
-                if to.fh == from.fh {
-                    commit_meta(sh, &from, &[&from.fh])
-                } else {
-                    commit_meta(sh, &from, &[&from.fh, &to.fh])
-                }
-            })
+    let change = DirChange::Rename {
+        name: args.from.name,
+        to_dir: &to.fh,
+        to: args.to.name,
+    };
+    let done = b.change_checked(&from.fh, change, &mut check)?;
+    let res = done.res.and_then(|_| {
+        if to.fh == from.fh {
+            commit_meta(sh, &from, &[&from.fh])
+        } else {
+            commit_meta(sh, &from, &[&from.fh, &to.fh])
+        }
     });
-    let post_from = b.getattr(&from.fh).ok();
-    let post_to = b.getattr(&to.fh).ok();
+    let pre_from = done.pre;
+    let pre_to = done.pre_to;
+    let (post_from, post_to) = if done.refused {
+        (Some(pre_from), pre_to)
+    } else {
+        (b.getattr(&from.fh).ok(), b.getattr(&to.fh).ok())
+    };
     let mut w = out(reply, base);
     w.put_u32(res.err().unwrap_or(NFS3_OK))?;
     put_wcc(&mut w, Some(&pre_from), post_from.as_ref(), id)?;
-    put_wcc(&mut w, Some(&pre_to), post_to.as_ref(), id)?;
+    put_wcc(&mut w, pre_to.as_ref(), post_to.as_ref(), id)?;
     Ok(w.len())
 }
 
@@ -1091,8 +1109,8 @@ fn link(sh: &NfsShared, c: &Call<'_>, reply: &mut ReplyBuilder<'_>, base: usize)
     }
     let (b, id) = (backend(sh, &dir), fsid(sh, &dir));
     let fa = b.getattr(&file.fh)?;
-    let pre = b.getattr(&dir.fh)?;
-    let check = || -> Result<(), u32> {
+    let mut check = |p: &DirPre<'_>| -> Result<crate::backend::Owner, u32> {
+        let pre = &p.dir;
         if pre.ftype != FileType::Directory {
             return Err(NFS3ERR_NOTDIR);
         }
@@ -1100,22 +1118,23 @@ fn link(sh: &NfsShared, c: &Call<'_>, reply: &mut ReplyBuilder<'_>, base: usize)
             return Err(NFS3ERR_INVAL);
         }
         check_new_name(args.link.name)?;
-        if !may(b, &dir, &dir.fh, &pre, MAY_WRITE | MAY_EXEC) {
+        if !may(b, &dir, &dir.fh, pre, MAY_WRITE | MAY_EXEC) {
             return Err(NFS3ERR_ACCES);
         }
-        Ok(())
+        Ok(dir.caller.owner())
     };
-    let res = check().and_then(|()| {
-        b.link(&file.fh, &dir.fh, args.link.name)
-            .map_err(|e| e.nfsstat3())
-            .and_then(|()| commit_meta(sh, &dir, &[&file.fh, &dir.fh]))
-    });
+    let change = DirChange::Link {
+        file: &file.fh,
+        name: args.link.name,
+    };
+    let done = b.change_checked(&dir.fh, change, &mut check)?;
+    let res = done.res.and_then(|_| commit_meta(sh, &dir, &[&file.fh, &dir.fh]));
     let post_file = b.getattr(&file.fh).ok();
-    let post = b.getattr(&dir.fh).ok();
+    let post = if done.refused { Some(done.pre) } else { b.getattr(&dir.fh).ok() };
     let mut w = out(reply, base);
     w.put_u32(res.err().unwrap_or(NFS3_OK))?;
     put_post_op_attr(&mut w, post_file.as_ref(), id)?;
-    put_wcc(&mut w, Some(&pre), post.as_ref(), id)?;
+    put_wcc(&mut w, Some(&done.pre), post.as_ref(), id)?;
     Ok(w.len())
 }
 
