@@ -722,26 +722,39 @@ fn nfs_safety_nvme_cp_onto_a_device_file_works() {
 // ---------------------------------------------------------------------------
 
 use rpcrdma_apps::backend::{
-    Attr, Backend, CreateHow, DirEntry, FileHandle, FsResult, FsStat, IoChannel, NodeKind, Owner, SetAttr, SetTime,
+    Attr, Backend, CreateHow, DirChange, DirChanged, DirEntry, DirPre, FileHandle, FsResult, FsStat, IoChannel,
+    NodeKind, Owner, SetAttr, SetTime,
 };
 
-/// `mem` with another client's change (chmod 0600) landing right after the
-/// next attribute read of the armed file is returned: the moment between a
-/// separate read and the change.
+/// A backend with another client's change (chmod 0600) landing right after
+/// the next attribute read of the armed handle is returned, or at the start
+/// of a checked change of it: the moment between a separate read and the
+/// change. `seen` keeps the attributes the other change left.
 #[derive(Debug)]
 struct Racer {
     inner: Arc<dyn Backend>,
     armed: Mutex<Option<FileHandle>>,
+    seen: Mutex<Option<Attr>>,
 }
 
 impl Racer {
+    fn new(inner: Arc<dyn Backend>) -> Racer {
+        Racer {
+            inner,
+            armed: Mutex::new(None),
+            seen: Mutex::new(None),
+        }
+    }
+
     fn other_client(&self, fh: &FileHandle) {
-        std::thread::sleep(Duration::from_millis(2)); // a later ctime
+        // A later ctime, also with the kernel's coarse clock.
+        std::thread::sleep(Duration::from_millis(12));
         let chmod = SetAttr {
             mode: Some(0o600),
             ..Default::default()
         };
         self.inner.setattr(fh, &chmod).unwrap();
+        *self.seen.lock().unwrap() = Some(self.inner.getattr(fh).unwrap());
     }
 
     fn take(&self, fh: &FileHandle) -> bool {
@@ -756,71 +769,7 @@ impl Racer {
 }
 
 impl Backend for Racer {
-    fn kind(&self) -> &'static str {
-        self.inner.kind()
-    }
-    fn root(&self) -> FileHandle {
-        self.inner.root()
-    }
-    fn setattr(&self, fh: &FileHandle, set: &SetAttr) -> FsResult<Attr> {
-        self.inner.setattr(fh, set)
-    }
-    fn features(&self) -> rpcrdma_apps::backend::Features {
-        self.inner.features()
-    }
-    fn lookup(&self, dir: &FileHandle, name: &[u8]) -> FsResult<(FileHandle, Attr)> {
-        self.inner.lookup(dir, name)
-    }
-    fn readlink(&self, fh: &FileHandle, out: &mut [u8]) -> FsResult<usize> {
-        self.inner.readlink(fh, out)
-    }
-    fn create(&self, dir: &FileHandle, name: &[u8], how: CreateHow, owner: Owner) -> FsResult<(FileHandle, Attr)> {
-        self.inner.create(dir, name, how, owner)
-    }
-    fn mkdir(&self, dir: &FileHandle, name: &[u8], set: &SetAttr, owner: Owner) -> FsResult<(FileHandle, Attr)> {
-        self.inner.mkdir(dir, name, set, owner)
-    }
-    fn symlink(
-        &self,
-        dir: &FileHandle,
-        name: &[u8],
-        target: &[u8],
-        set: &SetAttr,
-        owner: Owner,
-    ) -> FsResult<(FileHandle, Attr)> {
-        self.inner.symlink(dir, name, target, set, owner)
-    }
-    fn mknod(
-        &self,
-        dir: &FileHandle,
-        name: &[u8],
-        kind: NodeKind,
-        set: &SetAttr,
-        owner: Owner,
-    ) -> FsResult<(FileHandle, Attr)> {
-        self.inner.mknod(dir, name, kind, set, owner)
-    }
-    fn remove(&self, dir: &FileHandle, name: &[u8]) -> FsResult<()> {
-        self.inner.remove(dir, name)
-    }
-    fn rmdir(&self, dir: &FileHandle, name: &[u8]) -> FsResult<()> {
-        self.inner.rmdir(dir, name)
-    }
-    fn rename(&self, from_dir: &FileHandle, from: &[u8], to_dir: &FileHandle, to: &[u8]) -> FsResult<()> {
-        self.inner.rename(from_dir, from, to_dir, to)
-    }
-    fn link(&self, fh: &FileHandle, dir: &FileHandle, name: &[u8]) -> FsResult<()> {
-        self.inner.link(fh, dir, name)
-    }
-    fn readdir(&self, dir: &FileHandle, cookie: u64, sink: &mut dyn FnMut(DirEntry<'_>) -> bool) -> FsResult<bool> {
-        self.inner.readdir(dir, cookie, sink)
-    }
-    fn cookie_verifier(&self, dir: &FileHandle) -> FsResult<u64> {
-        self.inner.cookie_verifier(dir)
-    }
-    fn fsstat(&self) -> FsResult<FsStat> {
-        self.inner.fsstat()
-    }
+    forward_backend_plain!();
     fn getattr(&self, fh: &FileHandle) -> FsResult<Attr> {
         let a = self.inner.getattr(fh);
         if self.take(fh) {
@@ -841,6 +790,23 @@ impl Backend for Racer {
         }
         self.inner.setattr_checked(fh, set, check)
     }
+    fn change_checked(
+        &self,
+        dir: &FileHandle,
+        change: DirChange<'_>,
+        check: &mut dyn FnMut(&DirPre<'_>) -> Result<Owner, u32>,
+    ) -> FsResult<DirChanged> {
+        // As for SETATTR: the other change can only land before.
+        if self.take(dir) {
+            self.other_client(dir);
+        }
+        if let DirChange::Rename { to_dir, .. } = change {
+            if self.take(to_dir) {
+                self.other_client(to_dir);
+            }
+        }
+        self.inner.change_checked(dir, change, check)
+    }
     fn commit(&self, fh: &FileHandle) -> FsResult<()> {
         self.inner.commit(fh)
     }
@@ -855,10 +821,7 @@ impl Backend for Racer {
 #[test]
 fn nfs_safety_setattr_guard_is_checked_against_the_attributes_the_change_starts_from() {
     let m = store(Kind::Mem, "guard");
-    let racer = Arc::new(Racer {
-        inner: m.backend.clone(),
-        armed: Mutex::new(None),
-    });
+    let racer = Arc::new(Racer::new(m.backend.clone()));
     let s = Store {
         kind: Kind::Mem,
         backend: racer.clone(),
@@ -935,4 +898,130 @@ fn nfs_safety_mem_setattr_reads_checks_and_changes_atomically() {
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     flipper.join().unwrap();
+}
+
+/// The namespace procedures' pre-operation attributes (`wcc_data` before,
+/// RFC 1813 s2.6) are those of the directory the change started from: when
+/// another client changes the directory after a separate read and before the
+/// change, the reply shows the directory with that other change (issue 21
+/// item 8). Each procedure, RENAME's both directories, on `mem` and `uring`.
+#[test]
+fn nfs_safety_namespace_pre_op_attributes_are_the_ones_the_change_starts_from() {
+    for kind in KINDS {
+        let m = store(kind, "wcc");
+        let racer = Arc::new(Racer::new(m.backend.clone()));
+        let s = Store {
+            kind,
+            backend: racer.clone(),
+            dir: None,
+        };
+        let sh = shared(&[&s], &[open_ex("/g")], 1 << 20);
+        let mut c = root_on(&sh);
+        let (root, _) = c.mnt("/g").unwrap();
+        let (d1, _) = c.mkdir(&root, "d1", 0o755).unwrap();
+        let (d2, _) = c.mkdir(&root, "d2", 0o755).unwrap();
+        let (f, _) = c.mkfile(&d1, "f", 0o644).unwrap();
+        assert_eq!(c.mkfile(&d1, "victim", 0o644).err(), None);
+        assert_eq!(c.mkdir(&d1, "gone", 0o755).err(), None);
+        assert_eq!(c.mkfile(&d1, "moving", 0o644).err(), None);
+        assert_eq!(c.mkfile(&d1, "moving2", 0o644).err(), None);
+        let raw = |fh: &[u8]| rpcrdma_apps::nfs::export::split_fh(fh).unwrap().1;
+        let mut wrong = Vec::new();
+        // Arm `dir`, run `op` (which returns the status and the
+        // pre-operation attributes in question) and compare them with the
+        // directory as the other change left it.
+        let mut round = |what: &str, dir: &[u8], op: &mut dyn FnMut(&mut Client<Direct>) -> (u32, Option<WccAttr>)| {
+            *racer.armed.lock().unwrap() = Some(raw(dir));
+            let (st, pre) = op(&mut c);
+            assert_eq!(st, 0, "{kind:?} {what}");
+            let seen = racer.seen.lock().unwrap().take().expect("the other change happened");
+            let pre = pre.expect("pre-operation attributes");
+            let want = (
+                (seen.ctime.secs, seen.ctime.nsecs),
+                (seen.mtime.secs, seen.mtime.nsecs),
+                seen.size,
+            );
+            if (pre.ctime, pre.mtime, pre.size) != want {
+                wrong.push(format!("{kind:?} {what}"));
+            }
+        };
+        // CREATE, MKDIR, SYMLINK: status, post_op_fh3, post_op_attr, wcc_data.
+        let made = |r: Reply| {
+            let mut d = r.dec();
+            let st = d.u32();
+            if st == 0 {
+                d.post_op_fh();
+                d.post_op_attr();
+            }
+            let (pre, _) = d.wcc();
+            (st, pre)
+        };
+        round("CREATE", &d1, &mut |c| {
+            made(c.nfs(8, |e| {
+                e.dirop(&d1, b"new").u32(1).sattr(&mode_attr(0o644));
+            }))
+        });
+        round("MKDIR", &d1, &mut |c| {
+            made(c.nfs(9, |e| {
+                e.dirop(&d1, b"newdir").sattr(&mode_attr(0o755));
+            }))
+        });
+        round("SYMLINK", &d1, &mut |c| {
+            made(c.nfs(10, |e| {
+                e.dirop(&d1, b"sym").sattr(&SetAttr::default()).opaque(b"f");
+            }))
+        });
+        // REMOVE, RMDIR: status, wcc_data.
+        let wcc = |r: Reply| {
+            let mut d = r.dec();
+            let st = d.u32();
+            let (pre, _) = d.wcc();
+            (st, pre)
+        };
+        round("REMOVE", &d1, &mut |c| {
+            wcc(c.nfs(12, |e| {
+                e.dirop(&d1, b"victim");
+            }))
+        });
+        round("RMDIR", &d1, &mut |c| {
+            wcc(c.nfs(13, |e| {
+                e.dirop(&d1, b"gone");
+            }))
+        });
+        // RENAME: status, the source directory's wcc_data, the target's.
+        round("RENAME (from)", &d1, &mut |c| {
+            let r = c.nfs(14, |e| {
+                e.dirop(&d1, b"moving").dirop(&d2, b"moved");
+            });
+            let mut d = r.dec();
+            let st = d.u32();
+            let (pre, _) = d.wcc();
+            (st, pre)
+        });
+        round("RENAME (to)", &d2, &mut |c| {
+            let r = c.nfs(14, |e| {
+                e.dirop(&d1, b"moving2").dirop(&d2, b"moved2");
+            });
+            let mut d = r.dec();
+            let st = d.u32();
+            d.wcc();
+            let (pre, _) = d.wcc();
+            (st, pre)
+        });
+        // LINK: status, the file's post_op_attr, the directory's wcc_data.
+        round("LINK", &d2, &mut |c| {
+            let r = c.nfs(15, |e| {
+                e.opaque(&f).dirop(&d2, b"hard");
+            });
+            let mut d = r.dec();
+            let st = d.u32();
+            d.post_op_attr();
+            let (pre, _) = d.wcc();
+            (st, pre)
+        });
+        assert!(
+            wrong.is_empty(),
+            "pre-operation attributes not the ones the change started from: {wrong:?}"
+        );
+    }
 }
