@@ -722,8 +722,8 @@ fn nfs_safety_nvme_cp_onto_a_device_file_works() {
 // ---------------------------------------------------------------------------
 
 use rpcrdma_apps::backend::{
-    Attr, Backend, CreateHow, DirChange, DirChanged, DirEntry, DirPre, FileHandle, FsResult, FsStat, IoChannel,
-    NodeKind, Owner, SetAttr, SetTime,
+    Attr, Backend, CreateHow, DirChange, DirChanged, DirEntry, DirPre, FileHandle, FsResult, FsStat, IoChannel, IoDesc,
+    IoDone, IoOp, NodeKind, Owner, SetAttr, SetTime, Stable,
 };
 
 /// A backend with another client's change (chmod 0600) landing right after
@@ -1022,6 +1022,120 @@ fn nfs_safety_namespace_pre_op_attributes_are_the_ones_the_change_starts_from() 
         assert!(
             wrong.is_empty(),
             "pre-operation attributes not the ones the change started from: {wrong:?}"
+        );
+    }
+}
+
+/// `inner` whose channels let another client's write (4 KiB at the end of
+/// the armed file) land just before the next write of that file: the moment
+/// between a separate read of the attributes and the WRITE.
+#[derive(Debug)]
+struct WriteRacer {
+    inner: Arc<dyn Backend>,
+    armed: Arc<Mutex<Option<FileHandle>>>,
+    seen: Arc<Mutex<Option<Attr>>>,
+}
+
+impl Backend for WriteRacer {
+    forward_backend_namespace!();
+    fn commit(&self, fh: &FileHandle) -> FsResult<()> {
+        self.inner.commit(fh)
+    }
+    fn sync_all(&self) -> FsResult<()> {
+        self.inner.sync_all()
+    }
+    fn open_channel(&self, core: usize) -> FsResult<Box<dyn IoChannel>> {
+        Ok(Box::new(RacingChannel {
+            inner: self.inner.open_channel(core)?,
+            backend: self.inner.clone(),
+            armed: self.armed.clone(),
+            seen: self.seen.clone(),
+        }))
+    }
+}
+
+#[derive(Debug)]
+struct RacingChannel {
+    inner: Box<dyn IoChannel>,
+    backend: Arc<dyn Backend>,
+    armed: Arc<Mutex<Option<FileHandle>>>,
+    seen: Arc<Mutex<Option<Attr>>>,
+}
+
+impl RacingChannel {
+    fn race(&mut self, io: &IoDesc) {
+        if !matches!(io.op, IoOp::Write(_)) || self.armed.lock().unwrap().take_if(|fh| *fh == io.fh).is_none() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(2)); // a later mtime
+        let at = self.backend.getattr(&io.fh).unwrap().size;
+        let other = [7u8; 4096];
+        let w = IoDesc::write(&io.fh, at, &other, Stable::Unstable, 0).unwrap();
+        // SAFETY: `other` outlives the call, which completes at once.
+        let done = unsafe { self.inner.io_now(&w) }.expect("the other write runs now");
+        assert_eq!(done.result, Ok(4096));
+        *self.seen.lock().unwrap() = Some(self.backend.getattr(&io.fh).unwrap());
+    }
+}
+
+impl IoChannel for RacingChannel {
+    unsafe fn submit(&mut self, io: IoDesc) -> FsResult<()> {
+        self.race(&io);
+        // SAFETY: the caller's contract, passed on.
+        unsafe { self.inner.submit(io) }
+    }
+    fn poll(&mut self, out: &mut [IoDone]) -> usize {
+        self.inner.poll(out)
+    }
+    fn in_flight(&self) -> usize {
+        self.inner.in_flight()
+    }
+    fn completes_later(&self) -> bool {
+        self.inner.completes_later()
+    }
+    fn getattr_cached(&mut self, fh: &FileHandle) -> Option<FsResult<Attr>> {
+        self.inner.getattr_cached(fh)
+    }
+    unsafe fn io_now(&mut self, io: &IoDesc) -> Option<IoDone> {
+        self.race(io);
+        // SAFETY: the caller's contract, passed on.
+        unsafe { self.inner.io_now(io) }
+    }
+    fn take_write_pre(&mut self) -> Option<Attr> {
+        self.inner.take_write_pre()
+    }
+}
+
+/// WRITE's pre-operation attributes on `mem` are read with the write, under
+/// the same hold of the lock: another client's write that lands after a
+/// separate read shows in them (issue 21 item 8).
+#[test]
+fn nfs_safety_mem_write_pre_op_attributes_are_the_ones_the_write_starts_from() {
+    let m = store(Kind::Mem, "wpre");
+    let racer = Arc::new(WriteRacer {
+        inner: m.backend.clone(),
+        armed: Arc::default(),
+        seen: Arc::default(),
+    });
+    let s = Store {
+        kind: Kind::Mem,
+        backend: racer.clone(),
+        dir: None,
+    };
+    let sh = shared(&[&s], &[open_ex("/g")], 1 << 20);
+    let mut c = root_on(&sh);
+    let (root, _) = c.mnt("/g").unwrap();
+    let (f, _) = c.mkfile(&root, "f", 0o644).unwrap();
+    c.write(&f, 0, &[1u8; 100], 2).unwrap();
+    for stable in [0, 2] {
+        *racer.armed.lock().unwrap() = Some(rpcrdma_apps::nfs::export::split_fh(&f).unwrap().1);
+        let w = c.write(&f, 0, &[2u8; 10], stable).unwrap();
+        let seen = racer.seen.lock().unwrap().take().expect("the other write happened");
+        let pre = w.wcc.0.expect("pre-operation attributes");
+        assert_eq!(
+            (pre.size, pre.mtime),
+            (seen.size, (seen.mtime.secs, seen.mtime.nsecs)),
+            "stable {stable}: the pre-operation attributes are not the ones the write started from"
         );
     }
 }

@@ -712,7 +712,17 @@ impl Shared {
 
     /// WRITE `data` at `offset` of `fh`: blocks allocated and the size set
     /// under the namespace lock, the data copied under the file's lock only.
-    fn write_at(&self, fh: &FileHandle, offset: u64, data: &[u8], ext: &mut Vec<Extent>) -> FsResult<u32> {
+    /// `pre` gets the file's attributes read under the same hold of the
+    /// namespace lock as the change (the WRITE's pre-operation attributes,
+    /// issue 21 item 8).
+    fn write_at(
+        &self,
+        fh: &FileHandle,
+        offset: u64,
+        data: &[u8],
+        ext: &mut Vec<Extent>,
+        pre: &mut Option<Attr>,
+    ) -> FsResult<u32> {
         loop {
             let mut fs = self.write_fs()?;
             let slot = self.resolve(&fs, fh)?;
@@ -732,6 +742,7 @@ impl Shared {
                 }
                 Err(std::sync::TryLockError::Poisoned(_)) => return Err(FsError::ServerFault),
             };
+            *pre = Some(fs.node(slot)?.attr(slot));
             let n = fs.write_plan(slot, offset, data.len(), ext)?;
             let base = fs.arena.base();
             drop(fs);
@@ -750,7 +761,8 @@ impl Shared {
         }
     }
 
-    fn do_io(&self, io: &IoDesc) -> IoDone {
+    /// Run `io`; a write leaves its pre-operation attributes in `pre`.
+    fn do_io(&self, io: &IoDesc, pre: &mut Option<Attr>) -> IoDone {
         let mut done = IoDone {
             tag: io.tag,
             ..IoDone::default()
@@ -782,7 +794,8 @@ impl Shared {
             IoOp::Write(_) => {
                 // SAFETY: as for a read; a write only reads the buffer.
                 let data = unsafe { std::slice::from_raw_parts(ptr as *const u8, len) };
-                done.result = EXTENTS.with_borrow_mut(|ext| self.write_at(&io.fh, io.offset, data, ext));
+                *pre = None;
+                done.result = EXTENTS.with_borrow_mut(|ext| self.write_at(&io.fh, io.offset, data, ext, pre));
                 if done.result.is_ok() {
                     done.committed = Stable::FileSync;
                 }
@@ -1585,6 +1598,7 @@ impl Backend for MemBackend {
             core,
             depth: self.queue_depth as usize,
             done: VecDeque::with_capacity(self.queue_depth as usize),
+            write_pre: None,
         }))
     }
 }
@@ -1596,6 +1610,8 @@ pub struct MemChannel {
     core: usize,
     depth: usize,
     done: VecDeque<IoDone>,
+    /// The last write's pre-operation attributes ([`IoChannel::take_write_pre`]).
+    write_pre: Option<Attr>,
 }
 
 impl fmt::Debug for MemChannel {
@@ -1616,7 +1632,7 @@ impl IoChannel for MemChannel {
         if self.done.len() >= self.depth {
             return Err(FsError::Jukebox);
         }
-        let done = self.shared.do_io(&io);
+        let done = self.shared.do_io(&io, &mut self.write_pre);
         self.done.push_back(done);
         Ok(())
     }
@@ -1636,7 +1652,11 @@ impl IoChannel for MemChannel {
     /// Runs on the channel's core. With completions still queued it declines,
     /// so that completions are reaped in submission order.
     unsafe fn io_now(&mut self, io: &IoDesc) -> Option<IoDone> {
-        self.done.is_empty().then(|| self.shared.do_io(io))
+        self.done.is_empty().then(|| self.shared.do_io(io, &mut self.write_pre))
+    }
+
+    fn take_write_pre(&mut self) -> Option<Attr> {
+        self.write_pre.take()
     }
 }
 

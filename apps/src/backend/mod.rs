@@ -739,6 +739,12 @@ pub trait IoChannel: fmt::Debug {
     unsafe fn io_now(&mut self, _io: &IoDesc) -> Option<IoDone> {
         None
     }
+    /// The attributes the last write on this channel started from, read
+    /// with the change (a WRITE's pre-operation attributes, RFC 1813
+    /// s3.3.7), once. Default: none (the caller read them just before).
+    fn take_write_pre(&mut self) -> Option<Attr> {
+        None
+    }
 }
 
 /// Read into `buf` at `offset` and wait (polling) for the completion.

@@ -652,7 +652,12 @@ fn write(
     // Resuming this Call after its deferred write (or flush): its result,
     // and the attributes from before it.
     let resumed = st.deferred.resumed_for(c.token);
-    let pre = match resumed.map(|r| r.pre) {
+    // The pre-operation attributes: on `uring` one `fstat` of the open
+    // descriptor just before the write is submitted (an io_uring write
+    // returns no attributes, so another writer may land in between); a
+    // channel that reads them with the change (`mem`, under its lock) gives
+    // those instead, after the write (issue 21 item 8).
+    let mut pre = match resumed.map(|r| r.pre) {
         Some(a) => a,
         None => attr_now(sh, st, &o)?,
     };
@@ -752,6 +757,11 @@ fn write(
             other => other,
         }
     };
+    if resumed.is_none() {
+        if let Some(a) = st.channels[bi].take_write_pre() {
+            pre = a;
+        }
+    }
     // A stable WRITE that failed may have failed in its flush, which can
     // lose earlier UNSTABLE data of the file: a new verifier.
     if res.is_err() && want != Stable::Unstable {
