@@ -39,8 +39,8 @@ use nfs_common::*;
 use proto::nfs3::{FILE_SYNC, UNSTABLE};
 use proto::ulb::{Nfs3Binding, UpperLayerBinding};
 use rpcrdma_apps::backend::{
-    Attr, Backend, CreateHow, DirEntry, FileHandle, FsResult, FsStat, IoChannel, IoDesc, IoDone, NodeKind, Owner,
-    SetAttr, Stable,
+    Attr, Backend, CreateHow, DirEntry, FileHandle, FsResult, FsStat, IoChannel, IoDesc, IoDone, NodeKind, OpenedFile,
+    Owner, SetAttr, Stable,
 };
 use rpcrdma_apps::nfs::{NfsService, NfsShared};
 
@@ -85,11 +85,16 @@ struct HoldFlush {
     /// Say metadata calls block (as `uring` does), and make `sync_meta`
     /// wait for `release` too (a slow directory fsync).
     slow_meta: bool,
+    /// Say metadata calls block, and make opening a file for a channel's
+    /// I/O wait for `release` too (a slow `open_by_handle_at`), where it
+    /// happens: on the pool ([`Backend::open_for_io`]) or in the channel.
+    slow_open: bool,
 }
 
 #[derive(Debug)]
 struct HoldChannel {
     inner: Box<dyn IoChannel>,
+    slow_open: bool,
     release: Arc<AtomicBool>,
     weak_writes: bool,
     flushes: HashSet<u64>,
@@ -98,8 +103,20 @@ struct HoldChannel {
 
 const HOLD_AT_MOST: Duration = Duration::from_secs(3);
 
+/// Wait until `release` is set or [`HOLD_AT_MOST`] has passed.
+fn hold(release: &AtomicBool) {
+    let t0 = Instant::now();
+    while !release.load(Ordering::Acquire) && t0.elapsed() < HOLD_AT_MOST {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
 impl IoChannel for HoldChannel {
     unsafe fn submit(&mut self, io: IoDesc) -> FsResult<()> {
+        if self.slow_open && self.inner.needs_open(&io.fh) {
+            // The channel opens the file here, on the core: slowly.
+            hold(&self.release);
+        }
         if io.op.is_flush() {
             self.flushes.insert(io.tag);
         }
@@ -139,6 +156,12 @@ impl IoChannel for HoldChannel {
     fn completes_later(&self) -> bool {
         true
     }
+    fn needs_open(&mut self, fh: &FileHandle) -> bool {
+        self.inner.needs_open(fh)
+    }
+    fn adopt(&mut self, fh: &FileHandle, file: OpenedFile) {
+        self.inner.adopt(fh, file)
+    }
 }
 
 impl Backend for HoldFlush {
@@ -150,7 +173,13 @@ impl Backend for HoldFlush {
         self.inner.sync_all()
     }
     fn metadata_blocks(&self) -> bool {
-        self.slow_meta
+        self.slow_meta || self.slow_open
+    }
+    fn open_for_io(&self, fh: &FileHandle) -> FsResult<Option<OpenedFile>> {
+        if self.slow_open {
+            hold(&self.release);
+        }
+        self.inner.open_for_io(fh)
     }
     fn sync_meta(&self, fh: &FileHandle) -> FsResult<()> {
         self.syncs.fetch_add(1, Ordering::Relaxed);
@@ -163,6 +192,7 @@ impl Backend for HoldFlush {
     fn open_channel(&self, core: usize) -> FsResult<Box<dyn IoChannel>> {
         Ok(Box::new(HoldChannel {
             inner: self.inner.open_channel(core)?,
+            slow_open: self.slow_open,
             release: self.release.clone(),
             weak_writes: self.weak_writes,
             flushes: HashSet::new(),
@@ -176,6 +206,10 @@ fn hold_store(weak_writes: bool) -> (Store, Arc<HoldFlush>) {
 }
 
 fn hold_store_with(weak_writes: bool, slow_meta: bool) -> (Store, Arc<HoldFlush>) {
+    hold_store_full(weak_writes, slow_meta, false)
+}
+
+fn hold_store_full(weak_writes: bool, slow_meta: bool, slow_open: bool) -> (Store, Arc<HoldFlush>) {
     let s = store(Kind::Uring, "b0");
     let h = Arc::new(HoldFlush {
         inner: s.backend.clone(),
@@ -183,6 +217,7 @@ fn hold_store_with(weak_writes: bool, slow_meta: bool) -> (Store, Arc<HoldFlush>
         weak_writes,
         syncs: Arc::new(AtomicU64::new(0)),
         slow_meta,
+        slow_open,
     });
     (s, h)
 }
@@ -490,6 +525,77 @@ fn nfs_safety_slow_namespace_fsync_runs_off_the_core() {
     assert_eq!(st.offloaded, 1, "the CREATE ran on the helper pool: {st:?}");
     assert_eq!(st.nfs[8], 1);
     assert!(d.lookup(&root, b"new").is_ok());
+}
+
+/// The first READ of a file on a core opens it (`open_by_handle_at` on
+/// `uring`): on the helper pool, with the READ deferred meanwhile, so the
+/// core answers another client's READ of a file it has open while that open
+/// is slow (issue 21 item 5). Before, the channel opened the file on the
+/// core, and the other READ waited behind it (here 3 s).
+#[test]
+fn nfs_safety_first_open_of_a_file_runs_off_the_core() {
+    let (_s, h) = hold_store_full(false, false, true);
+    let release = h.release.clone();
+    let sh = export_shared(h, true);
+    release.store(true, Ordering::Release);
+    let fh = file_with_data(&sh);
+    let mut d = root_direct(&sh);
+    let (root, _) = d.mnt("/export").expect("MNT");
+    let (other, _) = d.mkfile(&root, "other", 0o644).expect("CREATE");
+    d.write(&other, 0, &pattern(8, 4096), UNSTABLE).expect("WRITE");
+    let mut r = Rig::new(&sh, "open");
+    // B's file is open on the core already: its first READ, let through.
+    let warm = nfs_call(0x600, READ, |e| {
+        e.opaque(&other).u64(0).u32(4096);
+    });
+    let cw = submit(&mut r.b, &warm, READ);
+    let t0 = Instant::now();
+    loop {
+        r.turn();
+        if let Some(d) = r.b.poll_completion() {
+            assert_eq!((d.id, d.outcome), (cw, CallOutcome::Reply));
+            assert_eq!(reply_status(&mut r.b, cw), 0, "first READ of B's file");
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(30), "no reply");
+    }
+    release.store(false, Ordering::Release);
+
+    let read_a = nfs_call(0x700, READ, |e| {
+        e.opaque(&fh).u64(0).u32(4096);
+    });
+    let read_b = nfs_call(0x701, READ, |e| {
+        e.opaque(&other).u64(0).u32(4096);
+    });
+    let t0 = Instant::now();
+    let ca = submit(&mut r.a, &read_a, READ);
+    for _ in 0..50 {
+        r.turn();
+    }
+    let cb = submit(&mut r.b, &read_b, READ);
+    let (mut a_at, mut b_at) = (None, None);
+    while a_at.is_none() || b_at.is_none() {
+        r.turn();
+        if let Some(d) = r.b.poll_completion() {
+            assert_eq!((d.id, d.outcome), (cb, CallOutcome::Reply));
+            assert_eq!(reply_status(&mut r.b, cb), 0, "B's READ");
+            b_at = Some(t0.elapsed());
+            release.store(true, Ordering::Release);
+        }
+        if let Some(d) = r.a.poll_completion() {
+            assert_eq!((d.id, d.outcome), (ca, CallOutcome::Reply));
+            assert_eq!(reply_status(&mut r.a, ca), 0, "A's READ");
+            a_at = Some(t0.elapsed());
+        }
+        assert!(t0.elapsed() < Duration::from_secs(30), "no replies");
+    }
+    let (a_at, b_at) = (a_at.unwrap(), b_at.unwrap());
+    assert!(
+        b_at < a_at && b_at < Duration::from_secs(1),
+        "B's READ was answered while A's file was being opened: B at {b_at:?}, A at {a_at:?}"
+    );
+    let st = r.srv.service().stats();
+    assert_eq!(st.offloaded_opens, 2, "both first READs opened their file on the pool: {st:?}");
 }
 
 /// `mem`: a big WRITE to one file does not park READs of another file on

@@ -598,6 +598,13 @@ pub trait Backend: Send + Sync + fmt::Debug {
     fn commit(&self, fh: &FileHandle) -> FsResult<()>;
     /// Flush everything (clean shutdown).
     fn sync_all(&self) -> FsResult<()>;
+    /// Open `fh` for a channel's I/O, on a helper thread rather than on the
+    /// core, when the channel says it would otherwise open it itself
+    /// ([`IoChannel::needs_open`]); the core gives the result to its
+    /// channel ([`IoChannel::adopt`]). Default: nothing to open.
+    fn open_for_io(&self, _fh: &FileHandle) -> FsResult<Option<OpenedFile>> {
+        Ok(None)
+    }
     /// Open this core's data channel. Called once per core at start-up.
     fn open_channel(&self, core: usize) -> FsResult<Box<dyn IoChannel>>;
 }
@@ -744,6 +751,27 @@ pub trait IoChannel: fmt::Debug {
     /// s3.3.7), once. Default: none (the caller read them just before).
     fn take_write_pre(&mut self) -> Option<Attr> {
         None
+    }
+    /// Whether I/O on `fh` would first open it here, with system calls that
+    /// may wait for a disk (`open_by_handle_at` on `uring`): the NFS layer
+    /// then opens it on a helper thread first ([`Backend::open_for_io`]).
+    /// Default: no.
+    fn needs_open(&mut self, _fh: &FileHandle) -> bool {
+        false
+    }
+    /// Take a file [`Backend::open_for_io`] opened for this channel.
+    /// Default: drop it.
+    fn adopt(&mut self, _fh: &FileHandle, _file: OpenedFile) {}
+}
+
+/// A file a backend opened off the core for a channel
+/// ([`Backend::open_for_io`]); only that backend's channels know what is
+/// inside.
+pub struct OpenedFile(pub Box<dyn std::any::Any + Send>);
+
+impl fmt::Debug for OpenedFile {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("OpenedFile")
     }
 }
 

@@ -73,7 +73,7 @@ mod sync;
 
 use super::{
     Attr, Backend, CreateHow, DirChange, DirChanged, DirEntry, DirPre, FileHandle, FileType, FsError, FsResult, FsStat, IoChannel, IoDesc, IoDone,
-    IoOp, NodeKind, Owner, SetAttr, SetTime, Stable, Time, NAME_MAX_BYTES, PATH_MAX_BYTES,
+    IoOp, NodeKind, OpenedFile, Owner, SetAttr, SetTime, Stable, Time, NAME_MAX_BYTES, PATH_MAX_BYTES,
 };
 
 /// Alignment of offset, length and buffer for `O_DIRECT` I/O.
@@ -503,6 +503,24 @@ impl Shared {
             return Err(FsError::Stale);
         }
         Ok((fd, st))
+    }
+
+    /// Open a regular file for a channel's I/O: read-write, or read-only
+    /// when it cannot be written (read-only file system, immutable, a
+    /// running executable). Returns the descriptor and whether it is
+    /// read-only.
+    fn open_for_io(&self, fh: &FileHandle) -> FsResult<(OwnedFd, bool)> {
+        let (_, st) = self.open_path(fh)?;
+        match ftype_of(st.st_mode) {
+            FileType::Regular => {}
+            FileType::Directory => return Err(FsError::IsDir),
+            _ => return Err(FsError::Inval),
+        }
+        match self.open_fh(fh, libc::O_RDWR) {
+            Ok((fd, _)) => Ok((fd, false)),
+            Err(FsError::Rofs | FsError::Perm | FsError::Acces | FsError::Io) => Ok((self.open_fh(fh, libc::O_RDONLY)?.0, true)),
+            Err(e) => Err(e),
+        }
     }
 
     fn open_path(&self, fh: &FileHandle) -> FsResult<(OwnedFd, libc::stat)> {
@@ -1352,6 +1370,23 @@ impl Backend for UringBackend {
         cvt(unsafe { libc::syncfs(self.shared.root_fd.as_raw_fd()) }).map(drop)
     }
 
+    /// `open_by_handle_at` (and the `O_DIRECT` descriptor when the backend
+    /// uses one), on the helper thread that calls this (issue 21 item 5).
+    fn open_for_io(&self, fh: &FileHandle) -> FsResult<Option<OpenedFile>> {
+        let (fd, read_only) = self.shared.open_for_io(fh)?;
+        let direct = if self.o_direct {
+            let access = if read_only { libc::O_RDONLY } else { libc::O_RDWR };
+            match self.shared.open_fh(fh, access | libc::O_DIRECT) {
+                Ok((d, _)) => Direct::Open(d),
+                Err(FsError::Inval) => Direct::Unsupported,
+                Err(e) => return Err(e),
+            }
+        } else {
+            Direct::Unknown
+        };
+        Ok(Some(OpenedFile(Box::new(Opened { fd, read_only, direct }))))
+    }
+
     fn open_channel(&self, core: usize) -> FsResult<Box<dyn IoChannel>> {
         Ok(Box::new(self.open_uring_channel(core)?))
     }
@@ -1379,6 +1414,14 @@ enum Direct {
     Unknown,
     Open(OwnedFd),
     Unsupported,
+}
+
+/// What [`UringBackend::open_for_io`] opened, for [`UringChannel::adopt`].
+#[derive(Debug)]
+struct Opened {
+    fd: OwnedFd,
+    read_only: bool,
+    direct: Direct,
 }
 
 #[derive(Debug)]
@@ -1488,21 +1531,22 @@ impl UringChannel {
     fn entry(&mut self, fh: &FileHandle) -> FsResult<&mut CachedFd> {
         self.tick += 1;
         if !self.cache.contains_key(fh) {
-            let (_, st) = self.shared.open_path(fh)?;
-            match ftype_of(st.st_mode) {
-                FileType::Regular => {}
-                FileType::Directory => return Err(FsError::IsDir),
-                _ => return Err(FsError::Inval),
-            }
-            // A file that cannot be opened for writing (read-only file
-            // system, immutable, a running executable) still reads.
-            let (fd, read_only) = match self.shared.open_fh(fh, libc::O_RDWR) {
-                Ok((fd, _)) => (fd, false),
-                Err(FsError::Rofs | FsError::Perm | FsError::Acces | FsError::Io) => {
-                    (self.shared.open_fh(fh, libc::O_RDONLY)?.0, true)
-                }
-                Err(e) => return Err(e),
-            };
+            let (fd, read_only) = self.shared.open_for_io(fh)?;
+            self.insert(fh, fd, read_only, Direct::Unknown);
+        }
+        let tick = self.tick;
+        let e = self.cache.get_mut(fh).ok_or(FsError::ServerFault)?;
+        if e.stale {
+            return Err(FsError::Stale);
+        }
+        e.last_use = tick;
+        Ok(e)
+    }
+
+    /// Cache a descriptor opened for `fh` (the least recently used idle
+    /// entry makes room).
+    fn insert(&mut self, fh: &FileHandle, fd: OwnedFd, read_only: bool, direct: Direct) {
+        {
             self.stats.fd_opens += 1;
             if self.cache.len() >= URING_FD_CACHE_ENTRIES {
                 let victim = self
@@ -1520,20 +1564,13 @@ impl UringChannel {
                 CachedFd {
                     fd,
                     read_only,
-                    direct: Direct::Unknown,
+                    direct,
                     users: 0,
                     last_use: 0,
                     stale: false,
                 },
             );
         }
-        let tick = self.tick;
-        let e = self.cache.get_mut(fh).ok_or(FsError::ServerFault)?;
-        if e.stale {
-            return Err(FsError::Stale);
-        }
-        e.last_use = tick;
-        Ok(e)
     }
 
     /// The descriptor for the slot's next transfer (`O_DIRECT` when allowed
@@ -1916,6 +1953,19 @@ impl IoChannel for UringChannel {
     /// Device or kernel I/O: yes.
     fn completes_later(&self) -> bool {
         true
+    }
+
+    fn needs_open(&mut self, fh: &FileHandle) -> bool {
+        !self.cache.contains_key(fh)
+    }
+
+    fn adopt(&mut self, fh: &FileHandle, file: OpenedFile) {
+        if let Ok(o) = file.0.downcast::<Opened>() {
+            if !self.cache.contains_key(fh) {
+                let Opened { fd, read_only, direct } = *o;
+                self.insert(fh, fd, read_only, direct);
+            }
+        }
     }
 
     /// An `fstat` of the cached descriptor: no handle to open, no lookup.

@@ -462,6 +462,31 @@ fn readlink(sh: &NfsShared, c: &Call<'_>, reply: &mut ReplyBuilder<'_>, base: us
 
 /// READ: into the engine's registered data buffer when there is one (the
 /// DDP-eligible item, RFC 8267), else into the head after the results.
+/// The first READ, WRITE or COMMIT of a file on this core, on a backend
+/// whose opens may wait for a disk (`uring`'s `open_by_handle_at`): the
+/// file is opened on the helper pool with the Call deferred meanwhile, and
+/// the Call runs again here once the channel has it (issue 21 item 5).
+/// Returns whether the Call was deferred so. A Call that cannot be
+/// deferred (TCP) opens the file on the core, as before.
+fn open_off_core(sh: &NfsShared, st: &mut CoreState, c: &Call<'_>, o: &Obj, reply: &mut ReplyBuilder<'_>) -> bool {
+    let Some(token) = c.token else {
+        return false;
+    };
+    let bi = sh.exports[o.ex].backend;
+    if st.offload.was_opened(c.token)
+        || !st.deferred.has_room()
+        || !sh.backends[bi].1.metadata_blocks()
+        || !st.channels.get_mut(bi).is_some_and(|ch| ch.needs_open(&o.fh))
+        || !sh.helpers().is_running()
+    {
+        return false;
+    }
+    st.offload.submit_open(sh, token, bi, o.fh);
+    st.deferred.submit_to_pool(token, reply);
+    st.stats.offloaded_opens += 1;
+    true
+}
+
 fn read(
     sh: &NfsShared,
     st: &mut CoreState,
@@ -475,6 +500,9 @@ fn read(
     // Resuming this Call after its deferred read: its result, and the
     // attributes it was checked against (one backend call fewer).
     let resumed = st.deferred.resumed_for(c.token);
+    if resumed.is_none() && open_off_core(sh, st, c, &o, reply) {
+        return Ok(0);
+    }
     let pre = match resumed.map(|r| r.pre) {
         Some(a) => a,
         None => attr_now(sh, st, &o)?,
@@ -652,6 +680,9 @@ fn write(
     // Resuming this Call after its deferred write (or flush): its result,
     // and the attributes from before it.
     let resumed = st.deferred.resumed_for(c.token);
+    if resumed.is_none() && open_off_core(sh, st, c, &o, reply) {
+        return Ok(0);
+    }
     // The pre-operation attributes: on `uring` one `fstat` of the open
     // descriptor just before the write is submitted (an io_uring write
     // returns no attributes, so another writer may land in between); a
@@ -800,6 +831,9 @@ fn commit(
     let o = resolve(sh, c, args.file)?;
     let id = fsid(sh, &o);
     let resumed = st.deferred.resumed_for(c.token);
+    if resumed.is_none() && open_off_core(sh, st, c, &o, reply) {
+        return Ok(0);
+    }
     let pre = match resumed.map(|r| r.pre) {
         Some(a) => a,
         None => attr_now(sh, st, &o)?,

@@ -18,13 +18,18 @@
 //! while it is on the pool, so a retransmit that comes meanwhile is dropped;
 //! the entry is completed when the Call is resumed (or cancelled).
 //!
-//! Not offloaded: NULL, READ, WRITE and COMMIT (their data goes through the
-//! core's channel, deferred), MOUNT, Calls that may not be deferred (TCP),
-//! and GETATTR of a file the core's channel has open, answered from that
-//! descriptor ([`IoChannel::getattr_cached`]).
+//! MOUNT's MNT runs here too (it looks its path up in the backend). READ,
+//! WRITE and COMMIT are not offloaded (their data goes through the core's
+//! channel, deferred), but the first one of a file the core's channel has
+//! not open yet is: the pool opens the file ([`Backend::open_for_io`]), the
+//! core adopts it ([`IoChannel::adopt`]) and runs the Call itself. Not
+//! offloaded: NULL, the other MOUNT procedures, Calls that may not be
+//! deferred (TCP), and GETATTR of a file the core's channel has open,
+//! answered from that descriptor ([`IoChannel::getattr_cached`]).
 //!
 //! [`Backend::metadata_blocks`]: crate::backend::Backend::metadata_blocks
 //! [`IoChannel::getattr_cached`]: crate::backend::IoChannel::getattr_cached
+//! [`IoChannel::adopt`]: crate::backend::IoChannel::adopt
 
 use std::collections::VecDeque;
 use std::net::IpAddr;
@@ -38,6 +43,7 @@ use proto::rpc::CallHeader;
 use proto::xdr::Reader;
 
 use super::defer::Deferred;
+use crate::backend::{Backend, FileHandle, FsResult, OpenedFile};
 use super::export::split_fh;
 use super::{credential, nfs3, Call, CoreState, Fail, NfsShared, NfsStats, REPLY_HEADER_BYTES};
 
@@ -54,6 +60,10 @@ pub(crate) struct Finished {
     /// DDP-eligible items (offset from the head's start, length): READLINK's
     /// path.
     items: Vec<(usize, usize)>,
+    /// An open for the core's channel ([`CoreOffload::submit_open`]): the
+    /// backend's index, the handle and what was opened. The Call then runs
+    /// on the core, not from `bytes`.
+    pub opened: Option<(usize, FileHandle, FsResult<Option<OpenedFile>>)>,
 }
 
 /// Where one core's finished jobs wait for it. Helpers push, the core
@@ -66,14 +76,27 @@ pub(crate) struct Outbox {
 }
 
 struct Job {
-    shared: Arc<NfsShared>,
     outbox: Arc<Outbox>,
     token: DeferToken,
-    /// The Call: its RPC header, then its arguments.
-    msg: Vec<u8>,
-    peer: Option<IpAddr>,
-    /// The reply head's capacity on the core (READDIR fills up to it).
-    head_cap: usize,
+    work: Work,
+}
+
+enum Work {
+    /// Run the Call's procedure.
+    Call {
+        shared: Arc<NfsShared>,
+        /// The Call: its RPC header, then its arguments.
+        msg: Vec<u8>,
+        peer: Option<IpAddr>,
+        /// The reply head's capacity on the core (READDIR fills up to it).
+        head_cap: usize,
+    },
+    /// Open a file for the core's channel of backend `index`.
+    Open {
+        backend: Arc<dyn Backend>,
+        index: usize,
+        fh: FileHandle,
+    },
 }
 
 struct Inner {
@@ -177,30 +200,55 @@ fn helper(inner: &Inner) {
             }
         };
         let outbox = job.outbox.clone();
-        let f = run(job, &mut st);
+        let f = match job.work {
+            Work::Call {
+                shared,
+                msg,
+                peer,
+                head_cap,
+            } => run(&shared, job.token, &msg, peer, head_cap, &mut st),
+            Work::Open { backend, index, fh } => Finished {
+                token: job.token,
+                res: Ok(0),
+                bytes: Vec::new(),
+                items: Vec::new(),
+                opened: Some((index, fh, backend.open_for_io(&fh))),
+            },
+        };
         let mut done = lock(&outbox.done);
         done.push(f);
         outbox.count.store(done.len(), Ordering::Release);
     }
 }
 
-/// Run one job's procedure as the core would.
-fn run(job: Job, st: &mut CoreState) -> Finished {
-    let mut head = vec![0u8; job.head_cap];
+/// Run one job's procedure (NFS, or MOUNT) as the core would.
+fn run(
+    shared: &Arc<NfsShared>,
+    token: DeferToken,
+    msg: &[u8],
+    peer: Option<IpAddr>,
+    head_cap: usize,
+    st: &mut CoreState,
+) -> Finished {
+    let mut head = vec![0u8; head_cap];
     let (res, items) = {
         let mut rb = ReplyBuilder::new(&mut head, None);
-        let res = match CallHeader::decode(&job.msg) {
+        let res = match CallHeader::decode(msg) {
             Ok((hdr, at)) => match credential(&hdr) {
                 Ok(cred) => {
                     let c = Call {
                         proc_: hdr.proc_,
                         cred,
-                        peer: job.peer,
-                        args: job.msg.get(at..).unwrap_or(&[]),
+                        peer,
+                        args: msg.get(at..).unwrap_or(&[]),
                         tail: None,
                         token: None,
                     };
-                    nfs3::call(&job.shared, st, &c, &mut rb, REPLY_HEADER_BYTES)
+                    if hdr.prog == p::MOUNT_PROGRAM {
+                        super::mount::call(shared, &c, &mut rb, REPLY_HEADER_BYTES)
+                    } else {
+                        nfs3::call(shared, st, &c, &mut rb, REPLY_HEADER_BYTES)
+                    }
                 }
                 Err(why) => Err(Fail::Auth(why)),
             },
@@ -225,10 +273,11 @@ fn run(job: Job, st: &mut CoreState) -> Finished {
         Err(_) => Vec::new(),
     };
     Finished {
-        token: job.token,
+        token,
         res,
         bytes,
         items,
+        opened: None,
     }
 }
 
@@ -242,13 +291,24 @@ pub(crate) struct CoreOffload {
     drc_slots: Vec<(DeferToken, u32)>,
     /// The results of the Call being resumed.
     pub resuming: Option<Finished>,
+    /// The Call being resumed after an open on the pool.
+    pub opened_for: Option<DeferToken>,
 }
 
 /// Whether the Call `c` runs on the helper pool: a metadata procedure on a
 /// backend whose metadata calls may block, that the engine lets this core
 /// defer. Decided from the first handle of the arguments (every procedure
 /// offloaded starts with one; RENAME and LINK must stay in one export).
-pub(crate) fn wanted(sh: &NfsShared, st: &mut CoreState, c: &Call<'_>) -> bool {
+pub(crate) fn wanted(sh: &NfsShared, st: &mut CoreState, prog: u32, c: &Call<'_>) -> bool {
+    if prog == p::MOUNT_PROGRAM {
+        // MNT looks the path up in the backend; the other MOUNT procedures
+        // touch only the gateway's own tables.
+        return c.proc_ == p::MOUNTPROC3_MNT
+            && c.token.is_some()
+            && st.deferred.has_room()
+            && sh.backends.iter().any(|(_, b)| b.metadata_blocks())
+            && sh.helpers().is_running();
+    }
     let metadata = matches!(
         c.proc_,
         p::NFSPROC3_GETATTR..=p::NFSPROC3_READLINK | p::NFSPROC3_CREATE..=p::NFSPROC3_PATHCONF
@@ -306,13 +366,38 @@ impl CoreOffload {
             self.drc_slots.push((token, s));
         }
         shared.helpers().push(Job {
-            shared: shared.clone(),
             outbox: self.outbox.clone(),
             token,
-            msg,
-            peer,
-            head_cap,
+            work: Work::Call {
+                shared: shared.clone(),
+                msg,
+                peer,
+                head_cap,
+            },
         });
+    }
+
+    /// Open `fh` on the pool for this core's channel of backend `index`
+    /// (its first I/O of the file), under `token`. The caller defers the
+    /// reply; when the Call resumes, the core adopts the file
+    /// ([`CoreOffload::take_opened`]) and runs the procedure itself.
+    pub fn submit_open(&mut self, sh: &NfsShared, token: DeferToken, index: usize, fh: FileHandle) {
+        sh.helpers().push(Job {
+            outbox: self.outbox.clone(),
+            token,
+            work: Work::Open {
+                backend: sh.backends[index].1.clone(),
+                index,
+                fh,
+            },
+        });
+    }
+
+    /// Whether the Call with `token` already had its file opened on the
+    /// pool (it resumes now): it does not go back for another open, also
+    /// when that open failed (the channel then meets the error itself).
+    pub fn was_opened(&mut self, token: Option<DeferToken>) -> bool {
+        token.is_some() && self.opened_for == token
     }
 
     /// Take the pool's finished jobs and mark their Calls ready.
