@@ -19,6 +19,13 @@
 //!   fsync the double holds back runs on the helper pool (`offloaded`), and
 //!   the core answers another client's READ meanwhile. Before, the CREATE
 //!   and its fsync ran on the core.
+//! - `nfs_safety_first_open_of_a_file_runs_off_the_core`: the first READ
+//!   of a file on a core, whose open the double makes slow, opens it on the
+//!   helper pool (`offloaded_opens`), and the core answers another client's
+//!   READ meanwhile. Before, the channel opened the file on the core.
+//! - `nfs_safety_mnt_lookups_run_off_the_core`: MOUNT's MNT of a
+//!   subdirectory, whose lookup the double makes slow, runs on the pool,
+//!   and the core answers a READ meanwhile.
 //! - `nfs_safety_sync_export_flushes_every_namespace_change`: on a `sync`
 //!   export (the default) every namespace procedure and SETATTR asks the
 //!   backend to flush the directories and inodes it changed before
@@ -596,6 +603,107 @@ fn nfs_safety_first_open_of_a_file_runs_off_the_core() {
     );
     let st = r.srv.service().stats();
     assert_eq!(st.offloaded_opens, 2, "both first READs opened their file on the pool: {st:?}");
+}
+
+/// A backend whose lookups wait for `release` (or 3 s) and whose metadata
+/// calls block (as `uring`'s).
+#[derive(Debug)]
+struct SlowLookup {
+    inner: Arc<dyn Backend>,
+    release: Arc<AtomicBool>,
+}
+
+impl Backend for SlowLookup {
+    forward_backend_plain!();
+    fn getattr(&self, fh: &FileHandle) -> FsResult<Attr> {
+        self.inner.getattr(fh)
+    }
+    fn lookup(&self, dir: &FileHandle, name: &[u8]) -> FsResult<(FileHandle, Attr)> {
+        hold(&self.release);
+        self.inner.lookup(dir, name)
+    }
+    fn metadata_blocks(&self) -> bool {
+        true
+    }
+    fn commit(&self, fh: &FileHandle) -> FsResult<()> {
+        self.inner.commit(fh)
+    }
+    fn sync_all(&self) -> FsResult<()> {
+        self.inner.sync_all()
+    }
+    fn open_channel(&self, core: usize) -> FsResult<Box<dyn IoChannel>> {
+        self.inner.open_channel(core)
+    }
+}
+
+/// MOUNT's MNT of a directory below an export looks its path up in the
+/// backend: on the helper pool, so the core answers another client's READ
+/// while that lookup is slow (issue 21 item 5). Before, MNT ran on the core
+/// and the READ waited behind it (here 3 s).
+#[test]
+fn nfs_safety_mnt_lookups_run_off_the_core() {
+    let s = store(Kind::Uring, "b0");
+    let release = Arc::new(AtomicBool::new(true));
+    let b = Arc::new(SlowLookup {
+        inner: s.backend.clone(),
+        release: release.clone(),
+    });
+    let sh = export_shared(b, true);
+    let fh = file_with_data(&sh);
+    let mut d = root_direct(&sh);
+    let (root, _) = d.mnt("/export").expect("MNT");
+    d.mkdir(&root, "sub", 0o755).expect("MKDIR");
+    let mut r = Rig::new(&sh, "mnt");
+    let read = nfs_call(0x800, READ, |e| {
+        e.opaque(&fh).u64(0).u32(4096);
+    });
+    // B's file open on the core first.
+    let cw = submit(&mut r.b, &read, READ);
+    let t0 = Instant::now();
+    loop {
+        r.turn();
+        if let Some(d) = r.b.poll_completion() {
+            assert_eq!((d.id, d.outcome), (cw, CallOutcome::Reply));
+            assert_eq!(reply_status(&mut r.b, cw), 0, "first READ");
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(30), "no reply");
+    }
+    release.store(false, Ordering::Release);
+    let mut e = call_header(0x801, MOUNT, 3, 1, &Auth::root());
+    e.opaque(b"/export/sub");
+    let mnt = e.b;
+    let read = nfs_call(0x802, READ, |e| {
+        e.opaque(&fh).u64(0).u32(4096);
+    });
+    let t0 = Instant::now();
+    let ca = submit(&mut r.a, &mnt, 1);
+    for _ in 0..50 {
+        r.turn();
+    }
+    let cb = submit(&mut r.b, &read, READ);
+    let (mut a_at, mut b_at) = (None, None);
+    while a_at.is_none() || b_at.is_none() {
+        r.turn();
+        if let Some(d) = r.b.poll_completion() {
+            assert_eq!((d.id, d.outcome), (cb, CallOutcome::Reply));
+            assert_eq!(reply_status(&mut r.b, cb), 0, "READ");
+            b_at = Some(t0.elapsed());
+            release.store(true, Ordering::Release);
+        }
+        if let Some(d) = r.a.poll_completion() {
+            assert_eq!((d.id, d.outcome), (ca, CallOutcome::Reply));
+            assert_eq!(reply_status(&mut r.a, ca), 0, "MNT3_OK");
+            a_at = Some(t0.elapsed());
+        }
+        assert!(t0.elapsed() < Duration::from_secs(30), "no replies");
+    }
+    let (a_at, b_at) = (a_at.unwrap(), b_at.unwrap());
+    assert!(
+        b_at < a_at && b_at < Duration::from_secs(1),
+        "the READ was answered while the MNT's lookup was slow: READ at {b_at:?}, MNT at {a_at:?}"
+    );
+    assert_eq!(r.srv.service().stats().offloaded, 1, "the MNT ran on the pool");
 }
 
 /// `mem`: a big WRITE to one file does not park READs of another file on

@@ -770,6 +770,9 @@ impl Racer {
 
 impl Backend for Racer {
     forward_backend_plain!();
+    fn lookup(&self, dir: &FileHandle, name: &[u8]) -> FsResult<(FileHandle, Attr)> {
+        self.inner.lookup(dir, name)
+    }
     fn getattr(&self, fh: &FileHandle) -> FsResult<Attr> {
         let a = self.inner.getattr(fh);
         if self.take(fh) {

@@ -467,15 +467,18 @@ macro_rules! forward_backend_namespace {
         ) -> FsResult<rpcrdma_apps::backend::DirChanged> {
             self.inner.change_checked(dir, change, check)
         }
+        fn lookup(&self, dir: &FileHandle, name: &[u8]) -> FsResult<(FileHandle, Attr)> {
+            self.inner.lookup(dir, name)
+        }
         forward_backend_plain!();
     };
 }
 #[allow(unused_imports)]
 pub(crate) use forward_backend_namespace;
 
-/// [`forward_backend_namespace`] without the calls that read attributes
-/// (`getattr`, `setattr_checked`, `change_checked`): for wrappers that
-/// change those.
+/// [`forward_backend_namespace`] without the calls that read attributes or
+/// look names up (`getattr`, `setattr_checked`, `change_checked`,
+/// `lookup`): for wrappers that change those.
 #[allow(unused_macros)]
 macro_rules! forward_backend_plain {
     () => {
@@ -490,9 +493,6 @@ macro_rules! forward_backend_plain {
         }
         fn features(&self) -> rpcrdma_apps::backend::Features {
             self.inner.features()
-        }
-        fn lookup(&self, dir: &FileHandle, name: &[u8]) -> FsResult<(FileHandle, Attr)> {
-            self.inner.lookup(dir, name)
         }
         fn readlink(&self, fh: &FileHandle, out: &mut [u8]) -> FsResult<usize> {
             self.inner.readlink(fh, out)
