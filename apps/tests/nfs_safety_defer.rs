@@ -602,7 +602,10 @@ fn nfs_safety_first_open_of_a_file_runs_off_the_core() {
         "B's READ was answered while A's file was being opened: B at {b_at:?}, A at {a_at:?}"
     );
     let st = r.srv.service().stats();
-    assert_eq!(st.offloaded_opens, 2, "both first READs opened their file on the pool: {st:?}");
+    assert_eq!(
+        st.offloaded_opens, 2,
+        "both first READs opened their file on the pool: {st:?}"
+    );
 }
 
 /// A backend whose lookups wait for `release` (or 3 s) and whose metadata

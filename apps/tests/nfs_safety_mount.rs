@@ -903,6 +903,10 @@ fn nfs_safety_mem_setattr_reads_checks_and_changes_atomically() {
     flipper.join().unwrap();
 }
 
+/// A procedure returning its status and the pre-operation attributes in
+/// question.
+type WccOp<'a> = dyn FnMut(&mut Client<Direct>) -> (u32, Option<WccAttr>) + 'a;
+
 /// The namespace procedures' pre-operation attributes (`wcc_data` before,
 /// RFC 1813 s2.6) are those of the directory the change started from: when
 /// another client changes the directory after a separate read and before the
@@ -933,7 +937,7 @@ fn nfs_safety_namespace_pre_op_attributes_are_the_ones_the_change_starts_from() 
         // Arm `dir`, run `op` (which returns the status and the
         // pre-operation attributes in question) and compare them with the
         // directory as the other change left it.
-        let mut round = |what: &str, dir: &[u8], op: &mut dyn FnMut(&mut Client<Direct>) -> (u32, Option<WccAttr>)| {
+        let mut round = |what: &str, dir: &[u8], op: &mut WccOp<'_>| {
             *racer.armed.lock().unwrap() = Some(raw(dir));
             let (st, pre) = op(&mut c);
             assert_eq!(st, 0, "{kind:?} {what}");

@@ -47,8 +47,8 @@ use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use super::creds::{self, kill_setid};
 use super::{
-    Attr, Backend, CreateHow, DirChange, DirChanged, DirEntry, DirPre, FileHandle, FileType, FsError, FsResult, FsStat, IoChannel, IoDesc, IoDone,
-    IoOp, NodeKind, Owner, SetAttr, SetTime, Stable, Time, NAME_MAX_BYTES, PATH_MAX_BYTES,
+    Attr, Backend, CreateHow, DirChange, DirChanged, DirEntry, DirPre, FileHandle, FileType, FsError, FsResult, FsStat,
+    IoChannel, IoDesc, IoDone, IoOp, NodeKind, Owner, SetAttr, SetTime, Stable, Time, NAME_MAX_BYTES, PATH_MAX_BYTES,
 };
 
 /// Size of one arena block.
@@ -1078,7 +1078,14 @@ impl fmt::Debug for MemBackend {
 /// calls and [`Backend::change_checked`] (which checks and changes under one
 /// hold of the lock).
 impl MemBackend {
-    fn create_in(&self, fs: &mut Fs, d: u32, name: &[u8], how: CreateHow, owner: Owner) -> FsResult<(FileHandle, Attr)> {
+    fn create_in(
+        &self,
+        fs: &mut Fs,
+        d: u32,
+        name: &[u8],
+        how: CreateHow,
+        owner: Owner,
+    ) -> FsResult<(FileHandle, Attr)> {
         let existing = fs.dir_of(d)?.get(name);
         check_new_name(name)?;
         if let Some(slot) = existing {
@@ -1094,11 +1101,11 @@ impl MemBackend {
                             ..set
                         },
                     )?;
-                    return self.shared.found(&fs, slot);
+                    return self.shared.found(fs, slot);
                 }
                 CreateHow::Exclusive(v) => {
                     if matches!(node.body, Body::File { verifier: Some(old), .. } if old == v) {
-                        return self.shared.found(&fs, slot);
+                        return self.shared.found(fs, slot);
                     }
                     return Err(FsError::Exist);
                 }
@@ -1128,7 +1135,7 @@ impl MemBackend {
                 return Err(e);
             }
         }
-        self.shared.found(&fs, slot)
+        self.shared.found(fs, slot)
     }
 
     fn mkdir_in(&self, fs: &mut Fs, d: u32, name: &[u8], set: &SetAttr, owner: Owner) -> FsResult<(FileHandle, Attr)> {
@@ -1144,7 +1151,7 @@ impl MemBackend {
         node.nlink = 2;
         let slot = fs.add_node(d, name, node)?;
         fs.apply_set(slot, &SetAttr { mode: None, ..*set })?;
-        self.shared.found(&fs, slot)
+        self.shared.found(fs, slot)
     }
 
     fn symlink_in(
@@ -1177,7 +1184,7 @@ impl MemBackend {
                 ..*set
             },
         )?;
-        self.shared.found(&fs, slot)
+        self.shared.found(fs, slot)
     }
 
     fn mknod_in(
@@ -1210,7 +1217,7 @@ impl MemBackend {
                 ..*set
             },
         )?;
-        self.shared.found(&fs, slot)
+        self.shared.found(fs, slot)
     }
 
     fn remove_in(&self, fs: &mut Fs, d: u32, name: &[u8]) -> FsResult<()> {

@@ -321,17 +321,45 @@ pub enum NodeKind {
 /// s3.3.8-15), in the directory the call names.
 #[derive(Clone, Copy, Debug)]
 pub enum DirChange<'a> {
-    Create { name: &'a [u8], how: CreateHow },
-    Mkdir { name: &'a [u8], set: &'a SetAttr },
-    Symlink { name: &'a [u8], target: &'a [u8], set: &'a SetAttr },
-    Mknod { name: &'a [u8], kind: NodeKind, set: &'a SetAttr },
-    Remove { name: &'a [u8] },
-    Rmdir { name: &'a [u8] },
+    Create {
+        name: &'a [u8],
+        how: CreateHow,
+    },
+    Mkdir {
+        name: &'a [u8],
+        set: &'a SetAttr,
+    },
+    Symlink {
+        name: &'a [u8],
+        target: &'a [u8],
+        set: &'a SetAttr,
+    },
+    Mknod {
+        name: &'a [u8],
+        kind: NodeKind,
+        set: &'a SetAttr,
+    },
+    Remove {
+        name: &'a [u8],
+    },
+    Rmdir {
+        name: &'a [u8],
+    },
     /// `name` in the directory becomes `to` in `to_dir`.
-    Rename { name: &'a [u8], to_dir: &'a FileHandle, to: &'a [u8] },
+    Rename {
+        name: &'a [u8],
+        to_dir: &'a FileHandle,
+        to: &'a [u8],
+    },
     /// `file` gets the name `name` in the directory.
-    Link { file: &'a FileHandle, name: &'a [u8] },
+    Link {
+        file: &'a FileHandle,
+        name: &'a [u8],
+    },
 }
+
+/// A lookup of a name in a directory, as [`Backend::lookup`].
+pub type LookupFn<'a> = &'a dyn Fn(&FileHandle, &[u8]) -> FsResult<(FileHandle, Attr)>;
 
 /// What the check of [`Backend::change_checked`] sees: the attributes the
 /// change starts from, and lookups as the change will see them.
@@ -341,7 +369,7 @@ pub struct DirPre<'a> {
     pub to_dir: Option<Attr>,
     /// Look a name up in a directory (under the same hold of the lock as
     /// the change, on `mem`).
-    pub lookup: &'a dyn Fn(&FileHandle, &[u8]) -> FsResult<(FileHandle, Attr)>,
+    pub lookup: LookupFn<'a>,
 }
 
 impl fmt::Debug for DirPre<'_> {

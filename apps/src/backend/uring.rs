@@ -72,8 +72,9 @@ use super::personality::Personalities;
 mod sync;
 
 use super::{
-    Attr, Backend, CreateHow, DirChange, DirChanged, DirEntry, DirPre, FileHandle, FileType, FsError, FsResult, FsStat, IoChannel, IoDesc, IoDone,
-    IoOp, NodeKind, OpenedFile, Owner, SetAttr, SetTime, Stable, Time, NAME_MAX_BYTES, PATH_MAX_BYTES,
+    Attr, Backend, CreateHow, DirChange, DirChanged, DirEntry, DirPre, FileHandle, FileType, FsError, FsResult, FsStat,
+    IoChannel, IoDesc, IoDone, IoOp, NodeKind, OpenedFile, Owner, SetAttr, SetTime, Stable, Time, NAME_MAX_BYTES,
+    PATH_MAX_BYTES,
 };
 
 /// Alignment of offset, length and buffer for `O_DIRECT` I/O.
@@ -518,7 +519,9 @@ impl Shared {
         }
         match self.open_fh(fh, libc::O_RDWR) {
             Ok((fd, _)) => Ok((fd, false)),
-            Err(FsError::Rofs | FsError::Perm | FsError::Acces | FsError::Io) => Ok((self.open_fh(fh, libc::O_RDONLY)?.0, true)),
+            Err(FsError::Rofs | FsError::Perm | FsError::Acces | FsError::Io) => {
+                Ok((self.open_fh(fh, libc::O_RDONLY)?.0, true))
+            }
             Err(e) => Err(e),
         }
     }
@@ -820,7 +823,7 @@ impl UringBackend {
         let _acting = Acting::caller()?;
         let c = c_new_name(name)?;
         let set = match how {
-            CreateHow::Exclusive(v) => return self.create_exclusive(&d, &c, v, owner),
+            CreateHow::Exclusive(v) => return self.create_exclusive(d, &c, v, owner),
             CreateHow::Unchecked(set) | CreateHow::Guarded(set) => set,
         };
         let mode = set.mode.unwrap_or(0o644);
@@ -842,7 +845,7 @@ impl UringBackend {
                     }
                 }
                 self.shared.finish_new(
-                    &d,
+                    d,
                     &c,
                     owner,
                     &SetAttr {
@@ -885,7 +888,7 @@ impl UringBackend {
         // SAFETY: `c` is NUL-terminated.
         cvt(unsafe { libc::mkdirat(d.as_raw_fd(), c.as_ptr(), (mode & 0o777) as libc::mode_t) })?;
         self.shared.finish_new(
-            &d,
+            d,
             &c,
             owner,
             &SetAttr {
@@ -917,7 +920,7 @@ impl UringBackend {
         // SAFETY: both strings are NUL-terminated.
         cvt(unsafe { libc::symlinkat(t.as_ptr(), d.as_raw_fd(), c.as_ptr()) })?;
         self.shared
-            .finish_new(&d, &c, owner, &SetAttr { mode: None, ..*set }, false)
+            .finish_new(d, &c, owner, &SetAttr { mode: None, ..*set }, false)
     }
 
     fn mknod_in(
@@ -941,7 +944,7 @@ impl UringBackend {
         // SAFETY: `c` is NUL-terminated.
         cvt(unsafe { libc::mknodat(d.as_raw_fd(), c.as_ptr(), fmt | (mode & 0o777), dev) })?;
         self.shared.finish_new(
-            &d,
+            d,
             &c,
             owner,
             &SetAttr {

@@ -21,8 +21,8 @@ use super::xdr::*;
 use super::{Call, CoreState, Fail, NfsShared};
 use crate::backend::creds;
 use crate::backend::{
-    Attr, Backend, CreateHow, DirChange, DirEntry, DirPre, FileHandle, FileType, FsError, FsResult, IoDesc, IoDone, IoOp, NodeKind,
-    SetAttr, SetTime, Stable, FH_MAX_BYTES, NAME_MAX_BYTES, PATH_MAX_BYTES,
+    Attr, Backend, CreateHow, DirChange, DirEntry, DirPre, FileHandle, FileType, FsError, FsResult, IoDesc, IoDone,
+    IoOp, NodeKind, SetAttr, SetTime, Stable, FH_MAX_BYTES, NAME_MAX_BYTES, PATH_MAX_BYTES,
 };
 use proto::rpc::AuthStat;
 
@@ -1054,7 +1054,11 @@ fn remove(sh: &NfsShared, c: &Call<'_>, reply: &mut ReplyBuilder<'_>, base: usiz
     };
     let done = b.change_checked(&o.fh, change, &mut check)?;
     let res = done.res.and_then(|_| commit_meta(sh, &o, &[&o.fh]));
-    let post = if done.refused { Some(done.pre) } else { b.getattr(&o.fh).ok() };
+    let post = if done.refused {
+        Some(done.pre)
+    } else {
+        b.getattr(&o.fh).ok()
+    };
     let mut w = out(reply, base);
     w.put_u32(res.err().unwrap_or(NFS3_OK))?;
     put_wcc(&mut w, Some(&done.pre), post.as_ref(), id)?;
@@ -1174,7 +1178,11 @@ fn link(sh: &NfsShared, c: &Call<'_>, reply: &mut ReplyBuilder<'_>, base: usize)
     let done = b.change_checked(&dir.fh, change, &mut check)?;
     let res = done.res.and_then(|_| commit_meta(sh, &dir, &[&file.fh, &dir.fh]));
     let post_file = b.getattr(&file.fh).ok();
-    let post = if done.refused { Some(done.pre) } else { b.getattr(&dir.fh).ok() };
+    let post = if done.refused {
+        Some(done.pre)
+    } else {
+        b.getattr(&dir.fh).ok()
+    };
     let mut w = out(reply, base);
     w.put_u32(res.err().unwrap_or(NFS3_OK))?;
     put_post_op_attr(&mut w, post_file.as_ref(), id)?;

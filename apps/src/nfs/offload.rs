@@ -43,9 +43,9 @@ use proto::rpc::CallHeader;
 use proto::xdr::Reader;
 
 use super::defer::Deferred;
-use crate::backend::{Backend, FileHandle, FsResult, OpenedFile};
 use super::export::split_fh;
 use super::{credential, nfs3, Call, CoreState, Fail, NfsShared, NfsStats, REPLY_HEADER_BYTES};
+use crate::backend::{Backend, FileHandle, FsResult, OpenedFile};
 
 /// Helper threads per process (started on the first offloaded Call).
 pub const HELPER_THREADS: usize = 2;
