@@ -184,7 +184,13 @@ fn reads_and_writes_on_uring_are_deferred_several_in_flight_mem_never() {
                 assert!(nfs.deferred_max >= 2, "never more than one in flight: {nfs:?}");
             }
             _ => assert_eq!(
-                (deferred, nfs.deferred_reads, nfs.deferred_writes, nfs.offloaded, nfs.offloaded_opens),
+                (
+                    deferred,
+                    nfs.deferred_reads,
+                    nfs.deferred_writes,
+                    nfs.offloaded,
+                    nfs.offloaded_opens
+                ),
                 (0, 0, 0, 0, 0)
             ),
         }
