@@ -114,8 +114,10 @@ rc=0
 wait $ps || { echo "guest: the changes on /sync failed"; rc=1; }
 wait $pa || { echo "guest: the changes on /async failed"; rc=1; }
 if [ $rc != 0 ]; then cat /tmp/target.log; exit 1; fi
+# Also to the shared directory: the console may not show it before the reset.
 echo "guest: changes acknowledged in $(awk -v t0="$t0" '{ print $1 - t0 }' /proc/uptime) s:" \
-    "$(wc -l < /host/facts-sync) facts on /sync, $(wc -l < /host/facts-async) on /async; cutting the power"
+    "$(wc -l < /host/facts-sync) facts on /sync, $(wc -l < /host/facts-async) on /async; cutting the power" |
+    tee /host/guest.log
 # The power cut: reset at once, nothing synced, nothing unmounted (QEMU runs
 # with -no-reboot, so it exits).
 echo b > /proc/sysrq-trigger

@@ -25,7 +25,7 @@
 #
 # Exits 0 on PASS, 1 on a lost acknowledged change (or a counter-check that
 # saw none), 3 when the VM could not be had (CI reports that as skipped).
-# Under software emulation (no KVM) it takes about 3 minutes.
+# Under software emulation (no KVM) the VM run takes about 3 minutes.
 # Usage: tests/crash/run.sh   Env: SOFTROCE_VM, CRASH_ASYNC, VMLAB_CACHE, VMLAB_ACCEL
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -79,6 +79,7 @@ grep -q 'vmlab-init: done' "$STAGE/vm.txt" && fail "the guest stopped before the
 # The guest's last lines may not reach the console before the reset; the
 # kernel's own message does.
 grep -q 'sysrq: Resetting' "$STAGE/vm.txt" || fail "the guest did not reach the power cut (log: $STAGE/vm.log)"
+cat "$STAGE/guest.log" 2>/dev/null || true
 
 # check E: replay E's journal and count the acknowledged facts that are not
 # on the disk; sets LOST and FACTS.
