@@ -28,6 +28,13 @@
 //!   slot is free again after it. Before, the COMPOUND's READ spun on the
 //!   core in `read_sync` until its completion came (here: until the double
 //!   let it go after 3 s), and the other READs waited behind it.
+//! - `nfs_safety_first_open_of_a_file_runs_off_the_core`: the first READ
+//!   of a file on a core, whose open the double makes slow, opens it on the
+//!   helper pool (`offloaded_opens`), and the core answers another client's
+//!   READ meanwhile. Before, the channel opened the file on the core.
+//! - `nfs_safety_mnt_lookups_run_off_the_core`: MOUNT's MNT of a
+//!   subdirectory, whose lookup the double makes slow, runs on the pool,
+//!   and the core answers a READ meanwhile.
 //! - `nfs_safety_sync_export_flushes_every_namespace_change`: on a `sync`
 //!   export (the default) every namespace procedure and SETATTR asks the
 //!   backend to flush the directories and inodes it changed before
@@ -49,8 +56,8 @@ use nfs_common::*;
 use proto::nfs3::{FILE_SYNC, UNSTABLE};
 use proto::ulb::{Nfs3Binding, UpperLayerBinding};
 use rpcrdma_apps::backend::{
-    Attr, Backend, CreateHow, DirEntry, FileHandle, FsResult, FsStat, IoChannel, IoDesc, IoDone, IoOp, NodeKind, Owner,
-    SetAttr, Stable,
+    Attr, Backend, CreateHow, DirEntry, FileHandle, FsResult, FsStat, IoChannel, IoDesc, IoDone, IoOp, NodeKind,
+    OpenedFile, Owner, SetAttr, Stable,
 };
 use rpcrdma_apps::nfs::{NfsService, NfsShared};
 
@@ -97,11 +104,16 @@ struct HoldFlush {
     slow_meta: bool,
     /// Hold the completion of reads at this offset as well (a slow read).
     slow_read_at: Option<u64>,
+    /// Say metadata calls block, and make opening a file for a channel's
+    /// I/O wait for `release` too (a slow `open_by_handle_at`), where it
+    /// happens: on the pool ([`Backend::open_for_io`]) or in the channel.
+    slow_open: bool,
 }
 
 #[derive(Debug)]
 struct HoldChannel {
     inner: Box<dyn IoChannel>,
+    slow_open: bool,
     release: Arc<AtomicBool>,
     weak_writes: bool,
     flushes: HashSet<u64>,
@@ -111,8 +123,20 @@ struct HoldChannel {
 
 const HOLD_AT_MOST: Duration = Duration::from_secs(3);
 
+/// Wait until `release` is set or [`HOLD_AT_MOST`] has passed.
+fn hold(release: &AtomicBool) {
+    let t0 = Instant::now();
+    while !release.load(Ordering::Acquire) && t0.elapsed() < HOLD_AT_MOST {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
 impl IoChannel for HoldChannel {
     unsafe fn submit(&mut self, io: IoDesc) -> FsResult<()> {
+        if self.slow_open && self.inner.needs_open(&io.fh) {
+            // The channel opens the file here, on the core: slowly.
+            hold(&self.release);
+        }
         if io.op.is_flush() || (io.op == IoOp::Read && Some(io.offset) == self.slow_read_at) {
             self.flushes.insert(io.tag);
         }
@@ -152,6 +176,12 @@ impl IoChannel for HoldChannel {
     fn completes_later(&self) -> bool {
         true
     }
+    fn needs_open(&mut self, fh: &FileHandle) -> bool {
+        self.inner.needs_open(fh)
+    }
+    fn adopt(&mut self, fh: &FileHandle, file: OpenedFile) {
+        self.inner.adopt(fh, file)
+    }
 }
 
 impl Backend for HoldFlush {
@@ -163,7 +193,13 @@ impl Backend for HoldFlush {
         self.inner.sync_all()
     }
     fn metadata_blocks(&self) -> bool {
-        self.slow_meta
+        self.slow_meta || self.slow_open
+    }
+    fn open_for_io(&self, fh: &FileHandle) -> FsResult<Option<OpenedFile>> {
+        if self.slow_open {
+            hold(&self.release);
+        }
+        self.inner.open_for_io(fh)
     }
     fn sync_meta(&self, fh: &FileHandle) -> FsResult<()> {
         self.syncs.fetch_add(1, Ordering::Relaxed);
@@ -176,6 +212,7 @@ impl Backend for HoldFlush {
     fn open_channel(&self, core: usize) -> FsResult<Box<dyn IoChannel>> {
         Ok(Box::new(HoldChannel {
             inner: self.inner.open_channel(core)?,
+            slow_open: self.slow_open,
             release: self.release.clone(),
             weak_writes: self.weak_writes,
             flushes: HashSet::new(),
@@ -190,6 +227,10 @@ fn hold_store(weak_writes: bool) -> (Store, Arc<HoldFlush>) {
 }
 
 fn hold_store_with(weak_writes: bool, slow_meta: bool) -> (Store, Arc<HoldFlush>) {
+    hold_store_full(weak_writes, slow_meta, false)
+}
+
+fn hold_store_full(weak_writes: bool, slow_meta: bool, slow_open: bool) -> (Store, Arc<HoldFlush>) {
     let s = store(Kind::Uring, "b0");
     let h = Arc::new(HoldFlush {
         inner: s.backend.clone(),
@@ -198,6 +239,7 @@ fn hold_store_with(weak_writes: bool, slow_meta: bool) -> (Store, Arc<HoldFlush>
         syncs: Arc::new(AtomicU64::new(0)),
         slow_meta,
         slow_read_at: None,
+        slow_open,
     });
     (s, h)
 }
@@ -507,6 +549,181 @@ fn nfs_safety_slow_namespace_fsync_runs_off_the_core() {
     assert!(d.lookup(&root, b"new").is_ok());
 }
 
+/// The first READ of a file on a core opens it (`open_by_handle_at` on
+/// `uring`): on the helper pool, with the READ deferred meanwhile, so the
+/// core answers another client's READ of a file it has open while that open
+/// is slow (issue 21 item 5). Before, the channel opened the file on the
+/// core, and the other READ waited behind it (here 3 s).
+#[test]
+fn nfs_safety_first_open_of_a_file_runs_off_the_core() {
+    let (_s, h) = hold_store_full(false, false, true);
+    let release = h.release.clone();
+    let sh = export_shared(h, true);
+    release.store(true, Ordering::Release);
+    let fh = file_with_data(&sh);
+    let mut d = root_direct(&sh);
+    let (root, _) = d.mnt("/export").expect("MNT");
+    let (other, _) = d.mkfile(&root, "other", 0o644).expect("CREATE");
+    d.write(&other, 0, &pattern(8, 4096), UNSTABLE).expect("WRITE");
+    let mut r = Rig::new(&sh, "open");
+    // B's file is open on the core already: its first READ, let through.
+    let warm = nfs_call(0x600, READ, |e| {
+        e.opaque(&other).u64(0).u32(4096);
+    });
+    let cw = submit(&mut r.b, &warm, READ);
+    let t0 = Instant::now();
+    loop {
+        r.turn();
+        if let Some(d) = r.b.poll_completion() {
+            assert_eq!((d.id, d.outcome), (cw, CallOutcome::Reply));
+            assert_eq!(reply_status(&mut r.b, cw), 0, "first READ of B's file");
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(30), "no reply");
+    }
+    release.store(false, Ordering::Release);
+
+    let read_a = nfs_call(0x700, READ, |e| {
+        e.opaque(&fh).u64(0).u32(4096);
+    });
+    let read_b = nfs_call(0x701, READ, |e| {
+        e.opaque(&other).u64(0).u32(4096);
+    });
+    let t0 = Instant::now();
+    let ca = submit(&mut r.a, &read_a, READ);
+    for _ in 0..50 {
+        r.turn();
+    }
+    let cb = submit(&mut r.b, &read_b, READ);
+    let (mut a_at, mut b_at) = (None, None);
+    while a_at.is_none() || b_at.is_none() {
+        r.turn();
+        if let Some(d) = r.b.poll_completion() {
+            assert_eq!((d.id, d.outcome), (cb, CallOutcome::Reply));
+            assert_eq!(reply_status(&mut r.b, cb), 0, "B's READ");
+            b_at = Some(t0.elapsed());
+            release.store(true, Ordering::Release);
+        }
+        if let Some(d) = r.a.poll_completion() {
+            assert_eq!((d.id, d.outcome), (ca, CallOutcome::Reply));
+            assert_eq!(reply_status(&mut r.a, ca), 0, "A's READ");
+            a_at = Some(t0.elapsed());
+        }
+        assert!(t0.elapsed() < Duration::from_secs(30), "no replies");
+    }
+    let (a_at, b_at) = (a_at.unwrap(), b_at.unwrap());
+    assert!(
+        b_at < a_at && b_at < Duration::from_secs(1),
+        "B's READ was answered while A's file was being opened: B at {b_at:?}, A at {a_at:?}"
+    );
+    let st = r.srv.service().stats();
+    assert_eq!(
+        st.offloaded_opens, 2,
+        "both first READs opened their file on the pool: {st:?}"
+    );
+}
+
+/// A backend whose lookups wait for `release` (or 3 s) and whose metadata
+/// calls block (as `uring`'s).
+#[derive(Debug)]
+struct SlowLookup {
+    inner: Arc<dyn Backend>,
+    release: Arc<AtomicBool>,
+}
+
+impl Backend for SlowLookup {
+    forward_backend_plain!();
+    fn getattr(&self, fh: &FileHandle) -> FsResult<Attr> {
+        self.inner.getattr(fh)
+    }
+    fn lookup(&self, dir: &FileHandle, name: &[u8]) -> FsResult<(FileHandle, Attr)> {
+        hold(&self.release);
+        self.inner.lookup(dir, name)
+    }
+    fn metadata_blocks(&self) -> bool {
+        true
+    }
+    fn commit(&self, fh: &FileHandle) -> FsResult<()> {
+        self.inner.commit(fh)
+    }
+    fn sync_all(&self) -> FsResult<()> {
+        self.inner.sync_all()
+    }
+    fn open_channel(&self, core: usize) -> FsResult<Box<dyn IoChannel>> {
+        self.inner.open_channel(core)
+    }
+}
+
+/// MOUNT's MNT of a directory below an export looks its path up in the
+/// backend: on the helper pool, so the core answers another client's READ
+/// while that lookup is slow (issue 21 item 5). Before, MNT ran on the core
+/// and the READ waited behind it (here 3 s).
+#[test]
+fn nfs_safety_mnt_lookups_run_off_the_core() {
+    let s = store(Kind::Uring, "b0");
+    let release = Arc::new(AtomicBool::new(true));
+    let b = Arc::new(SlowLookup {
+        inner: s.backend.clone(),
+        release: release.clone(),
+    });
+    let sh = export_shared(b, true);
+    let fh = file_with_data(&sh);
+    let mut d = root_direct(&sh);
+    let (root, _) = d.mnt("/export").expect("MNT");
+    d.mkdir(&root, "sub", 0o755).expect("MKDIR");
+    let mut r = Rig::new(&sh, "mnt");
+    let read = nfs_call(0x800, READ, |e| {
+        e.opaque(&fh).u64(0).u32(4096);
+    });
+    // B's file open on the core first.
+    let cw = submit(&mut r.b, &read, READ);
+    let t0 = Instant::now();
+    loop {
+        r.turn();
+        if let Some(d) = r.b.poll_completion() {
+            assert_eq!((d.id, d.outcome), (cw, CallOutcome::Reply));
+            assert_eq!(reply_status(&mut r.b, cw), 0, "first READ");
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(30), "no reply");
+    }
+    release.store(false, Ordering::Release);
+    let mut e = call_header(0x801, MOUNT, 3, 1, &Auth::root());
+    e.opaque(b"/export/sub");
+    let mnt = e.b;
+    let read = nfs_call(0x802, READ, |e| {
+        e.opaque(&fh).u64(0).u32(4096);
+    });
+    let t0 = Instant::now();
+    let ca = submit(&mut r.a, &mnt, 1);
+    for _ in 0..50 {
+        r.turn();
+    }
+    let cb = submit(&mut r.b, &read, READ);
+    let (mut a_at, mut b_at) = (None, None);
+    while a_at.is_none() || b_at.is_none() {
+        r.turn();
+        if let Some(d) = r.b.poll_completion() {
+            assert_eq!((d.id, d.outcome), (cb, CallOutcome::Reply));
+            assert_eq!(reply_status(&mut r.b, cb), 0, "READ");
+            b_at = Some(t0.elapsed());
+            release.store(true, Ordering::Release);
+        }
+        if let Some(d) = r.a.poll_completion() {
+            assert_eq!((d.id, d.outcome), (ca, CallOutcome::Reply));
+            assert_eq!(reply_status(&mut r.a, ca), 0, "MNT3_OK");
+            a_at = Some(t0.elapsed());
+        }
+        assert!(t0.elapsed() < Duration::from_secs(30), "no replies");
+    }
+    let (a_at, b_at) = (a_at.unwrap(), b_at.unwrap());
+    assert!(
+        b_at < a_at && b_at < Duration::from_secs(1),
+        "the READ was answered while the MNT's lookup was slow: READ at {b_at:?}, MNT at {a_at:?}"
+    );
+    assert_eq!(r.srv.service().stats().offloaded, 1, "the MNT ran on the pool");
+}
+
 /// `mem`: a big WRITE to one file does not park READs of another file on
 /// another thread (core) while its data is copied. A 64 MiB write is
 /// copied (tens to hundreds of milliseconds) while a reader thread reads
@@ -602,6 +819,7 @@ fn nfs4_slow_read_on_uring_is_deferred_and_other_clients_are_answered_meanwhile(
         syncs: Arc::new(AtomicU64::new(0)),
         slow_meta: false,
         slow_read_at: Some(SLOW),
+        slow_open: false,
     });
     let release = h.release.clone();
     let sh = export_shared(h, true);

@@ -722,26 +722,39 @@ fn nfs_safety_nvme_cp_onto_a_device_file_works() {
 // ---------------------------------------------------------------------------
 
 use rpcrdma_apps::backend::{
-    Attr, Backend, CreateHow, DirEntry, FileHandle, FsResult, FsStat, IoChannel, NodeKind, Owner, SetAttr, SetTime,
+    Attr, Backend, CreateHow, DirChange, DirChanged, DirEntry, DirPre, FileHandle, FsResult, FsStat, IoChannel, IoDesc,
+    IoDone, IoOp, NodeKind, Owner, SetAttr, SetTime, Stable,
 };
 
-/// `mem` with another client's change (chmod 0600) landing right after the
-/// next attribute read of the armed file is returned: the moment between a
-/// separate read and the change.
+/// A backend with another client's change (chmod 0600) landing right after
+/// the next attribute read of the armed handle is returned, or at the start
+/// of a checked change of it: the moment between a separate read and the
+/// change. `seen` keeps the attributes the other change left.
 #[derive(Debug)]
 struct Racer {
     inner: Arc<dyn Backend>,
     armed: Mutex<Option<FileHandle>>,
+    seen: Mutex<Option<Attr>>,
 }
 
 impl Racer {
+    fn new(inner: Arc<dyn Backend>) -> Racer {
+        Racer {
+            inner,
+            armed: Mutex::new(None),
+            seen: Mutex::new(None),
+        }
+    }
+
     fn other_client(&self, fh: &FileHandle) {
-        std::thread::sleep(Duration::from_millis(2)); // a later ctime
+        // A later ctime, also with the kernel's coarse clock.
+        std::thread::sleep(Duration::from_millis(12));
         let chmod = SetAttr {
             mode: Some(0o600),
             ..Default::default()
         };
         self.inner.setattr(fh, &chmod).unwrap();
+        *self.seen.lock().unwrap() = Some(self.inner.getattr(fh).unwrap());
     }
 
     fn take(&self, fh: &FileHandle) -> bool {
@@ -756,70 +769,9 @@ impl Racer {
 }
 
 impl Backend for Racer {
-    fn kind(&self) -> &'static str {
-        self.inner.kind()
-    }
-    fn root(&self) -> FileHandle {
-        self.inner.root()
-    }
-    fn setattr(&self, fh: &FileHandle, set: &SetAttr) -> FsResult<Attr> {
-        self.inner.setattr(fh, set)
-    }
-    fn features(&self) -> rpcrdma_apps::backend::Features {
-        self.inner.features()
-    }
+    forward_backend_plain!();
     fn lookup(&self, dir: &FileHandle, name: &[u8]) -> FsResult<(FileHandle, Attr)> {
         self.inner.lookup(dir, name)
-    }
-    fn readlink(&self, fh: &FileHandle, out: &mut [u8]) -> FsResult<usize> {
-        self.inner.readlink(fh, out)
-    }
-    fn create(&self, dir: &FileHandle, name: &[u8], how: CreateHow, owner: Owner) -> FsResult<(FileHandle, Attr)> {
-        self.inner.create(dir, name, how, owner)
-    }
-    fn mkdir(&self, dir: &FileHandle, name: &[u8], set: &SetAttr, owner: Owner) -> FsResult<(FileHandle, Attr)> {
-        self.inner.mkdir(dir, name, set, owner)
-    }
-    fn symlink(
-        &self,
-        dir: &FileHandle,
-        name: &[u8],
-        target: &[u8],
-        set: &SetAttr,
-        owner: Owner,
-    ) -> FsResult<(FileHandle, Attr)> {
-        self.inner.symlink(dir, name, target, set, owner)
-    }
-    fn mknod(
-        &self,
-        dir: &FileHandle,
-        name: &[u8],
-        kind: NodeKind,
-        set: &SetAttr,
-        owner: Owner,
-    ) -> FsResult<(FileHandle, Attr)> {
-        self.inner.mknod(dir, name, kind, set, owner)
-    }
-    fn remove(&self, dir: &FileHandle, name: &[u8]) -> FsResult<()> {
-        self.inner.remove(dir, name)
-    }
-    fn rmdir(&self, dir: &FileHandle, name: &[u8]) -> FsResult<()> {
-        self.inner.rmdir(dir, name)
-    }
-    fn rename(&self, from_dir: &FileHandle, from: &[u8], to_dir: &FileHandle, to: &[u8]) -> FsResult<()> {
-        self.inner.rename(from_dir, from, to_dir, to)
-    }
-    fn link(&self, fh: &FileHandle, dir: &FileHandle, name: &[u8]) -> FsResult<()> {
-        self.inner.link(fh, dir, name)
-    }
-    fn readdir(&self, dir: &FileHandle, cookie: u64, sink: &mut dyn FnMut(DirEntry<'_>) -> bool) -> FsResult<bool> {
-        self.inner.readdir(dir, cookie, sink)
-    }
-    fn cookie_verifier(&self, dir: &FileHandle) -> FsResult<u64> {
-        self.inner.cookie_verifier(dir)
-    }
-    fn fsstat(&self) -> FsResult<FsStat> {
-        self.inner.fsstat()
     }
     fn getattr(&self, fh: &FileHandle) -> FsResult<Attr> {
         let a = self.inner.getattr(fh);
@@ -841,6 +793,23 @@ impl Backend for Racer {
         }
         self.inner.setattr_checked(fh, set, check)
     }
+    fn change_checked(
+        &self,
+        dir: &FileHandle,
+        change: DirChange<'_>,
+        check: &mut dyn FnMut(&DirPre<'_>) -> Result<Owner, u32>,
+    ) -> FsResult<DirChanged> {
+        // As for SETATTR: the other change can only land before.
+        if self.take(dir) {
+            self.other_client(dir);
+        }
+        if let DirChange::Rename { to_dir, .. } = change {
+            if self.take(to_dir) {
+                self.other_client(to_dir);
+            }
+        }
+        self.inner.change_checked(dir, change, check)
+    }
     fn commit(&self, fh: &FileHandle) -> FsResult<()> {
         self.inner.commit(fh)
     }
@@ -855,10 +824,7 @@ impl Backend for Racer {
 #[test]
 fn nfs_safety_setattr_guard_is_checked_against_the_attributes_the_change_starts_from() {
     let m = store(Kind::Mem, "guard");
-    let racer = Arc::new(Racer {
-        inner: m.backend.clone(),
-        armed: Mutex::new(None),
-    });
+    let racer = Arc::new(Racer::new(m.backend.clone()));
     let s = Store {
         kind: Kind::Mem,
         backend: racer.clone(),
@@ -935,4 +901,248 @@ fn nfs_safety_mem_setattr_reads_checks_and_changes_atomically() {
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     flipper.join().unwrap();
+}
+
+/// A procedure returning its status and the pre-operation attributes in
+/// question.
+type WccOp<'a> = dyn FnMut(&mut Client<Direct>) -> (u32, Option<WccAttr>) + 'a;
+
+/// The namespace procedures' pre-operation attributes (`wcc_data` before,
+/// RFC 1813 s2.6) are those of the directory the change started from: when
+/// another client changes the directory after a separate read and before the
+/// change, the reply shows the directory with that other change (issue 21
+/// item 8). Each procedure, RENAME's both directories, on `mem` and `uring`.
+#[test]
+fn nfs_safety_namespace_pre_op_attributes_are_the_ones_the_change_starts_from() {
+    for kind in KINDS {
+        let m = store(kind, "wcc");
+        let racer = Arc::new(Racer::new(m.backend.clone()));
+        let s = Store {
+            kind,
+            backend: racer.clone(),
+            dir: None,
+        };
+        let sh = shared(&[&s], &[open_ex("/g")], 1 << 20);
+        let mut c = root_on(&sh);
+        let (root, _) = c.mnt("/g").unwrap();
+        let (d1, _) = c.mkdir(&root, "d1", 0o755).unwrap();
+        let (d2, _) = c.mkdir(&root, "d2", 0o755).unwrap();
+        let (f, _) = c.mkfile(&d1, "f", 0o644).unwrap();
+        assert_eq!(c.mkfile(&d1, "victim", 0o644).err(), None);
+        assert_eq!(c.mkdir(&d1, "gone", 0o755).err(), None);
+        assert_eq!(c.mkfile(&d1, "moving", 0o644).err(), None);
+        assert_eq!(c.mkfile(&d1, "moving2", 0o644).err(), None);
+        let raw = |fh: &[u8]| rpcrdma_apps::nfs::export::split_fh(fh).unwrap().1;
+        let mut wrong = Vec::new();
+        // Arm `dir`, run `op` (which returns the status and the
+        // pre-operation attributes in question) and compare them with the
+        // directory as the other change left it.
+        let mut round = |what: &str, dir: &[u8], op: &mut WccOp<'_>| {
+            *racer.armed.lock().unwrap() = Some(raw(dir));
+            let (st, pre) = op(&mut c);
+            assert_eq!(st, 0, "{kind:?} {what}");
+            let seen = racer.seen.lock().unwrap().take().expect("the other change happened");
+            let pre = pre.expect("pre-operation attributes");
+            let want = (
+                (seen.ctime.secs, seen.ctime.nsecs),
+                (seen.mtime.secs, seen.mtime.nsecs),
+                seen.size,
+            );
+            if (pre.ctime, pre.mtime, pre.size) != want {
+                wrong.push(format!("{kind:?} {what}"));
+            }
+        };
+        // CREATE, MKDIR, SYMLINK: status, post_op_fh3, post_op_attr, wcc_data.
+        let made = |r: Reply| {
+            let mut d = r.dec();
+            let st = d.u32();
+            if st == 0 {
+                d.post_op_fh();
+                d.post_op_attr();
+            }
+            let (pre, _) = d.wcc();
+            (st, pre)
+        };
+        round("CREATE", &d1, &mut |c| {
+            made(c.nfs(8, |e| {
+                e.dirop(&d1, b"new").u32(1).sattr(&mode_attr(0o644));
+            }))
+        });
+        round("MKDIR", &d1, &mut |c| {
+            made(c.nfs(9, |e| {
+                e.dirop(&d1, b"newdir").sattr(&mode_attr(0o755));
+            }))
+        });
+        round("SYMLINK", &d1, &mut |c| {
+            made(c.nfs(10, |e| {
+                e.dirop(&d1, b"sym").sattr(&SetAttr::default()).opaque(b"f");
+            }))
+        });
+        // REMOVE, RMDIR: status, wcc_data.
+        let wcc = |r: Reply| {
+            let mut d = r.dec();
+            let st = d.u32();
+            let (pre, _) = d.wcc();
+            (st, pre)
+        };
+        round("REMOVE", &d1, &mut |c| {
+            wcc(c.nfs(12, |e| {
+                e.dirop(&d1, b"victim");
+            }))
+        });
+        round("RMDIR", &d1, &mut |c| {
+            wcc(c.nfs(13, |e| {
+                e.dirop(&d1, b"gone");
+            }))
+        });
+        // RENAME: status, the source directory's wcc_data, the target's.
+        round("RENAME (from)", &d1, &mut |c| {
+            let r = c.nfs(14, |e| {
+                e.dirop(&d1, b"moving").dirop(&d2, b"moved");
+            });
+            let mut d = r.dec();
+            let st = d.u32();
+            let (pre, _) = d.wcc();
+            (st, pre)
+        });
+        round("RENAME (to)", &d2, &mut |c| {
+            let r = c.nfs(14, |e| {
+                e.dirop(&d1, b"moving2").dirop(&d2, b"moved2");
+            });
+            let mut d = r.dec();
+            let st = d.u32();
+            d.wcc();
+            let (pre, _) = d.wcc();
+            (st, pre)
+        });
+        // LINK: status, the file's post_op_attr, the directory's wcc_data.
+        round("LINK", &d2, &mut |c| {
+            let r = c.nfs(15, |e| {
+                e.opaque(&f).dirop(&d2, b"hard");
+            });
+            let mut d = r.dec();
+            let st = d.u32();
+            d.post_op_attr();
+            let (pre, _) = d.wcc();
+            (st, pre)
+        });
+        assert!(
+            wrong.is_empty(),
+            "pre-operation attributes not the ones the change started from: {wrong:?}"
+        );
+    }
+}
+
+/// `inner` whose channels let another client's write (4 KiB at the end of
+/// the armed file) land just before the next write of that file: the moment
+/// between a separate read of the attributes and the WRITE.
+#[derive(Debug)]
+struct WriteRacer {
+    inner: Arc<dyn Backend>,
+    armed: Arc<Mutex<Option<FileHandle>>>,
+    seen: Arc<Mutex<Option<Attr>>>,
+}
+
+impl Backend for WriteRacer {
+    forward_backend_namespace!();
+    fn commit(&self, fh: &FileHandle) -> FsResult<()> {
+        self.inner.commit(fh)
+    }
+    fn sync_all(&self) -> FsResult<()> {
+        self.inner.sync_all()
+    }
+    fn open_channel(&self, core: usize) -> FsResult<Box<dyn IoChannel>> {
+        Ok(Box::new(RacingChannel {
+            inner: self.inner.open_channel(core)?,
+            backend: self.inner.clone(),
+            armed: self.armed.clone(),
+            seen: self.seen.clone(),
+        }))
+    }
+}
+
+#[derive(Debug)]
+struct RacingChannel {
+    inner: Box<dyn IoChannel>,
+    backend: Arc<dyn Backend>,
+    armed: Arc<Mutex<Option<FileHandle>>>,
+    seen: Arc<Mutex<Option<Attr>>>,
+}
+
+impl RacingChannel {
+    fn race(&mut self, io: &IoDesc) {
+        if !matches!(io.op, IoOp::Write(_)) || self.armed.lock().unwrap().take_if(|fh| *fh == io.fh).is_none() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(2)); // a later mtime
+        let at = self.backend.getattr(&io.fh).unwrap().size;
+        let other = [7u8; 4096];
+        let w = IoDesc::write(&io.fh, at, &other, Stable::Unstable, 0).unwrap();
+        // SAFETY: `other` outlives the call, which completes at once.
+        let done = unsafe { self.inner.io_now(&w) }.expect("the other write runs now");
+        assert_eq!(done.result, Ok(4096));
+        *self.seen.lock().unwrap() = Some(self.backend.getattr(&io.fh).unwrap());
+    }
+}
+
+impl IoChannel for RacingChannel {
+    unsafe fn submit(&mut self, io: IoDesc) -> FsResult<()> {
+        self.race(&io);
+        // SAFETY: the caller's contract, passed on.
+        unsafe { self.inner.submit(io) }
+    }
+    fn poll(&mut self, out: &mut [IoDone]) -> usize {
+        self.inner.poll(out)
+    }
+    fn in_flight(&self) -> usize {
+        self.inner.in_flight()
+    }
+    fn completes_later(&self) -> bool {
+        self.inner.completes_later()
+    }
+    fn getattr_cached(&mut self, fh: &FileHandle) -> Option<FsResult<Attr>> {
+        self.inner.getattr_cached(fh)
+    }
+    unsafe fn io_now(&mut self, io: &IoDesc) -> Option<IoDone> {
+        self.race(io);
+        // SAFETY: the caller's contract, passed on.
+        unsafe { self.inner.io_now(io) }
+    }
+    fn take_write_pre(&mut self) -> Option<Attr> {
+        self.inner.take_write_pre()
+    }
+}
+
+/// WRITE's pre-operation attributes on `mem` are read with the write, under
+/// the same hold of the lock: another client's write that lands after a
+/// separate read shows in them (issue 21 item 8).
+#[test]
+fn nfs_safety_mem_write_pre_op_attributes_are_the_ones_the_write_starts_from() {
+    let m = store(Kind::Mem, "wpre");
+    let racer = Arc::new(WriteRacer {
+        inner: m.backend.clone(),
+        armed: Arc::default(),
+        seen: Arc::default(),
+    });
+    let s = Store {
+        kind: Kind::Mem,
+        backend: racer.clone(),
+        dir: None,
+    };
+    let sh = shared(&[&s], &[open_ex("/g")], 1 << 20);
+    let mut c = root_on(&sh);
+    let (root, _) = c.mnt("/g").unwrap();
+    let (f, _) = c.mkfile(&root, "f", 0o644).unwrap();
+    c.write(&f, 0, &[1u8; 100], 2).unwrap();
+    for stable in [0, 2] {
+        *racer.armed.lock().unwrap() = Some(rpcrdma_apps::nfs::export::split_fh(&f).unwrap().1);
+        let w = c.write(&f, 0, &[2u8; 10], stable).unwrap();
+        let seen = racer.seen.lock().unwrap().take().expect("the other write happened");
+        let pre = w.wcc.0.expect("pre-operation attributes");
+        assert_eq!(
+            (pre.size, pre.mtime),
+            (seen.size, (seen.mtime.secs, seen.mtime.nsecs)),
+            "stable {stable}: the pre-operation attributes are not the ones the write started from"
+        );
+    }
 }

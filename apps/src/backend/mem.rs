@@ -47,8 +47,8 @@ use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use super::creds::{self, kill_setid};
 use super::{
-    Attr, Backend, CreateHow, DirEntry, FileHandle, FileType, FsError, FsResult, FsStat, IoChannel, IoDesc, IoDone,
-    IoOp, NodeKind, Owner, SetAttr, SetTime, Stable, Time, NAME_MAX_BYTES, PATH_MAX_BYTES,
+    Attr, Backend, CreateHow, DirChange, DirChanged, DirEntry, DirPre, FileHandle, FileType, FsError, FsResult, FsStat,
+    IoChannel, IoDesc, IoDone, IoOp, NodeKind, Owner, SetAttr, SetTime, Stable, Time, NAME_MAX_BYTES, PATH_MAX_BYTES,
 };
 
 /// Size of one arena block.
@@ -712,7 +712,17 @@ impl Shared {
 
     /// WRITE `data` at `offset` of `fh`: blocks allocated and the size set
     /// under the namespace lock, the data copied under the file's lock only.
-    fn write_at(&self, fh: &FileHandle, offset: u64, data: &[u8], ext: &mut Vec<Extent>) -> FsResult<u32> {
+    /// `pre` gets the file's attributes read under the same hold of the
+    /// namespace lock as the change (the WRITE's pre-operation attributes,
+    /// issue 21 item 8).
+    fn write_at(
+        &self,
+        fh: &FileHandle,
+        offset: u64,
+        data: &[u8],
+        ext: &mut Vec<Extent>,
+        pre: &mut Option<Attr>,
+    ) -> FsResult<u32> {
         loop {
             let mut fs = self.write_fs()?;
             let slot = self.resolve(&fs, fh)?;
@@ -732,6 +742,7 @@ impl Shared {
                 }
                 Err(std::sync::TryLockError::Poisoned(_)) => return Err(FsError::ServerFault),
             };
+            *pre = Some(fs.node(slot)?.attr(slot));
             let n = fs.write_plan(slot, offset, data.len(), ext)?;
             let base = fs.arena.base();
             drop(fs);
@@ -750,7 +761,8 @@ impl Shared {
         }
     }
 
-    fn do_io(&self, io: &IoDesc) -> IoDone {
+    /// Run `io`; a write leaves its pre-operation attributes in `pre`.
+    fn do_io(&self, io: &IoDesc, pre: &mut Option<Attr>) -> IoDone {
         let mut done = IoDone {
             tag: io.tag,
             ..IoDone::default()
@@ -782,7 +794,8 @@ impl Shared {
             IoOp::Write(_) => {
                 // SAFETY: as for a read; a write only reads the buffer.
                 let data = unsafe { std::slice::from_raw_parts(ptr as *const u8, len) };
-                done.result = EXTENTS.with_borrow_mut(|ext| self.write_at(&io.fh, io.offset, data, ext));
+                *pre = None;
+                done.result = EXTENTS.with_borrow_mut(|ext| self.write_at(&io.fh, io.offset, data, ext, pre));
                 if done.result.is_ok() {
                     done.committed = Stable::FileSync;
                 }
@@ -1061,81 +1074,18 @@ impl fmt::Debug for MemBackend {
     }
 }
 
-impl Backend for MemBackend {
-    fn kind(&self) -> &'static str {
-        "mem"
-    }
-
-    fn root(&self) -> FileHandle {
-        let fs = self.shared.fs.read().unwrap_or_else(|e| e.into_inner());
-        self.shared.handle(&fs, ROOT)
-    }
-
-    /// Reads keep no access time (module docs).
-    fn reads_keep_attributes(&self) -> bool {
-        true
-    }
-
-    fn getattr(&self, fh: &FileHandle) -> FsResult<Attr> {
-        let fs = self.shared.read_fs()?;
-        let slot = self.shared.resolve(&fs, fh)?;
-        Ok(fs.node(slot)?.attr(slot))
-    }
-
-    fn setattr(&self, fh: &FileHandle, set: &SetAttr) -> FsResult<Attr> {
-        let mut fs = self.shared.write_fs()?;
-        let slot = self.shared.resolve(&fs, fh)?;
-        fs.apply_set(slot, set)?;
-        Ok(fs.node(slot)?.attr(slot))
-    }
-
-    /// The read, the checks and the change under one hold of the lock: no
-    /// other change lands between them (issue 21 item 8).
-    fn setattr_checked(
+/// The namespace changes on the locked file system, shared by the plain
+/// calls and [`Backend::change_checked`] (which checks and changes under one
+/// hold of the lock).
+impl MemBackend {
+    fn create_in(
         &self,
-        fh: &FileHandle,
-        set: &SetAttr,
-        check: &mut dyn FnMut(&Attr) -> Result<(), u32>,
-    ) -> FsResult<(Attr, Result<Attr, u32>)> {
-        let mut fs = self.shared.write_fs()?;
-        let slot = self.shared.resolve(&fs, fh)?;
-        let pre = fs.node(slot)?.attr(slot);
-        if let Err(s) = check(&pre) {
-            return Ok((pre, Err(s)));
-        }
-        let post = fs.apply_set(slot, set).and_then(|()| Ok(fs.node(slot)?.attr(slot)));
-        Ok((pre, post.map_err(|e| e.nfsstat3())))
-    }
-
-    fn lookup(&self, dir: &FileHandle, name: &[u8]) -> FsResult<(FileHandle, Attr)> {
-        let fs = self.shared.read_fs()?;
-        let d = self.shared.resolve(&fs, dir)?;
-        let entries = fs.dir_of(d)?;
-        check_name(name)?;
-        let slot = match name {
-            b"." => d,
-            b".." => entries.parent,
-            _ => entries.get(name).ok_or(FsError::NoEnt)?,
-        };
-        self.shared.found(&fs, slot)
-    }
-
-    fn readlink(&self, fh: &FileHandle, out: &mut [u8]) -> FsResult<usize> {
-        let fs = self.shared.read_fs()?;
-        let slot = self.shared.resolve(&fs, fh)?;
-        match &fs.node(slot)?.body {
-            Body::Symlink(t) => {
-                let dst = out.get_mut(..t.len()).ok_or(FsError::TooSmall)?;
-                dst.copy_from_slice(t);
-                Ok(t.len())
-            }
-            _ => Err(FsError::Inval),
-        }
-    }
-
-    fn create(&self, dir: &FileHandle, name: &[u8], how: CreateHow, owner: Owner) -> FsResult<(FileHandle, Attr)> {
-        let mut fs = self.shared.write_fs()?;
-        let d = self.shared.resolve(&fs, dir)?;
+        fs: &mut Fs,
+        d: u32,
+        name: &[u8],
+        how: CreateHow,
+        owner: Owner,
+    ) -> FsResult<(FileHandle, Attr)> {
         let existing = fs.dir_of(d)?.get(name);
         check_new_name(name)?;
         if let Some(slot) = existing {
@@ -1151,11 +1101,11 @@ impl Backend for MemBackend {
                             ..set
                         },
                     )?;
-                    return self.shared.found(&fs, slot);
+                    return self.shared.found(fs, slot);
                 }
                 CreateHow::Exclusive(v) => {
                     if matches!(node.body, Body::File { verifier: Some(old), .. } if old == v) {
-                        return self.shared.found(&fs, slot);
+                        return self.shared.found(fs, slot);
                     }
                     return Err(FsError::Exist);
                 }
@@ -1185,12 +1135,10 @@ impl Backend for MemBackend {
                 return Err(e);
             }
         }
-        self.shared.found(&fs, slot)
+        self.shared.found(fs, slot)
     }
 
-    fn mkdir(&self, dir: &FileHandle, name: &[u8], set: &SetAttr, owner: Owner) -> FsResult<(FileHandle, Attr)> {
-        let mut fs = self.shared.write_fs()?;
-        let d = self.shared.resolve(&fs, dir)?;
+    fn mkdir_in(&self, fs: &mut Fs, d: u32, name: &[u8], set: &SetAttr, owner: Owner) -> FsResult<(FileHandle, Attr)> {
         let existing = fs.dir_of(d)?.get(name);
         check_new_name(name)?;
         if existing.is_some() {
@@ -1203,19 +1151,18 @@ impl Backend for MemBackend {
         node.nlink = 2;
         let slot = fs.add_node(d, name, node)?;
         fs.apply_set(slot, &SetAttr { mode: None, ..*set })?;
-        self.shared.found(&fs, slot)
+        self.shared.found(fs, slot)
     }
 
-    fn symlink(
+    fn symlink_in(
         &self,
-        dir: &FileHandle,
+        fs: &mut Fs,
+        d: u32,
         name: &[u8],
         target: &[u8],
         set: &SetAttr,
         owner: Owner,
     ) -> FsResult<(FileHandle, Attr)> {
-        let mut fs = self.shared.write_fs()?;
-        let d = self.shared.resolve(&fs, dir)?;
         let existing = fs.dir_of(d)?.get(name);
         check_new_name(name)?;
         if target.is_empty() || target.contains(&0) {
@@ -1237,19 +1184,18 @@ impl Backend for MemBackend {
                 ..*set
             },
         )?;
-        self.shared.found(&fs, slot)
+        self.shared.found(fs, slot)
     }
 
-    fn mknod(
+    fn mknod_in(
         &self,
-        dir: &FileHandle,
+        fs: &mut Fs,
+        d: u32,
         name: &[u8],
         kind: NodeKind,
         set: &SetAttr,
         owner: Owner,
     ) -> FsResult<(FileHandle, Attr)> {
-        let mut fs = self.shared.write_fs()?;
-        let d = self.shared.resolve(&fs, dir)?;
         let existing = fs.dir_of(d)?.get(name);
         check_new_name(name)?;
         if existing.is_some() {
@@ -1271,12 +1217,10 @@ impl Backend for MemBackend {
                 ..*set
             },
         )?;
-        self.shared.found(&fs, slot)
+        self.shared.found(fs, slot)
     }
 
-    fn remove(&self, dir: &FileHandle, name: &[u8]) -> FsResult<()> {
-        let mut fs = self.shared.write_fs()?;
-        let d = self.shared.resolve(&fs, dir)?;
+    fn remove_in(&self, fs: &mut Fs, d: u32, name: &[u8]) -> FsResult<()> {
         let existing = fs.dir_of(d)?.get(name);
         check_old_name(name)?;
         let slot = existing.ok_or(FsError::NoEnt)?;
@@ -1289,9 +1233,7 @@ impl Backend for MemBackend {
         fs.unlink_node(slot)
     }
 
-    fn rmdir(&self, dir: &FileHandle, name: &[u8]) -> FsResult<()> {
-        let mut fs = self.shared.write_fs()?;
-        let d = self.shared.resolve(&fs, dir)?;
+    fn rmdir_in(&self, fs: &mut Fs, d: u32, name: &[u8]) -> FsResult<()> {
         let existing = fs.dir_of(d)?.get(name);
         check_name(name)?;
         match name {
@@ -1311,10 +1253,7 @@ impl Backend for MemBackend {
         Ok(())
     }
 
-    fn rename(&self, from_dir: &FileHandle, from: &[u8], to_dir: &FileHandle, to: &[u8]) -> FsResult<()> {
-        let mut fs = self.shared.write_fs()?;
-        let fd = self.shared.resolve(&fs, from_dir)?;
-        let td = self.shared.resolve(&fs, to_dir)?;
+    fn rename_in(&self, fs: &mut Fs, fd: u32, from: &[u8], td: u32, to: &[u8]) -> FsResult<()> {
         let src = fs.dir_of(fd)?.get(from);
         let dst = fs.dir_of(td)?.get(to);
         check_old_name(from)?;
@@ -1364,10 +1303,7 @@ impl Backend for MemBackend {
         Ok(())
     }
 
-    fn link(&self, fh: &FileHandle, dir: &FileHandle, name: &[u8]) -> FsResult<()> {
-        let mut fs = self.shared.write_fs()?;
-        let slot = self.shared.resolve(&fs, fh)?;
-        let d = self.shared.resolve(&fs, dir)?;
+    fn link_in(&self, fs: &mut Fs, slot: u32, d: u32, name: &[u8]) -> FsResult<()> {
         let existing = fs.dir_of(d)?.get(name);
         check_new_name(name)?;
         let node = fs.node(slot)?;
@@ -1393,6 +1329,211 @@ impl Backend for MemBackend {
         parent.touch_dir();
         parent.dir_mut()?.insert(name, slot);
         Ok(())
+    }
+
+    /// `name` in directory slot `d`, as [`Backend::lookup`].
+    fn lookup_in(&self, fs: &Fs, d: u32, name: &[u8]) -> FsResult<(FileHandle, Attr)> {
+        let entries = fs.dir_of(d)?;
+        check_name(name)?;
+        let slot = match name {
+            b"." => d,
+            b".." => entries.parent,
+            _ => entries.get(name).ok_or(FsError::NoEnt)?,
+        };
+        self.shared.found(fs, slot)
+    }
+}
+
+impl Backend for MemBackend {
+    fn kind(&self) -> &'static str {
+        "mem"
+    }
+
+    fn root(&self) -> FileHandle {
+        let fs = self.shared.fs.read().unwrap_or_else(|e| e.into_inner());
+        self.shared.handle(&fs, ROOT)
+    }
+
+    /// Reads keep no access time (module docs).
+    fn reads_keep_attributes(&self) -> bool {
+        true
+    }
+
+    fn getattr(&self, fh: &FileHandle) -> FsResult<Attr> {
+        let fs = self.shared.read_fs()?;
+        let slot = self.shared.resolve(&fs, fh)?;
+        Ok(fs.node(slot)?.attr(slot))
+    }
+
+    fn setattr(&self, fh: &FileHandle, set: &SetAttr) -> FsResult<Attr> {
+        let mut fs = self.shared.write_fs()?;
+        let slot = self.shared.resolve(&fs, fh)?;
+        fs.apply_set(slot, set)?;
+        Ok(fs.node(slot)?.attr(slot))
+    }
+
+    /// The read, the checks and the change under one hold of the lock: no
+    /// other change lands between them (issue 21 item 8).
+    fn setattr_checked(
+        &self,
+        fh: &FileHandle,
+        set: &SetAttr,
+        check: &mut dyn FnMut(&Attr) -> Result<(), u32>,
+    ) -> FsResult<(Attr, Result<Attr, u32>)> {
+        let mut fs = self.shared.write_fs()?;
+        let slot = self.shared.resolve(&fs, fh)?;
+        let pre = fs.node(slot)?.attr(slot);
+        if let Err(s) = check(&pre) {
+            return Ok((pre, Err(s)));
+        }
+        let post = fs.apply_set(slot, set).and_then(|()| Ok(fs.node(slot)?.attr(slot)));
+        Ok((pre, post.map_err(|e| e.nfsstat3())))
+    }
+
+    fn lookup(&self, dir: &FileHandle, name: &[u8]) -> FsResult<(FileHandle, Attr)> {
+        let fs = self.shared.read_fs()?;
+        let d = self.shared.resolve(&fs, dir)?;
+        self.lookup_in(&fs, d, name)
+    }
+
+    /// Read, check and change under one hold of the lock (issue 21 item 8).
+    fn change_checked(
+        &self,
+        dir: &FileHandle,
+        change: DirChange<'_>,
+        check: &mut dyn FnMut(&DirPre<'_>) -> Result<Owner, u32>,
+    ) -> FsResult<DirChanged> {
+        let mut fs = self.shared.write_fs()?;
+        let d = self.shared.resolve(&fs, dir)?;
+        let pre = fs.node(d)?.attr(d);
+        let (td, pre_to) = match change {
+            DirChange::Rename { to_dir, .. } => {
+                let td = self.shared.resolve(&fs, to_dir)?;
+                (td, Some(fs.node(td)?.attr(td)))
+            }
+            _ => (d, None),
+        };
+        let checked = {
+            let locked: &Fs = &fs;
+            let lookup = |dh: &FileHandle, name: &[u8]| -> FsResult<(FileHandle, Attr)> {
+                let slot = self.shared.resolve(locked, dh)?;
+                self.lookup_in(locked, slot, name)
+            };
+            check(&DirPre {
+                dir: pre,
+                to_dir: pre_to,
+                lookup: &lookup,
+            })
+        };
+        let owner = match checked {
+            Ok(owner) => owner,
+            Err(s) => {
+                return Ok(DirChanged {
+                    pre,
+                    pre_to,
+                    res: Err(s),
+                    refused: true,
+                })
+            }
+        };
+        let fs = &mut *fs;
+        let res = match change {
+            DirChange::Create { name, how } => self.create_in(fs, d, name, how, owner).map(Some),
+            DirChange::Mkdir { name, set } => self.mkdir_in(fs, d, name, set, owner).map(Some),
+            DirChange::Symlink { name, target, set } => self.symlink_in(fs, d, name, target, set, owner).map(Some),
+            DirChange::Mknod { name, kind, set } => self.mknod_in(fs, d, name, kind, set, owner).map(Some),
+            DirChange::Remove { name } => self.remove_in(fs, d, name).map(|()| None),
+            DirChange::Rmdir { name } => self.rmdir_in(fs, d, name).map(|()| None),
+            DirChange::Rename { name, to, .. } => self.rename_in(fs, d, name, td, to).map(|()| None),
+            DirChange::Link { file, name } => self
+                .shared
+                .resolve(fs, file)
+                .and_then(|slot| self.link_in(fs, slot, d, name))
+                .map(|()| None),
+        };
+        Ok(DirChanged {
+            pre,
+            pre_to,
+            res: res.map_err(|e| e.nfsstat3()),
+            refused: false,
+        })
+    }
+
+    fn readlink(&self, fh: &FileHandle, out: &mut [u8]) -> FsResult<usize> {
+        let fs = self.shared.read_fs()?;
+        let slot = self.shared.resolve(&fs, fh)?;
+        match &fs.node(slot)?.body {
+            Body::Symlink(t) => {
+                let dst = out.get_mut(..t.len()).ok_or(FsError::TooSmall)?;
+                dst.copy_from_slice(t);
+                Ok(t.len())
+            }
+            _ => Err(FsError::Inval),
+        }
+    }
+
+    fn create(&self, dir: &FileHandle, name: &[u8], how: CreateHow, owner: Owner) -> FsResult<(FileHandle, Attr)> {
+        let mut fs = self.shared.write_fs()?;
+        let d = self.shared.resolve(&fs, dir)?;
+        self.create_in(&mut fs, d, name, how, owner)
+    }
+
+    fn mkdir(&self, dir: &FileHandle, name: &[u8], set: &SetAttr, owner: Owner) -> FsResult<(FileHandle, Attr)> {
+        let mut fs = self.shared.write_fs()?;
+        let d = self.shared.resolve(&fs, dir)?;
+        self.mkdir_in(&mut fs, d, name, set, owner)
+    }
+
+    fn symlink(
+        &self,
+        dir: &FileHandle,
+        name: &[u8],
+        target: &[u8],
+        set: &SetAttr,
+        owner: Owner,
+    ) -> FsResult<(FileHandle, Attr)> {
+        let mut fs = self.shared.write_fs()?;
+        let d = self.shared.resolve(&fs, dir)?;
+        self.symlink_in(&mut fs, d, name, target, set, owner)
+    }
+
+    fn mknod(
+        &self,
+        dir: &FileHandle,
+        name: &[u8],
+        kind: NodeKind,
+        set: &SetAttr,
+        owner: Owner,
+    ) -> FsResult<(FileHandle, Attr)> {
+        let mut fs = self.shared.write_fs()?;
+        let d = self.shared.resolve(&fs, dir)?;
+        self.mknod_in(&mut fs, d, name, kind, set, owner)
+    }
+
+    fn remove(&self, dir: &FileHandle, name: &[u8]) -> FsResult<()> {
+        let mut fs = self.shared.write_fs()?;
+        let d = self.shared.resolve(&fs, dir)?;
+        self.remove_in(&mut fs, d, name)
+    }
+
+    fn rmdir(&self, dir: &FileHandle, name: &[u8]) -> FsResult<()> {
+        let mut fs = self.shared.write_fs()?;
+        let d = self.shared.resolve(&fs, dir)?;
+        self.rmdir_in(&mut fs, d, name)
+    }
+
+    fn rename(&self, from_dir: &FileHandle, from: &[u8], to_dir: &FileHandle, to: &[u8]) -> FsResult<()> {
+        let mut fs = self.shared.write_fs()?;
+        let fd = self.shared.resolve(&fs, from_dir)?;
+        let td = self.shared.resolve(&fs, to_dir)?;
+        self.rename_in(&mut fs, fd, from, td, to)
+    }
+
+    fn link(&self, fh: &FileHandle, dir: &FileHandle, name: &[u8]) -> FsResult<()> {
+        let mut fs = self.shared.write_fs()?;
+        let slot = self.shared.resolve(&fs, fh)?;
+        let d = self.shared.resolve(&fs, dir)?;
+        self.link_in(&mut fs, slot, d, name)
     }
 
     fn readdir(&self, dir: &FileHandle, cookie: u64, sink: &mut dyn FnMut(DirEntry<'_>) -> bool) -> FsResult<bool> {
@@ -1464,6 +1605,7 @@ impl Backend for MemBackend {
             core,
             depth: self.queue_depth as usize,
             done: VecDeque::with_capacity(self.queue_depth as usize),
+            write_pre: None,
         }))
     }
 
@@ -1494,7 +1636,7 @@ impl Backend for MemBackend {
         let mut at = offset;
         while at < end {
             let n = (end - at).min(zeros.len() as u64) as usize;
-            EXTENTS.with_borrow_mut(|ext| self.shared.write_at(fh, at, &zeros[..n], ext))?;
+            EXTENTS.with_borrow_mut(|ext| self.shared.write_at(fh, at, &zeros[..n], ext, &mut None))?;
             at += n as u64;
         }
         Ok(())
@@ -1526,7 +1668,7 @@ impl Backend for MemBackend {
                 break;
             }
             let got = got as usize;
-            EXTENTS.with_borrow_mut(|ext| self.shared.write_at(dst, dst_off + done, &buf[..got], ext))?;
+            EXTENTS.with_borrow_mut(|ext| self.shared.write_at(dst, dst_off + done, &buf[..got], ext, &mut None))?;
             done += got as u64;
         }
         Ok(done)
@@ -1552,6 +1694,8 @@ pub struct MemChannel {
     core: usize,
     depth: usize,
     done: VecDeque<IoDone>,
+    /// The last write's pre-operation attributes ([`IoChannel::take_write_pre`]).
+    write_pre: Option<Attr>,
 }
 
 impl fmt::Debug for MemChannel {
@@ -1572,7 +1716,7 @@ impl IoChannel for MemChannel {
         if self.done.len() >= self.depth {
             return Err(FsError::Jukebox);
         }
-        let done = self.shared.do_io(&io);
+        let done = self.shared.do_io(&io, &mut self.write_pre);
         self.done.push_back(done);
         Ok(())
     }
@@ -1592,7 +1736,11 @@ impl IoChannel for MemChannel {
     /// Runs on the channel's core. With completions still queued it declines,
     /// so that completions are reaped in submission order.
     unsafe fn io_now(&mut self, io: &IoDesc) -> Option<IoDone> {
-        self.done.is_empty().then(|| self.shared.do_io(io))
+        self.done.is_empty().then(|| self.shared.do_io(io, &mut self.write_pre))
+    }
+
+    fn take_write_pre(&mut self) -> Option<Attr> {
+        self.write_pre.take()
     }
 }
 

@@ -316,6 +316,103 @@ pub enum NodeKind {
     Fifo,
 }
 
+/// A change to a directory's entries, for [`Backend::change_checked`]:
+/// CREATE, MKDIR, SYMLINK, MKNOD, REMOVE, RMDIR, RENAME, LINK (RFC 1813
+/// s3.3.8-15), in the directory the call names.
+#[derive(Clone, Copy, Debug)]
+pub enum DirChange<'a> {
+    Create {
+        name: &'a [u8],
+        how: CreateHow,
+    },
+    Mkdir {
+        name: &'a [u8],
+        set: &'a SetAttr,
+    },
+    Symlink {
+        name: &'a [u8],
+        target: &'a [u8],
+        set: &'a SetAttr,
+    },
+    Mknod {
+        name: &'a [u8],
+        kind: NodeKind,
+        set: &'a SetAttr,
+    },
+    Remove {
+        name: &'a [u8],
+    },
+    Rmdir {
+        name: &'a [u8],
+    },
+    /// `name` in the directory becomes `to` in `to_dir`.
+    Rename {
+        name: &'a [u8],
+        to_dir: &'a FileHandle,
+        to: &'a [u8],
+    },
+    /// `file` gets the name `name` in the directory.
+    Link {
+        file: &'a FileHandle,
+        name: &'a [u8],
+    },
+}
+
+/// A lookup of a name in a directory, as [`Backend::lookup`].
+pub type LookupFn<'a> = &'a dyn Fn(&FileHandle, &[u8]) -> FsResult<(FileHandle, Attr)>;
+
+/// What the check of [`Backend::change_checked`] sees: the attributes the
+/// change starts from, and lookups as the change will see them.
+pub struct DirPre<'a> {
+    pub dir: Attr,
+    /// RENAME's target directory.
+    pub to_dir: Option<Attr>,
+    /// Look a name up in a directory (under the same hold of the lock as
+    /// the change, on `mem`).
+    pub lookup: LookupFn<'a>,
+}
+
+impl fmt::Debug for DirPre<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DirPre")
+            .field("dir", &self.dir)
+            .field("to_dir", &self.to_dir)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The outcome of [`Backend::change_checked`]: the pre-operation attributes
+/// of the directory (and of RENAME's target directory), and the new object
+/// of a CREATE, MKDIR, SYMLINK or MKNOD, or the refusal or failure as an
+/// `nfsstat3`. `refused`: the check refused, nothing changed.
+#[derive(Clone, Copy, Debug)]
+pub struct DirChanged {
+    pub pre: Attr,
+    pub pre_to: Option<Attr>,
+    pub res: Result<Option<(FileHandle, Attr)>, u32>,
+    pub refused: bool,
+}
+
+/// Make `change` in `dir` with `owner` for a new object, through the
+/// backend's plain calls.
+pub fn apply_change<B: Backend + ?Sized>(
+    b: &B,
+    dir: &FileHandle,
+    change: DirChange<'_>,
+    owner: Owner,
+) -> FsResult<Option<(FileHandle, Attr)>> {
+    match change {
+        DirChange::Create { name, how } => b.create(dir, name, how, owner).map(Some),
+        DirChange::Mkdir { name, set } => b.mkdir(dir, name, set, owner).map(Some),
+        DirChange::Symlink { name, target, set } => b.symlink(dir, name, target, set, owner).map(Some),
+        DirChange::Mknod { name, kind, set } => b.mknod(dir, name, kind, set, owner).map(Some),
+        DirChange::Remove { name } => b.remove(dir, name).map(|()| None),
+        DirChange::Rmdir { name } => b.rmdir(dir, name).map(|()| None),
+        DirChange::Rename { name, to_dir, to } => b.rename(dir, name, to_dir, to).map(|()| None),
+        DirChange::Link { file, name } => b.link(file, dir, name).map(|()| None),
+    }
+}
+
 /// One directory entry given to a READDIR sink.
 #[derive(Clone, Copy, Debug)]
 pub struct DirEntry<'a> {
@@ -446,6 +543,45 @@ pub trait Backend: Send + Sync + fmt::Debug {
         }
         Ok((pre, self.setattr(fh, set).map_err(|e| e.nfsstat3())))
     }
+    /// A change to `dir`'s entries with its checks, as
+    /// [`Backend::setattr_checked`]: `check` gets the attributes of the
+    /// directories the change starts from (the reply's pre-operation
+    /// attributes, RFC 1813 s2.6 `wcc_data`) and returns the owner of a new
+    /// object, or refuses with an `nfsstat3`.
+    ///
+    /// The default reads, checks and changes one after the other, so
+    /// another change may land in between and the pre-operation attributes
+    /// are then not the ones the change started from; `mem` does all three
+    /// under one hold of its lock, `uring` reads the directories again with
+    /// one `fstat` each just before the system call (issue 21 item 8).
+    fn change_checked(
+        &self,
+        dir: &FileHandle,
+        change: DirChange<'_>,
+        check: &mut dyn FnMut(&DirPre<'_>) -> Result<Owner, u32>,
+    ) -> FsResult<DirChanged> {
+        let pre = self.getattr(dir)?;
+        let pre_to = match change {
+            DirChange::Rename { to_dir, .. } => Some(self.getattr(to_dir)?),
+            _ => None,
+        };
+        let lookup = |d: &FileHandle, n: &[u8]| self.lookup(d, n);
+        let seen = DirPre {
+            dir: pre,
+            to_dir: pre_to,
+            lookup: &lookup,
+        };
+        let (res, refused) = match check(&seen) {
+            Ok(owner) => (apply_change(self, dir, change, owner).map_err(|e| e.nfsstat3()), false),
+            Err(s) => (Err(s), true),
+        };
+        Ok(DirChanged {
+            pre,
+            pre_to,
+            res,
+            refused,
+        })
+    }
     /// Look `name` up in `dir` (`.` and `..` included).
     fn lookup(&self, dir: &FileHandle, name: &[u8]) -> FsResult<(FileHandle, Attr)>;
     /// Copy the link target into `out`; returns its length.
@@ -490,6 +626,13 @@ pub trait Backend: Send + Sync + fmt::Debug {
     fn commit(&self, fh: &FileHandle) -> FsResult<()>;
     /// Flush everything (clean shutdown).
     fn sync_all(&self) -> FsResult<()>;
+    /// Open `fh` for a channel's I/O, on a helper thread rather than on the
+    /// core, when the channel says it would otherwise open it itself
+    /// ([`IoChannel::needs_open`]); the core gives the result to its
+    /// channel ([`IoChannel::adopt`]). Default: nothing to open.
+    fn open_for_io(&self, _fh: &FileHandle) -> FsResult<Option<OpenedFile>> {
+        Ok(None)
+    }
     /// Open this core's data channel. Called once per core at start-up.
     fn open_channel(&self, core: usize) -> FsResult<Box<dyn IoChannel>>;
     /// Reserve `len` bytes at `offset` of a regular file, extending its size
@@ -653,6 +796,33 @@ pub trait IoChannel: fmt::Debug {
     /// not be accessed by anyone else, until this returns.
     unsafe fn io_now(&mut self, _io: &IoDesc) -> Option<IoDone> {
         None
+    }
+    /// The attributes the last write on this channel started from, read
+    /// with the change (a WRITE's pre-operation attributes, RFC 1813
+    /// s3.3.7), once. Default: none (the caller read them just before).
+    fn take_write_pre(&mut self) -> Option<Attr> {
+        None
+    }
+    /// Whether I/O on `fh` would first open it here, with system calls that
+    /// may wait for a disk (`open_by_handle_at` on `uring`): the NFS layer
+    /// then opens it on a helper thread first ([`Backend::open_for_io`]).
+    /// Default: no.
+    fn needs_open(&mut self, _fh: &FileHandle) -> bool {
+        false
+    }
+    /// Take a file [`Backend::open_for_io`] opened for this channel.
+    /// Default: drop it.
+    fn adopt(&mut self, _fh: &FileHandle, _file: OpenedFile) {}
+}
+
+/// A file a backend opened off the core for a channel
+/// ([`Backend::open_for_io`]); only that backend's channels know what is
+/// inside.
+pub struct OpenedFile(pub Box<dyn std::any::Any + Send>);
+
+impl fmt::Debug for OpenedFile {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("OpenedFile")
     }
 }
 

@@ -72,8 +72,9 @@ use super::personality::Personalities;
 mod sync;
 
 use super::{
-    Attr, Backend, CreateHow, DirEntry, FileHandle, FileType, FsError, FsResult, FsStat, IoChannel, IoDesc, IoDone,
-    IoOp, NodeKind, Owner, SetAttr, SetTime, Stable, Time, NAME_MAX_BYTES, PATH_MAX_BYTES,
+    Attr, Backend, CreateHow, DirChange, DirChanged, DirEntry, DirPre, FileHandle, FileType, FsError, FsResult, FsStat,
+    IoChannel, IoDesc, IoDone, IoOp, NodeKind, OpenedFile, Owner, SetAttr, SetTime, Stable, Time, NAME_MAX_BYTES,
+    PATH_MAX_BYTES,
 };
 
 /// Alignment of offset, length and buffer for `O_DIRECT` I/O.
@@ -505,6 +506,26 @@ impl Shared {
         Ok((fd, st))
     }
 
+    /// Open a regular file for a channel's I/O: read-write, or read-only
+    /// when it cannot be written (read-only file system, immutable, a
+    /// running executable). Returns the descriptor and whether it is
+    /// read-only.
+    fn open_for_io(&self, fh: &FileHandle) -> FsResult<(OwnedFd, bool)> {
+        let (_, st) = self.open_path(fh)?;
+        match ftype_of(st.st_mode) {
+            FileType::Regular => {}
+            FileType::Directory => return Err(FsError::IsDir),
+            _ => return Err(FsError::Inval),
+        }
+        match self.open_fh(fh, libc::O_RDWR) {
+            Ok((fd, _)) => Ok((fd, false)),
+            Err(FsError::Rofs | FsError::Perm | FsError::Acces | FsError::Io) => {
+                Ok((self.open_fh(fh, libc::O_RDONLY)?.0, true))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
     fn open_path(&self, fh: &FileHandle) -> FsResult<(OwnedFd, libc::stat)> {
         self.open_fh(fh, libc::O_PATH)
     }
@@ -794,6 +815,215 @@ impl UringBackend {
     }
 }
 
+/// The namespace changes in a directory already open, shared by the plain
+/// calls and [`Backend::change_checked`].
+impl UringBackend {
+    fn create_in(&self, d: &OwnedFd, name: &[u8], how: CreateHow, owner: Owner) -> FsResult<(FileHandle, Attr)> {
+        // The system calls below run as the caller (issue 21 item 6).
+        let _acting = Acting::caller()?;
+        let c = c_new_name(name)?;
+        let set = match how {
+            CreateHow::Exclusive(v) => return self.create_exclusive(d, &c, v, owner),
+            CreateHow::Unchecked(set) | CreateHow::Guarded(set) => set,
+        };
+        let mode = set.mode.unwrap_or(0o644);
+        match openat(
+            d.as_raw_fd(),
+            &c,
+            libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY | libc::O_NOFOLLOW,
+            mode & 0o777,
+        ) {
+            Ok(fd) => {
+                if let Some(size) = set.size {
+                    let size = i64::try_from(size).map_err(|_| FsError::FBig);
+                    // SAFETY: plain system call on a descriptor we own.
+                    let r = size.and_then(|s| cvt(unsafe { libc::ftruncate(fd.as_raw_fd(), s) }));
+                    if let Err(e) = r {
+                        // SAFETY: `c` is NUL-terminated.
+                        unsafe { libc::unlinkat(d.as_raw_fd(), c.as_ptr(), 0) };
+                        return Err(e);
+                    }
+                }
+                self.shared.finish_new(
+                    d,
+                    &c,
+                    owner,
+                    &SetAttr {
+                        mode: Some(mode),
+                        ..set
+                    },
+                    false,
+                )
+            }
+            Err(FsError::Exist) if matches!(how, CreateHow::Unchecked(_)) => {
+                let st = fstatat(d.as_raw_fd(), &c)?;
+                if ftype_of(st.st_mode) != FileType::Regular {
+                    return Err(FsError::Exist);
+                }
+                let fh = self.shared.handle_at(d.as_raw_fd(), &c)?;
+                // An existing file keeps its mode and owner; size and times apply.
+                let attr = self.setattr(
+                    &fh,
+                    &SetAttr {
+                        mode: None,
+                        uid: None,
+                        gid: None,
+                        ..set
+                    },
+                )?;
+                Ok((fh, attr))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    fn mkdir_in(&self, d: &OwnedFd, name: &[u8], set: &SetAttr, owner: Owner) -> FsResult<(FileHandle, Attr)> {
+        // The system calls below run as the caller (issue 21 item 6).
+        let _acting = Acting::caller()?;
+        let c = c_new_name(name)?;
+        if set.size.is_some() {
+            return Err(FsError::IsDir);
+        }
+        let mode = set.mode.unwrap_or(0o755);
+        // SAFETY: `c` is NUL-terminated.
+        cvt(unsafe { libc::mkdirat(d.as_raw_fd(), c.as_ptr(), (mode & 0o777) as libc::mode_t) })?;
+        self.shared.finish_new(
+            d,
+            &c,
+            owner,
+            &SetAttr {
+                mode: Some(mode),
+                ..*set
+            },
+            true,
+        )
+    }
+
+    fn symlink_in(
+        &self,
+        d: &OwnedFd,
+        name: &[u8],
+        target: &[u8],
+        set: &SetAttr,
+        owner: Owner,
+    ) -> FsResult<(FileHandle, Attr)> {
+        // The system calls below run as the caller (issue 21 item 6).
+        let _acting = Acting::caller()?;
+        let c = c_new_name(name)?;
+        if target.is_empty() {
+            return Err(FsError::Inval);
+        }
+        if target.len() >= PATH_MAX_BYTES {
+            return Err(FsError::NameTooLong);
+        }
+        let t = CString::new(target).map_err(|_| FsError::Inval)?;
+        // SAFETY: both strings are NUL-terminated.
+        cvt(unsafe { libc::symlinkat(t.as_ptr(), d.as_raw_fd(), c.as_ptr()) })?;
+        self.shared
+            .finish_new(d, &c, owner, &SetAttr { mode: None, ..*set }, false)
+    }
+
+    fn mknod_in(
+        &self,
+        d: &OwnedFd,
+        name: &[u8],
+        kind: NodeKind,
+        set: &SetAttr,
+        owner: Owner,
+    ) -> FsResult<(FileHandle, Attr)> {
+        // The system calls below run as the caller (issue 21 item 6).
+        let _acting = Acting::caller()?;
+        let c = c_new_name(name)?;
+        let (fmt, dev) = match kind {
+            NodeKind::Char { major, minor } => (libc::S_IFCHR, libc::makedev(major, minor)),
+            NodeKind::Block { major, minor } => (libc::S_IFBLK, libc::makedev(major, minor)),
+            NodeKind::Socket => (libc::S_IFSOCK, 0),
+            NodeKind::Fifo => (libc::S_IFIFO, 0),
+        };
+        let mode = set.mode.unwrap_or(0o644);
+        // SAFETY: `c` is NUL-terminated.
+        cvt(unsafe { libc::mknodat(d.as_raw_fd(), c.as_ptr(), fmt | (mode & 0o777), dev) })?;
+        self.shared.finish_new(
+            d,
+            &c,
+            owner,
+            &SetAttr {
+                mode: Some(mode),
+                ..*set
+            },
+            false,
+        )
+    }
+
+    fn remove_in(&self, d: &OwnedFd, name: &[u8]) -> FsResult<()> {
+        // The system calls below run as the caller (issue 21 item 6).
+        let _acting = Acting::caller()?;
+        let c = c_old_name(name)?;
+        let st = fstatat(d.as_raw_fd(), &c)?;
+        if ftype_of(st.st_mode) == FileType::Directory {
+            return Err(FsError::IsDir);
+        }
+        let victim = self.shared.file_handle_at(d.as_raw_fd(), &c);
+        // SAFETY: `c` is NUL-terminated.
+        let r = cvt(unsafe { libc::unlinkat(d.as_raw_fd(), c.as_ptr(), 0) });
+        if let (Ok(_), Some(fh)) = (r, victim) {
+            self.shared.note_unlink(fh);
+        }
+        r.map(drop)
+    }
+
+    fn rmdir_in(&self, d: &OwnedFd, name: &[u8]) -> FsResult<()> {
+        // The system calls below run as the caller (issue 21 item 6).
+        let _acting = Acting::caller()?;
+        let c = c_name(name)?;
+        match name {
+            b"." => return Err(FsError::Inval),
+            b".." => return Err(FsError::NotEmpty),
+            _ => {}
+        }
+        // SAFETY: `c` is NUL-terminated.
+        let r = unsafe { libc::unlinkat(d.as_raw_fd(), c.as_ptr(), libc::AT_REMOVEDIR) };
+        if r < 0 {
+            return Err(match errno() {
+                libc::EEXIST | libc::ENOTEMPTY => FsError::NotEmpty,
+                e => FsError::from_errno(e),
+            });
+        }
+        Ok(())
+    }
+
+    fn rename_in(&self, fd: &OwnedFd, from: &[u8], td: &OwnedFd, to: &[u8]) -> FsResult<()> {
+        // The system calls below run as the caller (issue 21 item 6).
+        let _acting = Acting::caller()?;
+        let f = c_old_name(from)?;
+        let t = c_old_name(to)?;
+        // A regular file the rename replaces loses a link.
+        let victim = self.shared.file_handle_at(td.as_raw_fd(), &t);
+        // SAFETY: both names are NUL-terminated.
+        let r = unsafe { libc::renameat(fd.as_raw_fd(), f.as_ptr(), td.as_raw_fd(), t.as_ptr()) };
+        if r < 0 {
+            return Err(match errno() {
+                libc::EEXIST | libc::ENOTEMPTY => FsError::NotEmpty,
+                e => FsError::from_errno(e),
+            });
+        }
+        if let Some(fh) = victim {
+            self.shared.note_unlink(fh);
+        }
+        Ok(())
+    }
+}
+
+/// LINK of the open `file` (and its attributes) as `name` in `d`.
+fn link_in(file: &(OwnedFd, libc::stat), d: &OwnedFd, name: &[u8]) -> FsResult<()> {
+    let c = c_new_name(name)?;
+    if ftype_of(file.1.st_mode) == FileType::Directory {
+        return Err(FsError::IsDir);
+    }
+    // As the caller: the kernel's link rules (protected_hardlinks).
+    creds::link_fd(file.0.as_raw_fd(), d.as_raw_fd(), &c)
+}
+
 impl Backend for UringBackend {
     fn kind(&self) -> &'static str {
         "uring"
@@ -883,86 +1113,13 @@ impl Backend for UringBackend {
     }
 
     fn create(&self, dir: &FileHandle, name: &[u8], how: CreateHow, owner: Owner) -> FsResult<(FileHandle, Attr)> {
-        // The system calls below run as the caller (issue 21 item 6).
-        let _acting = Acting::caller()?;
         let (d, _) = self.shared.open_dir(dir)?;
-        let c = c_new_name(name)?;
-        let set = match how {
-            CreateHow::Exclusive(v) => return self.create_exclusive(&d, &c, v, owner),
-            CreateHow::Unchecked(set) | CreateHow::Guarded(set) => set,
-        };
-        let mode = set.mode.unwrap_or(0o644);
-        match openat(
-            d.as_raw_fd(),
-            &c,
-            libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY | libc::O_NOFOLLOW,
-            mode & 0o777,
-        ) {
-            Ok(fd) => {
-                if let Some(size) = set.size {
-                    let size = i64::try_from(size).map_err(|_| FsError::FBig);
-                    // SAFETY: plain system call on a descriptor we own.
-                    let r = size.and_then(|s| cvt(unsafe { libc::ftruncate(fd.as_raw_fd(), s) }));
-                    if let Err(e) = r {
-                        // SAFETY: `c` is NUL-terminated.
-                        unsafe { libc::unlinkat(d.as_raw_fd(), c.as_ptr(), 0) };
-                        return Err(e);
-                    }
-                }
-                self.shared.finish_new(
-                    &d,
-                    &c,
-                    owner,
-                    &SetAttr {
-                        mode: Some(mode),
-                        ..set
-                    },
-                    false,
-                )
-            }
-            Err(FsError::Exist) if matches!(how, CreateHow::Unchecked(_)) => {
-                let st = fstatat(d.as_raw_fd(), &c)?;
-                if ftype_of(st.st_mode) != FileType::Regular {
-                    return Err(FsError::Exist);
-                }
-                let fh = self.shared.handle_at(d.as_raw_fd(), &c)?;
-                // An existing file keeps its mode and owner; size and times apply.
-                let attr = self.setattr(
-                    &fh,
-                    &SetAttr {
-                        mode: None,
-                        uid: None,
-                        gid: None,
-                        ..set
-                    },
-                )?;
-                Ok((fh, attr))
-            }
-            Err(e) => Err(e),
-        }
+        self.create_in(&d, name, how, owner)
     }
 
     fn mkdir(&self, dir: &FileHandle, name: &[u8], set: &SetAttr, owner: Owner) -> FsResult<(FileHandle, Attr)> {
-        // The system calls below run as the caller (issue 21 item 6).
-        let _acting = Acting::caller()?;
         let (d, _) = self.shared.open_dir(dir)?;
-        let c = c_new_name(name)?;
-        if set.size.is_some() {
-            return Err(FsError::IsDir);
-        }
-        let mode = set.mode.unwrap_or(0o755);
-        // SAFETY: `c` is NUL-terminated.
-        cvt(unsafe { libc::mkdirat(d.as_raw_fd(), c.as_ptr(), (mode & 0o777) as libc::mode_t) })?;
-        self.shared.finish_new(
-            &d,
-            &c,
-            owner,
-            &SetAttr {
-                mode: Some(mode),
-                ..*set
-            },
-            true,
-        )
+        self.mkdir_in(&d, name, set, owner)
     }
 
     fn symlink(
@@ -973,21 +1130,8 @@ impl Backend for UringBackend {
         set: &SetAttr,
         owner: Owner,
     ) -> FsResult<(FileHandle, Attr)> {
-        // The system calls below run as the caller (issue 21 item 6).
-        let _acting = Acting::caller()?;
         let (d, _) = self.shared.open_dir(dir)?;
-        let c = c_new_name(name)?;
-        if target.is_empty() {
-            return Err(FsError::Inval);
-        }
-        if target.len() >= PATH_MAX_BYTES {
-            return Err(FsError::NameTooLong);
-        }
-        let t = CString::new(target).map_err(|_| FsError::Inval)?;
-        // SAFETY: both strings are NUL-terminated.
-        cvt(unsafe { libc::symlinkat(t.as_ptr(), d.as_raw_fd(), c.as_ptr()) })?;
-        self.shared
-            .finish_new(&d, &c, owner, &SetAttr { mode: None, ..*set }, false)
+        self.symlink_in(&d, name, target, set, owner)
     }
 
     fn mknod(
@@ -998,102 +1142,103 @@ impl Backend for UringBackend {
         set: &SetAttr,
         owner: Owner,
     ) -> FsResult<(FileHandle, Attr)> {
-        // The system calls below run as the caller (issue 21 item 6).
-        let _acting = Acting::caller()?;
         let (d, _) = self.shared.open_dir(dir)?;
-        let c = c_new_name(name)?;
-        let (fmt, dev) = match kind {
-            NodeKind::Char { major, minor } => (libc::S_IFCHR, libc::makedev(major, minor)),
-            NodeKind::Block { major, minor } => (libc::S_IFBLK, libc::makedev(major, minor)),
-            NodeKind::Socket => (libc::S_IFSOCK, 0),
-            NodeKind::Fifo => (libc::S_IFIFO, 0),
-        };
-        let mode = set.mode.unwrap_or(0o644);
-        // SAFETY: `c` is NUL-terminated.
-        cvt(unsafe { libc::mknodat(d.as_raw_fd(), c.as_ptr(), fmt | (mode & 0o777), dev) })?;
-        self.shared.finish_new(
-            &d,
-            &c,
-            owner,
-            &SetAttr {
-                mode: Some(mode),
-                ..*set
-            },
-            false,
-        )
+        self.mknod_in(&d, name, kind, set, owner)
     }
 
     fn remove(&self, dir: &FileHandle, name: &[u8]) -> FsResult<()> {
-        // The system calls below run as the caller (issue 21 item 6).
-        let _acting = Acting::caller()?;
         let (d, _) = self.shared.open_dir(dir)?;
-        let c = c_old_name(name)?;
-        let st = fstatat(d.as_raw_fd(), &c)?;
-        if ftype_of(st.st_mode) == FileType::Directory {
-            return Err(FsError::IsDir);
-        }
-        let victim = self.shared.file_handle_at(d.as_raw_fd(), &c);
-        // SAFETY: `c` is NUL-terminated.
-        let r = cvt(unsafe { libc::unlinkat(d.as_raw_fd(), c.as_ptr(), 0) });
-        if let (Ok(_), Some(fh)) = (r, victim) {
-            self.shared.note_unlink(fh);
-        }
-        r.map(drop)
+        self.remove_in(&d, name)
     }
 
     fn rmdir(&self, dir: &FileHandle, name: &[u8]) -> FsResult<()> {
-        // The system calls below run as the caller (issue 21 item 6).
-        let _acting = Acting::caller()?;
         let (d, _) = self.shared.open_dir(dir)?;
-        let c = c_name(name)?;
-        match name {
-            b"." => return Err(FsError::Inval),
-            b".." => return Err(FsError::NotEmpty),
-            _ => {}
-        }
-        // SAFETY: `c` is NUL-terminated.
-        let r = unsafe { libc::unlinkat(d.as_raw_fd(), c.as_ptr(), libc::AT_REMOVEDIR) };
-        if r < 0 {
-            return Err(match errno() {
-                libc::EEXIST | libc::ENOTEMPTY => FsError::NotEmpty,
-                e => FsError::from_errno(e),
-            });
-        }
-        Ok(())
+        self.rmdir_in(&d, name)
     }
 
     fn rename(&self, from_dir: &FileHandle, from: &[u8], to_dir: &FileHandle, to: &[u8]) -> FsResult<()> {
-        // The system calls below run as the caller (issue 21 item 6).
-        let _acting = Acting::caller()?;
         let (fd, _) = self.shared.open_dir(from_dir)?;
         let (td, _) = self.shared.open_dir(to_dir)?;
-        let f = c_old_name(from)?;
-        let t = c_old_name(to)?;
-        // A regular file the rename replaces loses a link.
-        let victim = self.shared.file_handle_at(td.as_raw_fd(), &t);
-        // SAFETY: both names are NUL-terminated.
-        let r = unsafe { libc::renameat(fd.as_raw_fd(), f.as_ptr(), td.as_raw_fd(), t.as_ptr()) };
-        if r < 0 {
-            return Err(match errno() {
-                libc::EEXIST | libc::ENOTEMPTY => FsError::NotEmpty,
-                e => FsError::from_errno(e),
-            });
-        }
-        if let Some(fh) = victim {
-            self.shared.note_unlink(fh);
-        }
-        Ok(())
+        self.rename_in(&fd, from, &td, to)
     }
 
     fn link(&self, fh: &FileHandle, dir: &FileHandle, name: &[u8]) -> FsResult<()> {
-        let (fd, st) = self.shared.open_path(fh)?;
+        let file = self.shared.open_path(fh)?;
         let (d, _) = self.shared.open_dir(dir)?;
-        let c = c_new_name(name)?;
-        if ftype_of(st.st_mode) == FileType::Directory {
-            return Err(FsError::IsDir);
-        }
-        // As the caller: the kernel's link rules (protected_hardlinks).
-        creds::link_fd(fd.as_raw_fd(), d.as_raw_fd(), &c)
+        link_in(&file, &d, name)
+    }
+
+    /// The directories' attributes are read with one `fstat` each on this
+    /// (helper) thread just before the system call that changes them, as
+    /// the caller already: another change that lands between that `fstat`
+    /// and the call is not seen in the pre-operation attributes (the kernel
+    /// locks the directory only inside the call, and offers no way to read
+    /// its attributes under that lock). The check runs against a first
+    /// read; the kernel checks the caller's rights again in the call
+    /// (issue 21 item 8).
+    fn change_checked(
+        &self,
+        dir: &FileHandle,
+        change: DirChange<'_>,
+        check: &mut dyn FnMut(&DirPre<'_>) -> Result<Owner, u32>,
+    ) -> FsResult<DirChanged> {
+        let (d, st) = self.shared.open_dir(dir)?;
+        let to = match change {
+            DirChange::Rename { to_dir, .. } => Some(self.shared.open_dir(to_dir)?),
+            _ => None,
+        };
+        let lookup = |dh: &FileHandle, name: &[u8]| self.lookup(dh, name);
+        let seen = DirPre {
+            dir: attr_of(&st),
+            to_dir: to.as_ref().map(|(_, t)| attr_of(t)),
+            lookup: &lookup,
+        };
+        let owner = match check(&seen) {
+            Ok(owner) => owner,
+            Err(s) => {
+                return Ok(DirChanged {
+                    pre: seen.dir,
+                    pre_to: seen.to_dir,
+                    res: Err(s),
+                    refused: true,
+                })
+            }
+        };
+        let file = match change {
+            DirChange::Link { file, .. } => Some(self.shared.open_path(file)),
+            _ => None,
+        };
+        // Taken before the `fstat`s, so that nothing but the name's
+        // conversion separates them from the change.
+        let _acting = Acting::caller()?;
+        let pre = attr_of(&fstat(d.as_raw_fd())?);
+        let pre_to = match &to {
+            Some((t, _)) => Some(attr_of(&fstat(t.as_raw_fd())?)),
+            None => None,
+        };
+        let res = match change {
+            DirChange::Create { name, how } => self.create_in(&d, name, how, owner).map(Some),
+            DirChange::Mkdir { name, set } => self.mkdir_in(&d, name, set, owner).map(Some),
+            DirChange::Symlink { name, target, set } => self.symlink_in(&d, name, target, set, owner).map(Some),
+            DirChange::Mknod { name, kind, set } => self.mknod_in(&d, name, kind, set, owner).map(Some),
+            DirChange::Remove { name } => self.remove_in(&d, name).map(|()| None),
+            DirChange::Rmdir { name } => self.rmdir_in(&d, name).map(|()| None),
+            DirChange::Rename { name, to: to_name, .. } => match &to {
+                Some((t, _)) => self.rename_in(&d, name, t, to_name).map(|()| None),
+                None => Err(FsError::ServerFault),
+            },
+            DirChange::Link { name, .. } => match file {
+                Some(Ok(f)) => link_in(&f, &d, name).map(|()| None),
+                Some(Err(e)) => Err(e),
+                None => Err(FsError::ServerFault),
+            },
+        };
+        Ok(DirChanged {
+            pre,
+            pre_to,
+            res: res.map_err(|e| e.nfsstat3()),
+            refused: false,
+        })
     }
 
     fn readdir(&self, dir: &FileHandle, cookie: u64, sink: &mut dyn FnMut(DirEntry<'_>) -> bool) -> FsResult<bool> {
@@ -1228,6 +1373,23 @@ impl Backend for UringBackend {
         cvt(unsafe { libc::syncfs(self.shared.root_fd.as_raw_fd()) }).map(drop)
     }
 
+    /// `open_by_handle_at` (and the `O_DIRECT` descriptor when the backend
+    /// uses one), on the helper thread that calls this (issue 21 item 5).
+    fn open_for_io(&self, fh: &FileHandle) -> FsResult<Option<OpenedFile>> {
+        let (fd, read_only) = self.shared.open_for_io(fh)?;
+        let direct = if self.o_direct {
+            let access = if read_only { libc::O_RDONLY } else { libc::O_RDWR };
+            match self.shared.open_fh(fh, access | libc::O_DIRECT) {
+                Ok((d, _)) => Direct::Open(d),
+                Err(FsError::Inval) => Direct::Unsupported,
+                Err(e) => return Err(e),
+            }
+        } else {
+            Direct::Unknown
+        };
+        Ok(Some(OpenedFile(Box::new(Opened { fd, read_only, direct }))))
+    }
+
     fn open_channel(&self, core: usize) -> FsResult<Box<dyn IoChannel>> {
         Ok(Box::new(self.open_uring_channel(core)?))
     }
@@ -1331,6 +1493,14 @@ enum Direct {
     Unknown,
     Open(OwnedFd),
     Unsupported,
+}
+
+/// What [`UringBackend::open_for_io`] opened, for [`UringChannel::adopt`].
+#[derive(Debug)]
+struct Opened {
+    fd: OwnedFd,
+    read_only: bool,
+    direct: Direct,
 }
 
 #[derive(Debug)]
@@ -1440,21 +1610,22 @@ impl UringChannel {
     fn entry(&mut self, fh: &FileHandle) -> FsResult<&mut CachedFd> {
         self.tick += 1;
         if !self.cache.contains_key(fh) {
-            let (_, st) = self.shared.open_path(fh)?;
-            match ftype_of(st.st_mode) {
-                FileType::Regular => {}
-                FileType::Directory => return Err(FsError::IsDir),
-                _ => return Err(FsError::Inval),
-            }
-            // A file that cannot be opened for writing (read-only file
-            // system, immutable, a running executable) still reads.
-            let (fd, read_only) = match self.shared.open_fh(fh, libc::O_RDWR) {
-                Ok((fd, _)) => (fd, false),
-                Err(FsError::Rofs | FsError::Perm | FsError::Acces | FsError::Io) => {
-                    (self.shared.open_fh(fh, libc::O_RDONLY)?.0, true)
-                }
-                Err(e) => return Err(e),
-            };
+            let (fd, read_only) = self.shared.open_for_io(fh)?;
+            self.insert(fh, fd, read_only, Direct::Unknown);
+        }
+        let tick = self.tick;
+        let e = self.cache.get_mut(fh).ok_or(FsError::ServerFault)?;
+        if e.stale {
+            return Err(FsError::Stale);
+        }
+        e.last_use = tick;
+        Ok(e)
+    }
+
+    /// Cache a descriptor opened for `fh` (the least recently used idle
+    /// entry makes room).
+    fn insert(&mut self, fh: &FileHandle, fd: OwnedFd, read_only: bool, direct: Direct) {
+        {
             self.stats.fd_opens += 1;
             if self.cache.len() >= URING_FD_CACHE_ENTRIES {
                 let victim = self
@@ -1472,20 +1643,13 @@ impl UringChannel {
                 CachedFd {
                     fd,
                     read_only,
-                    direct: Direct::Unknown,
+                    direct,
                     users: 0,
                     last_use: 0,
                     stale: false,
                 },
             );
         }
-        let tick = self.tick;
-        let e = self.cache.get_mut(fh).ok_or(FsError::ServerFault)?;
-        if e.stale {
-            return Err(FsError::Stale);
-        }
-        e.last_use = tick;
-        Ok(e)
     }
 
     /// The descriptor for the slot's next transfer (`O_DIRECT` when allowed
@@ -1868,6 +2032,19 @@ impl IoChannel for UringChannel {
     /// Device or kernel I/O: yes.
     fn completes_later(&self) -> bool {
         true
+    }
+
+    fn needs_open(&mut self, fh: &FileHandle) -> bool {
+        !self.cache.contains_key(fh)
+    }
+
+    fn adopt(&mut self, fh: &FileHandle, file: OpenedFile) {
+        if let Ok(o) = file.0.downcast::<Opened>() {
+            if !self.cache.contains_key(fh) {
+                let Opened { fd, read_only, direct } = *o;
+                self.insert(fh, fd, read_only, direct);
+            }
+        }
     }
 
     /// An `fstat` of the cached descriptor: no handle to open, no lookup.

@@ -335,6 +335,9 @@ pub struct NfsStats {
     pub deferred_flushes: u64,
     /// Metadata Calls run on the helper pool while the core went on.
     pub offloaded: u64,
+    /// READs, WRITEs and COMMITs deferred while the pool opened their file
+    /// for the core's channel.
+    pub offloaded_opens: u64,
 }
 
 /// Why a procedure did not produce its normal results.
@@ -624,6 +627,7 @@ impl Service for NfsService {
         self.account(t0, call, reply, &res);
         self.st.deferred.resumed = None;
         self.st.offload.resuming = None;
+        self.st.offload.opened_for = None;
         res
     }
 
@@ -854,9 +858,21 @@ impl NfsService {
             // The SUCCESS header; the procedures write after it.
             match rpc::encode_success_reply_none(xid, reply.head_mut()) {
                 Some(REPLY_HEADER_BYTES) => {
-                    if let Some(f) = pooled {
-                        offload::results(f, reply, REPLY_HEADER_BYTES)
-                    } else if hdr.prog == NFS_PROGRAM && offload::wanted(shared, st, &c) {
+                    if let Some(mut f) = pooled {
+                        match f.opened.take() {
+                            // The file this Call's I/O needs was opened on
+                            // the pool: the channel adopts it, and the Call
+                            // runs here.
+                            Some((bi, fh, opened)) => {
+                                if let (Some(ch), Ok(Some(file))) = (st.channels.get_mut(bi), opened) {
+                                    ch.adopt(&fh, file);
+                                }
+                                st.offload.opened_for = c.token;
+                                nfs3::call(shared, st, &c, reply, REPLY_HEADER_BYTES)
+                            }
+                            None => offload::results(f, reply, REPLY_HEADER_BYTES),
+                        }
+                    } else if offload::wanted(shared, st, hdr.prog, &c) {
                         let token = c.token.ok_or(ServiceError::Reject)?;
                         let cap = reply.head_mut().len();
                         st.offload.submit(

@@ -21,8 +21,8 @@ use super::xdr::*;
 use super::{Call, CoreState, Fail, NfsShared};
 use crate::backend::creds;
 use crate::backend::{
-    Attr, Backend, CreateHow, DirEntry, FileHandle, FileType, FsError, FsResult, IoDesc, IoDone, IoOp, NodeKind,
-    SetAttr, SetTime, Stable, FH_MAX_BYTES, NAME_MAX_BYTES, PATH_MAX_BYTES,
+    Attr, Backend, CreateHow, DirChange, DirEntry, DirPre, FileHandle, FileType, FsError, FsResult, IoDesc, IoDone,
+    IoOp, NodeKind, SetAttr, SetTime, Stable, FH_MAX_BYTES, NAME_MAX_BYTES, PATH_MAX_BYTES,
 };
 use proto::rpc::AuthStat;
 
@@ -462,6 +462,31 @@ fn readlink(sh: &NfsShared, c: &Call<'_>, reply: &mut ReplyBuilder<'_>, base: us
 
 /// READ: into the engine's registered data buffer when there is one (the
 /// DDP-eligible item, RFC 8267), else into the head after the results.
+/// The first READ, WRITE or COMMIT of a file on this core, on a backend
+/// whose opens may wait for a disk (`uring`'s `open_by_handle_at`): the
+/// file is opened on the helper pool with the Call deferred meanwhile, and
+/// the Call runs again here once the channel has it (issue 21 item 5).
+/// Returns whether the Call was deferred so. A Call that cannot be
+/// deferred (TCP) opens the file on the core, as before.
+fn open_off_core(sh: &NfsShared, st: &mut CoreState, c: &Call<'_>, o: &Obj, reply: &mut ReplyBuilder<'_>) -> bool {
+    let Some(token) = c.token else {
+        return false;
+    };
+    let bi = sh.exports[o.ex].backend;
+    if st.offload.was_opened(c.token)
+        || !st.deferred.has_room()
+        || !sh.backends[bi].1.metadata_blocks()
+        || !st.channels.get_mut(bi).is_some_and(|ch| ch.needs_open(&o.fh))
+        || !sh.helpers().is_running()
+    {
+        return false;
+    }
+    st.offload.submit_open(sh, token, bi, o.fh);
+    st.deferred.submit_to_pool(token, reply);
+    st.stats.offloaded_opens += 1;
+    true
+}
+
 fn read(
     sh: &NfsShared,
     st: &mut CoreState,
@@ -475,6 +500,9 @@ fn read(
     // Resuming this Call after its deferred read: its result, and the
     // attributes it was checked against (one backend call fewer).
     let resumed = st.deferred.resumed_for(c.token);
+    if resumed.is_none() && open_off_core(sh, st, c, &o, reply) {
+        return Ok(0);
+    }
     let pre = match resumed.map(|r| r.pre) {
         Some(a) => a,
         None => attr_now(sh, st, &o)?,
@@ -652,7 +680,15 @@ fn write(
     // Resuming this Call after its deferred write (or flush): its result,
     // and the attributes from before it.
     let resumed = st.deferred.resumed_for(c.token);
-    let pre = match resumed.map(|r| r.pre) {
+    if resumed.is_none() && open_off_core(sh, st, c, &o, reply) {
+        return Ok(0);
+    }
+    // The pre-operation attributes: on `uring` one `fstat` of the open
+    // descriptor just before the write is submitted (an io_uring write
+    // returns no attributes, so another writer may land in between); a
+    // channel that reads them with the change (`mem`, under its lock) gives
+    // those instead, after the write (issue 21 item 8).
+    let mut pre = match resumed.map(|r| r.pre) {
         Some(a) => a,
         None => attr_now(sh, st, &o)?,
     };
@@ -752,6 +788,11 @@ fn write(
             other => other,
         }
     };
+    if resumed.is_none() {
+        if let Some(a) = st.channels[bi].take_write_pre() {
+            pre = a;
+        }
+    }
     // A stable WRITE that failed may have failed in its flush, which can
     // lose earlier UNSTABLE data of the file: a new verifier.
     if res.is_err() && want != Stable::Unstable {
@@ -790,6 +831,9 @@ fn commit(
     let o = resolve(sh, c, args.file)?;
     let id = fsid(sh, &o);
     let resumed = st.deferred.resumed_for(c.token);
+    if resumed.is_none() && open_off_core(sh, st, c, &o, reply) {
+        return Ok(0);
+    }
     let pre = match resumed.map(|r| r.pre) {
         Some(a) => a,
         None => attr_now(sh, st, &o)?,
@@ -891,19 +935,34 @@ fn create(sh: &NfsShared, c: &Call<'_>, reply: &mut ReplyBuilder<'_>, base: usiz
         return Err(Fail::Nfs(NFS3ERR_ROFS));
     }
     let (b, id) = (backend(sh, &o), fsid(sh, &o));
-    let pre = b.getattr(&o.fh)?;
     let caller = &o.caller;
     let attrs = match &make {
         Make::File(CreateHow::Unchecked(s) | CreateHow::Guarded(s)) => Some(s),
         Make::File(CreateHow::Exclusive(_)) => None,
         Make::Dir(s) | Make::Symlink(s, _) | Make::Node(_, s) => Some(s),
     };
-    let check = || -> Result<(), u32> {
+    let name = where_.name;
+    let change = match &make {
+        Make::File(how) => DirChange::Create { name, how: *how },
+        Make::Dir(set) => DirChange::Mkdir { name, set },
+        Make::Symlink(set, target) => DirChange::Symlink { name, target, set },
+        Make::Node(Some(kind), set) => DirChange::Mknod { name, kind: *kind, set },
+        // An unknown type: the check below refuses it before any change.
+        Make::Node(None, set) => DirChange::Mknod {
+            name,
+            kind: NodeKind::Fifo,
+            set,
+        },
+    };
+    // The checks and the pre-operation attributes are the ones the change
+    // starts from (issue 21 item 8; `Backend::change_checked`).
+    let mut check = |p: &DirPre<'_>| -> Result<crate::backend::Owner, u32> {
+        let pre = &p.dir;
         if pre.ftype != FileType::Directory {
             return Err(NFS3ERR_NOTDIR);
         }
-        check_new_name(where_.name)?;
-        if !may(b, &o, &o.fh, &pre, MAY_WRITE | MAY_EXEC) {
+        check_new_name(name)?;
+        if !may(b, &o, &o.fh, pre, MAY_WRITE | MAY_EXEC) {
             return Err(NFS3ERR_ACCES);
         }
         if let Some(s) = attrs {
@@ -918,7 +977,7 @@ fn create(sh: &NfsShared, c: &Call<'_>, reply: &mut ReplyBuilder<'_>, base: usiz
             // An UNCHECKED create of an existing file truncates it when a size
             // is given: that needs write permission on the file.
             Make::File(CreateHow::Unchecked(s)) if s.size.is_some() => {
-                if let Ok((fh, a)) = b.lookup(&o.fh, where_.name) {
+                if let Ok((fh, a)) = (p.lookup)(&o.fh, name) {
                     if a.ftype == FileType::Regular && !may_io(b, &o, &fh, &a, MAY_WRITE) {
                         return Err(NFS3ERR_ACCES);
                     }
@@ -926,25 +985,23 @@ fn create(sh: &NfsShared, c: &Call<'_>, reply: &mut ReplyBuilder<'_>, base: usiz
             }
             _ => {}
         }
-        Ok(())
+        Ok(new_owner(caller, pre))
     };
+    let done = b.change_checked(&o.fh, change, &mut check)?;
+    let pre = done.pre;
     let mut w = out(reply, base);
-    if let Err(s) = check() {
-        w.put_u32(s)?;
+    if done.refused {
+        w.put_u32(done.res.err().unwrap_or(NFS3ERR_SERVERFAULT))?;
         put_wcc(&mut w, Some(&pre), Some(&pre), id)?;
         return Ok(w.len());
     }
-    let owner = new_owner(caller, &pre);
-    let made = match make {
-        Make::File(how) => b.create(&o.fh, where_.name, how, owner),
-        Make::Dir(s) => b.mkdir(&o.fh, where_.name, &s, owner),
-        Make::Symlink(s, t) => b.symlink(&o.fh, where_.name, t, &s, owner),
-        Make::Node(Some(k), s) => b.mknod(&o.fh, where_.name, k, &s, owner),
-        Make::Node(None, _) => return Err(Fail::Nfs(NFS3ERR_BADTYPE)),
-    };
-    let made = made.and_then(|(fh, a)| match commit_meta(sh, &o, &[&fh, &o.fh]) {
-        Ok(()) => Ok((fh, a)),
-        Err(_) => Err(crate::backend::FsError::Io),
+    let made = done.res.and_then(|made| {
+        let (fh, a) = made.ok_or(NFS3ERR_SERVERFAULT)?;
+        // A `sync` export makes the change durable before it is acknowledged.
+        match commit_meta(sh, &o, &[&fh, &o.fh]) {
+            Ok(()) => Ok((fh, a)),
+            Err(_) => Err(NFS3ERR_IO),
+        }
     });
     let post = b.getattr(&o.fh).ok();
     match made {
@@ -956,8 +1013,8 @@ fn create(sh: &NfsShared, c: &Call<'_>, reply: &mut ReplyBuilder<'_>, base: usiz
             put_post_op_attr(&mut w, Some(&a), id)?;
             put_wcc(&mut w, Some(&pre), post.as_ref(), id)?;
         }
-        Err(e) => {
-            w.put_u32(e.nfsstat3())?;
+        Err(s) => {
+            w.put_u32(s)?;
             put_wcc(&mut w, Some(&pre), post.as_ref(), id)?;
         }
     }
@@ -971,38 +1028,40 @@ fn remove(sh: &NfsShared, c: &Call<'_>, reply: &mut ReplyBuilder<'_>, base: usiz
         return Err(Fail::Nfs(NFS3ERR_ROFS));
     }
     let (b, id) = (backend(sh, &o), fsid(sh, &o));
-    let pre = b.getattr(&o.fh)?;
-    let check = || -> Result<(), u32> {
+    let mut check = |p: &DirPre<'_>| -> Result<crate::backend::Owner, u32> {
+        let pre = &p.dir;
         if pre.ftype != FileType::Directory {
             return Err(NFS3ERR_NOTDIR);
         }
         check_old_name(args.name)?;
-        if !may(b, &o, &o.fh, &pre, MAY_WRITE | MAY_EXEC) {
+        if !may(b, &o, &o.fh, pre, MAY_WRITE | MAY_EXEC) {
             return Err(NFS3ERR_ACCES);
         }
         // The sticky rule: the file system applies it itself when it checks.
         if pre.mode & 0o1000 != 0 && !b.enforces_permissions() {
-            let (_, victim) = b.lookup(&o.fh, args.name).map_err(|e| e.nfsstat3())?;
-            if !o.caller.may_unlink(&pre, &victim) {
+            let (_, victim) = (p.lookup)(&o.fh, args.name).map_err(|e| e.nfsstat3())?;
+            if !o.caller.may_unlink(pre, &victim) {
                 // EPERM, as the kernel's may_delete.
                 return Err(NFS3ERR_PERM);
             }
         }
-        Ok(())
+        Ok(o.caller.owner())
     };
-    let res = check().and_then(|()| {
-        if c.proc_ == NFSPROC3_RMDIR {
-            b.rmdir(&o.fh, args.name)
-        } else {
-            b.remove(&o.fh, args.name)
-        }
-        .map_err(|e| e.nfsstat3())
-        .and_then(|()| commit_meta(sh, &o, &[&o.fh]))
-    });
-    let post = b.getattr(&o.fh).ok();
+    let change = if c.proc_ == NFSPROC3_RMDIR {
+        DirChange::Rmdir { name: args.name }
+    } else {
+        DirChange::Remove { name: args.name }
+    };
+    let done = b.change_checked(&o.fh, change, &mut check)?;
+    let res = done.res.and_then(|_| commit_meta(sh, &o, &[&o.fh]));
+    let post = if done.refused {
+        Some(done.pre)
+    } else {
+        b.getattr(&o.fh).ok()
+    };
     let mut w = out(reply, base);
     w.put_u32(res.err().unwrap_or(NFS3_OK))?;
-    put_wcc(&mut w, Some(&pre), post.as_ref(), id)?;
+    put_wcc(&mut w, Some(&done.pre), post.as_ref(), id)?;
     Ok(w.len())
 }
 
@@ -1017,65 +1076,72 @@ fn rename(sh: &NfsShared, c: &Call<'_>, reply: &mut ReplyBuilder<'_>, base: usiz
         return Err(Fail::Nfs(NFS3ERR_ROFS));
     }
     let (b, id) = (backend(sh, &from), fsid(sh, &from));
-    let pre_from = b.getattr(&from.fh)?;
-    let pre_to = b.getattr(&to.fh)?;
     let caller = &from.caller;
-    let check = || -> Result<(), u32> {
+    let mut check = |p: &DirPre<'_>| -> Result<crate::backend::Owner, u32> {
+        let pre_from = &p.dir;
+        let pre_to = p.to_dir.as_ref().ok_or(NFS3ERR_SERVERFAULT)?;
         if pre_from.ftype != FileType::Directory || pre_to.ftype != FileType::Directory {
             return Err(NFS3ERR_NOTDIR);
         }
         check_old_name(args.from.name)?;
         check_old_name(args.to.name)?;
-        if !may(b, &from, &from.fh, &pre_from, MAY_WRITE | MAY_EXEC)
-            || !may(b, &to, &to.fh, &pre_to, MAY_WRITE | MAY_EXEC)
+        if !may(b, &from, &from.fh, pre_from, MAY_WRITE | MAY_EXEC)
+            || !may(b, &to, &to.fh, pre_to, MAY_WRITE | MAY_EXEC)
         {
             return Err(NFS3ERR_ACCES);
         }
         if b.enforces_permissions() {
             // The sticky rules and moving a directory: the file system's.
-            return Ok(());
+            return Ok(caller.owner());
         }
         // A directory that moves to another parent has its `..` rewritten:
         // that needs write permission on it (as the kernel's vfs_rename).
         if from.fh != to.fh {
-            if let Ok((_, moved)) = b.lookup(&from.fh, args.from.name) {
+            if let Ok((_, moved)) = (p.lookup)(&from.fh, args.from.name) {
                 if moved.ftype == FileType::Directory && !caller.may(&moved, MAY_WRITE) {
                     return Err(NFS3ERR_ACCES);
                 }
             }
         }
         if pre_from.mode & 0o1000 != 0 {
-            let (_, victim) = b.lookup(&from.fh, args.from.name).map_err(|e| e.nfsstat3())?;
-            if !caller.may_unlink(&pre_from, &victim) {
+            let (_, victim) = (p.lookup)(&from.fh, args.from.name).map_err(|e| e.nfsstat3())?;
+            if !caller.may_unlink(pre_from, &victim) {
                 return Err(NFS3ERR_PERM);
             }
         }
         if pre_to.mode & 0o1000 != 0 {
-            if let Ok((_, victim)) = b.lookup(&to.fh, args.to.name) {
-                if !caller.may_unlink(&pre_to, &victim) {
+            if let Ok((_, victim)) = (p.lookup)(&to.fh, args.to.name) {
+                if !caller.may_unlink(pre_to, &victim) {
                     return Err(NFS3ERR_PERM);
                 }
             }
         }
-        Ok(())
+        Ok(caller.owner())
     };
-    let res = check().and_then(|()| {
-        b.rename(&from.fh, args.from.name, &to.fh, args.to.name)
-            .map_err(|e| e.nfsstat3())
-            .and_then(|()| {
-                if to.fh == from.fh {
-                    commit_meta(sh, &from, &[&from.fh])
-                } else {
-                    commit_meta(sh, &from, &[&from.fh, &to.fh])
-                }
-            })
+    let change = DirChange::Rename {
+        name: args.from.name,
+        to_dir: &to.fh,
+        to: args.to.name,
+    };
+    let done = b.change_checked(&from.fh, change, &mut check)?;
+    let res = done.res.and_then(|_| {
+        if to.fh == from.fh {
+            commit_meta(sh, &from, &[&from.fh])
+        } else {
+            commit_meta(sh, &from, &[&from.fh, &to.fh])
+        }
     });
-    let post_from = b.getattr(&from.fh).ok();
-    let post_to = b.getattr(&to.fh).ok();
+    let pre_from = done.pre;
+    let pre_to = done.pre_to;
+    let (post_from, post_to) = if done.refused {
+        (Some(pre_from), pre_to)
+    } else {
+        (b.getattr(&from.fh).ok(), b.getattr(&to.fh).ok())
+    };
     let mut w = out(reply, base);
     w.put_u32(res.err().unwrap_or(NFS3_OK))?;
     put_wcc(&mut w, Some(&pre_from), post_from.as_ref(), id)?;
-    put_wcc(&mut w, Some(&pre_to), post_to.as_ref(), id)?;
+    put_wcc(&mut w, pre_to.as_ref(), post_to.as_ref(), id)?;
     Ok(w.len())
 }
 
@@ -1091,8 +1157,8 @@ fn link(sh: &NfsShared, c: &Call<'_>, reply: &mut ReplyBuilder<'_>, base: usize)
     }
     let (b, id) = (backend(sh, &dir), fsid(sh, &dir));
     let fa = b.getattr(&file.fh)?;
-    let pre = b.getattr(&dir.fh)?;
-    let check = || -> Result<(), u32> {
+    let mut check = |p: &DirPre<'_>| -> Result<crate::backend::Owner, u32> {
+        let pre = &p.dir;
         if pre.ftype != FileType::Directory {
             return Err(NFS3ERR_NOTDIR);
         }
@@ -1100,22 +1166,27 @@ fn link(sh: &NfsShared, c: &Call<'_>, reply: &mut ReplyBuilder<'_>, base: usize)
             return Err(NFS3ERR_INVAL);
         }
         check_new_name(args.link.name)?;
-        if !may(b, &dir, &dir.fh, &pre, MAY_WRITE | MAY_EXEC) {
+        if !may(b, &dir, &dir.fh, pre, MAY_WRITE | MAY_EXEC) {
             return Err(NFS3ERR_ACCES);
         }
-        Ok(())
+        Ok(dir.caller.owner())
     };
-    let res = check().and_then(|()| {
-        b.link(&file.fh, &dir.fh, args.link.name)
-            .map_err(|e| e.nfsstat3())
-            .and_then(|()| commit_meta(sh, &dir, &[&file.fh, &dir.fh]))
-    });
+    let change = DirChange::Link {
+        file: &file.fh,
+        name: args.link.name,
+    };
+    let done = b.change_checked(&dir.fh, change, &mut check)?;
+    let res = done.res.and_then(|_| commit_meta(sh, &dir, &[&file.fh, &dir.fh]));
     let post_file = b.getattr(&file.fh).ok();
-    let post = b.getattr(&dir.fh).ok();
+    let post = if done.refused {
+        Some(done.pre)
+    } else {
+        b.getattr(&dir.fh).ok()
+    };
     let mut w = out(reply, base);
     w.put_u32(res.err().unwrap_or(NFS3_OK))?;
     put_post_op_attr(&mut w, post_file.as_ref(), id)?;
-    put_wcc(&mut w, Some(&pre), post.as_ref(), id)?;
+    put_wcc(&mut w, Some(&done.pre), post.as_ref(), id)?;
     Ok(w.len())
 }
 

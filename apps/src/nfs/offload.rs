@@ -19,18 +19,24 @@
 //! the entry is completed when the Call is resumed (or cancelled).
 //!
 //! An NFSv4 COMPOUND that changes the namespace or attributes (CREATE,
-//! REMOVE, RENAME, LINK, SETATTR, OPEN that may create) and does no data
+//! REMOVE, RENAME, LINK, SETATTR, OPEN that may create) or makes an NFSv4.2
+//! system call (ALLOCATE, DEALLOCATE, COPY, SEEK) and does no data
 //! I/O runs on the pool whole ([`wanted_v4`]): the helper runs
 //! [`crate::nfs4::call`] over a copy of the Call, SEQUENCE and the session
 //! slot's reply cache included, and the core copies the reply it built.
 //!
-//! Not offloaded: NULL, READ, WRITE and COMMIT (their data goes through the
-//! core's channel, deferred), MOUNT, Calls that may not be deferred (TCP),
-//! and GETATTR of a file the core's channel has open, answered from that
-//! descriptor ([`IoChannel::getattr_cached`]).
+//! MOUNT's MNT runs here too (it looks its path up in the backend). READ,
+//! WRITE and COMMIT are not offloaded (their data goes through the core's
+//! channel, deferred), but the first one of a file the core's channel has
+//! not open yet is: the pool opens the file ([`Backend::open_for_io`]), the
+//! core adopts it ([`IoChannel::adopt`]) and runs the Call itself. Not
+//! offloaded: NULL, the other MOUNT procedures, Calls that may not be
+//! deferred (TCP), and GETATTR of a file the core's channel has open,
+//! answered from that descriptor ([`IoChannel::getattr_cached`]).
 //!
 //! [`Backend::metadata_blocks`]: crate::backend::Backend::metadata_blocks
 //! [`IoChannel::getattr_cached`]: crate::backend::IoChannel::getattr_cached
+//! [`IoChannel::adopt`]: crate::backend::IoChannel::adopt
 
 use std::collections::VecDeque;
 use std::net::IpAddr;
@@ -46,6 +52,7 @@ use proto::xdr::Reader;
 use super::defer::Deferred;
 use super::export::split_fh;
 use super::{credential, nfs3, Call, CoreState, Fail, NfsShared, NfsStats, REPLY_HEADER_BYTES};
+use crate::backend::{Backend, FileHandle, FsResult, OpenedFile};
 
 /// Helper threads per process (started on the first offloaded Call).
 pub const HELPER_THREADS: usize = 2;
@@ -60,6 +67,10 @@ pub(crate) struct Finished {
     /// DDP-eligible items (offset from the head's start, length): READLINK's
     /// path.
     items: Vec<(usize, usize)>,
+    /// An open for the core's channel ([`CoreOffload::submit_open`]): the
+    /// backend's index, the handle and what was opened. The Call then runs
+    /// on the core, not from `bytes`.
+    pub opened: Option<(usize, FileHandle, FsResult<Option<OpenedFile>>)>,
 }
 
 /// Where one core's finished jobs wait for it. Helpers push, the core
@@ -72,14 +83,27 @@ pub(crate) struct Outbox {
 }
 
 struct Job {
-    shared: Arc<NfsShared>,
     outbox: Arc<Outbox>,
     token: DeferToken,
-    /// The Call: its RPC header, then its arguments.
-    msg: Vec<u8>,
-    peer: Option<IpAddr>,
-    /// The reply head's capacity on the core (READDIR fills up to it).
-    head_cap: usize,
+    work: Work,
+}
+
+enum Work {
+    /// Run the Call's procedure.
+    Call {
+        shared: Arc<NfsShared>,
+        /// The Call: its RPC header, then its arguments.
+        msg: Vec<u8>,
+        peer: Option<IpAddr>,
+        /// The reply head's capacity on the core (READDIR fills up to it).
+        head_cap: usize,
+    },
+    /// Open a file for the core's channel of backend `index`.
+    Open {
+        backend: Arc<dyn Backend>,
+        index: usize,
+        fh: FileHandle,
+    },
 }
 
 struct Inner {
@@ -184,21 +208,42 @@ fn helper(inner: &Inner) {
             }
         };
         let outbox = job.outbox.clone();
-        let f = run(job, &mut st);
+        let f = match job.work {
+            Work::Call {
+                shared,
+                msg,
+                peer,
+                head_cap,
+            } => run(&shared, job.token, &msg, peer, head_cap, &mut st),
+            Work::Open { backend, index, fh } => Finished {
+                token: job.token,
+                res: Ok(0),
+                bytes: Vec::new(),
+                items: Vec::new(),
+                opened: Some((index, fh, backend.open_for_io(&fh))),
+            },
+        };
         let mut done = lock(&outbox.done);
         done.push(f);
         outbox.count.store(done.len(), Ordering::Release);
     }
 }
 
-/// Run one job's procedure as the core would.
-fn run(job: Job, st: &mut CoreState) -> Finished {
-    let mut head = vec![0u8; job.head_cap];
+/// Run one job's procedure (NFS, or MOUNT) as the core would.
+fn run(
+    shared: &Arc<NfsShared>,
+    token: DeferToken,
+    msg: &[u8],
+    peer: Option<IpAddr>,
+    head_cap: usize,
+    st: &mut CoreState,
+) -> Finished {
+    let mut head = vec![0u8; head_cap];
     let (res, items) = {
         let mut rb = ReplyBuilder::new(&mut head, None);
-        let res = match CallHeader::decode(&job.msg) {
+        let res = match CallHeader::decode(msg) {
             Ok((hdr, at)) if hdr.vers == proto::nfs4::NFS_V4 => match credential(&hdr) {
-                Ok(cred) => v4(&job, st, &mut rb, hdr.xid, at, cred),
+                Ok(cred) => v4(shared, msg, peer, st, &mut rb, hdr.xid, at, cred),
                 Err(why) => Err(Fail::Auth(why)),
             },
             Ok((hdr, at)) => match credential(&hdr) {
@@ -206,12 +251,16 @@ fn run(job: Job, st: &mut CoreState) -> Finished {
                     let c = Call {
                         proc_: hdr.proc_,
                         cred,
-                        peer: job.peer,
-                        args: job.msg.get(at..).unwrap_or(&[]),
+                        peer,
+                        args: msg.get(at..).unwrap_or(&[]),
                         tail: None,
                         token: None,
                     };
-                    nfs3::call(&job.shared, st, &c, &mut rb, REPLY_HEADER_BYTES)
+                    if hdr.prog == p::MOUNT_PROGRAM {
+                        super::mount::call(shared, &c, &mut rb, REPLY_HEADER_BYTES)
+                    } else {
+                        nfs3::call(shared, st, &c, &mut rb, REPLY_HEADER_BYTES)
+                    }
                 }
                 Err(why) => Err(Fail::Auth(why)),
             },
@@ -236,17 +285,21 @@ fn run(job: Job, st: &mut CoreState) -> Finished {
         Err(_) => Vec::new(),
     };
     Finished {
-        token: job.token,
+        token,
         res,
         bytes,
         items,
+        opened: None,
     }
 }
 
 /// Run an NFSv4 COMPOUND whole, as the core would without a defer token;
 /// its results after the RPC reply header.
+#[allow(clippy::too_many_arguments)]
 fn v4(
-    job: &Job,
+    shared: &Arc<NfsShared>,
+    msg: &[u8],
+    peer: Option<IpAddr>,
     st: &mut CoreState,
     rb: &mut ReplyBuilder<'_>,
     xid: u32,
@@ -255,12 +308,11 @@ fn v4(
 ) -> Result<usize, Fail> {
     let piece = [proto::plan::Piece::Inline {
         start: 0,
-        len: job.msg.len() as u32,
+        len: msg.len() as u32,
     }];
-    let view =
-        dataplane::service::CallView::contiguous(dataplane::fabric::ConnId(0), job.peer, 1, xid, &job.msg, &piece);
+    let view = dataplane::service::CallView::contiguous(dataplane::fabric::ConnId(0), peer, 1, xid, &msg, &piece);
     let mut scratch = Vec::new();
-    crate::nfs4::call(&job.shared, st, &mut scratch, &view, xid, at, cred, rb).map_err(|_| Fail::System)?;
+    crate::nfs4::call(shared, st, &mut scratch, &view, xid, at, cred, rb).map_err(|_| Fail::System)?;
     // Only a SUCCESS reply header is the core's to write back.
     let mut ok = [0u8; REPLY_HEADER_BYTES];
     let n = rb.head_len();
@@ -275,7 +327,8 @@ fn v4(
 /// Whether the NFSv4 COMPOUND of `view` (arguments at `at` of its one
 /// piece) runs on the helper pool: the engine lets this core defer it, it
 /// changes the namespace or attributes (CREATE, REMOVE, RENAME, LINK,
-/// SETATTR, OPEN that may create), it does no data I/O (READ, WRITE,
+/// SETATTR, OPEN that may create) or makes an NFSv4.2 system call
+/// (ALLOCATE, DEALLOCATE, COPY, SEEK), it does no data I/O (READ, WRITE,
 /// COMMIT go through the core's channel, deferred), and the first PUTFH
 /// names an export whose backend's metadata calls block (no PUTFH: any
 /// such backend).
@@ -302,6 +355,10 @@ pub(crate) fn wanted_v4(sh: &NfsShared, st: &CoreState, view: &dataplane::servic
             Op::Read { .. } | Op::Write { .. } | Op::Commit { .. } => return false,
             Op::Create { .. } | Op::Remove(_) | Op::Rename { .. } | Op::Link(_) | Op::Setattr { .. } => changes = true,
             Op::Open { create: Some(_), .. } => changes = true,
+            // NFSv4.2's ALLOCATE, DEALLOCATE, COPY and SEEK are system calls
+            // on the backend (fallocate, copy_file_range, lseek), not I/O
+            // through the core's channel.
+            Op::Allocate { .. } | Op::Deallocate { .. } | Op::Copy { .. } | Op::Seek { .. } => changes = true,
             Op::Putfh(b) if first_fh.is_none() => first_fh = Some(b),
             _ => {}
         }
@@ -326,13 +383,24 @@ pub(crate) struct CoreOffload {
     drc_slots: Vec<(DeferToken, u32)>,
     /// The results of the Call being resumed.
     pub resuming: Option<Finished>,
+    /// The Call being resumed after an open on the pool.
+    pub opened_for: Option<DeferToken>,
 }
 
 /// Whether the Call `c` runs on the helper pool: a metadata procedure on a
 /// backend whose metadata calls may block, that the engine lets this core
 /// defer. Decided from the first handle of the arguments (every procedure
 /// offloaded starts with one; RENAME and LINK must stay in one export).
-pub(crate) fn wanted(sh: &NfsShared, st: &mut CoreState, c: &Call<'_>) -> bool {
+pub(crate) fn wanted(sh: &NfsShared, st: &mut CoreState, prog: u32, c: &Call<'_>) -> bool {
+    if prog == p::MOUNT_PROGRAM {
+        // MNT looks the path up in the backend; the other MOUNT procedures
+        // touch only the gateway's own tables.
+        return c.proc_ == p::MOUNTPROC3_MNT
+            && c.token.is_some()
+            && st.deferred.has_room()
+            && sh.backends.iter().any(|(_, b)| b.metadata_blocks())
+            && sh.helpers().is_running();
+    }
     let metadata = matches!(
         c.proc_,
         p::NFSPROC3_GETATTR..=p::NFSPROC3_READLINK | p::NFSPROC3_CREATE..=p::NFSPROC3_PATHCONF
@@ -390,13 +458,38 @@ impl CoreOffload {
             self.drc_slots.push((token, s));
         }
         shared.helpers().push(Job {
-            shared: shared.clone(),
             outbox: self.outbox.clone(),
             token,
-            msg,
-            peer,
-            head_cap,
+            work: Work::Call {
+                shared: shared.clone(),
+                msg,
+                peer,
+                head_cap,
+            },
         });
+    }
+
+    /// Open `fh` on the pool for this core's channel of backend `index`
+    /// (its first I/O of the file), under `token`. The caller defers the
+    /// reply; when the Call resumes, the core adopts the file
+    /// ([`CoreOffload::take_opened`]) and runs the procedure itself.
+    pub fn submit_open(&mut self, sh: &NfsShared, token: DeferToken, index: usize, fh: FileHandle) {
+        sh.helpers().push(Job {
+            outbox: self.outbox.clone(),
+            token,
+            work: Work::Open {
+                backend: sh.backends[index].1.clone(),
+                index,
+                fh,
+            },
+        });
+    }
+
+    /// Whether the Call with `token` already had its file opened on the
+    /// pool (it resumes now): it does not go back for another open, also
+    /// when that open failed (the channel then meets the error itself).
+    pub fn was_opened(&mut self, token: Option<DeferToken>) -> bool {
+        token.is_some() && self.opened_for == token
     }
 
     /// Take the pool's finished jobs and mark their Calls ready.

@@ -66,8 +66,8 @@ pub mod grace;
 pub mod lock;
 mod ops;
 pub mod state;
-pub mod v42;
 pub(crate) mod suspend;
+pub mod v42;
 
 use fh::Fh;
 

@@ -448,17 +448,8 @@ pub trait Transport {
 #[allow(unused_macros)]
 macro_rules! forward_backend_namespace {
     () => {
-        fn kind(&self) -> &'static str {
-            self.inner.kind()
-        }
-        fn root(&self) -> FileHandle {
-            self.inner.root()
-        }
         fn getattr(&self, fh: &FileHandle) -> FsResult<Attr> {
             self.inner.getattr(fh)
-        }
-        fn setattr(&self, fh: &FileHandle, set: &SetAttr) -> FsResult<Attr> {
-            self.inner.setattr(fh, set)
         }
         fn setattr_checked(
             &self,
@@ -468,11 +459,40 @@ macro_rules! forward_backend_namespace {
         ) -> FsResult<(Attr, Result<Attr, u32>)> {
             self.inner.setattr_checked(fh, set, check)
         }
-        fn features(&self) -> rpcrdma_apps::backend::Features {
-            self.inner.features()
+        fn change_checked(
+            &self,
+            dir: &FileHandle,
+            change: rpcrdma_apps::backend::DirChange<'_>,
+            check: &mut dyn FnMut(&rpcrdma_apps::backend::DirPre<'_>) -> Result<Owner, u32>,
+        ) -> FsResult<rpcrdma_apps::backend::DirChanged> {
+            self.inner.change_checked(dir, change, check)
         }
         fn lookup(&self, dir: &FileHandle, name: &[u8]) -> FsResult<(FileHandle, Attr)> {
             self.inner.lookup(dir, name)
+        }
+        forward_backend_plain!();
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use forward_backend_namespace;
+
+/// [`forward_backend_namespace`] without the calls that read attributes or
+/// look names up (`getattr`, `setattr_checked`, `change_checked`,
+/// `lookup`): for wrappers that change those.
+#[allow(unused_macros)]
+macro_rules! forward_backend_plain {
+    () => {
+        fn kind(&self) -> &'static str {
+            self.inner.kind()
+        }
+        fn root(&self) -> FileHandle {
+            self.inner.root()
+        }
+        fn setattr(&self, fh: &FileHandle, set: &SetAttr) -> FsResult<Attr> {
+            self.inner.setattr(fh, set)
+        }
+        fn features(&self) -> rpcrdma_apps::backend::Features {
+            self.inner.features()
         }
         fn readlink(&self, fh: &FileHandle, out: &mut [u8]) -> FsResult<usize> {
             self.inner.readlink(fh, out)
@@ -527,7 +547,7 @@ macro_rules! forward_backend_namespace {
     };
 }
 #[allow(unused_imports)]
-pub(crate) use forward_backend_namespace;
+pub(crate) use forward_backend_plain;
 
 /// NFS or MOUNT over one TCP connection to `127.0.0.1:port`, one record
 /// per message (RFC 5531 s11 record marking; replies may come in several
