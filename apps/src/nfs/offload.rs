@@ -310,7 +310,7 @@ fn v4(
         start: 0,
         len: msg.len() as u32,
     }];
-    let view = dataplane::service::CallView::contiguous(dataplane::fabric::ConnId(0), peer, 1, xid, &msg, &piece);
+    let view = dataplane::service::CallView::contiguous(dataplane::fabric::ConnId(0), peer, 1, xid, msg, &piece);
     let mut scratch = Vec::new();
     crate::nfs4::call(shared, st, &mut scratch, &view, xid, at, cred, rb).map_err(|_| Fail::System)?;
     // Only a SUCCESS reply header is the core's to write back.
