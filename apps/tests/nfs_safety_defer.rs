@@ -49,7 +49,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use dataplane::requester::{CallOutcome, Requester};
+use dataplane::requester::{CallId, CallOutcome, Requester};
 use dataplane::responder::Responder;
 use dataplane::shm::{ShmConfig, ShmFabric};
 use nfs_common::*;
@@ -347,6 +347,50 @@ impl Rig {
         self.a.poll();
         self.b.poll();
     }
+
+    /// Turns until A's Call `ca` (sent first, held by the test double) and
+    /// B's Call `cb` are both answered; B's answer lets `release` go. Each
+    /// reply is checked by its closure. Returns when A and when B were
+    /// answered, counted from `t0`.
+    fn race(
+        &mut self,
+        t0: Instant,
+        (ca, check_a): (CallId, impl FnOnce(&mut Requester<'static, ShmFabric>, CallId)),
+        (cb, check_b): (CallId, impl FnOnce(&mut Requester<'static, ShmFabric>, CallId)),
+        release: &AtomicBool,
+    ) -> (Duration, Duration) {
+        let (mut check_a, mut check_b) = (Some(check_a), Some(check_b));
+        let (mut a_at, mut b_at) = (None, None);
+        while a_at.is_none() || b_at.is_none() {
+            self.turn();
+            if let Some(d) = self.b.poll_completion() {
+                assert_eq!((d.id, d.outcome), (cb, CallOutcome::Reply));
+                check_b.take().expect("B answered once")(&mut self.b, cb);
+                b_at = Some(t0.elapsed());
+                // Only now is A's held work let go.
+                release.store(true, Ordering::Release);
+            }
+            if let Some(d) = self.a.poll_completion() {
+                assert_eq!((d.id, d.outcome), (ca, CallOutcome::Reply));
+                check_a.take().expect("A answered once")(&mut self.a, ca);
+                a_at = Some(t0.elapsed());
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(30),
+                "no replies: A {a_at:?} B {b_at:?} {:?} {:?}",
+                self.srv.service().stats(),
+                self.srv.stats()
+            );
+        }
+        (a_at.unwrap(), b_at.unwrap())
+    }
+
+    /// Turns the rig so that a Call just sent reaches the service.
+    fn settle(&mut self) {
+        for _ in 0..50 {
+            self.turn();
+        }
+    }
 }
 
 fn file_with_data(sh: &Arc<NfsShared>) -> Vec<u8> {
@@ -373,35 +417,18 @@ fn nfs_safety_commit_is_deferred_and_another_clients_read_is_answered_meanwhile(
     });
     let t0 = Instant::now();
     let ca = submit(&mut r.a, &commit, COMMIT);
-    // The COMMIT reaches the service first.
-    for _ in 0..50 {
-        r.turn();
-    }
+    r.settle();
     let cb = submit(&mut r.b, &read, READ);
-    let mut read_at = None;
-    let mut commit_at = None;
-    while read_at.is_none() || commit_at.is_none() {
-        r.turn();
-        if let Some(d) = r.b.poll_completion() {
-            assert_eq!((d.id, d.outcome), (cb, CallOutcome::Reply));
-            assert_eq!(reply_status(&mut r.b, cb), 0, "READ");
-            read_at = Some(t0.elapsed());
-            // Only now is the flush let go.
-            release.store(true, Ordering::Release);
-        }
-        if let Some(d) = r.a.poll_completion() {
-            assert_eq!((d.id, d.outcome), (ca, CallOutcome::Reply));
-            assert_eq!(reply_status(&mut r.a, ca), 0, "COMMIT");
-            commit_at = Some(t0.elapsed());
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(30),
-            "no replies: read {read_at:?} commit {commit_at:?} {:?} {:?}",
-            r.srv.service().stats(),
-            r.srv.stats()
-        );
-    }
-    let (read_at, commit_at) = (read_at.unwrap(), commit_at.unwrap());
+    let (commit_at, read_at) = r.race(
+        t0,
+        (ca, |c, ca| {
+            assert_eq!(reply_status(c, ca), 0, "COMMIT");
+        }),
+        (cb, |c, cb| {
+            assert_eq!(reply_status(c, cb), 0, "READ");
+        }),
+        &release,
+    );
     assert!(
         read_at < commit_at && read_at < Duration::from_secs(1),
         "the READ was answered while the COMMIT's flush was outstanding: READ at {read_at:?}, COMMIT at {commit_at:?}"
@@ -518,27 +545,18 @@ fn nfs_safety_slow_namespace_fsync_runs_off_the_core() {
     });
     let t0 = Instant::now();
     let ca = submit(&mut r.a, &create, 8);
-    for _ in 0..50 {
-        r.turn();
-    }
+    r.settle();
     let cb = submit(&mut r.b, &read, READ);
-    let (mut read_at, mut create_at) = (None, None);
-    while read_at.is_none() || create_at.is_none() {
-        r.turn();
-        if let Some(d) = r.b.poll_completion() {
-            assert_eq!((d.id, d.outcome), (cb, CallOutcome::Reply));
-            assert_eq!(reply_status(&mut r.b, cb), 0, "READ");
-            read_at = Some(t0.elapsed());
-            release.store(true, Ordering::Release);
-        }
-        if let Some(d) = r.a.poll_completion() {
-            assert_eq!((d.id, d.outcome), (ca, CallOutcome::Reply));
-            assert_eq!(reply_status(&mut r.a, ca), 0, "CREATE");
-            create_at = Some(t0.elapsed());
-        }
-        assert!(t0.elapsed() < Duration::from_secs(30), "no replies");
-    }
-    let (read_at, create_at) = (read_at.unwrap(), create_at.unwrap());
+    let (create_at, read_at) = r.race(
+        t0,
+        (ca, |c, ca| {
+            assert_eq!(reply_status(c, ca), 0, "CREATE");
+        }),
+        (cb, |c, cb| {
+            assert_eq!(reply_status(c, cb), 0, "READ");
+        }),
+        &release,
+    );
     assert!(
         read_at < create_at && read_at < Duration::from_secs(1),
         "the READ was answered while the CREATE's directory fsync was outstanding: READ at {read_at:?}, CREATE at {create_at:?}"
@@ -591,27 +609,18 @@ fn nfs_safety_first_open_of_a_file_runs_off_the_core() {
     });
     let t0 = Instant::now();
     let ca = submit(&mut r.a, &read_a, READ);
-    for _ in 0..50 {
-        r.turn();
-    }
+    r.settle();
     let cb = submit(&mut r.b, &read_b, READ);
-    let (mut a_at, mut b_at) = (None, None);
-    while a_at.is_none() || b_at.is_none() {
-        r.turn();
-        if let Some(d) = r.b.poll_completion() {
-            assert_eq!((d.id, d.outcome), (cb, CallOutcome::Reply));
-            assert_eq!(reply_status(&mut r.b, cb), 0, "B's READ");
-            b_at = Some(t0.elapsed());
-            release.store(true, Ordering::Release);
-        }
-        if let Some(d) = r.a.poll_completion() {
-            assert_eq!((d.id, d.outcome), (ca, CallOutcome::Reply));
-            assert_eq!(reply_status(&mut r.a, ca), 0, "A's READ");
-            a_at = Some(t0.elapsed());
-        }
-        assert!(t0.elapsed() < Duration::from_secs(30), "no replies");
-    }
-    let (a_at, b_at) = (a_at.unwrap(), b_at.unwrap());
+    let (a_at, b_at) = r.race(
+        t0,
+        (ca, |c, ca| {
+            assert_eq!(reply_status(c, ca), 0, "A's READ");
+        }),
+        (cb, |c, cb| {
+            assert_eq!(reply_status(c, cb), 0, "B's READ");
+        }),
+        &release,
+    );
     assert!(
         b_at < a_at && b_at < Duration::from_secs(1),
         "B's READ was answered while A's file was being opened: B at {b_at:?}, A at {a_at:?}"
@@ -696,27 +705,18 @@ fn nfs_safety_mnt_lookups_run_off_the_core() {
     });
     let t0 = Instant::now();
     let ca = submit(&mut r.a, &mnt, 1);
-    for _ in 0..50 {
-        r.turn();
-    }
+    r.settle();
     let cb = submit(&mut r.b, &read, READ);
-    let (mut a_at, mut b_at) = (None, None);
-    while a_at.is_none() || b_at.is_none() {
-        r.turn();
-        if let Some(d) = r.b.poll_completion() {
-            assert_eq!((d.id, d.outcome), (cb, CallOutcome::Reply));
-            assert_eq!(reply_status(&mut r.b, cb), 0, "READ");
-            b_at = Some(t0.elapsed());
-            release.store(true, Ordering::Release);
-        }
-        if let Some(d) = r.a.poll_completion() {
-            assert_eq!((d.id, d.outcome), (ca, CallOutcome::Reply));
-            assert_eq!(reply_status(&mut r.a, ca), 0, "MNT3_OK");
-            a_at = Some(t0.elapsed());
-        }
-        assert!(t0.elapsed() < Duration::from_secs(30), "no replies");
-    }
-    let (a_at, b_at) = (a_at.unwrap(), b_at.unwrap());
+    let (a_at, b_at) = r.race(
+        t0,
+        (ca, |c, ca| {
+            assert_eq!(reply_status(c, ca), 0, "MNT3_OK");
+        }),
+        (cb, |c, cb| {
+            assert_eq!(reply_status(c, cb), 0, "READ");
+        }),
+        &release,
+    );
     assert!(
         b_at < a_at && b_at < Duration::from_secs(1),
         "the READ was answered while the MNT's lookup was slow: READ at {b_at:?}, MNT at {a_at:?}"
@@ -1077,22 +1077,12 @@ fn nfs4_slow_namespace_fsync_runs_off_the_core() {
     });
     let t0 = Instant::now();
     let ca = submit4(&mut r.a, &create, None);
-    for _ in 0..50 {
-        r.turn();
-    }
+    r.settle();
     let cb = submit(&mut r.b, &read, READ);
-    let (mut read_at, mut create_at) = (None, None);
-    while read_at.is_none() || create_at.is_none() {
-        r.turn();
-        if let Some(d) = r.b.poll_completion() {
-            assert_eq!((d.id, d.outcome), (cb, CallOutcome::Reply));
-            assert_eq!(reply_status(&mut r.b, cb), 0, "READ");
-            read_at = Some(t0.elapsed());
-            release.store(true, Ordering::Release);
-        }
-        if let Some(d) = r.a.poll_completion() {
-            assert_eq!((d.id, d.outcome), (ca, CallOutcome::Reply));
-            let rp = parse(Reply::parse(&reply_bytes(&mut r.a, ca)));
+    let (create_at, read_at) = r.race(
+        t0,
+        (ca, |c, ca| {
+            let rp = parse(Reply::parse(&reply_bytes(c, ca)));
             assert_eq!(rp.status, NFS4_OK, "CREATE");
             let mut dd = rp.dec();
             assert_eq!(res(&mut dd, OP_SEQUENCE), NFS4_OK);
@@ -1108,11 +1098,12 @@ fn nfs4_slow_namespace_fsync_runs_off_the_core() {
             }
             assert_eq!(res(&mut dd, OP_GETFH), NFS4_OK);
             assert!(!dd.opaque().is_empty());
-            create_at = Some(t0.elapsed());
-        }
-        assert!(t0.elapsed() < Duration::from_secs(30), "no replies");
-    }
-    let (read_at, create_at) = (read_at.unwrap(), create_at.unwrap());
+        }),
+        (cb, |c, cb| {
+            assert_eq!(reply_status(c, cb), 0, "READ");
+        }),
+        &release,
+    );
     assert!(
         read_at < create_at && read_at < Duration::from_secs(1),
         "the READ was answered while the CREATE's fsync was outstanding: READ at {read_at:?}, CREATE at {create_at:?}"
