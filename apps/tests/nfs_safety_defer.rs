@@ -1112,3 +1112,51 @@ fn nfs4_slow_namespace_fsync_runs_off_the_core() {
     assert_eq!(st.offloaded, 1, "the COMPOUND ran on the helper pool: {st:?}");
     assert!(a4.walk("/export/slow").is_ok());
 }
+
+/// NFSv4.2's ALLOCATE is a system call on the backend (`fallocate`), not
+/// I/O through the core's channel: on `uring` its COMPOUND runs whole on
+/// the helper pool, as the namespace changes' do (issue 21 item 5, issue
+/// 22). Before, `offload::wanted_v4` sent only namespace changes there and
+/// the `fallocate` ran on the core.
+#[test]
+fn nfs4_2_allocate_on_uring_runs_off_the_core() {
+    use nfs4_common::*;
+    use proto::nfs4::*;
+    let (_s, h) = hold_store_with(false, true);
+    h.release.store(true, Ordering::Release);
+    let sh = export_shared(h, true);
+    let mut a4 = V4::new(Direct::new(&sh), "allocator");
+    a4.minor = 2;
+    a4.setup(4);
+    let dir = a4.walk("/export").unwrap();
+    let (os, fh) = a4
+        .open(&dir, open("grown", 3, 0, b"o", Some((UNCHECKED4, 0o644, [0; 8]))))
+        .unwrap();
+    let mut r = Rig::new(&sh, "v42alloc");
+    let alloc = op(|e| {
+        e.u32(OP_ALLOCATE);
+        stateid(e, &os);
+        e.u64(0).u64(1 << 20);
+    });
+    let ops = [a4.sequence(0, false), putfh(&fh), alloc];
+    let call = a4.encode(&ops);
+    let id = submit4(&mut r.a, &call, None);
+    let t0 = Instant::now();
+    loop {
+        r.turn();
+        if let Some(d) = r.a.poll_completion() {
+            assert_eq!((d.id, d.outcome), (id, CallOutcome::Reply));
+            let rp = parse(Reply::parse(&reply_bytes(&mut r.a, id)));
+            assert_eq!(rp.status, NFS4_OK, "ALLOCATE");
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(30), "no reply");
+    }
+    let st = r.srv.service().stats();
+    assert_eq!(st.offloaded, 1, "the ALLOCATE COMPOUND ran on the helper pool: {st:?}");
+    let r = a4.seq(&[putfh(&fh), getattr(&[FATTR4_SIZE])]);
+    let mut d = r.dec();
+    res(&mut d, OP_PUTFH);
+    res(&mut d, OP_GETATTR);
+    assert_eq!(attr(&attrs(&mut d), FATTR4_SIZE), Some(1 << 20), "the file grew");
+}

@@ -544,6 +544,18 @@ macro_rules! forward_backend_plain {
         fn fsstat(&self) -> FsResult<FsStat> {
             self.inner.fsstat()
         }
+        fn allocate(&self, fh: &FileHandle, offset: u64, len: u64) -> FsResult<()> {
+            self.inner.allocate(fh, offset, len)
+        }
+        fn deallocate(&self, fh: &FileHandle, offset: u64, len: u64) -> FsResult<()> {
+            self.inner.deallocate(fh, offset, len)
+        }
+        fn seek(&self, fh: &FileHandle, offset: u64, data: bool) -> FsResult<Option<u64>> {
+            self.inner.seek(fh, offset, data)
+        }
+        fn copy(&self, src: &FileHandle, src_off: u64, dst: &FileHandle, dst_off: u64, count: u64) -> FsResult<u64> {
+            self.inner.copy(src, src_off, dst, dst_off, count)
+        }
     };
 }
 #[allow(unused_imports)]
