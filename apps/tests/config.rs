@@ -404,3 +404,38 @@ fn idle_fields_are_reported_against_their_documented_ranges() {
     let c = Config::from_json_value(&v).unwrap();
     assert_eq!(c.reactor.idle, reactor::idle::SPIN_THEN_WAIT);
 }
+
+/// issue 21 item 4: `--check-config` accepts a backend queue shallower than
+/// the Calls a core can have in flight (they wait in the engine, no
+/// JUKEBOX), shows it in the capacity output, and warns on stderr.
+#[test]
+fn nfs_safety_check_config_warns_of_a_queue_depth_below_the_calls_in_flight() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_rpcrdma-target"))
+        .args(["--check-config", "-c"])
+        .arg(config_path("single-nic.json"))
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "a warning, not a refusal: {stdout}{stderr}");
+    assert!(
+        stdout.contains("backend scratch (uring): queue depth 256 per core for up to 64 x 128 = 8192 Calls in flight"),
+        "{stdout}"
+    );
+    let warnings: Vec<&str> = stderr.lines().filter(|l| l.contains("warning:")).collect();
+    assert_eq!(warnings.len(), 1, "{stderr}");
+    assert!(
+        warnings[0].contains("\"scratch\" (uring): queue_depth 256 is below the 8192 Calls"),
+        "{stderr}"
+    );
+    // The quick start's one backend is `mem`: nothing to warn of.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_rpcrdma-target"))
+        .args(["--check-config", "-c"])
+        .arg(config_path("cores.json"))
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("warning:"));
+}

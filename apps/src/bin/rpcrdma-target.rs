@@ -122,7 +122,12 @@ fn main() -> std::process::ExitCode {
     }
     if args.check_config {
         println!("{}: configuration valid", args.config.display());
-        println!("{}", cfg.capacity());
+        let capacity = cfg.capacity();
+        println!("{capacity}");
+        // A bottleneck, not an error (docs/CONFIG.md, "Capacity").
+        for w in capacity.queue_warnings() {
+            eprintln!("{}: warning: {w}", args.config.display());
+        }
         return std::process::ExitCode::SUCCESS;
     }
     match run(cfg) {
