@@ -17,12 +17,15 @@
 #             a disk, not tmpfs, so an fsync costs what it costs)
 #   SECS      measured seconds of each B run (default 15)
 #   CLIENT_CPU / IO_CPU / ADMIN_CPU  CPUs (default 0 / 1 / 0)
+#   A_CPU     client A's CPU (default CLIENT_CPU); on a 2-CPU host A shares a CPU
+#             with B or with the io core whatever is chosen, which the figures show
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TARGET=${1:-target/release/rpcrdma-target}
 PERF=${PERF:-target/release/perf}
 SECS=${SECS:-15}
 CLIENT_CPU=${CLIENT_CPU:-0}
+A_CPU=${A_CPU:-$CLIENT_CPU}
 IO_CPU=${IO_CPU:-1}
 ADMIN_CPU=${ADMIN_CPU:-0}
 WORK=$(mktemp -d /tmp/commit-interference.XXXXXX)
@@ -86,7 +89,7 @@ b_run() {
 }
 b_run alone
 "$PERF" write "${common[@]}" --file a.dat --file-size 1G --size 1M --qd 4 --seq --commit-every 1G \
-    --duration $((SECS + 6)) --warmup 0 --timeout 120 --idle-sleep-us 20 --cores "$CLIENT_CPU" --json "$WORK/a.json" >"$WORK/a.txt" 2>&1 &
+    --duration $((SECS + 6)) --warmup 0 --timeout 120 --idle-sleep-us 20 --cores "$A_CPU" --json "$WORK/a.json" >"$WORK/a.txt" 2>&1 &
 APID=$!
 # Let A dirty the page cache before B measures.
 sleep 3
