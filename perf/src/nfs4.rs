@@ -58,6 +58,29 @@ fn put_stateid(w: &mut Writer<'_>, s: &Stateid) -> Result<(), EncodeError> {
     w.put_bytes(&s.other)
 }
 
+/// SEQUENCE, PUTFH and the start of READ or WRITE (`op`): its stateid and
+/// offset, where both operations' arguments begin (RFC 8881 s18.22.1,
+/// s18.32.1).
+#[allow(clippy::too_many_arguments)]
+fn io_compound(
+    w: &mut Writer<'_>,
+    xid: u32,
+    cred: &Cred,
+    s: &Slot,
+    fh: &[u8],
+    op: u32,
+    sid: &Stateid,
+    offset: u64,
+) -> Result<(), EncodeError> {
+    compound(w, xid, cred, 3)?;
+    sequence(w, s)?;
+    w.put_u32(OP_PUTFH)?;
+    w.put_opaque_var(fh)?;
+    w.put_u32(op)?;
+    put_stateid(w, sid)?;
+    w.put_u64(offset)
+}
+
 /// The NULL COMPOUND: SEQUENCE only.
 pub fn encode_null(out: &mut [u8], xid: u32, cred: &Cred, s: &Slot) -> Result<usize, EncodeError> {
     let mut w = Writer::new(out);
@@ -79,13 +102,7 @@ pub fn encode_read(
     count: u32,
 ) -> Result<usize, EncodeError> {
     let mut w = Writer::new(out);
-    compound(&mut w, xid, cred, 3)?;
-    sequence(&mut w, s)?;
-    w.put_u32(OP_PUTFH)?;
-    w.put_opaque_var(fh)?;
-    w.put_u32(OP_READ)?;
-    put_stateid(&mut w, sid)?;
-    w.put_u64(offset)?;
+    io_compound(&mut w, xid, cred, s, fh, OP_READ, sid, offset)?;
     w.put_u32(count)?;
     Ok(w.len())
 }
@@ -106,13 +123,7 @@ pub fn encode_write_head(
     stable: u32,
 ) -> Result<usize, EncodeError> {
     let mut w = Writer::new(out);
-    compound(&mut w, xid, cred, 3)?;
-    sequence(&mut w, s)?;
-    w.put_u32(OP_PUTFH)?;
-    w.put_opaque_var(fh)?;
-    w.put_u32(OP_WRITE)?;
-    put_stateid(&mut w, sid)?;
-    w.put_u64(offset)?;
+    io_compound(&mut w, xid, cred, s, fh, OP_WRITE, sid, offset)?;
     w.put_u32(stable)?;
     w.put_u32(len)?;
     let at = w.len();
