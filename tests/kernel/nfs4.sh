@@ -14,12 +14,16 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$(pwd)
-VM=${SOFTROCE_VM:-$ROOT/../shared/tools/softroce-vm.sh}
-CACHE=${VMLAB_CACHE:-/var/cache/softroce-vm}
 STAGE=$ROOT/target/kernel-vm-nfs4
 BUILD_DIR=${CARGO_TARGET_DIR:-$ROOT/target}/release
-[ -f "$VM" ] || { echo "kernel-nfs4: VM UNAVAILABLE: no VM tool at $VM (set SOFTROCE_VM)"; exit 3; }
-[ -e "$CACHE/rootfs.img" ] || { echo "kernel-nfs4: VM UNAVAILABLE: no image in $CACHE (bash $VM build)"; exit 3; }
+unavailable() {
+    echo "kernel-nfs4: VM UNAVAILABLE: $*"
+    exit 3
+}
+# The VM tool and its image (built here when missing, so this suite runs
+# alone on a fresh machine).
+. tests/lib/vm.sh
+vm_locate
 bash scripts/build-deps.sh
 cargo build --release --quiet -p rpcrdma-apps --bin rpcrdma-target -p rpcrdma-perf --bin perf
 rm -rf "$STAGE"

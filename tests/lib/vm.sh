@@ -1,5 +1,6 @@
 # tests/lib/vm.sh — VM set-up shared by the suites that boot the VM tool's
-# guest with extra QEMU devices (tests/nvme/run.sh, tests/crash/run.sh).
+# guest (tests/nvme/run.sh, tests/crash/run.sh with extra QEMU devices;
+# tests/kernel/nfs4.sh for vm_locate only).
 # Sourced, from the repository root, by a script that has defined
 #   unavailable MSG   (exit 3: CI reports the suite as skipped)
 # and then calls, in order:
