@@ -531,6 +531,15 @@ fn read(
     // status, post_op_attr, count, eof, data length word.
     let fixed = 4 + POST_OP_ATTR_MAX_BYTES + 4 + 4 + 4;
     let to_buffer = reply.data_capacity() > 0;
+    // A READ waited for here: `read_sync` places it in the slice it is given.
+    let sync_read = IoDesc {
+        fh: o.fh,
+        op: IoOp::Read,
+        offset: args.offset,
+        buf: std::ptr::null_mut(),
+        len: 0,
+        tag: 0,
+    };
     let res = if let Some(done) = resumed.map(|r| r.done) {
         count = count.min(reply.data_capacity());
         done.result.map(|n| (n, done.eof))
@@ -560,17 +569,7 @@ fn read(
                         Err(e) => Err(e),
                     }
                 }
-                None => {
-                    let io = IoDesc {
-                        fh: o.fh,
-                        op: IoOp::Read,
-                        offset: args.offset,
-                        buf: std::ptr::null_mut(),
-                        len: 0,
-                        tag: 0,
-                    };
-                    deferred.read_sync(bi, ch, io, &mut buf[..count])
-                }
+                None => deferred.read_sync(bi, ch, sync_read, &mut buf[..count]),
             },
             _ => Ok((0, args.offset >= pre.size)),
         }
@@ -579,15 +578,7 @@ fn read(
         let head = reply.head_mut();
         count = count.min(head.len().saturating_sub(at + 3));
         if count > 0 {
-            let io = IoDesc {
-                fh: o.fh,
-                op: IoOp::Read,
-                offset: args.offset,
-                buf: std::ptr::null_mut(),
-                len: 0,
-                tag: 0,
-            };
-            deferred.read_sync(bi, ch, io, &mut head[at..at + count])
+            deferred.read_sync(bi, ch, sync_read, &mut head[at..at + count])
         } else {
             Ok((0, args.offset >= pre.size))
         }

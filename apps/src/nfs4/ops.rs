@@ -70,6 +70,23 @@ pub(super) fn cur_real(cx: &Ctx<'_>, pseudo: u32) -> Result<Real, St> {
     real_of(cx, cur(cx)?)?.ok_or(St(pseudo))
 }
 
+/// The saved and the current filehandle of RENAME or LINK (RFC 8881
+/// s18.26.3, s18.9.3) as objects of one export that may be changed: no
+/// saved filehandle is NOFILEHANDLE, a pseudo-directory saved one is
+/// `saved_pseudo` (a current one ROFS), two exports are XDEV, a read-only
+/// export is ROFS.
+fn saved_and_current_writable(cx: &Ctx<'_>, saved_pseudo: u32) -> Result<(Real, Real), St> {
+    let saved = real_of(cx, cx.saved.ok_or(St(NFS4ERR_NOFILEHANDLE))?)?.ok_or(St(saved_pseudo))?;
+    let current = cur_real(cx, NFS4ERR_ROFS)?;
+    if saved.ex != current.ex {
+        return Err(St(NFS4ERR_XDEV));
+    }
+    if cx.sh.exports()[current.ex].read_only {
+        return Err(St(NFS4ERR_ROFS));
+    }
+    Ok((saved, current))
+}
+
 pub(super) fn backend<'s>(cx: &Ctx<'s>, o: &Real) -> &'s dyn Backend {
     let sh = cx.sh;
     &*sh.backends()[sh.exports()[o.ex].backend].1
@@ -432,14 +449,7 @@ pub(super) fn run(
             Ok(w.len())
         }
         Op::Rename { old, new } => {
-            let src = real_of(cx, cx.saved.ok_or(St(NFS4ERR_NOFILEHANDLE))?)?.ok_or(St(NFS4ERR_ROFS))?;
-            let dst = cur_real(cx, NFS4ERR_ROFS)?;
-            if src.ex != dst.ex {
-                return Err(St(NFS4ERR_XDEV));
-            }
-            if sh.exports()[dst.ex].read_only {
-                return Err(St(NFS4ERR_ROFS));
-            }
+            let (src, dst) = saved_and_current_writable(cx, NFS4ERR_ROFS)?;
             check_old_name(old).map_err(St)?;
             check_new_name(new).map_err(|s| St(if s == NFS4ERR_EXIST { NFS4ERR_INVAL } else { s }))?;
             let b = backend(cx, &dst);
@@ -465,14 +475,7 @@ pub(super) fn run(
             Ok(w.len())
         }
         Op::Link(name) => {
-            let file = real_of(cx, cx.saved.ok_or(St(NFS4ERR_NOFILEHANDLE))?)?.ok_or(St(NFS4ERR_ISDIR))?;
-            let dir = cur_real(cx, NFS4ERR_ROFS)?;
-            if file.ex != dir.ex {
-                return Err(St(NFS4ERR_XDEV));
-            }
-            if sh.exports()[dir.ex].read_only {
-                return Err(St(NFS4ERR_ROFS));
-            }
+            let (file, dir) = saved_and_current_writable(cx, NFS4ERR_ISDIR)?;
             check_new_name(name).map_err(St)?;
             let b = backend(cx, &dir);
             let before = b.getattr(&dir.fh)?;
