@@ -449,6 +449,30 @@ mod tests {
         assert!(n >= 3, "seeds missing");
     }
 
+    /// A COMPOUND whose tag (256 bytes, the most allowed) does not fit a
+    /// 256-byte reply head is answered, SYSTEM_ERR, whether its minor version
+    /// is served or not (the fuzzer's first finding: it was dropped).
+    #[test]
+    fn nfs4_tag_that_does_not_fit_the_head_is_answered() {
+        for minor in [1u32, 7] {
+            let mut args = Vec::new();
+            opaque(&mut args, &[b't'; MAX_TAG_BYTES as usize]);
+            w(&mut args, minor);
+            w(&mut args, 1);
+            w(&mut args, OP_PUTROOTFH);
+            let (mut svc, _) = setup();
+            let msg = rpc_call(9, &args);
+            let mut head = vec![0u8; 256];
+            one_call(&mut svc, &msg, Some("10.1.2.3".parse().expect("ip")), &mut head, &mut []);
+            let (h, _) = rpc::decode_reply(&head).expect("reply");
+            assert!(
+                matches!(h.body, rpc::ReplyBody::Accepted { data: rpc::AcceptedReply::SystemErr, .. }),
+                "minor {minor}: {:?}",
+                h.body
+            );
+        }
+    }
+
     /// The seeds reach the operations: every COMPOUND succeeds, with a
     /// live session.
     #[test]

@@ -209,6 +209,27 @@ fn reply_rpc(reply: &mut ReplyBuilder<'_>, hdr: &ReplyHeader<'_>) -> Result<(), 
     Ok(())
 }
 
+/// The top of a COMPOUND4res at `base` (RFC 8881 s16.2.3: status, the
+/// Call's tag echoed, numres 0, patched later): its length, or `None` when
+/// the reply's head has no room for it.
+fn compound_top(reply: &mut ReplyBuilder<'_>, base: usize, status: u32, tag: &[u8]) -> Option<usize> {
+    let mut w = Writer::new(reply.head_mut().get_mut(base..)?);
+    w.put_u32(status)
+        .and_then(|()| w.put_opaque_var(tag))
+        .and_then(|()| w.put_u32(0))
+        .ok()?;
+    Some(w.len())
+}
+
+/// A COMPOUND whose echoed tag (at most [`MAX_TAG_BYTES`]) does not fit the
+/// reply's head: answered SYSTEM_ERR (RFC 5531 s9), which always fits, so
+/// the Call is never left unanswered. Not reached on a fabric, whose send
+/// buffers (RFC 8166 s3.3.3: at least 1,024 bytes) hold any tag.
+fn top_too_big(st: &mut CoreState, reply: &mut ReplyBuilder<'_>, xid: u32) -> Result<(), ServiceError> {
+    st.stats.rpc_errors += 1;
+    reply_rpc(reply, &ReplyHeader::accepted(xid, OpaqueAuth::NONE, AcceptedReply::SystemErr))
+}
+
 /// Answer COMPOUND (`at`: where the arguments start in the Call's first
 /// piece). Writes the whole RPC reply.
 #[allow(clippy::too_many_arguments)]
@@ -253,13 +274,11 @@ pub(crate) fn call(
             );
         }
         Err(CompoundError::Status { status, tag }) => {
-            let n = {
-                let mut w = Writer::new(&mut reply.head_mut()[base..]);
-                w.put_u32(status)
-                    .and_then(|()| w.put_opaque_var(tag))
-                    .and_then(|()| w.put_u32(0))
-                    .map_err(|_| ServiceError::Reject)?;
-                w.len()
+            if let Some(s) = stop {
+                st.v4_suspended.cancel(&sh.v4, s.token);
+            }
+            let Some(n) = compound_top(reply, base, status, tag) else {
+                return top_too_big(st, reply, xid);
             };
             reply.set_head_len(base + n);
             return Ok(());
@@ -267,14 +286,13 @@ pub(crate) fn call(
     };
     let cap = reply.head_mut().len();
     // status, tag, numres: the status and count patched at the end.
-    let mut pos = {
-        let mut w = Writer::new(&mut reply.head_mut()[base..]);
-        w.put_u32(0)
-            .and_then(|()| w.put_opaque_var(ca.tag))
-            .and_then(|()| w.put_u32(0))
-            .map_err(|_| ServiceError::Reject)?;
-        base + w.len()
+    let Some(top) = compound_top(reply, base, NFS4_OK, ca.tag) else {
+        if let Some(s) = stop {
+            st.v4_suspended.cancel(&sh.v4, s.token);
+        }
+        return top_too_big(st, reply, xid);
     };
+    let mut pos = base + top;
     let numres_at = pos - 4;
     let mut limit = cap;
     let mut d = OpDecoder::with_pieces(r, ca.numops, &rest[..n_rest]);
