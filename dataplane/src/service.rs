@@ -348,6 +348,48 @@ pub trait Service {
     /// The engine will not resume `token` (its connection went away while the
     /// Call was deferred): forget it. Called only for reported tokens.
     fn cancel(&mut self, _token: DeferToken) {}
+
+    // The backward direction (RFC 8167; in version 2, draft -09's RPCRDMA2_F_RESPONSE flag):
+    // the service (NFSv4 callbacks) calls the client on a connection the
+    // client offered for it. The engine owns credits, receives and framing;
+    // the service owns which connection a callback goes on and what it says.
+
+    /// Whether any backward-direction Call is waiting to be sent. Cheap: the
+    /// engine asks once per turn and polls [`Service::poll_backward_call`]
+    /// only when it says yes. Default: never.
+    fn has_backward_calls(&self) -> bool {
+        false
+    }
+
+    /// A backward-direction Call for `conn`: the whole RPC Call message (the
+    /// service chooses its XID) written into `buf`; its length, or `None`
+    /// when nothing waits for this connection. The engine asks only for a
+    /// connection whose backchannel is usable ([`Service::backward_channel`])
+    /// and has a backward credit free; `buf` is at most the peer's backward
+    /// inline size (RFC 8167 s4: backward messages carry no chunks), and a
+    /// Call that does not fit is not sent: the service answers it as failed.
+    fn poll_backward_call(&mut self, _conn: ConnId, _buf: &mut [u8]) -> Option<usize> {
+        None
+    }
+
+    /// The Reply to a backward-direction Call arrived on `conn`: the whole
+    /// RPC Reply message (peer input: decode it as hostile).
+    fn handle_backward_reply(&mut self, _conn: ConnId, _msg: &[u8]) {}
+
+    /// `conn` can now carry backward-direction Calls with `chan`'s limits,
+    /// or (`None`) no longer can (closed, lost, or the peer withdrew its
+    /// receives); Calls in flight on it get no Reply.
+    fn backward_channel(&mut self, _conn: ConnId, _chan: Option<BackwardChannel>) {}
+}
+
+/// What a connection's backward direction allows (RFC 8167 s4-5): the
+/// backward Calls the requester can take at once (its backward credits),
+/// and the largest backward Call and Reply, inline.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BackwardChannel {
+    pub credits: u16,
+    pub max_call_bytes: u32,
+    pub max_reply_bytes: u32,
 }
 
 /// Errors setting up an engine (responder or requester).
