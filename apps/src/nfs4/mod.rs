@@ -61,6 +61,8 @@ use crate::nfs::auth::Cred;
 use crate::nfs::{CoreState, NfsShared, MAX_ASSEMBLED_CALL_BYTES, REPLY_HEADER_BYTES};
 
 pub mod attr;
+pub mod callback;
+pub mod deleg;
 pub mod fh;
 pub mod grace;
 pub mod lock;
@@ -140,6 +142,8 @@ pub(crate) struct Ctx<'c> {
     /// The engine lets this Call's reply be deferred under this token (an
     /// I/O operation then suspends the COMPOUND, see [`suspend`]).
     pub token: Option<DeferToken>,
+    /// The connection the Call came on (a backchannel binds to it).
+    pub conn: Option<callback::ConnKey>,
 }
 
 /// Operations that may come without SEQUENCE when they are alone (RFC 8881
@@ -227,7 +231,10 @@ fn compound_top(reply: &mut ReplyBuilder<'_>, base: usize, status: u32, tag: &[u
 /// buffers (RFC 8166 s3.3.3: at least 1,024 bytes) hold any tag.
 fn top_too_big(st: &mut CoreState, reply: &mut ReplyBuilder<'_>, xid: u32) -> Result<(), ServiceError> {
     st.stats.rpc_errors += 1;
-    reply_rpc(reply, &ReplyHeader::accepted(xid, OpaqueAuth::NONE, AcceptedReply::SystemErr))
+    reply_rpc(
+        reply,
+        &ReplyHeader::accepted(xid, OpaqueAuth::NONE, AcceptedReply::SystemErr),
+    )
 }
 
 /// Answer COMPOUND (`at`: where the arguments start in the Call's first
@@ -308,6 +315,7 @@ pub(crate) fn call(
         last: false,
         err_body: 0,
         token: view.defer_token(),
+        conn: Some((st.core, view.conn)),
     };
     let mut status = NFS4_OK;
     let mut numres = 0u32;
@@ -383,6 +391,7 @@ pub(crate) fn call(
                                 client,
                                 slots,
                                 cachethis: c,
+                                status: flags,
                             }) => {
                                 cx.session = Some((sessionid, slotid, client));
                                 cachethis = c;
@@ -393,7 +402,7 @@ pub(crate) fn call(
                                     max_ops = f.maxoperations;
                                 }
                                 let mut w = Writer::new(&mut reply.head_mut()[pos + 8..limit]);
-                                ops::sequence_res(&mut w, &sessionid, sequenceid, slotid, highest_slotid, slots)
+                                ops::sequence_res(&mut w, &sessionid, sequenceid, slotid, highest_slotid, slots, flags)
                                     .map(|()| w.len())
                                     .map_err(St::from)
                             }
