@@ -137,6 +137,8 @@ struct Chan {
     max_call_bytes: u32,
     queue: VecDeque<Queued>,
     in_flight: Option<(u32, Queued)>,
+    /// The call in flight is a retry (sent before, on a lost connection).
+    retrying: bool,
     /// SEQUENCE's session flags (shared with the session).
     flags: Arc<AtomicU32>,
 }
@@ -259,6 +261,7 @@ impl Callbacks {
             max_call_bytes,
             queue,
             in_flight: None,
+            retrying: false,
             flags,
         });
         self.refresh(&t);
@@ -416,6 +419,7 @@ impl Callbacks {
                     if let Some(s) = used {
                         c.seq = s;
                     }
+                    c.retrying = retry_seq.is_some();
                     c.in_flight = Some((x, (cb, used)));
                     self.stats.calls.fetch_add(1, Ordering::Relaxed);
                     break Some(n);
@@ -453,6 +457,8 @@ impl Callbacks {
         let Some((_, (cb, used))) = c.in_flight.take() else {
             return;
         };
+        let retry = c.retrying;
+        c.retrying = false;
         self.stats.replies.fetch_add(1, Ordering::Relaxed);
         let ok = match rpc::decode_reply(msg) {
             Ok((h, off)) if h.is_success() => match cb {
@@ -460,6 +466,10 @@ impl Callbacks {
                 _ => match CbCompoundRes::decode(&msg[off..]) {
                     Ok(r) => match r.sequence {
                         Some(Ok(s)) => s.sessionid == c.session && Some(s.sequenceid) == used,
+                        // A retry (after a rebind) of a call the client
+                        // had run: it did what was asked (RFC 8881
+                        // s2.10.6.1.3).
+                        Some(Err(NFS4ERR_RETRY_UNCACHED_REP)) => retry,
                         // The client is busy: the same call again later.
                         Some(Err(NFS4ERR_DELAY)) => {
                             c.queue.push_front((cb.clone(), used));

@@ -41,9 +41,15 @@
 //! grace period after a restart in [`grace`], ALLOCATE, DEALLOCATE, SEEK
 //! and COPY in `v42`.
 //!
+//! # Callbacks
+//!
+//! Sessions' backchannels and the callbacks they carry are in
+//! [`callback`], read delegations in [`deleg`], blocking-lock
+//! notifications in [`lock`].
+//!
 //! # Not yet
 //!
-//! Delegations and the backchannel, pNFS, NFSv4.2's CLONE, READ_PLUS and
+//! Write and directory delegations, pNFS, NFSv4.2's CLONE, READ_PLUS and
 //! extended attributes, and RELEASE_LOCKOWNER (NFSv4.0's) are
 //! NFS4ERR_NOTSUPP. See docs/NFSV4.md.
 
