@@ -709,3 +709,41 @@ fn backchannel_sequence_flags_follow_the_probe() {
     assert_eq!(o.deleg.0, OPEN_DELEGATE_NONE);
     assert_eq!(sh.v4().delegations(), 1);
 }
+
+/// A client holds at most 256 delegations: the next OPEN that asks gets
+/// OPEN_DELEGATE_NONE_EXT / WND4_RESOURCE; a return makes room again.
+#[test]
+fn backchannel_delegations_per_client_are_bounded() {
+    let (_s, sh, svc) = setup();
+    let mut a = with_backchannel(&svc, 1, "client-a", true);
+    let dir = a.walk("/b").unwrap();
+    let want = OPEN4_SHARE_ACCESS_READ | OPEN4_SHARE_ACCESS_WANT_READ_DELEG;
+    let mut held = vec![];
+    for i in 0..=256 {
+        let name = format!("f{i}");
+        let w = open_in(&mut a, &dir, &name, OPEN4_SHARE_ACCESS_BOTH, true).unwrap();
+        assert_eq!(a.seq(&[putfh(&w.fh), close(&w.sid)]).status, NFS4_OK);
+        let o = open_in(&mut a, &dir, &name, want, false).unwrap();
+        if i < 256 {
+            assert_eq!(o.deleg.0, OPEN_DELEGATE_READ, "delegation {i}");
+            held.push(o);
+        } else {
+            assert_eq!(o.deleg, (OPEN_DELEGATE_NONE_EXT, None, Some(WND4_RESOURCE)));
+        }
+    }
+    assert_eq!(sh.v4().delegations(), 256);
+    let first = &held[0];
+    assert_eq!(delegreturn(&mut a, &first.fh, &first.deleg.1.unwrap()), NFS4_OK);
+    let o = open_in(&mut a, &dir, "f256", want, false).unwrap();
+    assert_eq!(o.deleg.0, OPEN_DELEGATE_READ);
+    // Asking for none: none, and why.
+    let o = open_in(
+        &mut a,
+        &dir,
+        "f1",
+        OPEN4_SHARE_ACCESS_READ | OPEN4_SHARE_ACCESS_WANT_NO_DELEG,
+        false,
+    )
+    .unwrap();
+    assert_eq!(o.deleg, (OPEN_DELEGATE_NONE_EXT, None, Some(WND4_NOT_WANTED)));
+}

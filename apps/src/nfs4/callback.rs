@@ -233,6 +233,7 @@ impl Callbacks {
     /// A new session: its callback program and security, and the
     /// connection that created it when it asked for the backchannel there
     /// (a CB_NULL probe is queued).
+    #[allow(clippy::too_many_arguments)]
     pub fn register(
         &self,
         session: SessionId,
