@@ -525,3 +525,59 @@ impl Callbacks {
             .sum()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CH: BackwardChannel = BackwardChannel {
+        credits: 1,
+        max_call_bytes: 1024,
+        max_reply_bytes: 1024,
+    };
+
+    fn sid(n: u8) -> SessionId {
+        [n; NFS4_SESSIONID_SIZE]
+    }
+
+    /// Each core counts only the sessions ready on its own connections; a
+    /// callback in flight, or one on a connection the transport has not
+    /// announced, is not ready; a Call that does not fit is not sent.
+    #[test]
+    fn ready_counts_are_per_core() {
+        let cb = Callbacks::new(7);
+        let (c0, c1) = ((0, ConnId(5)), (1, ConnId(5)));
+        let flags = || Arc::new(AtomicU32::new(0));
+        cb.register(sid(1), 1, 9, OwnedSec::None, 4096, Some(c0), flags());
+        cb.register(sid(2), 2, 9, OwnedSec::None, 4096, Some(c1), flags());
+        assert!(!cb.has_calls(0) && !cb.has_calls(1), "not announced yet");
+        cb.transport(c0, Some(CH));
+        cb.transport(c1, Some(CH));
+        assert!(cb.has_calls(0) && cb.has_calls(1));
+        let mut buf = [0u8; 512];
+        assert_eq!(cb.poll((0, ConnId(6)), &mut buf), None, "another connection");
+        let n = cb.poll(c0, &mut buf).expect("CB_NULL on core 0");
+        assert_eq!(
+            &buf[12..24],
+            &[0, 0, 0, 9, 0, 0, 0, 1, 0, 0, 0, 0],
+            "program 9, version 1, CB_NULL"
+        );
+        assert!(n > 0 && !cb.has_calls(0) && cb.has_calls(1), "in flight on core 0");
+        assert_eq!(cb.poll(c0, &mut buf), None, "one in flight per session");
+        // Too small a buffer: not sent, the probe fails, the session is down.
+        assert_eq!(cb.poll(c1, &mut buf[..16]), None);
+        assert!(!cb.has_calls(1));
+        assert_eq!(cb.stats.dropped.load(Ordering::Relaxed), 1);
+        assert!(!cb.usable(&sid(2)));
+        // The transport withdraws core 0's connection: nothing ready anywhere.
+        cb.transport(c0, None);
+        assert!(!cb.has_calls(0));
+        assert_eq!(cb.pending(&sid(1)), 0, "a probe in flight is not kept");
+        // Forgetting a client's sessions empties its queues.
+        assert!(cb.bind(&sid(2), c1));
+        assert!(cb.has_calls(1));
+        cb.forget_client(2);
+        assert!(!cb.has_calls(1));
+        assert!(!cb.bind(&sid(2), c1), "no such session any more");
+    }
+}
