@@ -144,7 +144,8 @@ fn nfs4_session_rules_and_slot_replay() {
     let r = c.compound(&many);
     assert_eq!((r.status, r.numres), (NFS4ERR_TOO_MANY_OPS, 17));
 
-    // BIND_CONN_TO_SESSION: fore channel only.
+    // BIND_CONN_TO_SESSION: FORE_OR_BOTH binds the backchannel too
+    // (issue 23; apps/tests/backchannel.rs tests it further).
     let sid = c.sid;
     let r = c.compound(&[op(|e| {
         e.u32(OP_BIND_CONN_TO_SESSION)
@@ -155,7 +156,7 @@ fn nfs4_session_rules_and_slot_replay() {
     let mut d = r.dec();
     assert_eq!(res(&mut d, OP_BIND_CONN_TO_SESSION), NFS4_OK);
     assert_eq!(d.fixed(16), sid.to_vec());
-    assert_eq!(d.u32(), CDFS4_FORE);
+    assert_eq!(d.u32(), CDFS4_BOTH);
 
     // DESTROY_CLIENTID while a session exists: CLIENTID_BUSY; after
     // DESTROY_SESSION the session is gone and the client can go.

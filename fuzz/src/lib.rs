@@ -351,6 +351,35 @@ pub fn check_rpc_reply(buf: &[u8]) {
     assert_eq!((back, off2), (hdr, off));
 }
 
+// ------------------------------------------------------- NFSv4 callbacks
+
+/// A Reply to a backward-direction Call (RFC 8881 s20): the RPC reply
+/// header, then, when it is MSG_ACCEPTED / SUCCESS, a CB_COMPOUND4res.
+/// What decodes has at most `MAX_CB_RESULTS` results and a tag inside the
+/// input within `MAX_TAG_BYTES`; the decoder consumed the whole body, so
+/// no strict prefix of it decodes.
+pub fn check_nfs4_cb_reply(buf: &[u8]) {
+    use proto::nfs4::cb::{CbCompoundRes, MAX_CB_RESULTS};
+    let Ok((hdr, off)) = rpc::decode_reply(buf) else {
+        return;
+    };
+    if !hdr.is_success() {
+        return;
+    }
+    let body = &buf[off..];
+    let Ok(r) = CbCompoundRes::decode(body) else {
+        return;
+    };
+    assert!(r.tag.len() <= proto::nfs4::MAX_TAG_BYTES as usize);
+    let inside = body.as_ptr_range();
+    assert!(r.tag.is_empty() || inside.contains(&r.tag.as_ptr()), "the tag borrows the input");
+    let results = usize::from(r.sequence.is_some()) + usize::from(r.op.is_some());
+    assert!(results <= MAX_CB_RESULTS as usize);
+    for cut in 0..body.len() {
+        assert!(CbCompoundRes::decode(&body[..cut]).is_err(), "prefix {cut} decoded");
+    }
+}
+
 // ---------------------------------------------------------- record marking
 
 /// What a stream of record-marked bytes holds, computed the obvious way over the
@@ -921,6 +950,7 @@ mod tests {
         over_seeds("private_data", check_private_data);
         over_seeds("rpc_call", check_rpc_call);
         over_seeds("rpc_reply", check_rpc_reply);
+        over_seeds("nfs4_cb_reply", check_nfs4_cb_reply);
         over_seeds("record_marking", check_record_marking);
         over_seeds("dump_input", check_dump_input);
         over_seeds("plan", check_plan);

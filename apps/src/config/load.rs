@@ -264,9 +264,13 @@ impl Walker {
     }
 
     fn nfs4(&mut self, p: &str, v: &Value) -> Option<Nfs4Config> {
-        let m = self.strict_object(p, v, &["state_dir"])?;
+        let m = self.strict_object(p, v, &["state_dir", "delegations"])?;
         let dir = self.opt(p, m, "state_dir", None, |w, p, v| w.string(p, v).map(Some));
-        Some(Nfs4Config { state_dir: dir? })
+        let delegations = self.opt(p, m, "delegations", true, Walker::boolean);
+        Some(Nfs4Config {
+            state_dir: dir?,
+            delegations: delegations?,
+        })
     }
 
     fn core(&mut self, p: &str, v: &Value) -> Option<CoreConfig> {

@@ -39,7 +39,7 @@ pub struct Config {
 }
 
 /// NFSv4 server state kept across restarts (docs/NFSV4.md, "Grace").
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Nfs4Config {
     /// Directory of the stable client records, one small file per `uring`
@@ -47,6 +47,17 @@ pub struct Nfs4Config {
     /// grace period after a restart.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub state_dir: Option<String>,
+    /// Whether OPEN grants read delegations (docs/NFSV4.md).
+    pub delegations: bool,
+}
+
+impl Default for Nfs4Config {
+    fn default() -> Self {
+        Nfs4Config {
+            state_dir: None,
+            delegations: true,
+        }
+    }
 }
 
 /// Listening endpoints.

@@ -65,7 +65,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::config::{Config, PoolUsage};
-use dataplane::service::{CallView, DeferToken, ReplyBuilder, Service, ServiceError};
+use dataplane::service::{BackwardChannel, CallView, DeferToken, ReplyBuilder, Service, ServiceError};
+use dataplane::ConnId;
 use proto::error::{DecodeError, DecodeErrorKind, EncodeError};
 use proto::nfs3::{self as p, MOUNT_PROGRAM, MOUNT_V3, NFSPROC3_COUNT, NFS_PROGRAM, NFS_V3};
 use proto::nfs4::NFS_V4;
@@ -206,6 +207,7 @@ impl NfsShared {
                 .map_err(|e| format!("nfs4.state_dir {dir}: {e}"))?;
             v4 = v4.with_records(rec);
         }
+        v4.set_delegations(cfg.nfs4.delegations);
         Ok(Arc::new(NfsShared {
             exports,
             backends,
@@ -638,6 +640,26 @@ impl Service for NfsService {
         if let Some(s) = self.st.offload.cancel(token) {
             self.drc.with(|c| c.complete(s, None));
         }
+    }
+
+    /// NFSv4 callbacks ready on a connection of this core: one atomic
+    /// load ([`crate::nfs4::callback`]).
+    fn has_backward_calls(&self) -> bool {
+        self.shared.v4.cb.has_calls(self.st.core)
+    }
+
+    /// The next CB_NULL or CB_COMPOUND for a session whose backchannel is
+    /// `conn`.
+    fn poll_backward_call(&mut self, conn: ConnId, buf: &mut [u8]) -> Option<usize> {
+        self.shared.v4.cb.poll((self.st.core, conn), buf)
+    }
+
+    fn handle_backward_reply(&mut self, conn: ConnId, msg: &[u8]) {
+        self.shared.v4.cb.reply((self.st.core, conn), msg);
+    }
+
+    fn backward_channel(&mut self, conn: ConnId, chan: Option<BackwardChannel>) {
+        self.shared.v4.cb.transport((self.st.core, conn), chan);
     }
 }
 

@@ -281,6 +281,27 @@ pub(crate) fn call(
     }
 }
 
+/// A change to a regular file through NFSv3 recalls the NFSv4 read
+/// delegations on it (crate::nfs4::deleg) and is answered NFS3ERR_JUKEBOX
+/// until they are returned or revoked: the client retries. (Holding the
+/// Call instead would need the engine to be woken by DELEGRETURN; a
+/// [`ServiceError::Busy`](dataplane::service::ServiceError) retry would
+/// hold every backend-busy Call behind it.)
+fn v4_delegations(sh: &NfsShared, ex: usize, fh: &FileHandle) -> Result<(), Fail> {
+    sh.v4
+        .deleg_conflict(&(ex, *fh), None)
+        .map_err(|_| Fail::Nfs(NFS3ERR_JUKEBOX))
+}
+
+/// The file `name` in `dir` when it is a regular file (one a delegation
+/// may cover).
+fn regular_in(b: &dyn Backend, dir: &FileHandle, name: &[u8]) -> Option<FileHandle> {
+    match b.lookup(dir, name) {
+        Ok((fh, a)) if a.ftype == FileType::Regular => Some(fh),
+        _ => None,
+    }
+}
+
 /// A writer over the head from `base`.
 fn out<'r>(reply: &'r mut ReplyBuilder<'_>, base: usize) -> Writer<'r> {
     let head = reply.head_mut();
@@ -311,6 +332,9 @@ fn getattr(
 fn setattr(sh: &NfsShared, c: &Call<'_>, reply: &mut ReplyBuilder<'_>, base: usize) -> Result<usize, Fail> {
     let args = SetattrArgs::decode(&mut Reader::new(c.args))?;
     let o = resolve(sh, c, args.object)?;
+    if args.attrs.size.is_some() {
+        v4_delegations(sh, o.ex, &o.fh)?;
+    }
     let (b, id) = (backend(sh, &o), fsid(sh, &o));
     let ro = read_only(sh, &o);
     // The guard and the caller's rights are checked against the attributes
@@ -666,6 +690,11 @@ fn write(
     if read_only(sh, &o) {
         return Err(Fail::Nfs(NFS3ERR_ROFS));
     }
+    // Not when resuming after the write's I/O (it was checked before).
+    let resuming = matches!((c.token, st.deferred.resumed), (Some(t), Some(r)) if r.token == t);
+    if !resuming {
+        v4_delegations(sh, o.ex, &o.fh)?;
+    }
     let id = fsid(sh, &o);
     let bi = sh.exports[o.ex].backend;
     // Resuming this Call after its deferred write (or flush): its result,
@@ -1019,6 +1048,9 @@ fn remove(sh: &NfsShared, c: &Call<'_>, reply: &mut ReplyBuilder<'_>, base: usiz
         return Err(Fail::Nfs(NFS3ERR_ROFS));
     }
     let (b, id) = (backend(sh, &o), fsid(sh, &o));
+    if let Some(f) = regular_in(b, &o.fh, args.name) {
+        v4_delegations(sh, o.ex, &f)?;
+    }
     let mut check = |p: &DirPre<'_>| -> Result<crate::backend::Owner, u32> {
         let pre = &p.dir;
         if pre.ftype != FileType::Directory {
@@ -1067,6 +1099,11 @@ fn rename(sh: &NfsShared, c: &Call<'_>, reply: &mut ReplyBuilder<'_>, base: usiz
         return Err(Fail::Nfs(NFS3ERR_ROFS));
     }
     let (b, id) = (backend(sh, &from), fsid(sh, &from));
+    for (d, n) in [(&from.fh, args.from.name), (&to.fh, args.to.name)] {
+        if let Some(f) = regular_in(b, d, n) {
+            v4_delegations(sh, from.ex, &f)?;
+        }
+    }
     let caller = &from.caller;
     let mut check = |p: &DirPre<'_>| -> Result<crate::backend::Owner, u32> {
         let pre_from = &p.dir;
@@ -1147,6 +1184,7 @@ fn link(sh: &NfsShared, c: &Call<'_>, reply: &mut ReplyBuilder<'_>, base: usize)
         return Err(Fail::Nfs(NFS3ERR_ROFS));
     }
     let (b, id) = (backend(sh, &dir), fsid(sh, &dir));
+    v4_delegations(sh, file.ex, &file.fh)?;
     let fa = b.getattr(&file.fh)?;
     let mut check = |p: &DirPre<'_>| -> Result<crate::backend::Owner, u32> {
         let pre = &p.dir;

@@ -152,6 +152,24 @@ pub(super) struct LockState {
     pub ranges: Vec<Range>,
 }
 
+/// Lock owners waiting for a lock (all clients): more are not recorded
+/// (their clients poll, as without notifications).
+pub const MAX_WAITERS: usize = 1024;
+
+/// A lock owner whose blocking LOCK (READW_LT / WRITEW_LT) was denied: it
+/// hears CB_NOTIFY_LOCK (RFC 8881 s20.11) when a lock on the file is
+/// released, then is forgotten (the notification is a hint; the client
+/// asks again).
+#[derive(Debug, Clone)]
+pub struct Waiter {
+    pub client: u64,
+    pub session: SessionId,
+    pub owner: Vec<u8>,
+    pub file: FileKey,
+    /// The file's NFSv4 handle, for CB_NOTIFY_LOCK.
+    pub fh: Vec<u8>,
+}
+
 /// Who asks LOCK for a lock.
 #[derive(Clone, Copy, Debug)]
 pub enum Requester<'a> {
@@ -211,7 +229,10 @@ impl V4State {
     /// stateid of a new owner, or the owner's lock stateid, must be the
     /// client's and the file's (NFS4ERR_BAD_STATEID), and the open must
     /// allow the lock's type (a write lock needs write access, a read lock
-    /// read access: NFS4ERR_OPENMODE).
+    /// read access: NFS4ERR_OPENMODE). `wait`: the owner asked for a
+    /// blocking lock on this session and file handle, so a denial records
+    /// it as a [`Waiter`].
+    #[allow(clippy::too_many_arguments)]
     pub fn lock_range(
         &self,
         client: u64,
@@ -220,6 +241,7 @@ impl V4State {
         first: u64,
         last: u64,
         who: Requester<'_>,
+        wait: Option<(SessionId, &[u8])>,
     ) -> Result<Stateid, LockError> {
         let mut t = self.lock_tables();
         // Who the owner is, and the open its locks hang on.
@@ -256,8 +278,25 @@ impl V4State {
             return Err(LockError::Status(NFS4ERR_OPENMODE));
         }
         if let Some(d) = self.conflict(&mut t, client, &owner, file, first, last, write) {
+            if let Some((session, fh)) = wait {
+                let known = t
+                    .waiters
+                    .iter()
+                    .any(|w| w.client == client && w.owner == owner && &w.file == file);
+                if !known && t.waiters.len() < MAX_WAITERS {
+                    t.waiters.push(Waiter {
+                        client,
+                        session,
+                        owner,
+                        file: *file,
+                        fh: fh.to_vec(),
+                    });
+                }
+            }
             return Err(LockError::Denied(d));
         }
+        t.waiters
+            .retain(|w| !(w.client == client && w.owner == owner && &w.file == file));
         // The owner's lock stateid for the file (a new owner's second
         // open_to_lock_owner4 finds the first one, as RFC 8881 s18.10.4
         // allows for NFSv4.1).
@@ -355,13 +394,45 @@ impl V4State {
         let before = ranges.len();
         unlock_ranges(&mut ranges, first, last);
         self.check_bounds(&t, client, before, ranges.len(), false)?;
+        let released = ranges != t.locks[i].ranges;
         let l = &mut t.locks[i];
         l.ranges = ranges;
         l.seqid = bump(l.seqid);
-        Ok(Stateid {
+        let sid = Stateid {
             seqid: l.seqid,
             other: l.other,
-        })
+        };
+        if released {
+            self.notify_waiters(&mut t, file);
+        }
+        Ok(sid)
+    }
+
+    /// A lock on `file` was released: CB_NOTIFY_LOCK to each owner waiting
+    /// for one there, which is then forgotten.
+    pub(super) fn notify_waiters(&self, t: &mut super::state::Tables, file: &FileKey) {
+        let mut i = 0;
+        while i < t.waiters.len() {
+            if &t.waiters[i].file != file {
+                i += 1;
+                continue;
+            }
+            let w = t.waiters.swap_remove(i);
+            self.cb.queue(
+                w.client,
+                &w.session,
+                super::callback::Cb::NotifyLock {
+                    fh: w.fh,
+                    clientid: w.client,
+                    owner: w.owner,
+                },
+            );
+        }
+    }
+
+    /// Lock owners waiting for a lock (tests, statistics).
+    pub fn lock_waiters(&self) -> usize {
+        self.lock_tables().waiters.len()
     }
 
     /// Locked ranges held (tests, statistics).
@@ -447,10 +518,19 @@ pub(super) fn op_lock(
         },
         Locker::Exist { lock_stateid, .. } => Requester::Exist(current_sid(cx, lock_stateid)?),
     };
+    // A blocking lock's owner hears when a lock on the file is released,
+    // where the session has a backchannel (RFC 8881 s9.6, s20.11).
+    let mut wire = [0u8; crate::backend::FH_MAX_BYTES];
+    let blocking = matches!(locktype, READW_LT | WRITEW_LT);
+    let fh_len = super::fh::encode(cx.sh, &super::fh::Fh::Real { ex: o.ex, fh: o.fh }, &mut wire);
+    let wait = match (cx.session, fh_len) {
+        (Some((sid, _, _)), Some(n)) if blocking => Some((sid, &wire[..n])),
+        _ => None,
+    };
     match cx
         .sh
         .v4
-        .lock_range(client, &(o.ex, o.fh), is_write(locktype), first, last, who)
+        .lock_range(client, &(o.ex, o.fh), is_write(locktype), first, last, who, wait)
     {
         Ok(sid) => {
             cx.cur_sid = Some(sid);

@@ -41,9 +41,15 @@
 //! grace period after a restart in [`grace`], ALLOCATE, DEALLOCATE, SEEK
 //! and COPY in `v42`.
 //!
+//! # Callbacks
+//!
+//! Sessions' backchannels and the callbacks they carry are in
+//! [`callback`], read delegations in [`deleg`], blocking-lock
+//! notifications in [`lock`].
+//!
 //! # Not yet
 //!
-//! Delegations and the backchannel, pNFS, NFSv4.2's CLONE, READ_PLUS and
+//! Write and directory delegations, pNFS, NFSv4.2's CLONE, READ_PLUS and
 //! extended attributes, and RELEASE_LOCKOWNER (NFSv4.0's) are
 //! NFS4ERR_NOTSUPP. See docs/NFSV4.md.
 
@@ -61,6 +67,8 @@ use crate::nfs::auth::Cred;
 use crate::nfs::{CoreState, NfsShared, MAX_ASSEMBLED_CALL_BYTES, REPLY_HEADER_BYTES};
 
 pub mod attr;
+pub mod callback;
+pub mod deleg;
 pub mod fh;
 pub mod grace;
 pub mod lock;
@@ -140,6 +148,8 @@ pub(crate) struct Ctx<'c> {
     /// The engine lets this Call's reply be deferred under this token (an
     /// I/O operation then suspends the COMPOUND, see [`suspend`]).
     pub token: Option<DeferToken>,
+    /// The connection the Call came on (a backchannel binds to it).
+    pub conn: Option<callback::ConnKey>,
 }
 
 /// Operations that may come without SEQUENCE when they are alone (RFC 8881
@@ -311,6 +321,7 @@ pub(crate) fn call(
         last: false,
         err_body: 0,
         token: view.defer_token(),
+        conn: Some((st.core, view.conn)),
     };
     let mut status = NFS4_OK;
     let mut numres = 0u32;
@@ -386,6 +397,7 @@ pub(crate) fn call(
                                 client,
                                 slots,
                                 cachethis: c,
+                                status: flags,
                             }) => {
                                 cx.session = Some((sessionid, slotid, client));
                                 cachethis = c;
@@ -396,7 +408,7 @@ pub(crate) fn call(
                                     max_ops = f.maxoperations;
                                 }
                                 let mut w = Writer::new(&mut reply.head_mut()[pos + 8..limit]);
-                                ops::sequence_res(&mut w, &sessionid, sequenceid, slotid, highest_slotid, slots)
+                                ops::sequence_res(&mut w, &sessionid, sequenceid, slotid, highest_slotid, slots, flags)
                                     .map(|()| w.len())
                                     .map_err(St::from)
                             }

@@ -179,6 +179,7 @@ pub(super) fn sequence_res(
     slot: u32,
     highest: u32,
     slots: u32,
+    status: u32,
 ) -> Result<(), proto::error::EncodeError> {
     let _ = highest;
     w.put_bytes(sid)?;
@@ -186,7 +187,15 @@ pub(super) fn sequence_res(
     w.put_u32(slot)?;
     w.put_u32(slots - 1)?;
     w.put_u32(slots - 1)?;
-    w.put_u32(0)
+    w.put_u32(status)
+}
+
+/// A change to `file` (WRITE, SETATTR of the size, REMOVE, RENAME, LINK)
+/// recalls other clients' delegations on it first (NFS4ERR_DELAY until
+/// they are returned or revoked, [`super::deleg`]).
+pub(super) fn deleg_conflict(cx: &Ctx<'_>, ex: usize, fh: &FileHandle) -> Result<(), St> {
+    let client = cx.session.map(|s| s.2);
+    cx.sh.v4.deleg_conflict(&(ex, *fh), client).map_err(St)
 }
 
 /// Run one operation (not SEQUENCE); its result body is written at `at`.
@@ -230,11 +239,19 @@ pub(super) fn run(
         Op::CreateSession {
             clientid,
             sequence,
+            flags,
             fore,
             back,
-            ..
+            cb_program,
+            cb_sec,
         } => {
-            let r = sh.v4.create_session(clientid, sequence, &fore, &back)?;
+            let cb = super::state::SessionCb {
+                flags,
+                program: cb_program,
+                sec: super::callback::OwnedSec::of(cb_sec),
+                conn: cx.conn,
+            };
+            let r = sh.v4.create_session_cb(clientid, sequence, &fore, &back, &cb)?;
             let mut w = w_at(reply, at, limit);
             w.put_bytes(&r.sessionid)?;
             w.put_u32(r.sequence)?;
@@ -272,15 +289,39 @@ pub(super) fn run(
             if !matches!(dir, CDFC4_FORE | CDFC4_FORE_OR_BOTH | CDFC4_BACK_OR_BOTH | CDFC4_BACK) {
                 return Err(St(NFS4ERR_INVAL));
             }
-            if dir == CDFC4_BACK {
-                // No backchannel yet.
-                return Err(St(NFS4ERR_INVAL));
-            }
+            // Every connection carries any session's fore channel; a
+            // backchannel is bound to this connection when asked (RFC 8881
+            // s18.34.3), which re-probes it and re-sends what waited.
+            let back = dir != CDFC4_FORE && cx.conn.is_some_and(|c| sh.v4.cb.bind(&sessionid, c));
+            let res = match (dir, back) {
+                (CDFC4_BACK, true) => CDFS4_BACK,
+                (CDFC4_BACK, false) => return Err(St(NFS4ERR_INVAL)),
+                (_, true) => CDFS4_BOTH,
+                (_, false) => CDFS4_FORE,
+            };
             let mut w = w_at(reply, at, limit);
             w.put_bytes(&sessionid)?;
-            w.put_u32(CDFS4_FORE)?;
+            w.put_u32(res)?;
             w.put_bool(false)?;
             Ok(w.len())
+        }
+        Op::BackchannelCtl { cb_program, cb_sec } => {
+            let (sid, _, _) = cx.session.ok_or(St(NFS4ERR_OP_NOT_IN_SESSION))?;
+            if !sh
+                .v4
+                .cb
+                .set_program(&sid, cb_program, super::callback::OwnedSec::of(cb_sec))
+            {
+                return Err(St(NFS4ERR_BADSESSION));
+            }
+            Ok(0)
+        }
+        Op::Delegreturn(stateid) => {
+            let client = cx.session.map(|s| s.2).ok_or(St(NFS4ERR_OP_NOT_IN_SESSION))?;
+            let o = cur_real(cx, NFS4ERR_BAD_STATEID)?;
+            let sid = current_sid(cx, stateid)?;
+            sh.v4.delegreturn(client, &sid, &(o.ex, o.fh))?;
+            Ok(0)
         }
         Op::ReclaimComplete(one_fs) => {
             let client = cx.session.map(|s| s.2).ok_or(St(NFS4ERR_OP_NOT_IN_SESSION))?;
@@ -433,9 +474,12 @@ pub(super) fn run(
             if !d.caller.may(&before, MAY_WRITE | MAY_EXEC) {
                 return Err(St(NFS4ERR_ACCESS));
             }
-            let (_, victim) = b.lookup(&d.fh, name)?;
+            let (vfh, victim) = b.lookup(&d.fh, name)?;
             if !d.caller.may_unlink(&before, &victim) {
                 return Err(St(NFS4ERR_ACCESS));
+            }
+            if victim.ftype == FileType::Regular {
+                deleg_conflict(cx, d.ex, &vfh)?;
             }
             if victim.ftype == FileType::Directory {
                 b.rmdir(&d.fh, name)?;
@@ -460,6 +504,14 @@ pub(super) fn run(
             }
             if !dst.caller.may(&sb, MAY_WRITE | MAY_EXEC) || !dst.caller.may(&db, MAY_WRITE | MAY_EXEC) {
                 return Err(St(NFS4ERR_ACCESS));
+            }
+            // The file renamed and the one it replaces.
+            for (dir, n) in [(&src.fh, old), (&dst.fh, new)] {
+                if let Ok((f, fa)) = b.lookup(dir, n) {
+                    if fa.ftype == FileType::Regular {
+                        deleg_conflict(cx, dst.ex, &f)?;
+                    }
+                }
             }
             b.rename(&src.fh, old, &dst.fh, new)?;
             if src.fh == dst.fh {
@@ -488,6 +540,7 @@ pub(super) fn run(
             if !dir.caller.may(&before, MAY_WRITE | MAY_EXEC) {
                 return Err(St(NFS4ERR_ACCESS));
             }
+            deleg_conflict(cx, file.ex, &file.fh)?;
             b.link(&file.fh, &dir.fh, name)?;
             commit_meta(cx, &dir, &[&file.fh, &dir.fh])?;
             let after = b.getattr(&dir.fh)?;
@@ -512,6 +565,7 @@ pub(super) fn run(
                 }
                 let sid = current_sid(cx, stateid)?;
                 sh.v4.check_io(&sid, &(o.ex, o.fh), true)?;
+                deleg_conflict(cx, o.ex, &o.fh)?;
             }
             let set = to_setattr(&s);
             check_setattr(&o.caller, &a, &set).map_err(St)?;
@@ -867,6 +921,27 @@ fn open(
         // No delegation was ever granted, so none is reclaimed.
         Claim::Previous(d) if d != OPEN_DELEGATE_NONE => return Err(St(NFS4ERR_RECLAIM_BAD)),
         Claim::Deleg(_) => return Err(St(NFS4ERR_NOTSUPP)),
+        Claim::DelegCur { stateid, name } => {
+            // An open under a delegation the client holds (RFC 8881
+            // s18.16.3): the file by name in the current directory, or
+            // the current filehandle.
+            let cur = cur_real(cx, NFS4ERR_ISDIR)?;
+            let o = match name {
+                None => cur,
+                Some(n) => {
+                    crate::nfs::nfs3::check_name(n).map_err(St)?;
+                    let b = backend(cx, &cur);
+                    if b.getattr(&cur.fh)?.ftype != FileType::Directory {
+                        return Err(St(NFS4ERR_NOTDIR));
+                    }
+                    let (fh, _) = b.lookup(&cur.fh, n)?;
+                    Real { fh, ..cur }
+                }
+            };
+            sh.v4.check_deleg_claim(client, &stateid, &(o.ex, o.fh))?;
+            let a = backend(cx, &o).getattr(&o.fh)?;
+            (o, a)
+        }
         Claim::Fh | Claim::Previous(_) => {
             let o = cur_real(cx, NFS4ERR_ISDIR)?;
             let a = backend(cx, &o).getattr(&o.fh)?;
@@ -957,7 +1032,8 @@ fn open(
                         // The creator may use the file whatever its mode.
                         let o = Real { fh, ..d };
                         let sid = sh.v4.open(client, owner, (o.ex, o.fh), access, share_deny)?;
-                        return open_res(cx, reply, at, limit, o, sid, cinfo, attrset);
+                        let deleg = offer(cx, o, share_access);
+                        return open_res(cx, reply, at, limit, o, sid, cinfo, attrset, deleg);
                     }
                 }
             }
@@ -981,7 +1057,28 @@ fn open(
         }
     }
     let sid = sh.v4.open(client, owner, (o.ex, o.fh), access, share_deny)?;
-    open_res(cx, reply, at, limit, o, sid, cinfo, attrset)
+    // No new delegation under CLAIM_DELEGATE_CUR: the client has one.
+    let deleg = if matches!(claim, Claim::DelegCur { .. }) {
+        super::deleg::Offer::None
+    } else {
+        offer(cx, o, share_access)
+    };
+    open_res(cx, reply, at, limit, o, sid, cinfo, attrset, deleg)
+}
+
+/// The delegation an OPEN of `o` with `share_access` gets
+/// ([`super::deleg`]).
+fn offer(cx: &Ctx<'_>, o: Real, share_access: u32) -> super::deleg::Offer {
+    let Some((session, _, client)) = cx.session else {
+        return super::deleg::Offer::None;
+    };
+    let mut wire = [0u8; FH_MAX_BYTES];
+    let Some(n) = fh::encode(cx.sh, &Fh::Real { ex: o.ex, fh: o.fh }, &mut wire) else {
+        return super::deleg::Offer::None;
+    };
+    cx.sh
+        .v4
+        .offer_read(client, &session, (o.ex, o.fh), &wire[..n], share_access)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -994,8 +1091,12 @@ fn open_res(
     sid: Stateid,
     cinfo: Option<(Attr, Attr)>,
     attrset: Bitmap,
+    deleg: super::deleg::Offer,
 ) -> R {
     cx.cur = Some(Fh::Real { ex: o.ex, fh: o.fh });
+    // Blocking locks' owners are told when a lock is released, where the
+    // session has a working backchannel (RFC 8881 s18.16.4).
+    let notify = cx.session.is_some_and(|(s, _, _)| cx.sh.v4.cb.usable(&s));
     cx.cur_sid = Some(sid);
     let mut w = w_at(reply, at, limit);
     put_stateid(&mut w, &sid)?;
@@ -1007,9 +1108,32 @@ fn open_res(
             w.put_u64(0)?;
         }
     }
-    w.put_u32(OPEN4_RESULT_LOCKTYPE_POSIX)?;
+    let rflags = OPEN4_RESULT_LOCKTYPE_POSIX | if notify { OPEN4_RESULT_MAY_NOTIFY_LOCK } else { 0 };
+    w.put_u32(rflags)?;
     attr::bitmap(&mut w, &attrset)?;
-    w.put_u32(OPEN_DELEGATE_NONE)?;
+    match deleg {
+        super::deleg::Offer::None => w.put_u32(OPEN_DELEGATE_NONE)?,
+        super::deleg::Offer::NoneExt(why) => {
+            w.put_u32(OPEN_DELEGATE_NONE_EXT)?;
+            w.put_u32(why)?;
+            if matches!(why, WND4_CONTENTION | WND4_RESOURCE) {
+                // ond_server_will_push_deleg / ond_server_will_signal_avail.
+                w.put_bool(false)?;
+            }
+        }
+        super::deleg::Offer::Read(sid) => {
+            // open_read_delegation4: the stateid, no recall pending, and
+            // an ACE saying who may read without asking (everyone the
+            // mode lets: the client checks ACCESS as usual).
+            w.put_u32(OPEN_DELEGATE_READ)?;
+            put_stateid(&mut w, &sid)?;
+            w.put_bool(false)?;
+            w.put_u32(ACE4_ACCESS_ALLOWED_ACE_TYPE)?;
+            w.put_u32(0)?;
+            w.put_u32(ACE4_READ_DATA)?;
+            w.put_opaque_var(b"EVERYONE@")?;
+        }
+    }
     Ok(w.len())
 }
 
@@ -1028,6 +1152,9 @@ fn io_file(cx: &Ctx<'_>, sid: Stateid, write: bool) -> Result<(Real, Attr), St> 
     cx.sh.v4.check_io(&sid, &(o.ex, o.fh), write)?;
     if !o.caller.may_io(&a, if write { MAY_WRITE } else { MAY_READ }) {
         return Err(St(NFS4ERR_ACCESS));
+    }
+    if write {
+        deleg_conflict(cx, o.ex, &o.fh)?;
     }
     Ok((o, a))
 }

@@ -24,15 +24,17 @@
 //! Both are held for look-ups and a slot's reply copy only (no I/O under
 //! them).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use proto::nfs4::args::ChannelAttrs;
 use proto::nfs4::*;
 
+use super::callback::{Callbacks, ConnKey, OwnedSec, CB_OPS, CB_SLOTS};
+use super::deleg::Deleg;
 use super::grace::{Grace, Records};
-use super::lock::LockState;
+use super::lock::{LockState, Waiter};
 
 /// Lease time in seconds (`lease_time` attribute).
 pub const LEASE_SECS: u32 = 90;
@@ -75,6 +77,10 @@ struct Session {
     fore: ChannelAttrs,
     /// The client's renewal stamp (shared with its record).
     renewed: Arc<AtomicU64>,
+    /// SEQUENCE's status flags of this session's backchannel
+    /// ([`super::callback`]) and of its client (revoked delegations).
+    cb_flags: Arc<AtomicU32>,
+    client_flags: Arc<AtomicU32>,
 }
 
 /// Session table shards: a session's shard is its counter word modulo
@@ -86,8 +92,8 @@ fn shard_of(sid: &SessionId) -> usize {
 }
 
 #[derive(Debug)]
-struct Client {
-    id: u64,
+pub(super) struct Client {
+    pub(super) id: u64,
     ownerid: Vec<u8>,
     verifier: Verifier,
     confirmed: bool,
@@ -99,6 +105,8 @@ struct Client {
     /// so SEQUENCE renews without the tables' lock.
     renewed: Arc<AtomicU64>,
     reclaim_complete: bool,
+    /// SEQUENCE's status flags of the client (SEQ4_STATUS_RECALLABLE_STATE_REVOKED).
+    pub(super) flags: Arc<AtomicU32>,
 }
 
 #[derive(Debug, Clone)]
@@ -117,6 +125,7 @@ pub(super) struct Open {
 enum Found {
     Open(usize),
     Lock(usize),
+    Deleg(usize),
 }
 
 /// RFC 8881 s8.2.2: seqid 0 means the current one; an older one is
@@ -144,6 +153,30 @@ pub struct CreateSessionResult {
     pub back: ChannelAttrs,
 }
 
+/// CREATE_SESSION's backchannel arguments and the connection it came on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionCb {
+    /// `csa_flags`.
+    pub flags: u32,
+    /// `csa_cb_program`.
+    pub program: u32,
+    /// The callback security chosen from `csa_sec_parms`.
+    pub sec: OwnedSec,
+    /// The connection CREATE_SESSION came on (none: a test without one).
+    pub conn: Option<ConnKey>,
+}
+
+impl Default for SessionCb {
+    fn default() -> Self {
+        SessionCb {
+            flags: 0,
+            program: 0,
+            sec: OwnedSec::None,
+            conn: None,
+        }
+    }
+}
+
 /// EXCHANGE_ID's results.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ExchangeIdResult {
@@ -156,19 +189,29 @@ pub struct ExchangeIdResult {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SeqOutcome {
     /// A new request: run the COMPOUND; slots of the session.
-    New { client: u64, slots: u32, cachethis: bool },
+    New {
+        client: u64,
+        slots: u32,
+        cachethis: bool,
+        /// `sr_status_flags` (RFC 8881 s18.46.3).
+        status: u32,
+    },
     /// A retry of the last request, whose reply (`n` bytes) was copied out.
     Replay(usize),
 }
 
 #[derive(Debug, Default)]
 pub(super) struct Tables {
-    clients: Vec<Client>,
+    pub(super) clients: Vec<Client>,
     pub opens: Vec<Open>,
     /// Lock stateids and their ranges ([`super::lock`]).
     pub locks: Vec<LockState>,
     /// The grace period after a restart ([`super::grace`]).
     pub grace: Grace,
+    /// Delegations, held and revoked ([`super::deleg`]).
+    pub delegs: Vec<Deleg>,
+    /// Lock owners waiting for a blocking lock ([`super::lock`]).
+    pub waiters: Vec<Waiter>,
     next_client: u32,
     next_session: u32,
     next_state: u32,
@@ -198,6 +241,13 @@ pub struct V4State {
     lease_ms: std::sync::atomic::AtomicU64,
     /// The stable client records ([`super::grace`]).
     records: Records,
+    /// The sessions' backchannels ([`super::callback`]).
+    pub(crate) cb: Callbacks,
+    /// Whether OPEN grants delegations (`nfs4.delegations`).
+    pub(super) delegations: std::sync::atomic::AtomicBool,
+    /// Delegations in the table, so a change to a file looks at them only
+    /// when there are some.
+    pub(super) deleg_count: std::sync::atomic::AtomicUsize,
 }
 
 impl V4State {
@@ -223,6 +273,9 @@ impl V4State {
             max_response_bytes: max_io_bytes + 8192,
             lease_ms: std::sync::atomic::AtomicU64::new(1000 * u64::from(LEASE_SECS)),
             records: Records::none(),
+            cb: Callbacks::new(epoch),
+            delegations: std::sync::atomic::AtomicBool::new(true),
+            deleg_count: std::sync::atomic::AtomicUsize::new(0),
         }
     }
 
@@ -301,7 +354,7 @@ impl V4State {
             .store(lease.as_millis() as u64, std::sync::atomic::Ordering::Relaxed);
     }
 
-    fn lease(&self) -> Duration {
+    pub(super) fn lease(&self) -> Duration {
         Duration::from_millis(self.lease_ms.load(std::sync::atomic::Ordering::Relaxed))
     }
 
@@ -445,6 +498,7 @@ impl V4State {
             cs_reply: None,
             renewed: Arc::new(AtomicU64::new(self.stamp())),
             reclaim_complete: false,
+            flags: Arc::new(AtomicU32::new(0)),
         });
         Ok(ExchangeIdResult {
             clientid: id,
@@ -471,7 +525,20 @@ impl V4State {
             shard.retain(|s| s.client != id);
         }
         t.opens.retain(|o| o.client != id);
+        // Its locks go: owners of other clients waiting on them hear of it.
+        let files: Vec<FileKey> = t
+            .locks
+            .iter()
+            .filter(|l| l.client == id && !l.ranges.is_empty())
+            .map(|l| l.file)
+            .collect();
         t.locks.retain(|l| l.client != id);
+        t.waiters.retain(|w| w.client != id);
+        for f in files {
+            self.notify_waiters(t, &f);
+        }
+        self.drop_client_delegs(t, id);
+        self.cb.forget_client(id);
     }
 
     /// CREATE_SESSION (RFC 8881 s18.36.4): confirms the client, replaces
@@ -484,6 +551,22 @@ impl V4State {
         sequence: u32,
         fore: &ChannelAttrs,
         back: &ChannelAttrs,
+    ) -> Result<CreateSessionResult, u32> {
+        self.create_session_cb(clientid, sequence, fore, back, &SessionCb::default())
+    }
+
+    /// CREATE_SESSION with its backchannel arguments (RFC 8881 s18.36.3):
+    /// with CREATE_SESSION4_FLAG_CONN_BACK_CHAN the creating connection
+    /// becomes the backchannel (the flag is returned) when the client's
+    /// back channel attributes allow our CB_COMPOUNDs (two operations, one
+    /// slot), and a CB_NULL probe is queued.
+    pub fn create_session_cb(
+        &self,
+        clientid: u64,
+        sequence: u32,
+        fore: &ChannelAttrs,
+        back: &ChannelAttrs,
+        cb: &SessionCb,
     ) -> Result<CreateSessionResult, u32> {
         let mut t = self.lock();
         let Some(ci) = t.clients.iter().position(|c| c.id == clientid) else {
@@ -523,15 +606,29 @@ impl V4State {
         sid[..8].copy_from_slice(&clientid.to_be_bytes());
         sid[8..12].copy_from_slice(&t.next_session.to_be_bytes());
         sid[12..].copy_from_slice(&self.epoch.to_be_bytes());
+        let back_ok = back.maxrequests >= 1 && back.maxoperations >= CB_OPS && back.maxrequestsize >= 512;
+        let bind = (cb.flags & CREATE_SESSION4_FLAG_CONN_BACK_CHAN != 0 && back_ok)
+            .then_some(cb.conn)
+            .flatten();
         let res = CreateSessionResult {
             sessionid: sid,
             sequence,
-            flags: 0,
-            fore: granted,
-            back: ChannelAttrs {
-                rdma_ird: None,
-                ..*back
+            flags: if bind.is_some() {
+                CREATE_SESSION4_FLAG_CONN_BACK_CHAN
+            } else {
+                0
             },
+            back: ChannelAttrs {
+                headerpadsize: 0,
+                maxrequestsize: back.maxrequestsize,
+                maxresponsesize: back.maxresponsesize,
+                // We never ask the client to cache a callback's reply.
+                maxresponsesize_cached: 0,
+                maxoperations: back.maxoperations.min(CB_OPS),
+                maxrequests: back.maxrequests.clamp(1, CB_SLOTS),
+                rdma_ird: None,
+            },
+            fore: granted,
         };
         // Confirming a record replaces every other record of its owner
         // (a rebooted client's old state goes, s18.35.4 case 5).
@@ -553,6 +650,17 @@ impl V4State {
         c.cs_reply = Some(res);
         c.renewed.store(self.stamp(), Ordering::Relaxed);
         let renewed = c.renewed.clone();
+        let client_flags = c.flags.clone();
+        let cb_flags = Arc::new(AtomicU32::new(0));
+        self.cb.register(
+            sid,
+            clientid,
+            cb.program,
+            cb.sec.clone(),
+            back.maxrequestsize,
+            bind,
+            cb_flags.clone(),
+        );
         let slots = (0..slots)
             .map(|_| Slot {
                 seqid: 0,
@@ -567,6 +675,8 @@ impl V4State {
             slots,
             fore: granted,
             renewed,
+            cb_flags,
+            client_flags,
         });
         Ok(res)
     }
@@ -590,6 +700,7 @@ impl V4State {
         };
         let renewed = s.renewed.clone();
         let client = s.client;
+        let status = s.cb_flags.load(Ordering::Relaxed) | s.client_flags.load(Ordering::Relaxed);
         let nslots = s.slots.len() as u32;
         let Some(slot) = s.slots.get_mut(slotid as usize) else {
             return Err(NFS4ERR_BADSLOT);
@@ -613,6 +724,7 @@ impl V4State {
                 client,
                 slots: nslots,
                 cachethis,
+                status,
             }
         } else {
             return Err(NFS4ERR_SEQ_MISORDERED);
@@ -664,12 +776,24 @@ impl V4State {
             return Err(NFS4ERR_DELAY);
         }
         shard.remove(i);
+        drop(shard);
+        self.cb.forget_session(sid);
         Ok(())
     }
 
     /// Whether the session exists (BIND_CONN_TO_SESSION).
     pub fn has_session(&self, sid: &SessionId) -> bool {
         self.shard(sid).iter().any(|s| &s.id == sid)
+    }
+
+    /// The sessions' backchannels (statistics, tests).
+    pub fn callbacks(&self) -> &Callbacks {
+        &self.cb
+    }
+
+    /// The client of a session.
+    pub fn session_client(&self, sid: &SessionId) -> Option<u64> {
+        self.shard(sid).iter().find(|s| &s.id == sid).map(|s| s.client)
     }
 
     /// DESTROY_CLIENTID (RFC 8881 s18.50).
@@ -714,6 +838,11 @@ impl V4State {
     pub fn open(&self, client: u64, owner: &[u8], file: FileKey, access: u32, deny: u32) -> Result<Stateid, u32> {
         let mut t = self.lock();
         let now = Instant::now();
+        if access & OPEN4_SHARE_ACCESS_WRITE != 0 || deny & OPEN4_SHARE_ACCESS_READ != 0 {
+            // Another client's read delegation is recalled first
+            // (RFC 8881 s10.4.1); NFS4ERR_DELAY until it is returned.
+            self.recall_conflicts(&mut t, &file, Some(client))?;
+        }
         loop {
             let conflict = t.opens.iter().find(|o| {
                 o.file == file
@@ -778,6 +907,9 @@ impl V4State {
             Ok(i) => Ok(Found::Open(i)),
             Err(NFS4ERR_BAD_STATEID) | Err(NFS4ERR_STALE_STATEID) if t.locks.iter().any(|l| l.other == sid.other) => {
                 self.find_lock(t, sid).map(Found::Lock)
+            }
+            Err(NFS4ERR_BAD_STATEID) | Err(NFS4ERR_STALE_STATEID) if t.delegs.iter().any(|d| d.other == sid.other) => {
+                self.find_deleg(t, sid).map(Found::Deleg)
             }
             Err(e) => Err(e),
         }
@@ -852,6 +984,17 @@ impl V4State {
             return if denied { Err(NFS4ERR_LOCKED) } else { Ok(()) };
         }
         let o = match self.find_any(&t, sid)? {
+            Found::Deleg(i) => {
+                // A read delegation's stateid reads (RFC 8881 s9.1.3).
+                let d = &t.delegs[i];
+                if d.revoked {
+                    return Err(NFS4ERR_DELEG_REVOKED);
+                }
+                if &d.file != file {
+                    return Err(NFS4ERR_BAD_STATEID);
+                }
+                return if write { Err(NFS4ERR_OPENMODE) } else { Ok(()) };
+            }
             Found::Open(i) => &t.opens[i],
             Found::Lock(i) => {
                 // A lock stateid acts with the access of its open.
@@ -882,6 +1025,13 @@ impl V4State {
         match self.find_any(&t, sid) {
             Ok(Found::Open(i)) if t.opens[i].client == client => NFS4_OK,
             Ok(Found::Lock(i)) if t.locks[i].client == client => NFS4_OK,
+            Ok(Found::Deleg(i)) if t.delegs[i].client == client => {
+                if t.delegs[i].revoked {
+                    NFS4ERR_DELEG_REVOKED
+                } else {
+                    NFS4_OK
+                }
+            }
             Ok(_) => NFS4ERR_BAD_STATEID,
             Err(e) => e,
         }
@@ -902,6 +1052,15 @@ impl V4State {
                     return NFS4ERR_LOCKS_HELD;
                 }
                 t.locks.remove(i);
+                NFS4_OK
+            }
+            // A revoked delegation goes (RFC 8881 s8.5.1); a held one is
+            // returned with DELEGRETURN.
+            Ok(Found::Deleg(i)) if t.delegs[i].client == client => {
+                if !t.delegs[i].revoked {
+                    return NFS4ERR_LOCKS_HELD;
+                }
+                self.remove_deleg(&mut t, i);
                 NFS4_OK
             }
             Ok(_) => NFS4ERR_BAD_STATEID,

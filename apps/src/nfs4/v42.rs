@@ -45,6 +45,9 @@ fn io_file(cx: &Ctx<'_>, o: &Real, sid: Stateid, write: bool) -> Result<Attr, St
     }
     let sid = current_sid(cx, sid)?;
     cx.sh.v4.check_io(&sid, &(o.ex, o.fh), write)?;
+    if write {
+        super::ops::deleg_conflict(cx, o.ex, &o.fh)?;
+    }
     if !o.caller.may_io(&a, if write { MAY_WRITE } else { MAY_READ }) {
         return Err(St(NFS4ERR_ACCESS));
     }

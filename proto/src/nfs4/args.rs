@@ -19,6 +19,7 @@
 //! rest, and WRITE takes its data from the chunk when the head ends at its
 //! length word.
 
+use super::cb::CbSec;
 use super::*;
 use crate::error::{DecodeError, DecodeErrorKind};
 use crate::xdr::Reader;
@@ -107,9 +108,15 @@ pub enum Claim<'a> {
     Null(&'a [u8]),
     Previous(u32),
     Fh,
-    /// CLAIM_DELEGATE_CUR, CLAIM_DELEGATE_PREV, CLAIM_DELEG_CUR_FH,
-    /// CLAIM_DELEG_PREV_FH: delegations are not granted, so these are
-    /// answered NFS4ERR_NOTSUPP... (decoded to keep the walk honest).
+    /// CLAIM_DELEGATE_CUR (`name` in the current directory) and
+    /// CLAIM_DELEG_CUR_FH (`name` none: the current filehandle): an open
+    /// under the delegation `stateid` the client holds (RFC 8881 s18.16.3).
+    DelegCur {
+        stateid: Stateid,
+        name: Option<&'a [u8]>,
+    },
+    /// CLAIM_DELEGATE_PREV, CLAIM_DELEG_PREV_FH: reclaims of a delegation
+    /// after a client restart, which we do not keep (NFS4ERR_NOTSUPP).
     Deleg(u32),
 }
 
@@ -266,7 +273,17 @@ pub enum Op<'a> {
         fore: ChannelAttrs,
         back: ChannelAttrs,
         cb_program: u32,
+        /// The first callback security we can use (none: the client
+        /// offered only flavors we do not speak).
+        cb_sec: Option<CbSec<'a>>,
     },
+    /// BACKCHANNEL_CTL (RFC 8881 s18.33).
+    BackchannelCtl {
+        cb_program: u32,
+        cb_sec: Option<CbSec<'a>>,
+    },
+    /// DELEGRETURN (RFC 8881 s18.6).
+    Delegreturn(Stateid),
     DestroySession(SessionId),
     FreeStateid(Stateid),
     SecinfoNoName(u32),
@@ -376,6 +393,8 @@ impl Op<'_> {
             Op::BindConnToSession { .. } => OP_BIND_CONN_TO_SESSION,
             Op::ExchangeId { .. } => OP_EXCHANGE_ID,
             Op::CreateSession { .. } => OP_CREATE_SESSION,
+            Op::BackchannelCtl { .. } => OP_BACKCHANNEL_CTL,
+            Op::Delegreturn(_) => OP_DELEGRETURN,
             Op::DestroySession(_) => OP_DESTROY_SESSION,
             Op::FreeStateid(_) => OP_FREE_STATEID,
             Op::SecinfoNoName(_) => OP_SECINFO_NO_NAME,
@@ -621,19 +640,33 @@ fn channel_attrs(r: &mut Reader<'_>) -> Result<ChannelAttrs, Refuse> {
     Ok(c)
 }
 
-/// `callback_sec_parms4<>`: walked and dropped (no backchannel yet).
-fn cb_sec_parms(r: &mut Reader<'_>) -> Result<(), Refuse> {
+/// `callback_sec_parms4<>` (RFC 8881 s18.36.1): every entry walked, the
+/// first AUTH_NONE or AUTH_SYS one kept (RPCSEC_GSS is skipped: we hold no
+/// GSS context for the backchannel).
+fn cb_sec_parms<'a>(r: &mut Reader<'a>) -> Result<Option<CbSec<'a>>, Refuse> {
     let n = r.count(MAX_CB_SEC_PARMS, 4, "csa_sec_parms")?;
+    let mut first = None;
     for _ in 0..n {
         match r.u32("cb_secflavor")? {
-            0 => {}
+            0 => {
+                first = first.or(Some(CbSec::None));
+            }
             1 => {
-                r.u32("stamp")?;
-                r.string(255, "machinename")?;
-                r.u32("uid")?;
-                r.u32("gid")?;
-                let g = r.count(16, 4, "gids")?;
-                r.skip(4 * g as usize, "gids")?;
+                let stamp = r.u32("stamp")?;
+                let name = r.string(crate::rpc::AUTH_SYS_MAX_MACHINENAME, "machinename")?;
+                let uid = r.u32("uid")?;
+                let gid = r.u32("gid")?;
+                let g = r.count(crate::rpc::AUTH_SYS_MAX_GIDS as u32, 4, "gids")?;
+                let mut gids = [0u32; crate::rpc::AUTH_SYS_MAX_GIDS];
+                for x in gids.iter_mut().take(g as usize) {
+                    *x = r.u32("gids")?;
+                }
+                if first.is_none() {
+                    // Within the bounds just checked, so `new` accepts it.
+                    first = crate::rpc::AuthSysParms::new(stamp, name, uid, gid, &gids[..g as usize])
+                        .ok()
+                        .map(CbSec::Sys);
+                }
             }
             6 => {
                 r.u32("gcbp_service")?;
@@ -647,7 +680,7 @@ fn cb_sec_parms(r: &mut Reader<'_>) -> Result<(), Refuse> {
             }
         }
     }
-    Ok(())
+    Ok(first)
 }
 
 /// `lock_owner4`.
@@ -750,20 +783,19 @@ fn decode_args<'a>(r: &mut Reader<'a>, opnum: u32) -> Result<Op<'a>, Refuse> {
             let claim = match r.u32("claim")? {
                 CLAIM_NULL => Claim::Null(component(r)?),
                 CLAIM_PREVIOUS => Claim::Previous(r.u32("delegate_type")?),
-                CLAIM_DELEGATE_CUR => {
-                    stateid(r)?;
-                    component(r)?;
-                    Claim::Deleg(CLAIM_DELEGATE_CUR)
-                }
+                CLAIM_DELEGATE_CUR => Claim::DelegCur {
+                    stateid: stateid(r)?,
+                    name: Some(component(r)?),
+                },
                 CLAIM_DELEGATE_PREV => {
                     component(r)?;
                     Claim::Deleg(CLAIM_DELEGATE_PREV)
                 }
                 CLAIM_FH => Claim::Fh,
-                CLAIM_DELEG_CUR_FH => {
-                    stateid(r)?;
-                    Claim::Deleg(CLAIM_DELEG_CUR_FH)
-                }
+                CLAIM_DELEG_CUR_FH => Claim::DelegCur {
+                    stateid: stateid(r)?,
+                    name: None,
+                },
                 CLAIM_DELEG_PREV_FH => Claim::Deleg(CLAIM_DELEG_PREV_FH),
                 v => return Err(bad(r, v, "claim")),
             };
@@ -869,7 +901,7 @@ fn decode_args<'a>(r: &mut Reader<'a>, opnum: u32) -> Result<Op<'a>, Refuse> {
             let fore = channel_attrs(r)?;
             let back = channel_attrs(r)?;
             let cb_program = r.u32("csa_cb_program")?;
-            cb_sec_parms(r)?;
+            let cb_sec = cb_sec_parms(r)?;
             Op::CreateSession {
                 clientid,
                 sequence,
@@ -877,8 +909,15 @@ fn decode_args<'a>(r: &mut Reader<'a>, opnum: u32) -> Result<Op<'a>, Refuse> {
                 fore,
                 back,
                 cb_program,
+                cb_sec,
             }
         }
+        OP_BACKCHANNEL_CTL => {
+            let cb_program = r.u32("bca_cb_program")?;
+            let cb_sec = cb_sec_parms(r)?;
+            Op::BackchannelCtl { cb_program, cb_sec }
+        }
+        OP_DELEGRETURN => Op::Delegreturn(stateid(r)?),
         OP_DESTROY_SESSION => Op::DestroySession(sessionid(r)?),
         OP_FREE_STATEID => Op::FreeStateid(stateid(r)?),
         OP_SECINFO_NO_NAME => Op::SecinfoNoName(r.u32("secinfo_style4")?),

@@ -14,6 +14,7 @@
 //! with, never a panic. Nothing allocates.
 
 pub mod args;
+pub mod cb;
 pub mod fattr;
 pub mod ulb;
 
@@ -337,20 +338,54 @@ pub const OPEN4_SHARE_ACCESS_BOTH: u32 = 3;
 pub const OPEN4_SHARE_DENY_NONE: u32 = 0;
 pub const OPEN4_SHARE_DENY_BOTH: u32 = 3;
 pub const OPEN4_SHARE_ACCESS_WANT_DELEG_MASK: u32 = 0xff00;
+pub const OPEN4_SHARE_ACCESS_WANT_NO_PREFERENCE: u32 = 0x0000;
+pub const OPEN4_SHARE_ACCESS_WANT_READ_DELEG: u32 = 0x0100;
+pub const OPEN4_SHARE_ACCESS_WANT_WRITE_DELEG: u32 = 0x0200;
+pub const OPEN4_SHARE_ACCESS_WANT_ANY_DELEG: u32 = 0x0300;
+pub const OPEN4_SHARE_ACCESS_WANT_NO_DELEG: u32 = 0x0400;
+pub const OPEN4_SHARE_ACCESS_WANT_CANCEL: u32 = 0x0500;
 
 /// `rflags` of OPEN4resok.
 pub const OPEN4_RESULT_CONFIRM: u32 = 2;
 pub const OPEN4_RESULT_LOCKTYPE_POSIX: u32 = 4;
 pub const OPEN4_RESULT_PRESERVE_UNLINKED: u32 = 8;
+pub const OPEN4_RESULT_MAY_NOTIFY_LOCK: u32 = 0x20;
 
 /// `open_delegation_type4`.
 pub const OPEN_DELEGATE_NONE: u32 = 0;
+pub const OPEN_DELEGATE_READ: u32 = 1;
+pub const OPEN_DELEGATE_WRITE: u32 = 2;
 pub const OPEN_DELEGATE_NONE_EXT: u32 = 3;
 /// `why_no_delegation4`.
 pub const WND4_NOT_WANTED: u32 = 0;
 pub const WND4_CONTENTION: u32 = 1;
 pub const WND4_RESOURCE: u32 = 2;
 pub const WND4_NOT_SUPP_FTYPE: u32 = 3;
+pub const WND4_WRITE_DELEG_NOT_SUPP_FTYPE: u32 = 4;
+pub const WND4_NOT_SUPP_UPGRADE: u32 = 5;
+pub const WND4_NOT_SUPP_DOWNGRADE: u32 = 6;
+pub const WND4_CANCELLED: u32 = 7;
+pub const WND4_IS_DIR: u32 = 8;
+
+/// `acetype4` and `acemask4` bits of the `nfsace4` a delegation carries
+/// (RFC 8881 s6.2.1).
+pub const ACE4_ACCESS_ALLOWED_ACE_TYPE: u32 = 0;
+pub const ACE4_READ_DATA: u32 = 0x1;
+
+/// `sr_status_flags` of SEQUENCE (RFC 8881 s18.46.3).
+pub const SEQ4_STATUS_CB_PATH_DOWN: u32 = 0x1;
+pub const SEQ4_STATUS_CB_GSS_CONTEXTS_EXPIRING: u32 = 0x2;
+pub const SEQ4_STATUS_CB_GSS_CONTEXTS_EXPIRED: u32 = 0x4;
+pub const SEQ4_STATUS_EXPIRED_ALL_STATE_REVOKED: u32 = 0x8;
+pub const SEQ4_STATUS_EXPIRED_SOME_STATE_REVOKED: u32 = 0x10;
+pub const SEQ4_STATUS_ADMIN_STATE_REVOKED: u32 = 0x20;
+pub const SEQ4_STATUS_RECALLABLE_STATE_REVOKED: u32 = 0x40;
+pub const SEQ4_STATUS_LEASE_MOVED: u32 = 0x80;
+pub const SEQ4_STATUS_RESTART_RECLAIM_NEEDED: u32 = 0x100;
+pub const SEQ4_STATUS_CB_PATH_DOWN_SESSION: u32 = 0x200;
+pub const SEQ4_STATUS_BACKCHANNEL_FAULT: u32 = 0x400;
+pub const SEQ4_STATUS_DEVID_CHANGED: u32 = 0x800;
+pub const SEQ4_STATUS_DEVID_DELETED: u32 = 0x1000;
 
 /// ACCESS4 bits (RFC 8881 s18.1).
 pub const ACCESS4_READ: u32 = 0x01;

@@ -173,10 +173,13 @@ fn exchange_id_and_create_session() {
         fore,
         back,
         cb_program,
+        cb_sec,
     }) = ops[1]
     else {
         panic!("{:?}", ops[1])
     };
+    // The first usable entry: AUTH_NONE.
+    assert_eq!(cb_sec, Some(super::cb::CbSec::None));
     assert_eq!(
         (clientid, sequence, flags, cb_program),
         (0x1122_3344_5566_7788, 1, 2, 0x4000_0000)
@@ -829,4 +832,69 @@ fn v42_operations_by_hand() {
     let c = compound(2, &[copy(&many)]);
     let (_, ops) = decode_all(&c).unwrap();
     assert_eq!(ops[0].unwrap_err().status, NFS4ERR_RESOURCE);
+}
+
+/// BACKCHANNEL_CTL keeps the first usable callback security (AUTH_SYS
+/// here, after an RPCSEC_GSS entry it skips), DELEGRETURN its stateid,
+/// OPEN's CLAIM_DELEGATE_CUR and CLAIM_DELEG_CUR_FH the delegation stateid.
+#[test]
+fn backchannel_ctl_delegreturn_and_deleg_claims() {
+    let sid = V::new().w(1).b(&[0xab; 12]).0;
+    let bc = V::new()
+        .w(OP_BACKCHANNEL_CTL)
+        .w(0x4000_0001)
+        .w(2)
+        .w(6)
+        .w(1)
+        .o(b"h")
+        .o(b"c")
+        .w(1)
+        .w(77)
+        .o(b"host")
+        .w(0)
+        .w(0)
+        .w(1)
+        .w(10)
+        .0;
+    let dr = V::new().w(OP_DELEGRETURN).b(&sid).0;
+    let open = |claim: V| {
+        V::new()
+            .w(OP_OPEN)
+            .w(0)
+            .w(1)
+            .w(0)
+            .h(1)
+            .o(b"o")
+            .w(OPEN4_NOCREATE)
+            .b(&claim.0)
+            .0
+    };
+    let cur = open(V::new().w(CLAIM_DELEGATE_CUR).b(&sid).o(b"f"));
+    let cur_fh = open(V::new().w(CLAIM_DELEG_CUR_FH).b(&sid));
+    let c = compound(1, &[bc, dr, cur, cur_fh]);
+    let (_, ops) = decode_all(&c).unwrap();
+    let Ok(Op::BackchannelCtl {
+        cb_program,
+        cb_sec: Some(super::cb::CbSec::Sys(p)),
+    }) = ops[0]
+    else {
+        panic!("{:?}", ops[0])
+    };
+    assert_eq!(
+        (cb_program, p.stamp, p.machinename, p.gids()),
+        (0x4000_0001, 77, &b"host"[..], &[10][..])
+    );
+    let want = Stateid {
+        seqid: 1,
+        other: [0xab; 12],
+    };
+    assert_eq!(ops[1], Ok(Op::Delegreturn(want)));
+    assert!(
+        matches!(ops[2], Ok(Op::Open { claim: Claim::DelegCur { stateid, name: Some(b"f") }, .. }) if stateid == want)
+    );
+    assert!(matches!(ops[3], Ok(Op::Open { claim: Claim::DelegCur { stateid, name: None }, .. }) if stateid == want));
+    // Truncated at every offset: an error for the operation cut, no panic.
+    for cut in 0..c.len() {
+        let _ = decode_all(&c[..cut]);
+    }
 }

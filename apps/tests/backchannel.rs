@@ -1,0 +1,749 @@
+//! NFSv4.1 callbacks through the service's backward-direction hooks
+//! (issue 23): backchannel binding by CREATE_SESSION and
+//! BIND_CONN_TO_SESSION, the CB_NULL probe, SEQUENCE's CB_PATH_DOWN flags,
+//! read delegations recalled with CB_RECALL (answered, unanswered and
+//! revoked, lost with the connection and re-sent after a rebind, through
+//! NFSv3), and CB_NOTIFY_LOCK after LOCKU.
+//!
+//! Each client talks to one `NfsService` (one core) over connections of its
+//! own (`ConnId`s); the test plays the transport: it announces a
+//! connection's backchannel with `backward_channel`, pulls the backward
+//! Calls with `poll_backward_call`, decodes them by hand from RFC 8881
+//! s20's XDR, and answers with `handle_backward_reply`.
+
+mod nfs4_common;
+mod nfs_common;
+
+use std::cell::RefCell;
+use std::net::IpAddr;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use dataplane::service::{BackwardChannel, CallView, ReplyBuilder, Service};
+use dataplane::ConnId;
+use nfs4_common::*;
+use nfs_common::*;
+use proto::nfs3::{FILE_SYNC, NFS3ERR_JUKEBOX};
+use proto::nfs4::*;
+use proto::plan::Piece;
+use proto::xdr::Reader;
+use rpcrdma_apps::nfs::{NfsService, NfsShared};
+
+const CB_PROG: u32 = 0x4000_0000;
+const OP_CB_RECALL: u32 = 4;
+const OP_CB_SEQUENCE: u32 = 11;
+const OP_CB_NOTIFY_LOCK: u32 = 13;
+
+type Svc = Rc<RefCell<NfsService>>;
+
+/// One connection to the service.
+struct Link {
+    svc: Svc,
+    conn: ConnId,
+    peer: Option<IpAddr>,
+}
+
+impl Transport for Link {
+    fn roundtrip(&mut self, call: &[u8]) -> Option<Vec<u8>> {
+        let piece = [Piece::Inline {
+            start: 0,
+            len: call.len() as u32,
+        }];
+        let xid = Reader::new(call).u32("xid").unwrap_or(0);
+        let view = CallView::contiguous(self.conn, self.peer, 1, xid, call, &piece);
+        let mut svc = self.svc.borrow_mut();
+        let hint = svc.reply_data_hint(&view);
+        let mut head = vec![0u8; 8192];
+        let mut data = vec![0u8; hint.max(1)];
+        let mut rb = ReplyBuilder::new(&mut head, (hint > 0).then_some(&mut data[..]));
+        svc.handle_call(&view, &mut rb).ok()?;
+        let shape = rb.finish();
+        let mut out = head[..shape.head_len as usize].to_vec();
+        if shape.has_data {
+            out.extend_from_slice(&data[..shape.data_len as usize]);
+            out.resize(out.len() + shape.pad() as usize, 0);
+        }
+        Some(out)
+    }
+}
+
+impl V4Transport for Link {
+    fn rt(&mut self, call: &[u8], _read_max: Option<u32>) -> Option<Vec<u8>> {
+        self.roundtrip(call)
+    }
+}
+
+const CHAN: BackwardChannel = BackwardChannel {
+    credits: 2,
+    max_call_bytes: 1024,
+    max_reply_bytes: 1024,
+};
+
+fn setup() -> (Store, Arc<NfsShared>, Svc) {
+    let s = store(Kind::Mem, "b0");
+    let mut b = Ex::new("/b", "b0");
+    b.root_squash = false;
+    let cfg = config(&["b0"], &[b], MIB as u32);
+    let sh = NfsShared::new(&cfg, vec![("b0".into(), s.backend.clone())]).unwrap();
+    let svc = Rc::new(RefCell::new(NfsService::new(sh.clone(), 0).unwrap()));
+    (s, sh, svc)
+}
+
+fn link(svc: &Svc, conn: u32) -> Link {
+    Link {
+        svc: svc.clone(),
+        conn: ConnId(conn),
+        peer: Some("127.0.0.1".parse().unwrap()),
+    }
+}
+
+/// A client without a backchannel.
+fn plain(svc: &Svc, conn: u32, owner: &str) -> V4<Link> {
+    let mut c = V4::new(link(svc, conn), owner);
+    c.setup(8);
+    c
+}
+
+/// A client whose CREATE_SESSION asks for the backchannel on its
+/// connection (announced to the service first, as the transport does); the
+/// CB_NULL probe is answered when `answer_probe`.
+fn with_backchannel(svc: &Svc, conn: u32, owner: &str, answer_probe: bool) -> V4<Link> {
+    svc.borrow_mut().backward_channel(ConnId(conn), Some(CHAN));
+    let mut c = V4::new(link(svc, conn), owner);
+    let (o, verf) = (c.owner.clone(), c.verifier);
+    let r = c.compound(&[op(|e| {
+        e.u32(OP_EXCHANGE_ID)
+            .fixed(&verf)
+            .opaque(&o)
+            .u32(0)
+            .u32(SP4_NONE)
+            .u32(0);
+    })]);
+    let mut d = r.dec();
+    assert_eq!(res(&mut d, OP_EXCHANGE_ID), NFS4_OK);
+    c.clientid = d.u64();
+    let seq = d.u32();
+    let clientid = c.clientid;
+    let r = c.compound(&[op(|e| {
+        e.u32(OP_CREATE_SESSION)
+            .u64(clientid)
+            .u32(seq)
+            .u32(CREATE_SESSION4_FLAG_CONN_BACK_CHAN);
+        e.u32(0).u32(1 << 20).u32(1 << 20).u32(4096).u32(16).u32(8).u32(0);
+        e.u32(0).u32(4096).u32(4096).u32(0).u32(2).u32(4).u32(0);
+        // cb_program, one callback_sec_parms4: AUTH_SYS.
+        e.u32(CB_PROG)
+            .u32(1)
+            .u32(1)
+            .u32(1)
+            .opaque(b"client")
+            .u32(0)
+            .u32(0)
+            .u32(0);
+    })]);
+    let mut d = r.dec();
+    assert_eq!(res(&mut d, OP_CREATE_SESSION), NFS4_OK);
+    c.sid.copy_from_slice(&d.fixed(16));
+    assert_eq!(d.u32(), seq);
+    assert_eq!(d.u32(), CREATE_SESSION4_FLAG_CONN_BACK_CHAN, "backchannel granted");
+    for _ in 0..5 {
+        d.u32();
+    }
+    c.slots = d.u32();
+    d.u32();
+    // The back channel: one slot, two operations.
+    let back: Vec<u32> = (0..7).map(|_| d.u32()).collect();
+    assert_eq!((back[4], back[5], back[6]), (2, 1, 0));
+    c.seq = vec![0; c.slots as usize];
+    let r = c.seq(&[op(|e| {
+        e.u32(OP_RECLAIM_COMPLETE).bool(false);
+    })]);
+    assert_eq!(r.status, NFS4_OK);
+    if answer_probe {
+        let cb = pull(svc, conn).expect("CB_NULL probe");
+        assert_eq!(cb.proc_, 0, "CB_NULL first");
+        assert_eq!(cb.auth_flavor, proto::rpc::AUTH_SYS, "the client's callback security");
+        answer(svc, conn, &cb, NFS4_OK);
+    }
+    c
+}
+
+/// A backward Call as the client sees it.
+#[derive(Debug)]
+struct CbCall {
+    xid: u32,
+    prog: u32,
+    proc_: u32,
+    auth_flavor: u32,
+    /// CB_SEQUENCE's session and sequence id.
+    seq: Option<([u8; 16], u32)>,
+    /// The second operation and its arguments' bytes.
+    op: Option<(u32, Vec<u8>)>,
+}
+
+fn pull(svc: &Svc, conn: u32) -> Option<CbCall> {
+    let mut s = svc.borrow_mut();
+    let mut buf = [0u8; 1024];
+    let n = s.poll_backward_call(ConnId(conn), &mut buf)?;
+    let (h, at) = proto::rpc::decode_call(&buf[..n]).expect("a backward Call decodes");
+    assert_eq!(h.vers, 1, "callback program version 1");
+    let mut cb = CbCall {
+        xid: h.xid,
+        prog: h.prog,
+        proc_: h.proc_,
+        auth_flavor: h.cred.flavor,
+        seq: None,
+        op: None,
+    };
+    if h.proc_ == 1 {
+        let mut r = Reader::new(&buf[at..n]);
+        assert_eq!(r.opaque_var(64, "tag").unwrap(), b"");
+        assert_eq!(r.u32("minor").unwrap(), 1);
+        assert_eq!(r.u32("ident").unwrap(), 0);
+        assert_eq!(r.u32("numops").unwrap(), 2);
+        assert_eq!(r.u32("op").unwrap(), OP_CB_SEQUENCE);
+        let mut sid = [0u8; 16];
+        sid.copy_from_slice(r.bytes(16, "sid").unwrap());
+        let seqid = r.u32("seq").unwrap();
+        assert_eq!(r.u32("slot").unwrap(), 0);
+        r.u32("highest").unwrap();
+        assert!(!r.bool("cachethis").unwrap());
+        assert_eq!(r.u32("referring lists").unwrap(), 0);
+        cb.seq = Some((sid, seqid));
+        let opnum = r.u32("op").unwrap();
+        cb.op = Some((opnum, r.rest().to_vec()));
+    }
+    assert_eq!(cb.prog, CB_PROG);
+    Some(cb)
+}
+
+/// The client's Reply to `cb`: CB_NULL's empty result, or CB_COMPOUND4res
+/// with CB_SEQUENCE's result and the operation's `status`.
+fn reply_to(cb: &CbCall, status: u32) -> Vec<u8> {
+    let mut e = Enc::default();
+    e.u32(cb.xid).u32(1).u32(0).u32(0).u32(0).u32(0);
+    if let (Some((sid, seqid)), Some((opnum, _))) = (cb.seq, &cb.op) {
+        e.u32(status).opaque(b"").u32(2);
+        e.u32(OP_CB_SEQUENCE)
+            .u32(NFS4_OK)
+            .fixed(&sid)
+            .u32(seqid)
+            .u32(0)
+            .u32(0)
+            .u32(0);
+        e.u32(*opnum).u32(status);
+    }
+    e.b
+}
+
+fn answer(svc: &Svc, conn: u32, cb: &CbCall, status: u32) {
+    let m = reply_to(cb, status);
+    svc.borrow_mut().handle_backward_reply(ConnId(conn), &m);
+}
+
+/// SEQUENCE alone; its `sr_status_flags`.
+fn status_flags(c: &mut V4<Link>) -> u32 {
+    let s = c.sequence(0, false);
+    let call = c.encode(&[s]);
+    let r = c.send(&call, None);
+    let mut d = r.dec();
+    assert_eq!(res(&mut d, OP_SEQUENCE), NFS4_OK);
+    d.fixed(16);
+    for _ in 0..4 {
+        d.u32();
+    }
+    d.u32()
+}
+
+/// What OPEN returned.
+#[derive(Debug)]
+struct Opened {
+    sid: Stateid,
+    fh: Vec<u8>,
+    rflags: u32,
+    /// `open_delegation4`: its type, the stateid of a read delegation, the
+    /// reason of NONE_EXT.
+    deleg: (u32, Option<Stateid>, Option<u32>),
+}
+
+fn open_in(c: &mut V4<Link>, dir: &[u8], name: &str, access: u32, create: bool) -> Result<Opened, u32> {
+    let how = create.then_some((UNCHECKED4, 0o666, [0u8; 8]));
+    let r = c.seq(&[putfh(dir), open(name, access, 0, b"owner", how), getfh()]);
+    if r.status != NFS4_OK {
+        return Err(r.status);
+    }
+    let mut d = r.dec();
+    res(&mut d, OP_PUTFH);
+    assert_eq!(res(&mut d, OP_OPEN), NFS4_OK);
+    let sid = get_stateid(&mut d);
+    d.bool();
+    d.u64();
+    d.u64();
+    let rflags = d.u32();
+    let n = d.u32();
+    for _ in 0..n {
+        d.u32();
+    }
+    let deleg = match d.u32() {
+        OPEN_DELEGATE_NONE => (OPEN_DELEGATE_NONE, None, None),
+        OPEN_DELEGATE_READ => {
+            let s = get_stateid(&mut d);
+            assert!(!d.bool(), "no recall pending");
+            d.u32();
+            d.u32();
+            d.u32();
+            d.opaque();
+            (OPEN_DELEGATE_READ, Some(s), None)
+        }
+        OPEN_DELEGATE_NONE_EXT => {
+            let why = d.u32();
+            if why == WND4_CONTENTION || why == WND4_RESOURCE {
+                d.bool();
+            }
+            (OPEN_DELEGATE_NONE_EXT, None, Some(why))
+        }
+        t => panic!("delegation type {t}"),
+    };
+    assert_eq!(res(&mut d, OP_GETFH), NFS4_OK);
+    let fh = d.opaque();
+    Ok(Opened { sid, fh, rflags, deleg })
+}
+
+fn delegreturn(c: &mut V4<Link>, fh: &[u8], s: &Stateid) -> u32 {
+    c.seq(&[
+        putfh(fh),
+        op(|e| {
+            e.u32(OP_DELEGRETURN);
+            stateid(e, s);
+        }),
+    ])
+    .status
+}
+
+/// A delegation held by A (answering its probe) on /b/f, and B (no
+/// backchannel); the export's handle, the file's and A's delegation.
+fn holder(svc: &Svc) -> (V4<Link>, V4<Link>, Vec<u8>, Opened) {
+    let mut a = with_backchannel(svc, 1, "client-a", true);
+    let mut b = plain(svc, 2, "client-b");
+    let dir = a.walk("/b").unwrap();
+    let w = open_in(&mut b, &dir, "f", OPEN4_SHARE_ACCESS_BOTH, true).unwrap();
+    b.write(&w.fh, &w.sid, 0, FILE_SYNC4, b"v1").unwrap();
+    assert_eq!(b.seq(&[putfh(&w.fh), close(&w.sid)]).status, NFS4_OK);
+    let o = open_in(&mut a, &dir, "f", OPEN4_SHARE_ACCESS_READ, false).unwrap();
+    assert_eq!(o.deleg.0, OPEN_DELEGATE_READ, "A holds a read delegation");
+    assert_ne!(o.rflags & OPEN4_RESULT_MAY_NOTIFY_LOCK, 0);
+    (a, b, dir, o)
+}
+
+fn recall_of(cb: &CbCall) -> (Stateid, Vec<u8>) {
+    let (opnum, args) = cb.op.as_ref().expect("CB_COMPOUND");
+    assert_eq!(*opnum, OP_CB_RECALL);
+    let mut r = Reader::new(args);
+    let seqid = r.u32("seqid").unwrap();
+    let mut other = [0u8; 12];
+    other.copy_from_slice(r.bytes(12, "other").unwrap());
+    assert!(!r.bool("truncate").unwrap());
+    let fh = r.opaque_var(128, "fh").unwrap().to_vec();
+    assert_eq!(r.remaining(), 0);
+    (Stateid { seqid, other }, fh)
+}
+
+/// A holds a read delegation; B's OPEN for writing is NFS4ERR_DELAY and
+/// CB_RECALL goes out on A's connection (not B's); A opens under the
+/// delegation (CLAIM_DELEG_CUR_FH), answers, returns it; B's retry opens.
+#[test]
+fn backchannel_recall_answered() {
+    let (_s, sh, svc) = setup();
+    let (mut a, mut b, dir, o) = holder(&svc);
+    let ds = o.deleg.1.unwrap();
+    assert_eq!(sh.v4().delegations(), 1);
+    assert!(!svc.borrow().has_backward_calls(), "nothing to send yet");
+    assert_eq!(
+        open_in(&mut b, &dir, "f", OPEN4_SHARE_ACCESS_WRITE, false).unwrap_err(),
+        NFS4ERR_DELAY
+    );
+    assert!(svc.borrow().has_backward_calls());
+    assert!(pull(&svc, 2).is_none(), "not on B's connection");
+    let cb = pull(&svc, 1).expect("CB_RECALL on A's connection");
+    assert_eq!(
+        cb.seq.unwrap(),
+        (a.sid, 1),
+        "CB_SEQUENCE of A's session, first sequence id"
+    );
+    assert_eq!(recall_of(&cb), (ds, o.fh.clone()));
+    assert!(pull(&svc, 1).is_none(), "one callback at a time, one recall");
+    // Still recalled: B waits.
+    assert_eq!(
+        open_in(&mut b, &dir, "f", OPEN4_SHARE_ACCESS_WRITE, false).unwrap_err(),
+        NFS4ERR_DELAY
+    );
+    // A flushes its state under the delegation before returning it.
+    let r = a.seq(&[
+        putfh(&o.fh),
+        op(|e| {
+            e.u32(OP_OPEN)
+                .u32(0)
+                .u32(OPEN4_SHARE_ACCESS_READ)
+                .u32(0)
+                .u64(0)
+                .opaque(b"owner2");
+            e.u32(OPEN4_NOCREATE).u32(CLAIM_DELEG_CUR_FH);
+            stateid(e, &ds);
+        }),
+    ]);
+    assert_eq!(r.status, NFS4_OK, "CLAIM_DELEG_CUR_FH");
+    answer(&svc, 1, &cb, NFS4_OK);
+    // A stranger's delegation stateid is refused.
+    assert_eq!(delegreturn(&mut b, &o.fh, &ds), NFS4ERR_BAD_STATEID);
+    assert_eq!(delegreturn(&mut a, &o.fh, &ds), NFS4_OK);
+    assert_eq!(delegreturn(&mut a, &o.fh, &ds), NFS4ERR_BAD_STATEID, "gone");
+    assert_eq!(sh.v4().delegations(), 0);
+    let w = open_in(&mut b, &dir, "f", OPEN4_SHARE_ACCESS_WRITE, false).unwrap();
+    assert_eq!(w.deleg.0, OPEN_DELEGATE_NONE, "no delegation for a write open");
+    // A's reading open, while B writes, gets none either, and hears why.
+    let o2 = open_in(
+        &mut a,
+        &dir,
+        "f",
+        OPEN4_SHARE_ACCESS_READ | OPEN4_SHARE_ACCESS_WANT_READ_DELEG,
+        false,
+    )
+    .unwrap();
+    assert_eq!(o2.deleg, (OPEN_DELEGATE_NONE_EXT, None, Some(WND4_CONTENTION)));
+    assert_eq!(status_flags(&mut a), 0);
+    let st = &sh.v4().callbacks().stats;
+    use std::sync::atomic::Ordering::Relaxed;
+    assert_eq!(
+        (
+            st.calls.load(Relaxed),
+            st.replies.load(Relaxed),
+            st.faults.load(Relaxed)
+        ),
+        (2, 2, 0)
+    );
+}
+
+/// A never answers the recall (it keeps renewing its lease): one lease
+/// after the recall B's retry revokes the delegation and proceeds; A's
+/// SEQUENCE says RECALLABLE_STATE_REVOKED, the stateid is DELEG_REVOKED
+/// until FREE_STATEID takes it (and the flag).
+#[test]
+fn backchannel_recall_unanswered_is_revoked_after_the_lease() {
+    let (_s, sh, svc) = setup();
+    let (mut a, mut b, dir, o) = holder(&svc);
+    let ds = o.deleg.1.unwrap();
+    sh.v4().set_lease(Duration::from_millis(300));
+    assert_eq!(
+        open_in(&mut b, &dir, "f", OPEN4_SHARE_ACCESS_WRITE, false).unwrap_err(),
+        NFS4ERR_DELAY
+    );
+    let cb = pull(&svc, 1).expect("CB_RECALL");
+    recall_of(&cb);
+    for _ in 0..8 {
+        std::thread::sleep(Duration::from_millis(60));
+        assert_eq!(status_flags(&mut a), 0, "renewed, not yet revoked");
+        b.seq(&[]);
+    }
+    let w = open_in(&mut b, &dir, "f", OPEN4_SHARE_ACCESS_WRITE, false).expect("revoked: B opens");
+    assert_eq!(w.deleg.0, OPEN_DELEGATE_NONE);
+    assert_eq!(status_flags(&mut a), SEQ4_STATUS_RECALLABLE_STATE_REVOKED);
+    let r = a.seq(&[putfh(&o.fh), read(&ds, 0, 2)]);
+    assert_eq!(r.status, NFS4ERR_DELEG_REVOKED);
+    let r = a.seq(&[op(|e| {
+        e.u32(OP_TEST_STATEID).u32(1);
+        stateid(e, &ds);
+    })]);
+    let mut d = r.dec();
+    res(&mut d, OP_TEST_STATEID);
+    assert_eq!((d.u32(), d.u32()), (1, NFS4ERR_DELEG_REVOKED));
+    assert_eq!(delegreturn(&mut a, &o.fh, &ds), NFS4ERR_DELEG_REVOKED);
+    // The late answer changes nothing.
+    answer(&svc, 1, &cb, NFS4_OK);
+    let r = a.seq(&[op(|e| {
+        e.u32(OP_FREE_STATEID);
+        stateid(e, &ds);
+    })]);
+    assert_eq!(r.status, NFS4_OK);
+    assert_eq!(status_flags(&mut a), 0, "flag cleared with the last revoked delegation");
+    assert_eq!(sh.v4().delegations(), 0);
+}
+
+/// The backchannel connection goes while the recall is in flight: A's
+/// SEQUENCE says CB_PATH_DOWN (and _SESSION); A binds a new connection with
+/// BIND_CONN_TO_SESSION, which is probed, then the recall is sent again
+/// there with the same CB_SEQUENCE sequence id (a retry); A returns the
+/// delegation and B proceeds.
+#[test]
+fn backchannel_lost_mid_recall_then_rebound() {
+    let (_s, _sh, svc) = setup();
+    let (mut a, mut b, dir, o) = holder(&svc);
+    let ds = o.deleg.1.unwrap();
+    assert_eq!(
+        open_in(&mut b, &dir, "f", OPEN4_SHARE_ACCESS_WRITE, false).unwrap_err(),
+        NFS4ERR_DELAY
+    );
+    let first = pull(&svc, 1).expect("CB_RECALL");
+    svc.borrow_mut().backward_channel(ConnId(1), None);
+    assert!(!svc.borrow().has_backward_calls(), "nowhere to send");
+    let down = SEQ4_STATUS_CB_PATH_DOWN | SEQ4_STATUS_CB_PATH_DOWN_SESSION;
+    assert_eq!(status_flags(&mut a), down);
+    // A reply arriving for the lost Call is not taken.
+    answer(&svc, 1, &first, NFS4_OK);
+    assert_eq!(status_flags(&mut a), down);
+    // Reconnect: a new connection, announced, bound for both directions.
+    svc.borrow_mut().backward_channel(ConnId(3), Some(CHAN));
+    a.t.conn = ConnId(3);
+    let sid = a.sid;
+    let r = a.compound(&[op(|e| {
+        e.u32(OP_BIND_CONN_TO_SESSION)
+            .fixed(&sid)
+            .u32(CDFC4_BACK_OR_BOTH)
+            .bool(false);
+    })]);
+    let mut d = r.dec();
+    assert_eq!(res(&mut d, OP_BIND_CONN_TO_SESSION), NFS4_OK);
+    assert_eq!(d.fixed(16), sid);
+    assert_eq!(d.u32(), CDFS4_BOTH);
+    let probe = pull(&svc, 3).expect("CB_NULL on the new connection");
+    assert_eq!(probe.proc_, 0);
+    assert!(pull(&svc, 3).is_none(), "the recall waits for the probe");
+    answer(&svc, 3, &probe, NFS4_OK);
+    assert_eq!(status_flags(&mut a), 0, "path up again");
+    let again = pull(&svc, 3).expect("CB_RECALL again");
+    assert_eq!(recall_of(&again), recall_of(&first));
+    assert_eq!(again.seq, first.seq, "the same sequence id: a retry");
+    // The client had run the first one: its slot answers the retry with
+    // NFS4ERR_RETRY_UNCACHED_REP, which is not a fault.
+    let mut e = Enc::default();
+    e.u32(again.xid).u32(1).u32(0).u32(0).u32(0).u32(0);
+    e.u32(NFS4ERR_RETRY_UNCACHED_REP).opaque(b"").u32(1);
+    e.u32(OP_CB_SEQUENCE).u32(NFS4ERR_RETRY_UNCACHED_REP);
+    svc.borrow_mut().handle_backward_reply(ConnId(3), &e.b);
+    assert_eq!(status_flags(&mut a), 0, "not a fault");
+    assert_eq!(delegreturn(&mut a, &o.fh, &ds), NFS4_OK);
+    open_in(&mut b, &dir, "f", OPEN4_SHARE_ACCESS_WRITE, false).unwrap();
+}
+
+/// Lost and never rebound: the delegation is revoked a lease after the
+/// recall like an unanswered one.
+#[test]
+fn backchannel_lost_and_not_rebound_is_revoked() {
+    let (_s, sh, svc) = setup();
+    let (mut a, mut b, dir, _o) = holder(&svc);
+    sh.v4().set_lease(Duration::from_millis(200));
+    assert_eq!(
+        open_in(&mut b, &dir, "f", OPEN4_SHARE_ACCESS_WRITE, false).unwrap_err(),
+        NFS4ERR_DELAY
+    );
+    svc.borrow_mut().backward_channel(ConnId(1), None);
+    for _ in 0..6 {
+        std::thread::sleep(Duration::from_millis(60));
+        status_flags(&mut a);
+        b.seq(&[]);
+    }
+    open_in(&mut b, &dir, "f", OPEN4_SHARE_ACCESS_WRITE, false).unwrap();
+    assert_eq!(
+        status_flags(&mut a),
+        SEQ4_STATUS_CB_PATH_DOWN | SEQ4_STATUS_CB_PATH_DOWN_SESSION | SEQ4_STATUS_RECALLABLE_STATE_REVOKED
+    );
+}
+
+/// An NFSv3 WRITE (and REMOVE) of a file an NFSv4 client holds a read
+/// delegation on: NFS3ERR_JUKEBOX while the recall runs, done after the
+/// return.
+#[test]
+fn backchannel_v3_write_recalls_a_v4_read_delegation() {
+    let (_s, _sh, svc) = setup();
+    let (mut a, _b, dir, o) = holder(&svc);
+    let ds = o.deleg.1.unwrap();
+    let mut v3 = Client::new(link(&svc, 4));
+    assert_eq!(v3.write(&o.fh, 0, b"v3", FILE_SYNC).unwrap_err(), NFS3ERR_JUKEBOX);
+    assert_eq!(v3.remove(&dir, "f"), NFS3ERR_JUKEBOX);
+    let cb = pull(&svc, 1).expect("CB_RECALL");
+    assert_eq!(recall_of(&cb).0, ds);
+    assert!(pull(&svc, 1).is_none(), "recalled once");
+    answer(&svc, 1, &cb, NFS4_OK);
+    assert_eq!(v3.write(&o.fh, 0, b"v3", FILE_SYNC).unwrap_err(), NFS3ERR_JUKEBOX);
+    assert_eq!(delegreturn(&mut a, &o.fh, &ds), NFS4_OK);
+    v3.write(&o.fh, 0, b"v3", FILE_SYNC).unwrap();
+    let (_, data) = a.read(&o.fh, &o.sid, 0, 2).unwrap();
+    assert_eq!(data, b"v3", "A reads the NFSv3 write");
+}
+
+fn lock(write_wait: bool, locktype: u32, off: u64, len: u64, open: &Stateid, owner: &[u8]) -> Vec<u8> {
+    let _ = write_wait;
+    op(|e| {
+        e.u32(OP_LOCK)
+            .u32(locktype)
+            .bool(false)
+            .u64(off)
+            .u64(len)
+            .bool(true)
+            .u32(0);
+        stateid(e, open);
+        e.u32(0).u64(0).opaque(owner);
+    })
+}
+
+/// B's blocking LOCK (WRITEW_LT) is denied while A holds the range; A's
+/// LOCKU sends CB_NOTIFY_LOCK to B (its file and lock owner), once; a
+/// non-blocking denial records no waiter.
+#[test]
+fn backchannel_notify_lock_after_locku() {
+    let (_s, sh, svc) = setup();
+    let mut a = with_backchannel(&svc, 1, "client-a", true);
+    let mut b = with_backchannel(&svc, 2, "client-b", true);
+    let dir = a.walk("/b").unwrap();
+    let oa = open_in(&mut a, &dir, "l", OPEN4_SHARE_ACCESS_BOTH, true).unwrap();
+    let ob = open_in(&mut b, &dir, "l", OPEN4_SHARE_ACCESS_BOTH, false).unwrap();
+    assert_ne!(ob.rflags & OPEN4_RESULT_MAY_NOTIFY_LOCK, 0, "B may hear of locks");
+    let r = a.seq(&[putfh(&oa.fh), lock(false, WRITE_LT, 0, 100, &oa.sid, b"la")]);
+    assert_eq!(r.status, NFS4_OK);
+    let mut d = r.dec();
+    res(&mut d, OP_PUTFH);
+    res(&mut d, OP_LOCK);
+    let la = get_stateid(&mut d);
+    let r = b.seq(&[putfh(&ob.fh), lock(false, WRITE_LT, 10, 10, &ob.sid, b"lb-poll")]);
+    assert_eq!(r.status, NFS4ERR_DENIED);
+    assert_eq!(sh.v4().lock_waiters(), 0, "a non-blocking lock does not wait");
+    let r = b.seq(&[putfh(&ob.fh), lock(true, WRITEW_LT, 10, 10, &ob.sid, b"lb")]);
+    assert_eq!(r.status, NFS4ERR_DENIED);
+    assert_eq!(sh.v4().lock_waiters(), 1);
+    assert!(!svc.borrow().has_backward_calls());
+    let r = a.seq(&[
+        putfh(&oa.fh),
+        op(|e| {
+            e.u32(OP_LOCKU).u32(WRITE_LT).u32(0);
+            stateid(e, &la);
+            e.u64(0).u64(100);
+        }),
+    ]);
+    assert_eq!(r.status, NFS4_OK);
+    assert!(pull(&svc, 1).is_none(), "nothing for A");
+    let cb = pull(&svc, 2).expect("CB_NOTIFY_LOCK to B");
+    let (opnum, args) = cb.op.clone().unwrap();
+    assert_eq!(opnum, OP_CB_NOTIFY_LOCK);
+    let mut r = Reader::new(&args);
+    assert_eq!(r.opaque_var(128, "fh").unwrap(), &ob.fh[..]);
+    assert_eq!(r.u64("clientid").unwrap(), b.clientid);
+    assert_eq!(r.opaque_var(1024, "owner").unwrap(), b"lb");
+    assert_eq!(r.remaining(), 0);
+    answer(&svc, 2, &cb, NFS4_OK);
+    assert_eq!(sh.v4().lock_waiters(), 0);
+    assert!(pull(&svc, 2).is_none(), "notified once");
+    let r = b.seq(&[putfh(&ob.fh), lock(true, WRITEW_LT, 10, 10, &ob.sid, b"lb")]);
+    assert_eq!(r.status, NFS4_OK, "B locks after the notification");
+}
+
+/// SEQUENCE's flags and the grant of delegations follow the backchannel:
+/// none asked, none reported; asked but the probe fails (or its reply is
+/// malformed) reports CB_PATH_DOWN and grants no delegation; a rebind
+/// whose probe answers clears it. Replies with unknown XIDs are ignored;
+/// `nfs4.delegations` off grants none.
+#[test]
+fn backchannel_sequence_flags_follow_the_probe() {
+    let (_s, sh, svc) = setup();
+    let mut plain_c = plain(&svc, 5, "client-plain");
+    assert_eq!(status_flags(&mut plain_c), 0, "no backchannel asked, none reported");
+    let mut a = with_backchannel(&svc, 1, "client-a", false);
+    assert_eq!(status_flags(&mut a), 0, "probe not answered yet: unknown");
+    let dir = a.walk("/b").unwrap();
+    open_in(&mut a, &dir, "g", OPEN4_SHARE_ACCESS_BOTH, true).unwrap();
+    let o = open_in(
+        &mut a,
+        &dir,
+        "g",
+        OPEN4_SHARE_ACCESS_READ | OPEN4_SHARE_ACCESS_WANT_READ_DELEG,
+        false,
+    )
+    .unwrap();
+    assert_eq!(o.deleg, (OPEN_DELEGATE_NONE_EXT, None, Some(WND4_RESOURCE)));
+    assert_eq!(o.rflags & OPEN4_RESULT_MAY_NOTIFY_LOCK, 0);
+    let probe = pull(&svc, 1).expect("CB_NULL");
+    // Replies that match nothing: ignored.
+    let mut forged = reply_to(&probe, NFS4_OK);
+    forged[..4].copy_from_slice(&(probe.xid ^ 1).to_be_bytes());
+    svc.borrow_mut().handle_backward_reply(ConnId(1), &forged);
+    svc.borrow_mut().handle_backward_reply(ConnId(1), &[1, 2, 3]);
+    svc.borrow_mut()
+        .handle_backward_reply(ConnId(2), &reply_to(&probe, NFS4_OK));
+    assert_eq!(status_flags(&mut a), 0);
+    // The probe's reply: PROG_UNAVAIL.
+    let mut e = Enc::default();
+    e.u32(probe.xid).u32(1).u32(0).u32(0).u32(0).u32(1);
+    svc.borrow_mut().handle_backward_reply(ConnId(1), &e.b);
+    let down = SEQ4_STATUS_CB_PATH_DOWN | SEQ4_STATUS_CB_PATH_DOWN_SESSION;
+    assert_eq!(status_flags(&mut a), down);
+    let o = open_in(&mut a, &dir, "g", OPEN4_SHARE_ACCESS_READ, false).unwrap();
+    assert_eq!(o.deleg.0, OPEN_DELEGATE_NONE);
+    // Rebound on the same connection; this probe's reply is cut short.
+    let sid = a.sid;
+    let bind = |a: &mut V4<Link>, dir: u32| {
+        let r = a.compound(&[op(|e| {
+            e.u32(OP_BIND_CONN_TO_SESSION).fixed(&sid).u32(dir).bool(false);
+        })]);
+        let mut d = r.dec();
+        assert_eq!(res(&mut d, OP_BIND_CONN_TO_SESSION), NFS4_OK);
+        d.fixed(16);
+        d.u32()
+    };
+    assert_eq!(bind(&mut a, CDFC4_BACK), CDFS4_BACK);
+    assert_eq!(status_flags(&mut a), 0, "bound again, unknown until probed");
+    let p2 = pull(&svc, 1).unwrap();
+    let good = reply_to(&p2, NFS4_OK);
+    svc.borrow_mut()
+        .handle_backward_reply(ConnId(1), &good[..good.len() - 4]);
+    assert_eq!(status_flags(&mut a), down, "a malformed reply: faulty");
+    assert_eq!(bind(&mut a, CDFC4_FORE_OR_BOTH), CDFS4_BOTH);
+    let p3 = pull(&svc, 1).unwrap();
+    answer(&svc, 1, &p3, NFS4_OK);
+    assert_eq!(status_flags(&mut a), 0);
+    let o = open_in(&mut a, &dir, "g", OPEN4_SHARE_ACCESS_READ, false).unwrap();
+    assert_eq!(o.deleg.0, OPEN_DELEGATE_READ);
+    assert_eq!(bind(&mut a, CDFC4_FORE), CDFS4_FORE);
+    // Switched off: no more delegations (the one held stays).
+    sh.v4().set_delegations(false);
+    let mut c = with_backchannel(&svc, 6, "client-c", true);
+    let o = open_in(&mut c, &dir, "g", OPEN4_SHARE_ACCESS_READ, false).unwrap();
+    assert_eq!(o.deleg.0, OPEN_DELEGATE_NONE);
+    assert_eq!(sh.v4().delegations(), 1);
+}
+
+/// A client holds at most 256 delegations: the next OPEN that asks gets
+/// OPEN_DELEGATE_NONE_EXT / WND4_RESOURCE; a return makes room again.
+#[test]
+fn backchannel_delegations_per_client_are_bounded() {
+    let (_s, sh, svc) = setup();
+    let mut a = with_backchannel(&svc, 1, "client-a", true);
+    let dir = a.walk("/b").unwrap();
+    let want = OPEN4_SHARE_ACCESS_READ | OPEN4_SHARE_ACCESS_WANT_READ_DELEG;
+    let mut held = vec![];
+    for i in 0..=256 {
+        let name = format!("f{i}");
+        let w = open_in(&mut a, &dir, &name, OPEN4_SHARE_ACCESS_BOTH, true).unwrap();
+        assert_eq!(a.seq(&[putfh(&w.fh), close(&w.sid)]).status, NFS4_OK);
+        let o = open_in(&mut a, &dir, &name, want, false).unwrap();
+        if i < 256 {
+            assert_eq!(o.deleg.0, OPEN_DELEGATE_READ, "delegation {i}");
+            held.push(o);
+        } else {
+            assert_eq!(o.deleg, (OPEN_DELEGATE_NONE_EXT, None, Some(WND4_RESOURCE)));
+        }
+    }
+    assert_eq!(sh.v4().delegations(), 256);
+    let first = &held[0];
+    assert_eq!(delegreturn(&mut a, &first.fh, &first.deleg.1.unwrap()), NFS4_OK);
+    let o = open_in(&mut a, &dir, "f256", want, false).unwrap();
+    assert_eq!(o.deleg.0, OPEN_DELEGATE_READ);
+    // Asking for none: none, and why.
+    let o = open_in(
+        &mut a,
+        &dir,
+        "f1",
+        OPEN4_SHARE_ACCESS_READ | OPEN4_SHARE_ACCESS_WANT_NO_DELEG,
+        false,
+    )
+    .unwrap();
+    assert_eq!(o.deleg, (OPEN_DELEGATE_NONE_EXT, None, Some(WND4_NOT_WANTED)));
+}

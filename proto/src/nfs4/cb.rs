@@ -1,0 +1,392 @@
+//! The NFSv4.1 callback program (RFC 8881 s20, s16.2's counterpart for the
+//! backchannel): a CB_NULL or CB_COMPOUND4args Call written whole, RPC
+//! header included, into the caller's buffer, and a bounded zero-copy
+//! decoder of CB_COMPOUND4res.
+//!
+//! The server is the caller here: it names the program the client gave in
+//! CREATE_SESSION or BACKCHANNEL_CTL (`csa_cb_program`), version 1
+//! ([`NFS4_CALLBACK_VERSION`]), and the security the client offered for
+//! it (`callback_sec_parms4`: AUTH_NONE or AUTH_SYS; RPCSEC_GSS is not
+//! offered by us). Every CB_COMPOUND starts with CB_SEQUENCE (s20.9) and
+//! carries one more operation: CB_RECALL (s20.2) or CB_NOTIFY_LOCK
+//! (s20.11).
+//!
+//! The reply is peer input: the tag is bounded by [`MAX_TAG_BYTES`], the
+//! result count by [`MAX_CB_RESULTS`] (we send two operations, a client
+//! answers at most as many), and an operation number we did not send is
+//! malformed; nothing is allocated.
+
+use super::*;
+use crate::error::{DecodeError, DecodeErrorKind, EncodeError};
+use crate::rpc::{self, AuthSysParms, CallHeader, OpaqueAuth};
+use crate::xdr::{Reader, Writer};
+
+/// The callback program's version (RFC 8881 s20: `NFS_CB` version 1).
+pub const NFS4_CALLBACK_VERSION: u32 = 1;
+/// CB_NULL (procedure 0 of the callback program).
+pub const CB_NULL: u32 = 0;
+/// CB_COMPOUND (procedure 1).
+pub const CB_COMPOUND: u32 = 1;
+
+/// Callback operation numbers (RFC 8881 s20, `nfs_cb_opnum4`).
+pub const OP_CB_GETATTR: u32 = 3;
+pub const OP_CB_RECALL: u32 = 4;
+pub const OP_CB_LAYOUTRECALL: u32 = 5;
+pub const OP_CB_NOTIFY: u32 = 6;
+pub const OP_CB_PUSH_DELEG: u32 = 7;
+pub const OP_CB_RECALL_ANY: u32 = 8;
+pub const OP_CB_RECALLABLE_OBJ_AVAIL: u32 = 9;
+pub const OP_CB_RECALL_SLOT: u32 = 10;
+pub const OP_CB_SEQUENCE: u32 = 11;
+pub const OP_CB_WANTS_CANCELLED: u32 = 12;
+pub const OP_CB_NOTIFY_LOCK: u32 = 13;
+pub const OP_CB_NOTIFY_DEVICEID: u32 = 14;
+/// RFC 7862 s16.1: CB_OFFLOAD.
+pub const OP_CB_OFFLOAD: u32 = 15;
+pub const OP_CB_ILLEGAL: u32 = 10044;
+
+/// Results of a CB_COMPOUND4res we accept (we send two operations).
+pub const MAX_CB_RESULTS: u32 = 2;
+
+/// The security of the callback channel (`callback_sec_parms4`, RFC 8881
+/// s18.36): the first entry we can use of the client's list.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CbSec<'a> {
+    None,
+    Sys(AuthSysParms<'a>),
+}
+
+/// CB_SEQUENCE4args (RFC 8881 s20.9.1), without referring call lists.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CbSequence {
+    pub sessionid: SessionId,
+    pub sequenceid: u32,
+    pub slotid: u32,
+    pub highest_slotid: u32,
+    pub cachethis: bool,
+}
+
+/// The operation after CB_SEQUENCE.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CbOp<'a> {
+    /// CB_RECALL4args (s20.2.1): the delegation's stateid, whether the
+    /// file is being truncated, its handle.
+    Recall {
+        stateid: Stateid,
+        truncate: bool,
+        fh: &'a [u8],
+    },
+    /// CB_NOTIFY_LOCK4args (s20.11.1): the file and the lock owner that
+    /// waited.
+    NotifyLock {
+        fh: &'a [u8],
+        clientid: u64,
+        owner: &'a [u8],
+    },
+}
+
+fn header(w: &mut Writer<'_>, xid: u32, prog: u32, proc_: u32, sec: &CbSec<'_>) -> Result<(), EncodeError> {
+    let mut body = [0u8; AuthSysParms::MAX_ENCODED_BYTES];
+    let cred = match sec {
+        CbSec::None => OpaqueAuth::NONE,
+        CbSec::Sys(p) => {
+            let mut bw = Writer::new(&mut body);
+            p.encode(&mut bw)?;
+            let n = bw.len();
+            OpaqueAuth {
+                flavor: rpc::AUTH_SYS,
+                body: &body[..n],
+            }
+        }
+    };
+    let h = CallHeader::new(xid, prog, NFS4_CALLBACK_VERSION, proc_, cred, OpaqueAuth::NONE);
+    rpc::encode_call_header(w, &h)
+}
+
+/// CB_NULL: the RPC Call alone (the probe of a new backchannel). Returns
+/// its length in `out`.
+pub fn encode_cb_null(xid: u32, prog: u32, sec: &CbSec<'_>, out: &mut [u8]) -> Result<usize, EncodeError> {
+    let mut w = Writer::new(out);
+    header(&mut w, xid, prog, CB_NULL, sec)?;
+    Ok(w.len())
+}
+
+/// CB_COMPOUND with CB_SEQUENCE and `op` (empty tag, minor version 1,
+/// `callback_ident` 0 as RFC 8881 s20.1 has it for 4.1). Returns its
+/// length in `out`.
+pub fn encode_cb_compound(
+    xid: u32,
+    prog: u32,
+    sec: &CbSec<'_>,
+    seq: &CbSequence,
+    op: &CbOp<'_>,
+    out: &mut [u8],
+) -> Result<usize, EncodeError> {
+    let mut w = Writer::new(out);
+    header(&mut w, xid, prog, CB_COMPOUND, sec)?;
+    w.put_opaque_var(b"")?;
+    w.put_u32(1)?;
+    w.put_u32(0)?;
+    w.put_u32(2)?;
+    w.put_u32(OP_CB_SEQUENCE)?;
+    w.put_bytes(&seq.sessionid)?;
+    w.put_u32(seq.sequenceid)?;
+    w.put_u32(seq.slotid)?;
+    w.put_u32(seq.highest_slotid)?;
+    w.put_bool(seq.cachethis)?;
+    w.put_u32(0)?;
+    match *op {
+        CbOp::Recall { stateid, truncate, fh } => {
+            w.put_u32(OP_CB_RECALL)?;
+            w.put_u32(stateid.seqid)?;
+            w.put_bytes(&stateid.other)?;
+            w.put_bool(truncate)?;
+            w.put_opaque_var(fh)?;
+        }
+        CbOp::NotifyLock { fh, clientid, owner } => {
+            w.put_u32(OP_CB_NOTIFY_LOCK)?;
+            w.put_opaque_var(fh)?;
+            w.put_u64(clientid)?;
+            w.put_opaque_var(owner)?;
+        }
+    }
+    Ok(w.len())
+}
+
+/// CB_SEQUENCE4resok (s20.9.2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CbSequenceRes {
+    pub sessionid: SessionId,
+    pub sequenceid: u32,
+    pub slotid: u32,
+    pub highest_slotid: u32,
+    pub target_highest_slotid: u32,
+}
+
+/// A decoded CB_COMPOUND4res: the overall status, the tag, CB_SEQUENCE's
+/// result (its status, and its body when that is NFS4_OK) and the second
+/// operation's number and status, where the reply has them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CbCompoundRes<'a> {
+    pub status: u32,
+    pub tag: &'a [u8],
+    pub sequence: Option<Result<CbSequenceRes, u32>>,
+    pub op: Option<(u32, u32)>,
+}
+
+/// Why a CB_COMPOUND4res did not decode: where and what.
+pub type CbResError = DecodeError;
+
+impl<'a> CbCompoundRes<'a> {
+    /// Decode CB_COMPOUND4res from `body` (after the RPC reply header).
+    /// Bytes after the results are refused, as are more than
+    /// [`MAX_CB_RESULTS`] results, a first result that is not CB_SEQUENCE
+    /// (or CB_ILLEGAL), and operation numbers other than ours.
+    pub fn decode(body: &'a [u8]) -> Result<Self, CbResError> {
+        let mut r = Reader::new(body);
+        let status = r.u32("status")?;
+        let tag = r.string(MAX_TAG_BYTES, "tag")?;
+        let n = r.count(MAX_CB_RESULTS, 8, "resarray")?;
+        let mut out = CbCompoundRes {
+            status,
+            tag,
+            sequence: None,
+            op: None,
+        };
+        for i in 0..n {
+            let opnum = r.u32("resop")?;
+            let st = r.u32("status")?;
+            match (i, opnum) {
+                (0, OP_CB_SEQUENCE) => {
+                    out.sequence = Some(if st == NFS4_OK {
+                        let mut sid = [0u8; NFS4_SESSIONID_SIZE];
+                        sid.copy_from_slice(r.bytes(NFS4_SESSIONID_SIZE, "csr_sessionid")?);
+                        Ok(CbSequenceRes {
+                            sessionid: sid,
+                            sequenceid: r.u32("csr_sequenceid")?,
+                            slotid: r.u32("csr_slotid")?,
+                            highest_slotid: r.u32("csr_highest_slotid")?,
+                            target_highest_slotid: r.u32("csr_target_highest_slotid")?,
+                        })
+                    } else {
+                        Err(st)
+                    });
+                }
+                (_, OP_CB_ILLEGAL) | (1, OP_CB_RECALL | OP_CB_NOTIFY_LOCK) => out.op = Some((opnum, st)),
+                (_, v) => return Err(r.error(DecodeErrorKind::BadDiscriminant { value: v }, "resop")),
+            }
+            if st != NFS4_OK {
+                // Processing stops at the first failure (s15.2): no more.
+                break;
+            }
+        }
+        if r.remaining() != 0 {
+            return Err(r.error(
+                DecodeErrorKind::Invalid {
+                    value: r.remaining() as u32,
+                },
+                "CB_COMPOUND4res",
+            ));
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn words(w: &[u32]) -> Vec<u8> {
+        w.iter().flat_map(|x| x.to_be_bytes()).collect()
+    }
+
+    const SID: SessionId = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16];
+
+    #[test]
+    fn cb_null_with_auth_none_and_auth_sys() {
+        let mut b = [0u8; 512];
+        let n = encode_cb_null(0x11, 0x4000_0000, &CbSec::None, &mut b).unwrap();
+        // xid, CALL, rpcvers 2, prog, vers 1, proc 0, AUTH_NONE cred, verf.
+        assert_eq!(&b[..n], &words(&[0x11, 0, 2, 0x4000_0000, 1, 0, 0, 0, 0, 0])[..]);
+        let p = AuthSysParms::new(9, b"host", 0, 0, &[5]).unwrap();
+        let n = encode_cb_null(0x12, 7, &CbSec::Sys(p), &mut b).unwrap();
+        let mut want = words(&[0x12, 0, 2, 7, 1, 0, rpc::AUTH_SYS, 28, 9, 4]);
+        want.extend_from_slice(b"host");
+        want.extend(words(&[0, 0, 1, 5, 0, 0]));
+        assert_eq!(&b[..n], &want[..]);
+        // Every shorter buffer is refused.
+        for cut in 0..n {
+            assert!(encode_cb_null(0x12, 7, &CbSec::Sys(p), &mut b[..cut]).is_err());
+        }
+    }
+
+    #[test]
+    fn cb_recall_and_notify_lock_by_hand() {
+        let seq = CbSequence {
+            sessionid: SID,
+            sequenceid: 3,
+            slotid: 0,
+            highest_slotid: 0,
+            cachethis: false,
+        };
+        let sid = Stateid {
+            seqid: 1,
+            other: [0xaa; 12],
+        };
+        let mut b = [0u8; 512];
+        let n = encode_cb_compound(
+            5,
+            0x4000_0000,
+            &CbSec::None,
+            &seq,
+            &CbOp::Recall {
+                stateid: sid,
+                truncate: false,
+                fh: &[1, 2, 3],
+            },
+            &mut b,
+        )
+        .unwrap();
+        let mut want = words(&[5, 0, 2, 0x4000_0000, 1, 1, 0, 0, 0, 0]);
+        // tag "", minorversion 1, callback_ident 0, two operations.
+        want.extend(words(&[0, 1, 0, 2, OP_CB_SEQUENCE]));
+        want.extend_from_slice(&SID);
+        want.extend(words(&[3, 0, 0, 0, 0, OP_CB_RECALL, 1]));
+        want.extend_from_slice(&[0xaa; 12]);
+        want.extend(words(&[0, 3]));
+        want.extend_from_slice(&[1, 2, 3, 0]);
+        assert_eq!(&b[..n], &want[..]);
+        for cut in 0..n {
+            assert!(encode_cb_compound(
+                5,
+                1,
+                &CbSec::None,
+                &seq,
+                &CbOp::Recall {
+                    stateid: sid,
+                    truncate: false,
+                    fh: &[1, 2, 3]
+                },
+                &mut b[..cut]
+            )
+            .is_err());
+        }
+        let n = encode_cb_compound(
+            6,
+            9,
+            &CbSec::None,
+            &seq,
+            &CbOp::NotifyLock {
+                fh: &[7; 4],
+                clientid: 0x0102_0304_0506_0708,
+                owner: b"own",
+            },
+            &mut b,
+        )
+        .unwrap();
+        let tail = &b[n - 28..n];
+        let mut want = words(&[OP_CB_NOTIFY_LOCK, 4]);
+        want.extend_from_slice(&[7; 4]);
+        want.extend(words(&[0x0102_0304, 0x0506_0708, 3]));
+        want.extend_from_slice(b"own\0");
+        assert_eq!(tail, &want[..]);
+    }
+
+    fn good_res() -> Vec<u8> {
+        let mut v = words(&[NFS4_OK, 0, 2, OP_CB_SEQUENCE, NFS4_OK]);
+        v.extend_from_slice(&SID);
+        v.extend(words(&[3, 0, 0, 0, OP_CB_RECALL, NFS4_OK]));
+        v
+    }
+
+    #[test]
+    fn cb_compound_res_decodes() {
+        let v = good_res();
+        let r = CbCompoundRes::decode(&v).unwrap();
+        assert_eq!(r.status, NFS4_OK);
+        assert_eq!(r.op, Some((OP_CB_RECALL, NFS4_OK)));
+        assert_eq!(r.sequence.unwrap().unwrap().sequenceid, 3);
+        // Truncated at every offset: an error, never a panic.
+        for cut in 0..v.len() {
+            assert!(CbCompoundRes::decode(&v[..cut]).is_err(), "cut {cut}");
+        }
+        // A trailing word is refused.
+        let mut long = v.clone();
+        long.extend(words(&[0]));
+        assert!(CbCompoundRes::decode(&long).is_err());
+        // CB_SEQUENCE failed: processing stopped there.
+        let v = words(&[NFS4ERR_BADSESSION, 0, 1, OP_CB_SEQUENCE, NFS4ERR_BADSESSION]);
+        let r = CbCompoundRes::decode(&v).unwrap();
+        assert_eq!(r.sequence, Some(Err(NFS4ERR_BADSESSION)));
+        assert_eq!(r.op, None);
+        // The recall failed.
+        let mut v = words(&[NFS4ERR_BADHANDLE, 0, 2, OP_CB_SEQUENCE, NFS4_OK]);
+        v.extend_from_slice(&SID);
+        v.extend(words(&[3, 0, 0, 0, OP_CB_RECALL, NFS4ERR_BADHANDLE]));
+        assert_eq!(
+            CbCompoundRes::decode(&v).unwrap().op,
+            Some((OP_CB_RECALL, NFS4ERR_BADHANDLE))
+        );
+        // CB_ILLEGAL.
+        let v = words(&[NFS4ERR_OP_ILLEGAL, 0, 1, OP_CB_ILLEGAL, NFS4ERR_OP_ILLEGAL]);
+        assert_eq!(
+            CbCompoundRes::decode(&v).unwrap().op,
+            Some((OP_CB_ILLEGAL, NFS4ERR_OP_ILLEGAL))
+        );
+    }
+
+    #[test]
+    fn cb_compound_res_bounds() {
+        // Too many results (the count is checked before anything is walked).
+        assert!(CbCompoundRes::decode(&words(&[0, 0, 3])).is_err());
+        assert!(CbCompoundRes::decode(&words(&[0, 0, u32::MAX])).is_err());
+        // A tag over the bound.
+        let mut v = words(&[0, MAX_TAG_BYTES + 4]);
+        v.resize(v.len() + MAX_TAG_BYTES as usize + 4, b'a');
+        v.extend(words(&[0]));
+        assert!(CbCompoundRes::decode(&v).is_err());
+        // An operation we did not send, or not in its place.
+        assert!(CbCompoundRes::decode(&words(&[0, 0, 1, OP_CB_GETATTR, 0])).is_err());
+        assert!(CbCompoundRes::decode(&words(&[0, 0, 1, OP_CB_RECALL, 0])).is_err());
+    }
+}
