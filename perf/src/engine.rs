@@ -293,15 +293,26 @@ pub struct V4Load {
 /// A connection's NFSv4.1 session: sequence ids per slot and the free
 /// slots.
 #[derive(Debug)]
-struct V4Conn {
+pub(crate) struct V4Conn {
     session: [u8; proto::nfs4::NFS4_SESSIONID_SIZE],
     seq: Vec<u32>,
-    free: Vec<u32>,
+    pub(crate) free: Vec<u32>,
 }
 
 impl V4Conn {
+    /// The session of load connection `c` (its index in the run).
+    pub(crate) fn of(v: &V4Load, c: u32) -> V4Conn {
+        let i = c as usize;
+        let n = v.slots.get(i).copied().unwrap_or(1).max(1);
+        V4Conn {
+            session: v.sessions.get(i).copied().unwrap_or_default(),
+            seq: vec![0; n as usize],
+            free: (0..n).rev().collect(),
+        }
+    }
+
     /// The next slot to send on, with its next sequence id.
-    fn take(&mut self) -> Option<nfs4::Slot> {
+    pub(crate) fn take(&mut self) -> Option<nfs4::Slot> {
         let slot = self.free.pop()?;
         self.seq[slot as usize] = self.seq[slot as usize].wrapping_add(1);
         Some(nfs4::Slot {
@@ -643,15 +654,7 @@ pub fn run_worker<'p, F: Fabric>(
             quota: plan.quotas.as_ref().map(|q| q.get(i).copied().unwrap_or(0)),
             dead: false,
             since_commit: 0,
-            v4: wl.v4.as_ref().map(|v| {
-                let i = c as usize;
-                let n = v.slots.get(i).copied().unwrap_or(1).max(1);
-                V4Conn {
-                    session: v.sessions.get(i).copied().unwrap_or_default(),
-                    seq: vec![0; n as usize],
-                    free: (0..n).rev().collect(),
-                }
-            }),
+            v4: wl.v4.as_ref().map(|v| V4Conn::of(v, c)),
         })
         .collect();
     let blocks = (file_size / wl.io_size.max(1) as u64).max(1);

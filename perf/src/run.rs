@@ -199,9 +199,6 @@ impl RunConfig {
             }
         }
         if self.nfs41 {
-            if self.fabric == FabricKind::Tcp {
-                return bad("--nfs 4.1: over RPC-over-RDMA only (shm, verbs)".into());
-            }
             if self.nfs.as_ref().is_some_and(|n| n.commit_every > 0) {
                 return bad("--nfs 4.1 with --commit-every: not built".into());
             }

@@ -13,6 +13,11 @@
 //!   waits in `ppoll` when no socket is ready, as a TCP client does (it does
 //!   not spin: its CPU time is the system calls' and the copies').
 //!
+//! With `--nfs 4.1` the set-up is NFSv4.1's ([`crate::nfs4setup`]: a
+//! client id, a session per load connection, the file opened) and each
+//! Call a COMPOUND (SEQUENCE alone for NULL; SEQUENCE, PUTFH, READ or WRITE)
+//! on a free slot of its connection's session, freed by its reply.
+//!
 //! Timing and counting are those of the fabric path ([`crate::run`]):
 //! a Call counts when sent (or intended) at or after the end of the warm-up
 //! and answered by the end of the measured time. Worker threads own their
@@ -291,6 +296,8 @@ struct TcpConn {
     offsets: Offsets,
     quota: Option<u64>,
     dead: bool,
+    /// Its NFSv4.1 session (`--nfs 4.1`).
+    v4: Option<engine::V4Conn>,
 }
 
 /// The worker's buffers shared by its connections.
@@ -303,7 +310,9 @@ struct Scratch {
     spare: Vec<Vec<u8>>,
 }
 
-/// Encode one Call of `kind` at `offset` with `xid` and queue it on `c`.
+/// Encode one Call of `kind` at `offset` with `xid` (on NFSv4.1 session
+/// slot `slot`) and queue it on `c`.
+#[allow(clippy::too_many_arguments)]
 fn queue_call(
     c: &mut TcpConn,
     s: &mut Scratch,
@@ -311,11 +320,27 @@ fn queue_call(
     kind: u8,
     offset: u64,
     xid: u32,
+    slot: Option<&crate::nfs4::Slot>,
 ) -> Result<(), PerfError> {
     let enc = |e: EncodeError| PerfError::Option(format!("the Call does not fit: {e}"));
     let body = &mut s.enc[RM_BYTES..];
     let fh = wl.file.as_ref().map_or(&[][..], |f| &f.fh[..]);
+    let v4 = slot.zip(wl.v4.as_ref());
     let (head_len, msg_len, tail) = match (kind, wl.kind) {
+        (K_NULL, _) if v4.is_some() => {
+            let n = v4
+                .map_or(Ok(0), |(sl, _)| crate::nfs4::encode_null(body, xid, &wl.cred, sl))
+                .map_err(enc)?;
+            (n, n, Tail::None)
+        }
+        (K_READ, _) if v4.is_some() => {
+            let n = v4
+                .map_or(Ok(0), |(sl, v)| {
+                    crate::nfs4::encode_read(body, xid, &wl.cred, sl, fh, &v.stateid, offset, wl.io_size)
+                })
+                .map_err(enc)?;
+            (n, n, Tail::None)
+        }
         (K_NULL, OpKind::Null { prog, vers }) => {
             let n = nfs::encode_null(body, xid, prog, vers, &wl.cred).map_err(enc)?;
             (n, n, Tail::None)
@@ -325,7 +350,13 @@ fn queue_call(
             (n, n, Tail::None)
         }
         _ => {
-            let at = nfs::encode_write_head(body, xid, &wl.cred, fh, offset, wl.io_size, wl.stable).map_err(enc)?;
+            let at = match v4 {
+                Some((sl, v)) => crate::nfs4::encode_write_head(
+                    body, xid, &wl.cred, sl, fh, &v.stateid, offset, wl.io_size, wl.stable,
+                ),
+                None => nfs::encode_write_head(body, xid, &wl.cred, fh, offset, wl.io_size, wl.stable),
+            }
+            .map_err(enc)?;
             let len = nfs::write_call_len(at, wl.io_size);
             let tail = if wl.verify {
                 let mut v = vec![0u8; len - at];
@@ -503,6 +534,7 @@ fn run_worker(
             offsets: Offsets::new(file_size, wl.io_size as u64, wl.seq, c, plan.total_conns, plan.seed),
             quota: plan.quotas.as_ref().map(|q| q.get(i).copied().unwrap_or(0)),
             dead: false,
+            v4: wl.v4.as_ref().map(|v| engine::V4Conn::of(v, c)),
         })
         .collect();
     let mut s = Scratch {
@@ -533,7 +565,7 @@ fn run_worker(
             // Replies.
             let fd = c.sock.as_raw_fd();
             let st = &mut stats[ci];
-            let (inflight, rx) = (&mut c.inflight, &mut c.rx);
+            let (inflight, rx, v4) = (&mut c.inflight, &mut c.rx, &mut c.v4);
             let r = rx.pump(|b| read_fd(fd, b), &mut |record: &[u8]| {
                 let t = clock.now_ns();
                 st.replies += 1;
@@ -546,6 +578,9 @@ fn run_worker(
                     return;
                 };
                 let (_, m) = inflight.swap_remove(k);
+                if let Some(v) = v4.as_mut() {
+                    v.free.push(m.slot);
+                }
                 let ok = engine::check_reply_bytes(record, None, xid, wl, &m).is_ok();
                 st.bad_replies += u64::from(!ok);
                 if ok && m.kind == K_WRITE && !written.is_empty() {
@@ -594,9 +629,16 @@ fn run_worker(
                         (k, c.offsets.next_offset())
                     }
                 };
+                let slot = match c.v4.as_mut() {
+                    Some(v) => match v.take() {
+                        Some(sl) => Some(sl),
+                        None => break,
+                    },
+                    None => None,
+                };
                 c.next_xid = c.next_xid.wrapping_add(1);
                 let xid = c.next_xid;
-                queue_call(c, &mut s, wl, kind, offset, xid)?;
+                queue_call(c, &mut s, wl, kind, offset, xid, slot.as_ref())?;
                 stats[ci].calls += 1;
                 if let Some(sc) = c.sched.as_mut() {
                     sc.advance();
@@ -613,7 +655,7 @@ fn run_worker(
                         offset,
                         kind,
                         live: true,
-                        slot: 0,
+                        slot: slot.map_or(0, |sl| sl.slot),
                     },
                 ));
             }
@@ -692,7 +734,10 @@ pub fn run_tcp(cfg: &RunConfig, kind: OpKind) -> Result<RunOutput, PerfError> {
             "--commit-every is not supported with --transport tcp".into(),
         ));
     }
-    if is_nfs {
+    if cfg.nfs41 {
+        let mut s = TcpSession::connect(addr, cfg.timeout)?;
+        crate::nfs4setup::setup(&mut s, &mut wl, cfg)?;
+    } else if is_nfs {
         let n = cfg
             .nfs
             .as_ref()
