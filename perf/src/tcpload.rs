@@ -34,9 +34,11 @@ use proto::rpc::{RecordMark, RM_BYTES};
 use proto::ulb::Nfs3Binding;
 use proto::EncodeError;
 
-use crate::engine::{self, Clock, NfsCaller, OpKind, OpMeta, Progress, Recorder, Workload, K_NULL, K_READ, K_WRITE};
+use crate::engine::{
+    self, next_slot, Clock, NfsCaller, OpKind, OpMeta, Progress, Recorder, Workload, K_NULL, K_READ, K_WRITE,
+};
 use crate::nfs::{self, ReplyError};
-use crate::run::{self, CpuWindow, Finished, RunConfig, RunOutput, Shared};
+use crate::run::{self, RunConfig, RunOutput};
 use crate::schedule::{Offsets, OpenLoop};
 use crate::tcp::{self, TcpRpc};
 use crate::{pattern, PerfError};
@@ -620,22 +622,8 @@ fn run_worker(
                 if measured && c.quota == Some(0) {
                     break;
                 }
-                let (kind, offset) = match wl.kind {
-                    OpKind::Null { .. } => (K_NULL, 0),
-                    OpKind::Read => (K_READ, c.offsets.next_offset()),
-                    OpKind::Write => (K_WRITE, c.offsets.next_offset()),
-                    OpKind::Mixed { read_pct } => {
-                        let k = if c.offsets.coin(read_pct) { K_READ } else { K_WRITE };
-                        (k, c.offsets.next_offset())
-                    }
-                };
-                let slot = match c.v4.as_mut() {
-                    Some(v) => match v.take() {
-                        Some(sl) => Some(sl),
-                        None => break,
-                    },
-                    None => None,
-                };
+                let (kind, offset) = engine::next_call(wl, &mut c.offsets, false);
+                let Some(slot) = next_slot(&mut c.v4) else { break };
                 c.next_xid = c.next_xid.wrapping_add(1);
                 let xid = c.next_xid;
                 queue_call(c, &mut s, wl, kind, offset, xid, slot.as_ref())?;
@@ -712,7 +700,6 @@ fn run_worker(
 pub fn run_tcp(cfg: &RunConfig, kind: OpKind) -> Result<RunOutput, PerfError> {
     cfg.validate()?;
     let addr = tcp_addr(&cfg.target)?;
-    let workers = run::workers_of(cfg);
     let is_nfs = !matches!(kind, OpKind::Null { .. });
     let io_size = if is_nfs { cfg.size } else { 0 };
     let mut wl = Workload {
@@ -746,124 +733,16 @@ pub fn run_tcp(cfg: &RunConfig, kind: OpKind) -> Result<RunOutput, PerfError> {
         let mut s = TcpSession::connect(addr, cfg.timeout)?;
         wl.file = Some(run::prepare_file(&mut s, &wl, cfg, n, &root)?);
     }
-    let shared = Shared::new(workers);
     let clock = Clock::new(Instant::now());
-    let (outs, cpu): (Vec<Option<engine::WorkerOut>>, CpuWindow) = std::thread::scope(|sc| {
-        let handles: Vec<_> = (0..workers)
-            .map(|w| {
-                let (shared, wl) = (&shared, &wl);
-                let cpu = cfg.cores[w];
-                sc.spawn(move || -> Option<engine::WorkerOut> {
-                    let _done = Finished(&shared.finished);
-                    let plan = engine::WorkerPlan {
-                        conns: cfg.worker_conns(w, workers),
-                        total_conns: cfg.conns,
-                        qd: cfg.qd,
-                        rate: cfg.rate,
-                        seed: cfg.seed,
-                        idle_sleep_us: 0,
-                        quotas: cfg.count.map(|_| {
-                            cfg.worker_conns(w, workers)
-                                .iter()
-                                .map(|&c| cfg.quota(c).unwrap_or(0))
-                                .collect()
-                        }),
-                    };
-                    let setup = crate::pin_to_cpu(cpu).and_then(|()| {
-                        plan.conns
-                            .iter()
-                            .map(|_| connect_load(addr, cfg.timeout))
-                            .collect::<Result<Vec<_>, _>>()
-                    });
-                    let socks = match setup {
-                        Ok(s) => s,
-                        Err(e) => {
-                            shared.fail(e);
-                            shared.wait_start();
-                            return None;
-                        }
-                    };
-                    let start = shared.wait_start();
-                    let out = match start {
-                        Some(s0) => {
-                            let start_ns = s0 + cfg.warmup.as_nanos() as u64;
-                            let end_ns = match cfg.count {
-                                Some(_) => u64::MAX,
-                                None => start_ns + cfg.duration.as_nanos() as u64,
-                            };
-                            run_worker(
-                                socks,
-                                &plan,
-                                wl,
-                                clock,
-                                start_ns,
-                                end_ns,
-                                cfg.timeout,
-                                &shared.progress[w],
-                                &shared.abort,
-                            )
-                        }
-                        None => Err(PerfError::Other("aborted".into())),
-                    };
-                    match out {
-                        Ok(o) => Some(o),
-                        Err(e) => {
-                            if start.is_some() {
-                                shared.fail(e);
-                            }
-                            None
-                        }
-                    }
-                })
-            })
-            .collect();
-        let cpu = run::start_and_watch(&shared, clock, cfg, workers);
-        (handles.into_iter().map(|h| h.join().unwrap_or(None)).collect(), cpu)
+    let connect = |_| connect_load(addr, cfg.timeout);
+    let work = |socks, plan: &engine::WorkerPlan, start_ns, end_ns, progress: &Progress, abort: &AtomicBool| {
+        run_worker(socks, plan, &wl, clock, start_ns, end_ns, cfg.timeout, progress, abort)
+    };
+    let (outs, cpu, start_ns) = run::drive_workers(cfg, clock, 0, connect, work)?;
+    let (mut rec, mut written, _, lost) = run::merge_outs(&outs, start_ns);
+    let verified = run::check_back(cfg, &wl, kind, lost, &mut written, &mut rec, |written| {
+        TcpSession::connect(addr, cfg.timeout).and_then(|mut s| engine::verify_blocks(&mut s, &wl, written))
     });
-    if let Some(e) = shared
-        .errors
-        .into_inner()
-        .ok()
-        .and_then(|mut v| (!v.is_empty()).then(|| v.remove(0)))
-    {
-        return Err(e);
-    }
-    let start_ns = shared.start_ns.load(Ordering::Acquire) + cfg.warmup.as_nanos() as u64;
-    let mut rec = Recorder::new(start_ns, u64::MAX);
-    let mut written: Vec<u64> = Vec::new();
-    let lost = outs.iter().flatten().any(|o| o.lost);
-    for o in outs.iter().flatten() {
-        rec.merge(&o.rec);
-        if written.len() < o.written.len() {
-            written.resize(o.written.len(), 0);
-        }
-        for (a, b) in written.iter_mut().zip(&o.written) {
-            *a |= b;
-        }
-    }
-    let mut verified = None;
-    if cfg.verify_only {
-        let blocks = wl.file.as_ref().map_or(0, |f| f.size / u64::from(io_size.max(1)));
-        written = vec![0u64; blocks.div_ceil(64) as usize];
-        for b in 0..blocks {
-            written[(b / 64) as usize] |= 1 << (b % 64);
-        }
-    }
-    if lost {
-        if cfg.verify || cfg.verify_only {
-            eprintln!("perf: the target went away during the run: no read-back check");
-        }
-    } else if cfg.verify_only || (cfg.verify && kind.writes()) {
-        let r = TcpSession::connect(addr, cfg.timeout).and_then(|mut s| engine::verify_blocks(&mut s, &wl, &written));
-        match r {
-            Ok(n) => verified = Some(n),
-            Err(e) => {
-                eprintln!("perf: read-back check failed: {e}");
-                rec.errors += 1;
-                verified = Some(0);
-            }
-        }
-    }
     if let Some(n) = cfg.nfs.as_ref().filter(|n| n.unmount && is_nfs && !lost) {
         let _ = tcp::unmount(&n.mount, &n.export, &wl.cred);
     }
