@@ -8,8 +8,10 @@
 # round's v4.1 / v3 ratio (the runs of a round are seconds apart, so a ratio
 # carries less of the machine's drift than the medians do). Writes
 # target/nfs41-compare/ (or $OUT): rounds.txt and summary.txt.
+# TRANSPORT=tcp runs the same over ONC RPC on TCP (`--transport tcp` to the
+# target's `nfs_tcp_port`) instead of shm.
 # Environment: CONFIG, CLIENT_CPU, ROUNDS, DURATION, FILE_SIZE, OUT,
-# CARGO_TARGET_DIR.
+# TRANSPORT, CARGO_TARGET_DIR.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/perf-lib.sh
@@ -17,13 +19,22 @@ cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-5}
 DURATION=${DURATION:-2}
 FILE_SIZE=${FILE_SIZE:-16M}
-OUT=${OUT:-target/nfs41-compare}
+TRANSPORT=${TRANSPORT:-shm}
+OUT=${OUT:-target/nfs41-compare$([ "$TRANSPORT" = shm ] || echo "-$TRANSPORT")}
 
 build_perf_and_target -q
 mkdir -p "$OUT"
 rm -f "$OUT"/*.json "$OUT"/rounds.txt "$OUT"/summary.txt
 start_target "$OUT/target.log"
-COMMON=(--fabric shm --target "$SOCK" --duration "$DURATION" --warmup 0.5 --cores "$CLIENT_CPU" --no-progress --qd 1)
+case "$TRANSPORT" in
+shm) WHERE=(--fabric shm --target "$SOCK") ;;
+tcp)
+    NFS_PORT=$(sed -n 's/.*"nfs_tcp_port": *\([0-9]*\).*/\1/p' "$CONFIG" | head -n1)
+    WHERE=(--transport tcp --target "127.0.0.1:${NFS_PORT:-2049}")
+    ;;
+*) echo "nfs41-compare: TRANSPORT is shm or tcp" >&2; exit 2 ;;
+esac
+COMMON=("${WHERE[@]}" --duration "$DURATION" --warmup 0.5 --cores "$CLIENT_CPU" --no-progress --qd 1)
 NFS=(--mount-port "$MOUNT_PORT" --create --file-size "$FILE_SIZE" --size 4k)
 
 run() { # round, name, perf arguments...
@@ -44,7 +55,7 @@ for r in $(seq 1 "$ROUNDS"); do
 done
 stop_target
 
-python3 - "$OUT" "$ROUNDS" <<'PY' | tee "$OUT/summary.txt"
+python3 - "$OUT" "$ROUNDS" "$TRANSPORT" <<'PY' | tee "$OUT/summary.txt"
 import json, statistics, sys
 out, rounds = sys.argv[1], int(sys.argv[2])
 names = ["null-v3", "null-v41", "read-v3", "read-v41"]
@@ -58,7 +69,7 @@ with open(f"{out}/rounds.txt", "w") as f:
     f.write("p50 latency (us) per round\n")
     for n in names:
         f.write(f"{n:10} " + " ".join(f"{row[n]:7.2f}" for row in rows) + "\n")
-print(f"{rounds} rounds, qd 1, shm; medians of p50 (us)")
+print(f"{rounds} rounds, qd 1, {sys.argv[3]}; medians of p50 (us)")
 for n in names:
     v = [row[n] for row in rows]
     print(f"{n:10} {statistics.median(v):8.2f}   range {min(v):.2f}-{max(v):.2f}")

@@ -1160,3 +1160,163 @@ fn nfs4_2_allocate_on_uring_runs_off_the_core() {
     res(&mut d, OP_GETATTR);
     assert_eq!(attr(&attrs(&mut d), FATTR4_SIZE), Some(1 << 20), "the file grew");
 }
+
+/// NFSv4.1 over the shm engine on `uring`: a COMPOUND whose READ is not
+/// its last operation (SEQUENCE, PUTFH, READ, GETATTR), whose read
+/// completion a test double holds back, suspends at the READ as a final
+/// READ does (`deferred_reads`), and the core answers another client's
+/// READ meanwhile; the COMPOUND is answered once the read completes, with
+/// the data the READ read (into the head, a DDP item, so in the Write
+/// chunk) and the GETATTR after it. Before, a READ that did not end its
+/// COMPOUND read synchronously on the core (`read_sync` until the double
+/// let it go after 3 s), and the other client's READ waited behind it.
+#[test]
+fn nfs4_non_final_read_on_uring_is_deferred_and_other_clients_are_answered_meanwhile() {
+    use nfs4_common::*;
+    use proto::nfs4::*;
+    const SLOW: u64 = 8192;
+    let s = store(Kind::Uring, "b0");
+    let h = Arc::new(HoldFlush {
+        inner: s.backend.clone(),
+        release: Arc::new(AtomicBool::new(false)),
+        weak_writes: false,
+        syncs: Arc::new(AtomicU64::new(0)),
+        slow_meta: false,
+        slow_read_at: Some(SLOW),
+        slow_open: false,
+    });
+    let release = h.release.clone();
+    let sh = export_shared(h, true);
+    let fh = file_with_data(&sh);
+    let want = pattern(7, 64 * 1024);
+    let mut a4 = V4::new(Direct::new(&sh), "mid-reader");
+    a4.setup(4);
+    let mut r = Rig::new(&sh, "v4midread");
+    let ops = [
+        a4.sequence(0, false),
+        putfh(&fh),
+        read(&Stateid::ANONYMOUS, SLOW, 4096),
+        getattr(&[FATTR4_SIZE]),
+    ];
+    let slow = a4.encode(&ops);
+    let fast = nfs_call(0x800, READ, |e| {
+        e.opaque(&fh).u64(0).u32(4096);
+    });
+    let t0 = Instant::now();
+    let ca = submit4(&mut r.a, &slow, Some(4096));
+    r.settle();
+    let cb = submit(&mut r.b, &fast, READ);
+    let (slow_at, fast_at) = r.race(
+        t0,
+        (ca, |c, ca| {
+            let (st, data) = reply4(c, ca);
+            assert_eq!(st, NFS4_OK, "the COMPOUND with the slow READ");
+            assert_eq!(data, want[SLOW as usize..SLOW as usize + 4096], "the READ's data");
+        }),
+        (cb, |c, cb| {
+            assert_eq!(reply_status(c, cb), 0, "the other client's READ");
+        }),
+        &release,
+    );
+    assert!(
+        fast_at < slow_at && fast_at < Duration::from_secs(1),
+        "the other client's READ was answered while the non-final READ was outstanding: \
+         READ at {fast_at:?}, the COMPOUND at {slow_at:?}"
+    );
+    let st = r.srv.service().stats();
+    assert!(st.deferred_reads >= 2, "the non-final READ was deferred: {st:?}");
+    let v4 = r.srv.service().nfs4_stats();
+    assert_eq!(v4.compounds, 1, "{v4:?}");
+    assert_eq!(
+        (v4.ops[OP_READ as usize], v4.ops[OP_GETATTR as usize]),
+        (1, 1),
+        "the READ ran once and the GETATTR after it ran: {v4:?}"
+    );
+    // The slot the suspended COMPOUND held is free again.
+    assert_eq!(a4.seq(&[putfh(&fh)]).status, NFS4_OK);
+}
+
+/// NFSv4.1 over the shm engine on a backend whose metadata calls block (as
+/// `uring`'s): a COMPOUND that mixes a namespace change with data I/O
+/// (SEQUENCE, PUTFH, CREATE of a directory whose fsync the double holds
+/// back, PUTFH, WRITE, READ) runs its CREATE on the helper pool, suspended
+/// meanwhile (`offloaded`), and the core answers another client's READ
+/// while the fsync is outstanding; then the COMPOUND goes on with its WRITE
+/// and READ through the core's channel, deferred, and is answered with the
+/// data it wrote. Before, such a COMPOUND was not offloaded (it does data
+/// I/O), so its CREATE and the fsync ran on the core and the other READ
+/// waited behind them.
+#[test]
+fn nfs4_mixed_namespace_and_data_compound_runs_its_metadata_off_the_core() {
+    use nfs4_common::*;
+    use proto::nfs4::*;
+    let (_s, h) = hold_store_with(false, true);
+    let release = h.release.clone();
+    let sh = export_shared(h, true);
+    release.store(true, Ordering::Release);
+    let fh = file_with_data(&sh);
+    let mut a4 = V4::new(Direct::new(&sh), "mixer");
+    a4.setup(4);
+    let root = a4.walk("/export").unwrap();
+    release.store(false, Ordering::Release);
+    let mut r = Rig::new(&sh, "v4mixed");
+    let mkdir = op(|e| {
+        e.u32(OP_CREATE).u32(NF4DIR).opaque(b"mixed");
+        mode_attrs(e, Some(0o755));
+    });
+    let data = pattern(13, 4096);
+    let at = 128 * 1024;
+    let anon = Stateid::ANONYMOUS;
+    let ops = [
+        a4.sequence(0, false),
+        putfh(&root),
+        mkdir,
+        putfh(&fh),
+        write(&anon, at, UNSTABLE4, &data),
+        read(&anon, at, 4096),
+    ];
+    let mixed = a4.encode(&ops);
+    let fast = nfs_call(0x900, READ, |e| {
+        e.opaque(&fh).u64(0).u32(4096);
+    });
+    let t0 = Instant::now();
+    let ca = submit4(&mut r.a, &mixed, Some(4096));
+    r.settle();
+    let cb = submit(&mut r.b, &fast, READ);
+    let (mixed_at, fast_at) = r.race(
+        t0,
+        (ca, |c, ca| {
+            let (st, got) = reply4(c, ca);
+            assert_eq!(st, NFS4_OK, "the mixed COMPOUND");
+            assert_eq!(got, data, "the READ after the WRITE reads what it wrote");
+        }),
+        (cb, |c, cb| {
+            assert_eq!(reply_status(c, cb), 0, "the other client's READ");
+        }),
+        &release,
+    );
+    assert!(
+        fast_at < mixed_at && fast_at < Duration::from_secs(1),
+        "the other client's READ was answered while the CREATE's fsync was outstanding: \
+         READ at {fast_at:?}, the COMPOUND at {mixed_at:?}"
+    );
+    let st = r.srv.service().stats();
+    assert_eq!(st.offloaded, 1, "the CREATE ran on the helper pool: {st:?}");
+    assert_eq!(
+        st.deferred_writes, 1,
+        "the WRITE went through the core's channel: {st:?}"
+    );
+    let v4 = r.srv.service().nfs4_stats();
+    assert_eq!(v4.compounds, 1, "{v4:?}");
+    assert_eq!(
+        (
+            v4.ops[OP_CREATE as usize],
+            v4.ops[OP_WRITE as usize],
+            v4.ops[OP_READ as usize]
+        ),
+        (1, 1, 1),
+        "{v4:?}"
+    );
+    assert!(a4.walk("/export/mixed").is_ok(), "the directory was made");
+    assert_eq!(a4.seq(&[putfh(&fh)]).status, NFS4_OK, "the slot is free again");
+}

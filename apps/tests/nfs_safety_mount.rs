@@ -8,6 +8,7 @@
 //! - subdirectory mounts and several exports per backend (item 10).
 //! - the `nvme` backend's FSINFO, FSSTAT and truncate-to-size (item 11).
 
+mod nfs4_common;
 mod nfs_common;
 
 use std::io::{Read, Write};
@@ -1029,6 +1030,120 @@ fn nfs_safety_namespace_pre_op_attributes_are_the_ones_the_change_starts_from() 
         assert!(
             wrong.is_empty(),
             "pre-operation attributes not the ones the change started from: {wrong:?}"
+        );
+    }
+}
+
+/// NFSv4's `change_info4` (RFC 8881 s3.3.6) of CREATE (a directory, a
+/// symlink), OPEN that creates, REMOVE (a file, a directory), RENAME (both
+/// directories) and LINK: `before` is the directory's change attribute as
+/// the change found it, with another client's change landing after a
+/// separate read of the directory and before the change (as in the NFSv3
+/// test above), and `atomic` says whether nothing can lie between `before`
+/// and `after`: true on `mem` (both read under the change's hold of its
+/// lock), false on `uring` (docs/BACKENDS.md: the window between the
+/// `fstat` and the call). Before, `before` was the separate read and
+/// `atomic` always false (issue 21 item 8 for NFSv4).
+#[test]
+fn nfs_safety_nfs4_change_info_is_the_one_the_change_starts_from() {
+    use nfs4_common::*;
+    use proto::nfs4::*;
+    for kind in KINDS {
+        let m = store(kind, "cinfo");
+        let racer = Arc::new(Racer::new(m.backend.clone()));
+        let s = Store {
+            kind,
+            backend: racer.clone(),
+            dir: None,
+        };
+        let sh = shared(&[&s], &[open_ex("/g")], 1 << 20);
+        let mut v3 = root_on(&sh);
+        let (root, _) = v3.mnt("/g").unwrap();
+        let (d1, _) = v3.mkdir(&root, "d1", 0o755).unwrap();
+        let (d2, _) = v3.mkdir(&root, "d2", 0o755).unwrap();
+        let (f, _) = v3.mkfile(&d1, "f", 0o644).unwrap();
+        for name in ["victim", "moving", "moving2"] {
+            assert_eq!(v3.mkfile(&d1, name, 0o644).err(), None);
+        }
+        assert_eq!(v3.mkdir(&d1, "gone", 0o755).err(), None);
+        let mut c = V4::new(Direct::new(&sh), "cinfo");
+        c.setup(4);
+        let raw = |fh: &[u8]| rpcrdma_apps::nfs::export::split_fh(fh).unwrap().1;
+        let mut wrong = Vec::new();
+        // Arm `dir`, run the COMPOUND `ops`, take the change_info4 `pick`
+        // finds in its last result, and compare it with the directory as
+        // the other change left it.
+        let mut round = |what: &str, dir: &[u8], ops: Vec<Vec<u8>>, pick: &dyn Fn(&mut Dec<'_>)| {
+            *racer.armed.lock().unwrap() = Some(raw(dir));
+            let r = c.seq(&ops);
+            assert_eq!(r.status, NFS4_OK, "{kind:?} {what}");
+            let mut d = r.dec();
+            for o in &ops[..ops.len() - 1] {
+                let n = u32::from_be_bytes([o[0], o[1], o[2], o[3]]);
+                assert_eq!(res(&mut d, n), NFS4_OK);
+            }
+            let last = u32::from_be_bytes([
+                ops[ops.len() - 1][0],
+                ops[ops.len() - 1][1],
+                ops[ops.len() - 1][2],
+                ops[ops.len() - 1][3],
+            ]);
+            assert_eq!(res(&mut d, last), NFS4_OK);
+            pick(&mut d);
+            let (atomic, before, after) = (d.bool(), d.u64(), d.u64());
+            let seen = racer.seen.lock().unwrap().take().expect("the other change happened");
+            let want = u64::from(seen.ctime.secs) * 1_000_000_000 + u64::from(seen.ctime.nsecs);
+            if before != want || atomic != (kind == Kind::Mem) || after < before {
+                wrong.push(format!(
+                    "{kind:?} {what}: atomic {atomic} before {before} after {after}, the change started from {want}"
+                ));
+            }
+        };
+        let nothing = |_: &mut Dec<'_>| {};
+        let mkdir = op(|e| {
+            e.u32(OP_CREATE).u32(NF4DIR).opaque(b"newdir");
+            mode_attrs(e, Some(0o755));
+        });
+        round("CREATE dir", &d1, vec![putfh(&d1), mkdir], &nothing);
+        let symlink = op(|e| {
+            e.u32(OP_CREATE).u32(NF4LNK).opaque(b"f").opaque(b"sym");
+            mode_attrs(e, None);
+        });
+        round("CREATE symlink", &d1, vec![putfh(&d1), symlink], &nothing);
+        let o = open("new", 3, 0, b"o", Some((UNCHECKED4, 0o644, [0; 8])));
+        round("OPEN create", &d1, vec![putfh(&d1), o], &|d: &mut Dec<'_>| {
+            get_stateid(d);
+        });
+        let rm = |n: &[u8]| {
+            op(|e| {
+                e.u32(OP_REMOVE).opaque(n);
+            })
+        };
+        round("REMOVE", &d1, vec![putfh(&d1), rm(b"victim")], &nothing);
+        round("REMOVE dir", &d1, vec![putfh(&d1), rm(b"gone")], &nothing);
+        let save = op(|e| {
+            e.u32(OP_SAVEFH);
+        });
+        let ren = |a: &[u8], b: &[u8]| {
+            op(|e| {
+                e.u32(OP_RENAME).opaque(a).opaque(b);
+            })
+        };
+        let ops = vec![putfh(&d1), save.clone(), putfh(&d2), ren(b"moving", b"moved")];
+        round("RENAME (from)", &d1, ops, &nothing);
+        let ops = vec![putfh(&d1), save.clone(), putfh(&d2), ren(b"moving2", b"moved2")];
+        round("RENAME (to)", &d2, ops, &|d: &mut Dec<'_>| {
+            d.bool();
+            d.u64();
+            d.u64();
+        });
+        let link = op(|e| {
+            e.u32(OP_LINK).opaque(b"hard");
+        });
+        round("LINK", &d2, vec![putfh(&f), save, putfh(&d2), link], &nothing);
+        assert!(
+            wrong.is_empty(),
+            "change_info4 not the one the change started from: {wrong:#?}"
         );
     }
 }

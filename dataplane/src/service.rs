@@ -334,7 +334,9 @@ pub trait Service {
 
     /// Build the reply of a deferred Call that [`Service::poll_deferred`]
     /// reported: the same Call view and reply buffers as its `handle_call`
-    /// had (the head empty again, the data buffer as the service left it).
+    /// had (the head's length 0 again; the bytes of the head and data buffers
+    /// as the service left them, with any I/O it started into either while
+    /// the Call was deferred landed there).
     /// May defer again. Default: reject the Call.
     fn resume(
         &mut self,

@@ -293,15 +293,50 @@ pub struct V4Load {
 /// A connection's NFSv4.1 session: sequence ids per slot and the free
 /// slots.
 #[derive(Debug)]
-struct V4Conn {
+pub(crate) struct V4Conn {
     session: [u8; proto::nfs4::NFS4_SESSIONID_SIZE],
     seq: Vec<u32>,
-    free: Vec<u32>,
+    pub(crate) free: Vec<u32>,
+}
+
+/// The kind and offset of a connection's next Call (`commit_due`: a
+/// COMMIT goes first).
+pub(crate) fn next_call(wl: &Workload, offsets: &mut Offsets, commit_due: bool) -> (u8, u64) {
+    match wl.kind {
+        _ if commit_due => (K_COMMIT, 0),
+        OpKind::Null { .. } => (K_NULL, 0),
+        OpKind::Read => (K_READ, offsets.next_offset()),
+        OpKind::Write => (K_WRITE, offsets.next_offset()),
+        OpKind::Mixed { read_pct } => {
+            let k = if offsets.coin(read_pct) { K_READ } else { K_WRITE };
+            (k, offsets.next_offset())
+        }
+    }
+}
+
+/// The NFSv4.1 session slot of a connection's next Call: `Some(None)`
+/// without a session (NFSv3), `None` while every slot is in use.
+pub(crate) fn next_slot(v4: &mut Option<V4Conn>) -> Option<Option<nfs4::Slot>> {
+    match v4 {
+        Some(v) => v.take().map(Some),
+        None => Some(None),
+    }
 }
 
 impl V4Conn {
+    /// The session of load connection `c` (its index in the run).
+    pub(crate) fn of(v: &V4Load, c: u32) -> V4Conn {
+        let i = c as usize;
+        let n = v.slots.get(i).copied().unwrap_or(1).max(1);
+        V4Conn {
+            session: v.sessions.get(i).copied().unwrap_or_default(),
+            seq: vec![0; n as usize],
+            free: (0..n).rev().collect(),
+        }
+    }
+
     /// The next slot to send on, with its next sequence id.
-    fn take(&mut self) -> Option<nfs4::Slot> {
+    pub(crate) fn take(&mut self) -> Option<nfs4::Slot> {
         let slot = self.free.pop()?;
         self.seq[slot as usize] = self.seq[slot as usize].wrapping_add(1);
         Some(nfs4::Slot {
@@ -643,15 +678,7 @@ pub fn run_worker<'p, F: Fabric>(
             quota: plan.quotas.as_ref().map(|q| q.get(i).copied().unwrap_or(0)),
             dead: false,
             since_commit: 0,
-            v4: wl.v4.as_ref().map(|v| {
-                let i = c as usize;
-                let n = v.slots.get(i).copied().unwrap_or(1).max(1);
-                V4Conn {
-                    session: v.sessions.get(i).copied().unwrap_or_default(),
-                    seq: vec![0; n as usize],
-                    free: (0..n).rev().collect(),
-                }
-            }),
+            v4: wl.v4.as_ref().map(|v| V4Conn::of(v, c)),
         })
         .collect();
     let blocks = (file_size / wl.io_size.max(1) as u64).max(1);
@@ -769,23 +796,9 @@ fn refill<F: Fabric>(
         if measured && c.quota == Some(0) {
             break;
         }
-        let (kind, offset) = match wl.kind {
-            _ if wl.commit_every > 0 && c.since_commit >= wl.commit_every => (K_COMMIT, 0),
-            OpKind::Null { .. } => (K_NULL, 0),
-            OpKind::Read => (K_READ, c.offsets.next_offset()),
-            OpKind::Write => (K_WRITE, c.offsets.next_offset()),
-            OpKind::Mixed { read_pct } => {
-                let k = if c.offsets.coin(read_pct) { K_READ } else { K_WRITE };
-                (k, c.offsets.next_offset())
-            }
-        };
-        let slot = match c.v4.as_mut() {
-            Some(v) => match v.take() {
-                Some(s) => Some(s),
-                None => break,
-            },
-            None => None,
-        };
+        let commit_due = wl.commit_every > 0 && c.since_commit >= wl.commit_every;
+        let (kind, offset) = next_call(wl, &mut c.offsets, commit_due);
+        let Some(slot) = next_slot(&mut c.v4) else { break };
         let Some(id) = submit_op(&mut c.req, wl, needs, kind, offset, slot.as_ref())? else {
             if let (Some(v), Some(s)) = (c.v4.as_mut(), slot) {
                 // Not sent: the slot's sequence id was not used.

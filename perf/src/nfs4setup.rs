@@ -4,15 +4,54 @@
 //! (CREATE_SESSION, as many slots as the queue depth, the server may grant
 //! fewer), RECLAIM_COMPLETE, then the file opened read-write (PUTROOTFH,
 //! LOOKUP per export path component, OPEN, GETFH, GETATTR) and, for reads,
-//! filled with FILE_SYNC WRITEs. Main thread.
+//! filled with FILE_SYNC WRITEs. Main thread. Over RPC-over-RDMA
+//! ([`Session`]) or TCP ([`crate::tcpload::TcpSession`]).
 
 use dataplane::Fabric;
 use proto::plan::ReplyNeeds;
+use proto::ulb::Nfs3Binding;
+use proto::EncodeError;
 
-use crate::engine::{NfsFile, Session, V4Load, Workload};
+use crate::engine::{NfsCaller, NfsFile, Session, V4Load, Workload};
+use crate::nfs::ReplyError;
 use crate::nfs4::{self, Slot};
 use crate::run::RunConfig;
 use crate::PerfError;
+
+/// One set-up COMPOUND at a time: encode (XID 0: the caller sets it), send,
+/// wait, and hand `parse` the reply (reduced, over RPC-over-RDMA) and the
+/// XID. Replies are small (a Reply chunk of 4 KiB where one is needed).
+pub trait CompoundCaller {
+    fn compound<T>(
+        &mut self,
+        binding: &Nfs3Binding,
+        encode: impl FnOnce(&mut [u8]) -> Result<usize, EncodeError>,
+        parse: impl FnOnce(&[u8], u32) -> Result<T, ReplyError>,
+    ) -> Result<T, PerfError>;
+}
+
+impl<F: Fabric> CompoundCaller for Session<'_, F> {
+    fn compound<T>(
+        &mut self,
+        binding: &Nfs3Binding,
+        encode: impl FnOnce(&mut [u8]) -> Result<usize, EncodeError>,
+        parse: impl FnOnce(&[u8], u32) -> Result<T, ReplyError>,
+    ) -> Result<T, PerfError> {
+        let small = ReplyNeeds::new(&[], 4096).unwrap_or_default();
+        self.call(binding, &small, encode, |v, xid| parse(v.reduced, xid))
+    }
+}
+
+impl CompoundCaller for crate::tcpload::TcpSession {
+    fn compound<T>(
+        &mut self,
+        binding: &Nfs3Binding,
+        encode: impl FnOnce(&mut [u8]) -> Result<usize, EncodeError>,
+        parse: impl FnOnce(&[u8], u32) -> Result<T, ReplyError>,
+    ) -> Result<T, PerfError> {
+        self.nfs_call(binding, 0, encode, |reply, _, xid| parse(reply, xid))
+    }
+}
 
 /// A session slot used one Call at a time (slot 0 of the set-up session).
 struct SetupSlot {
@@ -40,27 +79,24 @@ fn nfs_err(what: &'static str) -> impl Fn(PerfError) -> PerfError {
 }
 
 /// Set up sessions (and the file, for READ and WRITE loads) into `wl`.
-pub fn setup<F: Fabric>(s: &mut Session<'_, F>, wl: &mut Workload, cfg: &RunConfig) -> Result<(), PerfError> {
-    let small = ReplyNeeds::new(&[], 4096).unwrap_or_default();
+pub fn setup<C: CompoundCaller>(s: &mut C, wl: &mut Workload, cfg: &RunConfig) -> Result<(), PerfError> {
     let b = wl.binding;
     let cred = wl.cred.clone();
     let owner = format!("perf-{}-{}", std::process::id(), clock_nonce());
     let (clientid, mut cs_seq) = s
-        .call(
+        .compound(
             &b,
-            &small,
             |buf| nfs4::encode_exchange_id(buf, 0, &cred, owner.as_bytes()),
-            |v, xid| nfs4::parse_exchange_id(v.reduced, Some(xid)),
+            |v, xid| nfs4::parse_exchange_id(v, Some(xid)),
         )
         .map_err(nfs_err("EXCHANGE_ID"))?;
     let max_bytes = (wl.io_size + 4096).max(8192);
-    let mut create = |s: &mut Session<'_, F>, slots: u32| {
+    let mut create = |s: &mut C, slots: u32| {
         let r = s
-            .call(
+            .compound(
                 &b,
-                &small,
                 |buf| nfs4::encode_create_session(buf, 0, &cred, clientid, cs_seq, slots, max_bytes),
-                |v, xid| nfs4::parse_create_session(v.reduced, Some(xid)),
+                |v, xid| nfs4::parse_create_session(v, Some(xid)),
             )
             .map_err(nfs_err("CREATE_SESSION"));
         cs_seq = cs_seq.wrapping_add(1);
@@ -79,22 +115,20 @@ pub fn setup<F: Fabric>(s: &mut Session<'_, F>, wl: &mut Workload, cfg: &RunConf
     }
     let mut slot = SetupSlot { session: sid, seq: 0 };
     let sl = slot.next();
-    s.call(
+    s.compound(
         &b,
-        &small,
         |buf| nfs4::encode_reclaim_complete(buf, 0, &cred, &sl),
-        |v, xid| nfs4::parse_status(v.reduced, Some(xid)),
+        |v, xid| nfs4::parse_status(v, Some(xid)),
     )
     .map_err(nfs_err("RECLAIM_COMPLETE"))?;
     if let Some(n) = cfg.nfs.as_ref() {
         let sl = slot.next();
         let parts = n.export.split('/').filter(|c| !c.is_empty()).count();
         let o = s
-            .call(
+            .compound(
                 &b,
-                &small,
                 |buf| nfs4::encode_open(buf, 0, &cred, &sl, clientid, &n.export, &n.file, n.create),
-                |v, xid| nfs4::parse_open(v.reduced, Some(xid), parts),
+                |v, xid| nfs4::parse_open(v, Some(xid), parts),
             )
             .map_err(|e| match e {
                 PerfError::Nfs {
@@ -119,22 +153,20 @@ pub fn setup<F: Fabric>(s: &mut Session<'_, F>, wl: &mut Workload, cfg: &RunConf
 
 /// Write `[0, size)` with the --verify pattern, FILE_SYNC, `io_size` at a
 /// time.
-fn fill<F: Fabric>(
-    s: &mut Session<'_, F>,
+fn fill<C: CompoundCaller>(
+    s: &mut C,
     wl: &Workload,
     slot: &mut SetupSlot,
     o: &nfs4::Opened,
     size: u64,
 ) -> Result<(), PerfError> {
-    let needs = ReplyNeeds::new(&[], 4096).unwrap_or_default();
     let n = wl.io_size;
     let mut off = 0u64;
     while off < size {
         let sl = slot.next();
         let got = s
-            .call(
+            .compound(
                 &wl.binding,
-                &needs,
                 |buf| {
                     let at = nfs4::encode_write_head(
                         buf,
@@ -150,7 +182,7 @@ fn fill<F: Fabric>(
                     crate::pattern::fill(&mut buf[at..at + n as usize], off, wl.salt);
                     Ok(crate::nfs::write_call_len(at, n))
                 },
-                |v, xid| nfs4::parse_write(v.reduced, Some(xid)),
+                |v, xid| nfs4::parse_write(v, Some(xid)),
             )
             .map_err(nfs_err("WRITE"))?;
         if got != n {

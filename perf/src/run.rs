@@ -199,9 +199,6 @@ impl RunConfig {
             }
         }
         if self.nfs41 {
-            if self.fabric == FabricKind::Tcp {
-                return bad("--nfs 4.1: over RPC-over-RDMA only (shm, verbs)".into());
-            }
             if self.nfs.as_ref().is_some_and(|n| n.commit_every > 0) {
                 return bad("--nfs 4.1 with --commit-every: not built".into());
             }
@@ -387,7 +384,6 @@ pub(crate) fn workers_of(cfg: &RunConfig) -> usize {
 }
 
 fn run_rpc<M: FabricMaker>(maker: &M, cfg: &RunConfig, kind: OpKind) -> Result<RunOutput, PerfError> {
-    let workers = workers_of(cfg);
     let is_nfs = !matches!(kind, OpKind::Null { .. });
     let io_size = if is_nfs { cfg.size } else { 0 };
     // One cache slot per connection, plus one for the setup / check session.
@@ -424,145 +420,30 @@ fn run_rpc<M: FabricMaker>(maker: &M, cfg: &RunConfig, kind: OpKind) -> Result<R
         s.close();
         wl.file = Some(r?);
     }
-    let shared = Shared::new(workers);
     let clock = Clock::new(Instant::now());
-    let (outs, cpu): (Vec<Option<engine::WorkerOut>>, CpuWindow) = std::thread::scope(|sc| {
-        let handles: Vec<_> = (0..workers)
-            .map(|w| {
-                let (shared, pools, wl) = (&shared, &pools, &wl);
-                let cpu = cfg.cores[w];
-                sc.spawn(move || -> Option<engine::WorkerOut> {
-                    let _done = Finished(&shared.finished);
-                    let plan = WorkerPlan {
-                        conns: cfg.worker_conns(w, workers),
-                        total_conns: cfg.conns,
-                        qd: cfg.qd,
-                        rate: cfg.rate,
-                        seed: cfg.seed,
-                        idle_sleep_us: cfg.idle_sleep_us,
-                        quotas: cfg.count.map(|_| {
-                            cfg.worker_conns(w, workers)
-                                .iter()
-                                .map(|&c| cfg.quota(c).unwrap_or(0))
-                                .collect()
-                        }),
-                    };
-                    let setup = crate::pin_to_cpu(cpu).and_then(|()| {
-                        plan.conns
-                            .iter()
-                            .map(|&c| {
-                                engine::connect(
-                                    maker,
-                                    pools,
-                                    c as usize,
-                                    &cfg.target,
-                                    cfg.version,
-                                    cfg.qd,
-                                    cfg.ddp,
-                                    cfg.timeout,
-                                )
-                            })
-                            .collect::<Result<Vec<_>, _>>()
-                    });
-                    let reqs = match setup {
-                        Ok(r) => r,
-                        Err(e) => {
-                            shared.fail(e);
-                            shared.wait_start();
-                            return None;
-                        }
-                    };
-                    let start = shared.wait_start();
-                    let out = match start {
-                        Some(s0) => {
-                            let start_ns = s0 + cfg.warmup.as_nanos() as u64;
-                            let end_ns = match cfg.count {
-                                Some(_) => u64::MAX,
-                                None => start_ns + cfg.duration.as_nanos() as u64,
-                            };
-                            engine::run_worker(
-                                reqs,
-                                &plan,
-                                wl,
-                                clock,
-                                start_ns,
-                                end_ns,
-                                cfg.timeout,
-                                &shared.progress[w],
-                                &shared.abort,
-                            )
-                        }
-                        None => {
-                            drop(reqs);
-                            Err(PerfError::Other("aborted".into()))
-                        }
-                    };
-                    match out {
-                        Ok(o) => Some(o),
-                        Err(e) => {
-                            if start.is_some() {
-                                shared.fail(e);
-                            }
-                            None
-                        }
-                    }
-                })
-            })
-            .collect();
-        let cpu = start_and_watch(&shared, clock, cfg, workers);
-        (handles.into_iter().map(|h| h.join().unwrap_or(None)).collect(), cpu)
-    });
-    if let Some(e) = shared
-        .errors
-        .into_inner()
-        .ok()
-        .and_then(|mut v| (!v.is_empty()).then(|| v.remove(0)))
-    {
-        return Err(e);
-    }
-    let start_ns = shared.start_ns.load(Ordering::Acquire) + cfg.warmup.as_nanos() as u64;
-    let mut rec = Recorder::new(start_ns, u64::MAX);
-    let mut written: Vec<u64> = Vec::new();
-    let mut transport = dataplane::requester::RequesterStats::default();
-    let lost = outs.iter().flatten().any(|o| o.lost);
-    for o in outs.iter().flatten() {
-        rec.merge(&o.rec);
-        for st in &o.stats {
-            add_stats(&mut transport, st);
-        }
-        if written.len() < o.written.len() {
-            written.resize(o.written.len(), 0);
-        }
-        for (a, b) in written.iter_mut().zip(&o.written) {
-            *a |= b;
-        }
-    }
-    let mut verified = None;
-    if cfg.verify_only {
-        // Every block of the file, not just those the timed READs hit.
-        let blocks = wl.file.as_ref().map_or(0, |f| f.size / u64::from(io_size.max(1)));
-        written = vec![0u64; blocks.div_ceil(64) as usize];
-        for b in 0..blocks {
-            written[(b / 64) as usize] |= 1 << (b % 64);
-        }
-    }
-    if lost {
-        if cfg.verify || cfg.verify_only {
-            eprintln!("perf: the target went away during the run: no read-back check");
-        }
-    } else if cfg.verify_only || (cfg.verify && kind.writes()) {
+    let connect = |c: u32| {
+        engine::connect(
+            maker,
+            &pools,
+            c as usize,
+            &cfg.target,
+            cfg.version,
+            cfg.qd,
+            cfg.ddp,
+            cfg.timeout,
+        )
+    };
+    let work = |reqs, plan: &WorkerPlan, start_ns, end_ns, progress: &Progress, abort: &AtomicBool| {
+        engine::run_worker(reqs, plan, &wl, clock, start_ns, end_ns, cfg.timeout, progress, abort)
+    };
+    let (outs, cpu, start_ns) = drive_workers(cfg, clock, cfg.idle_sleep_us, connect, work)?;
+    let (mut rec, mut written, transport, lost) = merge_outs(&outs, start_ns);
+    let verified = check_back(cfg, &wl, kind, lost, &mut written, &mut rec, |written| {
         let mut s = session(maker, &pools, session_slot, cfg)?;
-        let r = engine::verify_blocks(&mut s, &wl, &written);
+        let r = engine::verify_blocks(&mut s, &wl, written);
         s.close();
-        match r {
-            Ok(n) => verified = Some(n),
-            Err(e) => {
-                eprintln!("perf: read-back check failed: {e}");
-                rec.errors += 1;
-                verified = Some(0);
-            }
-        }
-    }
+        r
+    });
     if let Some(n) = cfg.nfs.as_ref().filter(|n| n.unmount && is_nfs && !lost) {
         // Informational on the server; a failure does not change the result.
         let _ = tcp::unmount(&n.mount, &n.export, &wl.cred);
@@ -599,6 +480,163 @@ fn add_stats(a: &mut dataplane::requester::RequesterStats, b: &dataplane::reques
 
 /// CPU readings at the start and the end of the measured time.
 pub(crate) type CpuWindow = (CpuSample, CpuSample);
+
+/// Run the load's workers, one thread per CPU of `cfg.cores` (at most one
+/// per connection): each pins itself, makes its connections (`connect`,
+/// by global index), waits for the others, runs `work` over them for the
+/// measured window and hands back its output, while this thread starts
+/// them together and watches the CPU. The same for every transport (the
+/// fabric's requesters, TCP sockets). Returns the outputs (`None` for a
+/// worker that failed), the CPU window and when the measured window began,
+/// or the first worker's error. Main thread.
+pub(crate) fn drive_workers<C>(
+    cfg: &RunConfig,
+    clock: Clock,
+    idle_sleep_us: u32,
+    connect: impl Fn(u32) -> Result<C, PerfError> + Sync,
+    work: impl Fn(Vec<C>, &WorkerPlan, u64, u64, &Progress, &AtomicBool) -> Result<engine::WorkerOut, PerfError> + Sync,
+) -> Result<(Vec<Option<engine::WorkerOut>>, CpuWindow, u64), PerfError> {
+    let workers = workers_of(cfg);
+    let shared = Shared::new(workers);
+    let (outs, cpu) = std::thread::scope(|sc| {
+        let handles: Vec<_> = (0..workers)
+            .map(|w| {
+                let (shared, connect, work) = (&shared, &connect, &work);
+                let cpu = cfg.cores[w];
+                sc.spawn(move || -> Option<engine::WorkerOut> {
+                    let _done = Finished(&shared.finished);
+                    let plan = WorkerPlan {
+                        conns: cfg.worker_conns(w, workers),
+                        total_conns: cfg.conns,
+                        qd: cfg.qd,
+                        rate: cfg.rate,
+                        seed: cfg.seed,
+                        idle_sleep_us,
+                        quotas: cfg.count.map(|_| {
+                            cfg.worker_conns(w, workers)
+                                .iter()
+                                .map(|&c| cfg.quota(c).unwrap_or(0))
+                                .collect()
+                        }),
+                    };
+                    let setup = crate::pin_to_cpu(cpu)
+                        .and_then(|()| plan.conns.iter().map(|&c| connect(c)).collect::<Result<Vec<_>, _>>());
+                    let conns = match setup {
+                        Ok(r) => r,
+                        Err(e) => {
+                            shared.fail(e);
+                            shared.wait_start();
+                            return None;
+                        }
+                    };
+                    let start = shared.wait_start();
+                    let out = match start {
+                        Some(s0) => {
+                            let start_ns = s0 + cfg.warmup.as_nanos() as u64;
+                            let end_ns = match cfg.count {
+                                Some(_) => u64::MAX,
+                                None => start_ns + cfg.duration.as_nanos() as u64,
+                            };
+                            work(conns, &plan, start_ns, end_ns, &shared.progress[w], &shared.abort)
+                        }
+                        None => {
+                            drop(conns);
+                            Err(PerfError::Other("aborted".into()))
+                        }
+                    };
+                    match out {
+                        Ok(o) => Some(o),
+                        Err(e) => {
+                            if start.is_some() {
+                                shared.fail(e);
+                            }
+                            None
+                        }
+                    }
+                })
+            })
+            .collect();
+        let cpu = start_and_watch(&shared, clock, cfg, workers);
+        (handles.into_iter().map(|h| h.join().unwrap_or(None)).collect(), cpu)
+    });
+    if let Some(e) = shared
+        .errors
+        .into_inner()
+        .ok()
+        .and_then(|mut v| (!v.is_empty()).then(|| v.remove(0)))
+    {
+        return Err(e);
+    }
+    let start_ns = shared.start_ns.load(Ordering::Acquire) + cfg.warmup.as_nanos() as u64;
+    Ok((outs, cpu, start_ns))
+}
+
+/// The workers' outputs together: the record, the blocks written (for the
+/// read-back check), the transport counters, and whether a connection was
+/// lost.
+pub(crate) fn merge_outs(
+    outs: &[Option<engine::WorkerOut>],
+    start_ns: u64,
+) -> (Recorder, Vec<u64>, dataplane::requester::RequesterStats, bool) {
+    let mut rec = Recorder::new(start_ns, u64::MAX);
+    let mut written: Vec<u64> = Vec::new();
+    let mut transport = dataplane::requester::RequesterStats::default();
+    let lost = outs.iter().flatten().any(|o| o.lost);
+    for o in outs.iter().flatten() {
+        rec.merge(&o.rec);
+        for st in &o.stats {
+            add_stats(&mut transport, st);
+        }
+        if written.len() < o.written.len() {
+            written.resize(o.written.len(), 0);
+        }
+        for (a, b) in written.iter_mut().zip(&o.written) {
+            *a |= b;
+        }
+    }
+    (rec, written, transport, lost)
+}
+
+/// The read-back check after a run, when asked for (`--verify` of a load
+/// that writes: the blocks in `written`; `--verify-only`: every block of
+/// the file) and the target stayed: `verify` reads them back. Returns the
+/// blocks checked (0, and an error counted in `rec`, when the check
+/// failed).
+pub(crate) fn check_back(
+    cfg: &RunConfig,
+    wl: &Workload,
+    kind: OpKind,
+    lost: bool,
+    written: &mut Vec<u64>,
+    rec: &mut Recorder,
+    verify: impl FnOnce(&[u64]) -> Result<u64, PerfError>,
+) -> Option<u64> {
+    if cfg.verify_only {
+        // Every block of the file, not just those the timed READs hit.
+        let blocks = wl.file.as_ref().map_or(0, |f| f.size / u64::from(wl.io_size.max(1)));
+        *written = vec![0u64; blocks.div_ceil(64) as usize];
+        for b in 0..blocks {
+            written[(b / 64) as usize] |= 1 << (b % 64);
+        }
+    }
+    if lost {
+        if cfg.verify || cfg.verify_only {
+            eprintln!("perf: the target went away during the run: no read-back check");
+        }
+        return None;
+    }
+    if !(cfg.verify_only || (cfg.verify && kind.writes())) {
+        return None;
+    }
+    match verify(written) {
+        Ok(n) => Some(n),
+        Err(e) => {
+            eprintln!("perf: read-back check failed: {e}");
+            rec.errors += 1;
+            Some(0)
+        }
+    }
+}
 
 /// The main thread's part of the start, then the progress line until the
 /// workers are done. Reads the CPU times of perf and of the target

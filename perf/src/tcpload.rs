@@ -13,6 +13,11 @@
 //!   waits in `ppoll` when no socket is ready, as a TCP client does (it does
 //!   not spin: its CPU time is the system calls' and the copies').
 //!
+//! With `--nfs 4.1` the set-up is NFSv4.1's ([`crate::nfs4setup`]: a
+//! client id, a session per load connection, the file opened) and each
+//! Call a COMPOUND (SEQUENCE alone for NULL; SEQUENCE, PUTFH, READ or WRITE)
+//! on a free slot of its connection's session, freed by its reply.
+//!
 //! Timing and counting are those of the fabric path ([`crate::run`]):
 //! a Call counts when sent (or intended) at or after the end of the warm-up
 //! and answered by the end of the measured time. Worker threads own their
@@ -29,9 +34,11 @@ use proto::rpc::{RecordMark, RM_BYTES};
 use proto::ulb::Nfs3Binding;
 use proto::EncodeError;
 
-use crate::engine::{self, Clock, NfsCaller, OpKind, OpMeta, Progress, Recorder, Workload, K_NULL, K_READ, K_WRITE};
+use crate::engine::{
+    self, next_slot, Clock, NfsCaller, OpKind, OpMeta, Progress, Recorder, Workload, K_NULL, K_READ, K_WRITE,
+};
 use crate::nfs::{self, ReplyError};
-use crate::run::{self, CpuWindow, Finished, RunConfig, RunOutput, Shared};
+use crate::run::{self, RunConfig, RunOutput};
 use crate::schedule::{Offsets, OpenLoop};
 use crate::tcp::{self, TcpRpc};
 use crate::{pattern, PerfError};
@@ -291,6 +298,8 @@ struct TcpConn {
     offsets: Offsets,
     quota: Option<u64>,
     dead: bool,
+    /// Its NFSv4.1 session (`--nfs 4.1`).
+    v4: Option<engine::V4Conn>,
 }
 
 /// The worker's buffers shared by its connections.
@@ -303,7 +312,9 @@ struct Scratch {
     spare: Vec<Vec<u8>>,
 }
 
-/// Encode one Call of `kind` at `offset` with `xid` and queue it on `c`.
+/// Encode one Call of `kind` at `offset` with `xid` (on NFSv4.1 session
+/// slot `slot`) and queue it on `c`.
+#[allow(clippy::too_many_arguments)]
 fn queue_call(
     c: &mut TcpConn,
     s: &mut Scratch,
@@ -311,11 +322,27 @@ fn queue_call(
     kind: u8,
     offset: u64,
     xid: u32,
+    slot: Option<&crate::nfs4::Slot>,
 ) -> Result<(), PerfError> {
     let enc = |e: EncodeError| PerfError::Option(format!("the Call does not fit: {e}"));
     let body = &mut s.enc[RM_BYTES..];
     let fh = wl.file.as_ref().map_or(&[][..], |f| &f.fh[..]);
+    let v4 = slot.zip(wl.v4.as_ref());
     let (head_len, msg_len, tail) = match (kind, wl.kind) {
+        (K_NULL, _) if v4.is_some() => {
+            let n = v4
+                .map_or(Ok(0), |(sl, _)| crate::nfs4::encode_null(body, xid, &wl.cred, sl))
+                .map_err(enc)?;
+            (n, n, Tail::None)
+        }
+        (K_READ, _) if v4.is_some() => {
+            let n = v4
+                .map_or(Ok(0), |(sl, v)| {
+                    crate::nfs4::encode_read(body, xid, &wl.cred, sl, fh, &v.stateid, offset, wl.io_size)
+                })
+                .map_err(enc)?;
+            (n, n, Tail::None)
+        }
         (K_NULL, OpKind::Null { prog, vers }) => {
             let n = nfs::encode_null(body, xid, prog, vers, &wl.cred).map_err(enc)?;
             (n, n, Tail::None)
@@ -325,7 +352,13 @@ fn queue_call(
             (n, n, Tail::None)
         }
         _ => {
-            let at = nfs::encode_write_head(body, xid, &wl.cred, fh, offset, wl.io_size, wl.stable).map_err(enc)?;
+            let at = match v4 {
+                Some((sl, v)) => crate::nfs4::encode_write_head(
+                    body, xid, &wl.cred, sl, fh, &v.stateid, offset, wl.io_size, wl.stable,
+                ),
+                None => nfs::encode_write_head(body, xid, &wl.cred, fh, offset, wl.io_size, wl.stable),
+            }
+            .map_err(enc)?;
             let len = nfs::write_call_len(at, wl.io_size);
             let tail = if wl.verify {
                 let mut v = vec![0u8; len - at];
@@ -503,6 +536,7 @@ fn run_worker(
             offsets: Offsets::new(file_size, wl.io_size as u64, wl.seq, c, plan.total_conns, plan.seed),
             quota: plan.quotas.as_ref().map(|q| q.get(i).copied().unwrap_or(0)),
             dead: false,
+            v4: wl.v4.as_ref().map(|v| engine::V4Conn::of(v, c)),
         })
         .collect();
     let mut s = Scratch {
@@ -533,7 +567,7 @@ fn run_worker(
             // Replies.
             let fd = c.sock.as_raw_fd();
             let st = &mut stats[ci];
-            let (inflight, rx) = (&mut c.inflight, &mut c.rx);
+            let (inflight, rx, v4) = (&mut c.inflight, &mut c.rx, &mut c.v4);
             let r = rx.pump(|b| read_fd(fd, b), &mut |record: &[u8]| {
                 let t = clock.now_ns();
                 st.replies += 1;
@@ -546,6 +580,9 @@ fn run_worker(
                     return;
                 };
                 let (_, m) = inflight.swap_remove(k);
+                if let Some(v) = v4.as_mut() {
+                    v.free.push(m.slot);
+                }
                 let ok = engine::check_reply_bytes(record, None, xid, wl, &m).is_ok();
                 st.bad_replies += u64::from(!ok);
                 if ok && m.kind == K_WRITE && !written.is_empty() {
@@ -585,18 +622,11 @@ fn run_worker(
                 if measured && c.quota == Some(0) {
                     break;
                 }
-                let (kind, offset) = match wl.kind {
-                    OpKind::Null { .. } => (K_NULL, 0),
-                    OpKind::Read => (K_READ, c.offsets.next_offset()),
-                    OpKind::Write => (K_WRITE, c.offsets.next_offset()),
-                    OpKind::Mixed { read_pct } => {
-                        let k = if c.offsets.coin(read_pct) { K_READ } else { K_WRITE };
-                        (k, c.offsets.next_offset())
-                    }
-                };
+                let (kind, offset) = engine::next_call(wl, &mut c.offsets, false);
+                let Some(slot) = next_slot(&mut c.v4) else { break };
                 c.next_xid = c.next_xid.wrapping_add(1);
                 let xid = c.next_xid;
-                queue_call(c, &mut s, wl, kind, offset, xid)?;
+                queue_call(c, &mut s, wl, kind, offset, xid, slot.as_ref())?;
                 stats[ci].calls += 1;
                 if let Some(sc) = c.sched.as_mut() {
                     sc.advance();
@@ -613,7 +643,7 @@ fn run_worker(
                         offset,
                         kind,
                         live: true,
-                        slot: 0,
+                        slot: slot.map_or(0, |sl| sl.slot),
                     },
                 ));
             }
@@ -670,7 +700,6 @@ fn run_worker(
 pub fn run_tcp(cfg: &RunConfig, kind: OpKind) -> Result<RunOutput, PerfError> {
     cfg.validate()?;
     let addr = tcp_addr(&cfg.target)?;
-    let workers = run::workers_of(cfg);
     let is_nfs = !matches!(kind, OpKind::Null { .. });
     let io_size = if is_nfs { cfg.size } else { 0 };
     let mut wl = Workload {
@@ -692,7 +721,10 @@ pub fn run_tcp(cfg: &RunConfig, kind: OpKind) -> Result<RunOutput, PerfError> {
             "--commit-every is not supported with --transport tcp".into(),
         ));
     }
-    if is_nfs {
+    if cfg.nfs41 {
+        let mut s = TcpSession::connect(addr, cfg.timeout)?;
+        crate::nfs4setup::setup(&mut s, &mut wl, cfg)?;
+    } else if is_nfs {
         let n = cfg
             .nfs
             .as_ref()
@@ -701,124 +733,16 @@ pub fn run_tcp(cfg: &RunConfig, kind: OpKind) -> Result<RunOutput, PerfError> {
         let mut s = TcpSession::connect(addr, cfg.timeout)?;
         wl.file = Some(run::prepare_file(&mut s, &wl, cfg, n, &root)?);
     }
-    let shared = Shared::new(workers);
     let clock = Clock::new(Instant::now());
-    let (outs, cpu): (Vec<Option<engine::WorkerOut>>, CpuWindow) = std::thread::scope(|sc| {
-        let handles: Vec<_> = (0..workers)
-            .map(|w| {
-                let (shared, wl) = (&shared, &wl);
-                let cpu = cfg.cores[w];
-                sc.spawn(move || -> Option<engine::WorkerOut> {
-                    let _done = Finished(&shared.finished);
-                    let plan = engine::WorkerPlan {
-                        conns: cfg.worker_conns(w, workers),
-                        total_conns: cfg.conns,
-                        qd: cfg.qd,
-                        rate: cfg.rate,
-                        seed: cfg.seed,
-                        idle_sleep_us: 0,
-                        quotas: cfg.count.map(|_| {
-                            cfg.worker_conns(w, workers)
-                                .iter()
-                                .map(|&c| cfg.quota(c).unwrap_or(0))
-                                .collect()
-                        }),
-                    };
-                    let setup = crate::pin_to_cpu(cpu).and_then(|()| {
-                        plan.conns
-                            .iter()
-                            .map(|_| connect_load(addr, cfg.timeout))
-                            .collect::<Result<Vec<_>, _>>()
-                    });
-                    let socks = match setup {
-                        Ok(s) => s,
-                        Err(e) => {
-                            shared.fail(e);
-                            shared.wait_start();
-                            return None;
-                        }
-                    };
-                    let start = shared.wait_start();
-                    let out = match start {
-                        Some(s0) => {
-                            let start_ns = s0 + cfg.warmup.as_nanos() as u64;
-                            let end_ns = match cfg.count {
-                                Some(_) => u64::MAX,
-                                None => start_ns + cfg.duration.as_nanos() as u64,
-                            };
-                            run_worker(
-                                socks,
-                                &plan,
-                                wl,
-                                clock,
-                                start_ns,
-                                end_ns,
-                                cfg.timeout,
-                                &shared.progress[w],
-                                &shared.abort,
-                            )
-                        }
-                        None => Err(PerfError::Other("aborted".into())),
-                    };
-                    match out {
-                        Ok(o) => Some(o),
-                        Err(e) => {
-                            if start.is_some() {
-                                shared.fail(e);
-                            }
-                            None
-                        }
-                    }
-                })
-            })
-            .collect();
-        let cpu = run::start_and_watch(&shared, clock, cfg, workers);
-        (handles.into_iter().map(|h| h.join().unwrap_or(None)).collect(), cpu)
+    let connect = |_| connect_load(addr, cfg.timeout);
+    let work = |socks, plan: &engine::WorkerPlan, start_ns, end_ns, progress: &Progress, abort: &AtomicBool| {
+        run_worker(socks, plan, &wl, clock, start_ns, end_ns, cfg.timeout, progress, abort)
+    };
+    let (outs, cpu, start_ns) = run::drive_workers(cfg, clock, 0, connect, work)?;
+    let (mut rec, mut written, _, lost) = run::merge_outs(&outs, start_ns);
+    let verified = run::check_back(cfg, &wl, kind, lost, &mut written, &mut rec, |written| {
+        TcpSession::connect(addr, cfg.timeout).and_then(|mut s| engine::verify_blocks(&mut s, &wl, written))
     });
-    if let Some(e) = shared
-        .errors
-        .into_inner()
-        .ok()
-        .and_then(|mut v| (!v.is_empty()).then(|| v.remove(0)))
-    {
-        return Err(e);
-    }
-    let start_ns = shared.start_ns.load(Ordering::Acquire) + cfg.warmup.as_nanos() as u64;
-    let mut rec = Recorder::new(start_ns, u64::MAX);
-    let mut written: Vec<u64> = Vec::new();
-    let lost = outs.iter().flatten().any(|o| o.lost);
-    for o in outs.iter().flatten() {
-        rec.merge(&o.rec);
-        if written.len() < o.written.len() {
-            written.resize(o.written.len(), 0);
-        }
-        for (a, b) in written.iter_mut().zip(&o.written) {
-            *a |= b;
-        }
-    }
-    let mut verified = None;
-    if cfg.verify_only {
-        let blocks = wl.file.as_ref().map_or(0, |f| f.size / u64::from(io_size.max(1)));
-        written = vec![0u64; blocks.div_ceil(64) as usize];
-        for b in 0..blocks {
-            written[(b / 64) as usize] |= 1 << (b % 64);
-        }
-    }
-    if lost {
-        if cfg.verify || cfg.verify_only {
-            eprintln!("perf: the target went away during the run: no read-back check");
-        }
-    } else if cfg.verify_only || (cfg.verify && kind.writes()) {
-        let r = TcpSession::connect(addr, cfg.timeout).and_then(|mut s| engine::verify_blocks(&mut s, &wl, &written));
-        match r {
-            Ok(n) => verified = Some(n),
-            Err(e) => {
-                eprintln!("perf: read-back check failed: {e}");
-                rec.errors += 1;
-                verified = Some(0);
-            }
-        }
-    }
     if let Some(n) = cfg.nfs.as_ref().filter(|n| n.unmount && is_nfs && !lost) {
         let _ = tcp::unmount(&n.mount, &n.export, &wl.cred);
     }

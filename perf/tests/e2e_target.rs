@@ -104,6 +104,63 @@ fn nfs41_null_read_write_mixed_against_the_target() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `--nfs 4.1 --transport tcp` against the target's NFS TCP port: the
+/// session set-up (EXCHANGE_ID, CREATE_SESSION per connection, OPEN) and
+/// NULL (SEQUENCE alone), READ, WRITE (read back with `--verify`) and
+/// mixed COMPOUNDs over record-marked TCP, qd 1 and 4, with no error. Before,
+/// `--nfs 4.1` refused `--transport tcp`.
+#[test]
+fn nfs41_null_read_write_mixed_over_tcp_against_the_target() {
+    use perf::run::FabricKind;
+    let dir = tmpdir("v41tcp");
+    let (cfg, mount_port) = target_config(&dir);
+    let t = Target::start(cfg).expect("target starts");
+    let nfs = t.tcp_addrs()[0];
+    let sock = dir.join("fabric.sock");
+    let tcp_cfg = |mode, size, qd| {
+        let mut c = run_cfg(&sock, mount_port, mode, 1, size);
+        c.fabric = FabricKind::Tcp;
+        c.target = nfs.to_string();
+        c.qd = qd;
+        c.nfs41 = true;
+        c.count = Some(if size >= MIB as u32 { 16 } else { 200 });
+        c
+    };
+    let mut c = tcp_cfg(Mode::Rpc(run::NULL_DEFAULT), 0, 4);
+    c.nfs = None;
+    let out = run::run(&c).expect("null COMPOUND over tcp");
+    assert_eq!(
+        (out.result.errors, out.result.ops, out.result.fabric.as_str()),
+        (0, 200, "tcp"),
+        "{:?}",
+        out.result
+    );
+    for (kind, size, qd) in [
+        (OpKind::Write, 4096, 4),
+        (OpKind::Read, 4096, 1),
+        (OpKind::Write, MIB as u32, 4),
+        (OpKind::Read, MIB as u32, 4),
+        (OpKind::Mixed { read_pct: 50 }, 65536, 4),
+    ] {
+        let mut c = tcp_cfg(Mode::Rpc(kind), size, qd);
+        if let Some(n) = c.nfs.as_mut() {
+            n.file = format!("v41tcp-{size}.dat");
+        }
+        let out = run::run(&c).expect("v4.1 run over tcp");
+        let r = &out.result;
+        let what = format!("v4.1 tcp {kind:?} {size} qd{qd}: {r:?}");
+        assert_eq!(r.errors, 0, "{what}");
+        assert_eq!(Some(r.ops), c.count, "{what}");
+        if kind == OpKind::Write {
+            assert!(out.verified_blocks.unwrap_or(0) > 0, "{what}");
+        }
+    }
+    let v4 = t.tcp_counts();
+    assert!(v4.calls > 0 && v4.bad_records == 0, "{v4:?}");
+    t.shutdown().expect("clean shutdown");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// `--transport tcp` against the same target's NFS TCP port: NULL, and
 /// READ / WRITE / mixed with `--verify` at 4 KiB and 1 MiB, qd 1 and 4, with
 /// the CPU of both sides measured (the target is this process).

@@ -1431,6 +1431,7 @@ impl Backend for MemBackend {
                 return Ok(DirChanged {
                     pre,
                     pre_to,
+                    post: None,
                     res: Err(s),
                     refused: true,
                 })
@@ -1451,9 +1452,16 @@ impl Backend for MemBackend {
                 .and_then(|slot| self.link_in(fs, slot, d, name))
                 .map(|()| None),
         };
+        // Still under the lock: the attributes the change left.
+        let post = match (fs.node(d), pre_to.map(|_| fs.node(td))) {
+            (Ok(n), None) => Some((n.attr(d), None)),
+            (Ok(n), Some(Ok(t))) => Some((n.attr(d), Some(t.attr(td)))),
+            _ => None,
+        };
         Ok(DirChanged {
             pre,
             pre_to,
+            post,
             res: res.map_err(|e| e.nfsstat3()),
             refused: false,
         })

@@ -389,6 +389,12 @@ impl fmt::Debug for DirPre<'_> {
 pub struct DirChanged {
     pub pre: Attr,
     pub pre_to: Option<Attr>,
+    /// The directory's (and RENAME's target directory's) attributes right
+    /// after the change, read with `pre` under one hold of the backend's
+    /// lock, so no other change lies between them (NFSv4's `change_info4`
+    /// is then `atomic`, RFC 8881 s3.3.6); `None` where the backend cannot
+    /// (the caller reads them after, and says they are not atomic).
+    pub post: Option<(Attr, Option<Attr>)>,
     pub res: Result<Option<(FileHandle, Attr)>, u32>,
     pub refused: bool,
 }
@@ -578,6 +584,7 @@ pub trait Backend: Send + Sync + fmt::Debug {
         Ok(DirChanged {
             pre,
             pre_to,
+            post: None,
             res,
             refused,
         })

@@ -1199,6 +1199,7 @@ impl Backend for UringBackend {
                 return Ok(DirChanged {
                     pre: seen.dir,
                     pre_to: seen.to_dir,
+                    post: None,
                     res: Err(s),
                     refused: true,
                 })
@@ -1236,6 +1237,7 @@ impl Backend for UringBackend {
         Ok(DirChanged {
             pre,
             pre_to,
+            post: None,
             res: res.map_err(|e| e.nfsstat3()),
             refused: false,
         })

@@ -262,7 +262,7 @@ impl NfsShared {
             });
     }
 
-    fn helpers(&self) -> &offload::HelperPool {
+    pub(crate) fn helpers(&self) -> &offload::HelperPool {
         self.helpers.get_or_init(offload::HelperPool::start)
     }
 

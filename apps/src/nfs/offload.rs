@@ -24,6 +24,8 @@
 //! I/O runs on the pool whole ([`wanted_v4`]): the helper runs
 //! [`crate::nfs4::call`] over a copy of the Call, SEQUENCE and the session
 //! slot's reply cache included, and the core copies the reply it built.
+//! One that also does data I/O runs on the core and sends each such
+//! operation here alone ([`CoreOffload::submit_op4`], [`crate::nfs4::pooled`]).
 //!
 //! MOUNT's MNT runs here too (it looks its path up in the backend). READ,
 //! WRITE and COMMIT are not offloaded (their data goes through the core's
@@ -71,6 +73,10 @@ pub(crate) struct Finished {
     /// backend's index, the handle and what was opened. The Call then runs
     /// on the core, not from `bytes`.
     pub opened: Option<(usize, FileHandle, FsResult<Option<OpenedFile>>)>,
+    /// One operation of a COMPOUND suspended on the core
+    /// ([`crate::nfs4::pooled`]): its result. The Call then goes on on the
+    /// core, not from `bytes`.
+    op4: Option<Box<crate::nfs4::pooled::OpDone>>,
 }
 
 /// Where one core's finished jobs wait for it. Helpers push, the core
@@ -97,6 +103,16 @@ enum Work {
         peer: Option<IpAddr>,
         /// The reply head's capacity on the core (READDIR fills up to it).
         head_cap: usize,
+    },
+    /// Run one operation of an NFSv4 COMPOUND ([`crate::nfs4::pooled`]).
+    Op4 {
+        shared: Arc<NfsShared>,
+        /// The Call's RPC header (for its credential), then the operation.
+        msg: Vec<u8>,
+        peer: Option<IpAddr>,
+        /// Room for the operation's result.
+        room: usize,
+        state: Box<crate::nfs4::pooled::OpState>,
     },
     /// Open a file for the core's channel of backend `index`.
     Open {
@@ -215,12 +231,27 @@ fn helper(inner: &Inner) {
                 peer,
                 head_cap,
             } => run(&shared, job.token, &msg, peer, head_cap, &mut st),
+            Work::Op4 {
+                shared,
+                msg,
+                peer,
+                room,
+                state,
+            } => Finished {
+                token: job.token,
+                res: Ok(0),
+                bytes: Vec::new(),
+                items: Vec::new(),
+                opened: None,
+                op4: Some(Box::new(run_op4(&shared, &msg, peer, room, *state, &mut st))),
+            },
             Work::Open { backend, index, fh } => Finished {
                 token: job.token,
                 res: Ok(0),
                 bytes: Vec::new(),
                 items: Vec::new(),
                 opened: Some((index, fh, backend.open_for_io(&fh))),
+                op4: None,
             },
         };
         let mut done = lock(&outbox.done);
@@ -290,6 +321,34 @@ fn run(
         bytes,
         items,
         opened: None,
+        op4: None,
+    }
+}
+
+/// Run the one NFSv4 operation of `msg` (the Call's RPC header, then the
+/// operation) with the COMPOUND's `state`.
+fn run_op4(
+    shared: &NfsShared,
+    msg: &[u8],
+    peer: Option<IpAddr>,
+    room: usize,
+    state: crate::nfs4::pooled::OpState,
+    st: &mut CoreState,
+) -> crate::nfs4::pooled::OpDone {
+    let cred = CallHeader::decode(msg)
+        .ok()
+        .and_then(|(hdr, at)| Some((credential(&hdr).ok()?, at)));
+    match cred {
+        Some((cred, at)) => {
+            crate::nfs4::pooled::run_on_helper(shared, st, cred, peer, msg.get(at..).unwrap_or(&[]), room, state)
+        }
+        // The core decoded both already: it cannot fail here.
+        None => crate::nfs4::pooled::OpDone {
+            status: proto::nfs4::NFS4ERR_SERVERFAULT,
+            body: Vec::new(),
+            items: Vec::new(),
+            state,
+        },
     }
 }
 
@@ -469,6 +528,46 @@ impl CoreOffload {
         });
     }
 
+    /// Hand one operation of an NFSv4 COMPOUND (`op`: its number and
+    /// arguments; `hdr` the Call's RPC header) to the pool under `token`,
+    /// with the COMPOUND's `state` and `room` bytes for its result. The
+    /// caller suspends the COMPOUND and defers the reply.
+    #[allow(clippy::too_many_arguments)]
+    pub fn submit_op4(
+        &mut self,
+        shared: &Arc<NfsShared>,
+        token: DeferToken,
+        hdr: &[u8],
+        op: &[u8],
+        peer: Option<IpAddr>,
+        room: usize,
+        state: crate::nfs4::pooled::OpState,
+    ) {
+        let mut msg = Vec::with_capacity(hdr.len() + op.len());
+        msg.extend_from_slice(hdr);
+        msg.extend_from_slice(op);
+        shared.helpers().push(Job {
+            outbox: self.outbox.clone(),
+            token,
+            work: Work::Op4 {
+                shared: shared.clone(),
+                msg,
+                peer,
+                room,
+                state: Box::new(state),
+            },
+        });
+    }
+
+    /// The result of the operation the pool ran for the Call with `token`,
+    /// if it is being resumed ([`CoreOffload::submit_op4`]).
+    pub fn resumed_op4_for(&mut self, token: Option<DeferToken>) -> Option<crate::nfs4::pooled::OpDone> {
+        match (&self.resuming, token) {
+            (Some(f), Some(t)) if f.token == t && f.op4.is_some() => self.resuming.take()?.op4.map(|b| *b),
+            _ => None,
+        }
+    }
+
     /// Open `fh` on the pool for this core's channel of backend `index`
     /// (its first I/O of the file), under `token`. The caller defers the
     /// reply; when the Call resumes, the core adopts the file
@@ -523,7 +622,7 @@ impl CoreOffload {
     /// The results of the Call with `token`, if it is being resumed.
     pub fn resumed_for(&mut self, token: Option<DeferToken>) -> Option<Finished> {
         match (&self.resuming, token) {
-            (Some(f), Some(t)) if f.token == t => self.resuming.take(),
+            (Some(f), Some(t)) if f.token == t && f.op4.is_none() => self.resuming.take(),
             _ => None,
         }
     }

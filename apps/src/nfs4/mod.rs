@@ -33,7 +33,12 @@
 //! On `uring` and `nvme`, READ (into the engine's data buffer), WRITE and
 //! COMMIT submit their I/O and defer the reply, as NFSv3's do; the COMPOUND
 //! is suspended at that operation and resumed when the I/O completes
-//! ([`suspend`]), so the core never waits for a backend.
+//! ([`suspend`]), so the core never waits for a backend. A READ that does
+//! not end the COMPOUND reads into the reply head, deferred the same way.
+//! Where metadata calls block (`uring`), a COMPOUND that changes the
+//! namespace runs whole on the helper pool, or, when it does data I/O
+//! too, suspends at each such operation while a helper runs it
+//! ([`pooled`]).
 //!
 //! # Locks, grace, NFSv4.2
 //!
@@ -73,6 +78,7 @@ pub mod fh;
 pub mod grace;
 pub mod lock;
 mod ops;
+pub(crate) mod pooled;
 pub mod state;
 pub(crate) mod suspend;
 pub mod v42;
@@ -195,6 +201,13 @@ fn pieces<'a>(
     Some((first.get(at..)?, n))
 }
 
+/// The bytes of one operation: `before` it, less what is left `after` it,
+/// when both are of one piece (not a WRITE whose data was a Read chunk).
+fn op_bytes<'a>(before: &'a [u8], after: &[u8]) -> Option<&'a [u8]> {
+    let n = before.len().checked_sub(after.len())?;
+    (before[n..].as_ptr() == after.as_ptr()).then(|| &before[..n])
+}
+
 /// The `count` of a COMPOUND whose last operation is READ, for the data
 /// buffer the engine attaches before the Call runs.
 pub(crate) fn read_hint(head: &[u8]) -> Option<u32> {
@@ -247,7 +260,7 @@ fn top_too_big(st: &mut CoreState, reply: &mut ReplyBuilder<'_>, xid: u32) -> Re
 /// piece). Writes the whole RPC reply.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn call(
-    sh: &NfsShared,
+    sh: &std::sync::Arc<NfsShared>,
     st: &mut CoreState,
     scratch: &mut Vec<u8>,
     view: &CallView<'_>,
@@ -354,7 +367,13 @@ pub(crate) fn call(
         debug_assert_eq!(base + s.numres_at, numres_at);
         st.v4_suspended.recycle(s);
     }
-    while let Some(next) = d.next_op() {
+    loop {
+        // The operation's bytes lie between this and what is left after it
+        // (for an operation the helper pool runs, [`pooled`]).
+        let before = d.rest();
+        let Some(next) = d.next_op() else {
+            break;
+        };
         let first = index == 0;
         index += 1;
         cx.last = d.left() == 0;
@@ -429,7 +448,27 @@ pub(crate) fn call(
                     if pos - base > suspend::MAX_KEPT_BYTES {
                         cx.token = None;
                     }
-                    let res = ops::run(&mut cx, st, op, reply, pos + 8, limit);
+                    let res = if let Some(done) = st.offload.resumed_op4_for(cx.token) {
+                        // The helper pool ran it (below): its result.
+                        pooled::apply(done, &mut cx, reply, pos + 8, limit)
+                    } else if let Some(op_bytes) = cx
+                        .token
+                        .filter(|_| st.deferred.has_room() && pooled::wanted(sh, &cx, &op))
+                        .and_then(|_| op_bytes(before, d.rest()))
+                    {
+                        // Its backend calls may block: on the pool, the
+                        // COMPOUND suspended meanwhile.
+                        let token = cx.token.ok_or(ServiceError::Reject)?;
+                        let hdr = view.head().get(..at).unwrap_or(&[]);
+                        let state = pooled::OpState::of(&cx);
+                        st.offload
+                            .submit_op4(sh, token, hdr, op_bytes, cx.peer, limit - (pos + 8), state);
+                        st.deferred.submit_to_pool(token, reply);
+                        st.stats.offloaded += 1;
+                        Ok(0)
+                    } else {
+                        ops::run(&mut cx, st, op, reply, pos + 8, limit)
+                    };
                     if reply.is_deferred() {
                         // Suspended: its I/O completes later.
                         let token = cx.token.ok_or(ServiceError::Reject)?;

@@ -11,8 +11,11 @@ use dataplane::service::ReplyBuilder;
 
 use super::attr::{self, Obj};
 use super::fh::{self, Fh};
-use super::{Ctx, St};
-use crate::backend::{Attr, Backend, CreateHow, FileHandle, FileType, NodeKind, SetAttr, SetTime, Time, FH_MAX_BYTES};
+use super::{fs_status, Ctx, St};
+use crate::backend::{
+    Attr, Backend, CreateHow, DirChange, DirChanged, DirPre, FileHandle, FileType, NodeKind, Owner, SetAttr, SetTime,
+    Time, FH_MAX_BYTES,
+};
 use crate::nfs::auth::{Caller, MAY_EXEC, MAY_READ, MAY_WRITE};
 use crate::nfs::export::fnv1a64;
 use crate::nfs::nfs3::{check_new_attrs, check_new_name, check_old_name, check_setattr, new_owner};
@@ -144,12 +147,31 @@ pub(super) fn w_at<'r>(reply: &'r mut ReplyBuilder<'_>, at: usize, limit: usize)
     Writer::new(&mut reply.head_mut()[at..limit])
 }
 
-/// `change_info4` of a directory around a change.
-fn put_cinfo(w: &mut Writer<'_>, before: &Attr, after: &Attr) -> Result<(), St> {
-    w.put_bool(false)?;
+/// `change_info4` of a directory around a change (RFC 8881 s3.3.6):
+/// `atomic` when no other change can lie between `before` and `after`.
+fn put_cinfo(w: &mut Writer<'_>, atomic: bool, before: &Attr, after: &Attr) -> Result<(), St> {
+    w.put_bool(atomic)?;
     w.put_u64(attr::change(before))?;
     w.put_u64(attr::change(after))?;
     Ok(())
+}
+
+/// The attributes of a change's directory (and RENAME's target directory)
+/// after it, and whether its `change_info4` is atomic: so when the backend
+/// read them with the attributes the change started from under one hold
+/// (`mem`); else they are read now, after the change (`uring`: another
+/// change may land between the `fstat` before the call and this read, see
+/// docs/BACKENDS.md), and are not.
+fn after_change(
+    b: &dyn Backend,
+    done: &DirChanged,
+    dir: &FileHandle,
+    to: Option<&FileHandle>,
+) -> Result<(bool, Attr, Option<Attr>), St> {
+    match done.post {
+        Some((a, t)) => Ok((true, a, t)),
+        None => Ok((false, b.getattr(dir)?, to.map(|t| b.getattr(t)).transpose()?)),
+    }
 }
 
 fn to_setattr(s: &SetAttrs4) -> SetAttr {
@@ -467,29 +489,42 @@ pub(super) fn run(
             }
             check_old_name(name).map_err(St)?;
             let b = backend(cx, &d);
-            let before = b.getattr(&d.fh)?;
-            if before.ftype != FileType::Directory {
-                return Err(St(NFS4ERR_NOTDIR));
+            // RMDIR or REMOVE by what the name is now; the checks and the
+            // attributes the change starts from are taken with the change
+            // (`Backend::change_checked`, issue 21 item 8).
+            // A read delegation on the file removed is recalled first (the
+            // holder's cached view would go stale; RFC 8881 s10.4.5).
+            let found = b.lookup(&d.fh, name).ok();
+            let rmdir = matches!(&found, Some((_, a)) if a.ftype == FileType::Directory);
+            if let Some((vfh, a)) = &found {
+                if a.ftype == FileType::Regular {
+                    deleg_conflict(cx, d.ex, vfh)?;
+                }
             }
-            if !d.caller.may(&before, MAY_WRITE | MAY_EXEC) {
-                return Err(St(NFS4ERR_ACCESS));
-            }
-            let (vfh, victim) = b.lookup(&d.fh, name)?;
-            if !d.caller.may_unlink(&before, &victim) {
-                return Err(St(NFS4ERR_ACCESS));
-            }
-            if victim.ftype == FileType::Regular {
-                deleg_conflict(cx, d.ex, &vfh)?;
-            }
-            if victim.ftype == FileType::Directory {
-                b.rmdir(&d.fh, name)?;
+            let mut check = |p: &DirPre<'_>| -> Result<Owner, u32> {
+                if p.dir.ftype != FileType::Directory {
+                    return Err(NFS4ERR_NOTDIR);
+                }
+                if !d.caller.may(&p.dir, MAY_WRITE | MAY_EXEC) {
+                    return Err(NFS4ERR_ACCESS);
+                }
+                let (_, victim) = (p.lookup)(&d.fh, name).map_err(fs_status)?;
+                if !d.caller.may_unlink(&p.dir, &victim) {
+                    return Err(NFS4ERR_ACCESS);
+                }
+                Ok(d.caller.owner())
+            };
+            let change = if rmdir {
+                DirChange::Rmdir { name }
             } else {
-                b.remove(&d.fh, name)?;
-            }
+                DirChange::Remove { name }
+            };
+            let done = b.change_checked(&d.fh, change, &mut check)?;
+            done.res.map_err(St)?;
             commit_meta(cx, &d, &[&d.fh])?;
-            let after = b.getattr(&d.fh)?;
+            let (atomic, after, _) = after_change(b, &done, &d.fh, None)?;
             let mut w = w_at(reply, at, limit);
-            put_cinfo(&mut w, &before, &after)?;
+            put_cinfo(&mut w, atomic, &done.pre, &after)?;
             Ok(w.len())
         }
         Op::Rename { old, new } => {
@@ -497,15 +532,8 @@ pub(super) fn run(
             check_old_name(old).map_err(St)?;
             check_new_name(new).map_err(|s| St(if s == NFS4ERR_EXIST { NFS4ERR_INVAL } else { s }))?;
             let b = backend(cx, &dst);
-            let sb = b.getattr(&src.fh)?;
-            let db = b.getattr(&dst.fh)?;
-            if sb.ftype != FileType::Directory || db.ftype != FileType::Directory {
-                return Err(St(NFS4ERR_NOTDIR));
-            }
-            if !dst.caller.may(&sb, MAY_WRITE | MAY_EXEC) || !dst.caller.may(&db, MAY_WRITE | MAY_EXEC) {
-                return Err(St(NFS4ERR_ACCESS));
-            }
-            // The file renamed and the one it replaces.
+            // The file renamed and the one it replaces: their read
+            // delegations are recalled first.
             for (dir, n) in [(&src.fh, old), (&dst.fh, new)] {
                 if let Ok((f, fa)) = b.lookup(dir, n) {
                     if fa.ftype == FileType::Regular {
@@ -513,39 +541,60 @@ pub(super) fn run(
                     }
                 }
             }
-            b.rename(&src.fh, old, &dst.fh, new)?;
+            let mut check = |p: &DirPre<'_>| -> Result<Owner, u32> {
+                let (sb, db) = (&p.dir, p.to_dir.as_ref().ok_or(NFS4ERR_SERVERFAULT)?);
+                if sb.ftype != FileType::Directory || db.ftype != FileType::Directory {
+                    return Err(NFS4ERR_NOTDIR);
+                }
+                if !dst.caller.may(sb, MAY_WRITE | MAY_EXEC) || !dst.caller.may(db, MAY_WRITE | MAY_EXEC) {
+                    return Err(NFS4ERR_ACCESS);
+                }
+                Ok(dst.caller.owner())
+            };
+            let change = DirChange::Rename {
+                name: old,
+                to_dir: &dst.fh,
+                to: new,
+            };
+            let done = b.change_checked(&src.fh, change, &mut check)?;
+            done.res.map_err(St)?;
             if src.fh == dst.fh {
                 commit_meta(cx, &dst, &[&dst.fh])?;
             } else {
                 commit_meta(cx, &dst, &[&src.fh, &dst.fh])?;
             }
-            let sa = b.getattr(&src.fh)?;
-            let da = b.getattr(&dst.fh)?;
+            let (atomic, sa, da) = after_change(b, &done, &src.fh, Some(&dst.fh))?;
+            let (db, da) = done.pre_to.zip(da).ok_or(St(NFS4ERR_SERVERFAULT))?;
             let mut w = w_at(reply, at, limit);
-            put_cinfo(&mut w, &sb, &sa)?;
-            put_cinfo(&mut w, &db, &da)?;
+            put_cinfo(&mut w, atomic, &done.pre, &sa)?;
+            put_cinfo(&mut w, atomic, &db, &da)?;
             Ok(w.len())
         }
         Op::Link(name) => {
             let (file, dir) = saved_and_current_writable(cx, NFS4ERR_ISDIR)?;
             check_new_name(name).map_err(St)?;
             let b = backend(cx, &dir);
-            let before = b.getattr(&dir.fh)?;
-            if before.ftype != FileType::Directory {
-                return Err(St(NFS4ERR_NOTDIR));
-            }
-            if b.getattr(&file.fh)?.ftype == FileType::Directory {
-                return Err(St(NFS4ERR_ISDIR));
-            }
-            if !dir.caller.may(&before, MAY_WRITE | MAY_EXEC) {
-                return Err(St(NFS4ERR_ACCESS));
-            }
+            let fa = b.getattr(&file.fh)?;
+            let mut check = |p: &DirPre<'_>| -> Result<Owner, u32> {
+                if p.dir.ftype != FileType::Directory {
+                    return Err(NFS4ERR_NOTDIR);
+                }
+                if fa.ftype == FileType::Directory {
+                    return Err(NFS4ERR_ISDIR);
+                }
+                if !dir.caller.may(&p.dir, MAY_WRITE | MAY_EXEC) {
+                    return Err(NFS4ERR_ACCESS);
+                }
+                Ok(dir.caller.owner())
+            };
             deleg_conflict(cx, file.ex, &file.fh)?;
-            b.link(&file.fh, &dir.fh, name)?;
+            let change = DirChange::Link { file: &file.fh, name };
+            let done = b.change_checked(&dir.fh, change, &mut check)?;
+            done.res.map_err(St)?;
             commit_meta(cx, &dir, &[&file.fh, &dir.fh])?;
-            let after = b.getattr(&dir.fh)?;
+            let (atomic, after, _) = after_change(b, &done, &dir.fh, None)?;
             let mut w = w_at(reply, at, limit);
-            put_cinfo(&mut w, &before, &after)?;
+            put_cinfo(&mut w, atomic, &done.pre, &after)?;
             Ok(w.len())
         }
         Op::Setattr { stateid, attrs } => {
@@ -1013,12 +1062,22 @@ fn open(
                         }
                         (Real { fh, ..d }, a)
                     } else {
-                        if !d.caller.may(&dir, MAY_WRITE | MAY_EXEC) {
-                            return Err(St(NFS4ERR_ACCESS));
-                        }
-                        check_new_name(name).map_err(St)?;
-                        check_new_attrs(&d.caller, &to_setattr(&set4)).map_err(St)?;
-                        let (fh, _) = b.create(&d.fh, name, backend_how, new_owner(&d.caller, &dir))?;
+                        // Checked, and `change_info4` taken, with the
+                        // change (`Backend::change_checked`).
+                        let mut check = |p: &DirPre<'_>| -> Result<Owner, u32> {
+                            if p.dir.ftype != FileType::Directory {
+                                return Err(NFS4ERR_NOTDIR);
+                            }
+                            if !d.caller.may(&p.dir, MAY_WRITE | MAY_EXEC) {
+                                return Err(NFS4ERR_ACCESS);
+                            }
+                            check_new_name(name)?;
+                            check_new_attrs(&d.caller, &to_setattr(&set4))?;
+                            Ok(new_owner(&d.caller, &p.dir))
+                        };
+                        let change = DirChange::Create { name, how: backend_how };
+                        let done = b.change_checked(&d.fh, change, &mut check)?;
+                        let (fh, _) = done.res.map_err(St)?.ok_or(St(NFS4ERR_SERVERFAULT))?;
                         if let CreateHow4::Exclusive41(_, _) = how {
                             let s = to_setattr(&set4);
                             if s != SetAttr::default() {
@@ -1027,8 +1086,8 @@ fn open(
                         }
                         commit_meta(cx, &d, &[&fh, &d.fh])?;
                         attrset = set4.mask;
-                        let after = b.getattr(&d.fh)?;
-                        cinfo = Some((dir, after));
+                        let (atomic, after, _) = after_change(b, &done, &d.fh, None)?;
+                        cinfo = Some((atomic, done.pre, after));
                         // The creator may use the file whatever its mode.
                         let o = Real { fh, ..d };
                         let sid = sh.v4.open(client, owner, (o.ex, o.fh), access, share_deny)?;
@@ -1089,7 +1148,7 @@ fn open_res(
     limit: usize,
     o: Real,
     sid: Stateid,
-    cinfo: Option<(Attr, Attr)>,
+    cinfo: Option<(bool, Attr, Attr)>,
     attrset: Bitmap,
     deleg: super::deleg::Offer,
 ) -> R {
@@ -1101,7 +1160,7 @@ fn open_res(
     let mut w = w_at(reply, at, limit);
     put_stateid(&mut w, &sid)?;
     match cinfo {
-        Some((b, a)) => put_cinfo(&mut w, &b, &a)?,
+        Some((atomic, b, a)) => put_cinfo(&mut w, atomic, &b, &a)?,
         None => {
             w.put_bool(false)?;
             w.put_u64(0)?;
@@ -1181,35 +1240,43 @@ fn create(
     let s4 = decode_settable(attrs)?;
     let set = to_setattr(&s4);
     let b = backend(cx, &d);
-    let dir = b.getattr(&d.fh)?;
-    if dir.ftype != FileType::Directory {
-        return Err(St(NFS4ERR_NOTDIR));
-    }
-    if !d.caller.may(&dir, MAY_WRITE | MAY_EXEC) {
-        return Err(St(NFS4ERR_ACCESS));
-    }
-    check_new_attrs(&d.caller, &set).map_err(St)?;
-    let owner = new_owner(&d.caller, &dir);
-    let (fh, _) = match ty {
-        CreateType::Dir => b.mkdir(&d.fh, name, &set, owner)?,
-        CreateType::Link(target) => {
-            if target.is_empty() {
-                return Err(St(NFS4ERR_INVAL));
-            }
-            b.symlink(&d.fh, name, target, &set, owner)?
-        }
-        CreateType::Block(major, minor) => b.mknod(&d.fh, name, NodeKind::Block { major, minor }, &set, owner)?,
-        CreateType::Char(major, minor) => b.mknod(&d.fh, name, NodeKind::Char { major, minor }, &set, owner)?,
-        CreateType::Socket => b.mknod(&d.fh, name, NodeKind::Socket, &set, owner)?,
-        CreateType::Fifo => b.mknod(&d.fh, name, NodeKind::Fifo, &set, owner)?,
+    let node = |kind| DirChange::Mknod { name, kind, set: &set };
+    let change = match ty {
+        CreateType::Dir => DirChange::Mkdir { name, set: &set },
+        CreateType::Link(target) => DirChange::Symlink {
+            name,
+            target,
+            set: &set,
+        },
+        CreateType::Block(major, minor) => node(NodeKind::Block { major, minor }),
+        CreateType::Char(major, minor) => node(NodeKind::Char { major, minor }),
+        CreateType::Socket => node(NodeKind::Socket),
+        CreateType::Fifo => node(NodeKind::Fifo),
         CreateType::Other(_) => return Err(St(NFS4ERR_BADTYPE)),
     };
+    // The checks and the attributes the change starts from are taken with
+    // the change (`Backend::change_checked`, issue 21 item 8).
+    let mut check = |p: &DirPre<'_>| -> Result<Owner, u32> {
+        if p.dir.ftype != FileType::Directory {
+            return Err(NFS4ERR_NOTDIR);
+        }
+        if !d.caller.may(&p.dir, MAY_WRITE | MAY_EXEC) {
+            return Err(NFS4ERR_ACCESS);
+        }
+        check_new_attrs(&d.caller, &set)?;
+        if matches!(ty, CreateType::Link([])) {
+            return Err(NFS4ERR_INVAL);
+        }
+        Ok(new_owner(&d.caller, &p.dir))
+    };
+    let done = b.change_checked(&d.fh, change, &mut check)?;
+    let (fh, _) = done.res.map_err(St)?.ok_or(St(NFS4ERR_SERVERFAULT))?;
     commit_meta(cx, &d, &[&fh, &d.fh])?;
-    let after = b.getattr(&d.fh)?;
+    let (atomic, after, _) = after_change(b, &done, &d.fh, None)?;
     cx.cur = Some(Fh::Real { ex: d.ex, fh });
     cx.cur_sid = None;
     let mut w = w_at(reply, at, limit);
-    put_cinfo(&mut w, &dir, &after)?;
+    put_cinfo(&mut w, atomic, &done.pre, &after)?;
     attr::bitmap(&mut w, &s4.mask)?;
     Ok(w.len())
 }

@@ -462,6 +462,13 @@ impl<'a> OpDecoder<'a> {
         self.more = rest.get(2..).unwrap_or(&[]);
     }
 
+    /// The bytes not yet decoded of the piece being decoded (before an
+    /// operation and after it, they bound that operation's bytes when it
+    /// did not move to another piece).
+    pub fn rest(&self) -> &'a [u8] {
+        self.r.rest()
+    }
+
     /// Operations not yet yielded.
     pub fn left(&self) -> u32 {
         self.left

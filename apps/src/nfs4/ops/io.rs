@@ -97,21 +97,32 @@ pub(super) fn read(
         reply.set_data(got, true);
         return Ok(len);
     }
-    // eof, length word, data, padding: in the head, so not deferred (the
-    // head is rebuilt when a Call resumes).
+    // eof, length word, data, padding: in the head. Deferred like the
+    // last READ's: the data goes into the head buffer after the results so
+    // far, which the engine keeps, as the service left it, while the Call
+    // is deferred, and gives back when it resumes (`Service::resume`); the
+    // COMPOUND suspends here and, resumed, puts back only the results
+    // before this operation, so the data stays where it was read.
     let room = limit.saturating_sub(at + 8);
     let n = count.min(room & !3);
     let head = reply.head_mut();
-    let (got, eof) = if n > 0 {
-        let io = IoDesc::read(&o.fh, offset, &mut head[at + 8..at + 8 + n], 0)?;
-        // SAFETY: no token: done before this returns, and the head slice
-        // is not touched meanwhile.
-        match unsafe { submit_or_wait(st, bi, None, io, a, None, reply)? } {
-            Some(d) => d.result.map(|k| (k, d.eof))?,
-            None => return Err(St(NFS4ERR_SERVERFAULT)),
+    let (got, eof) = match resumed {
+        Some(r) => r.done.result.map(|k| (k, r.done.eof))?,
+        None if n > 0 => {
+            let io = IoDesc::read(&o.fh, offset, &mut head[at + 8..at + 8 + n], 0)?;
+            // SAFETY: the head buffer of this Call, which the engine keeps
+            // untouched while the Call is deferred; with no token (or no
+            // room), the read is done before this returns, and the head
+            // slice is not touched meanwhile.
+            match unsafe { submit_or_wait(st, bi, cx.token, io, a, None, reply)? } {
+                Some(d) => d.result.map(|k| (k, d.eof))?,
+                None => {
+                    st.stats.deferred_reads += 1;
+                    return Ok(0);
+                }
+            }
         }
-    } else {
-        (0, offset >= a.size)
+        None => (0, offset >= a.size),
     };
     let got = (got as usize).min(n);
     let head = reply.head_mut();
