@@ -64,7 +64,10 @@ impl QuotaFs {
         // missing otherwise (the mount below says which).
         let _ = Command::new("modprobe").arg("quota_v2").status();
         let img_s = img.to_str().unwrap();
-        run("mkfs.ext4", &["-q", "-F", "-O", "quota", "-E", "quotatype=usrquota", img_s]);
+        run(
+            "mkfs.ext4",
+            &["-q", "-F", "-O", "quota", "-E", "quotatype=usrquota", img_s],
+        );
         let dev = run("losetup", &["--find", "--show", img_s]);
         let q = QuotaFs { _dir: dir, dev, mnt };
         run("mount", &["-o", "usrquota", &q.dev, q.mnt.to_str().unwrap()]);
@@ -180,12 +183,18 @@ fn nfs_safety_quota_v3_write_over_the_owners_limit_is_dquot_and_others_still_wri
     // Another user has no limit.
     c.auth = Auth::sys(OTHER, OTHER);
     let (g, _) = c.mkfile(&root, "other", 0o644).unwrap();
-    assert_eq!(v3_fill(&mut c, &g, 0, 4 * LIMIT_KIB * 1024), (4 * LIMIT_KIB * 1024, None));
+    assert_eq!(
+        v3_fill(&mut c, &g, 0, 4 * LIMIT_KIB * 1024),
+        (4 * LIMIT_KIB * 1024, None)
+    );
     // Root (not squashed) writes on past user 1000's limit, into its file:
     // the kernel lets CAP_SYS_RESOURCE through, as for the Linux server.
     c.auth = Auth::root();
     assert_eq!(v3_fill(&mut c, &f, n, 4 * CHUNK as u64), (4 * CHUNK as u64, None));
-    assert!(q.used_bytes(USER) > LIMIT_KIB * 1024, "root's write is charged to the owner");
+    assert!(
+        q.used_bytes(USER) > LIMIT_KIB * 1024,
+        "root's write is charged to the owner"
+    );
     // And user 1000 is still refused.
     c.auth = Auth::sys(USER, USER);
     let (_, err) = v3_fill(&mut c, &f, n + 4 * CHUNK as u64, CHUNK as u64);
@@ -235,7 +244,10 @@ fn nfs_safety_quota_v4_write_over_the_owners_limit_is_dquot_and_others_still_wri
     let (so, g) = o
         .open(&dir_o, open("other", 3, 0, b"o", Some((UNCHECKED4, 0o644, [0; 8]))))
         .unwrap();
-    assert_eq!(fill(&mut o, &g, &so, 0, 4 * LIMIT_KIB * 1024), (4 * LIMIT_KIB * 1024, None));
+    assert_eq!(
+        fill(&mut o, &g, &so, 0, 4 * LIMIT_KIB * 1024),
+        (4 * LIMIT_KIB * 1024, None)
+    );
     let mut r = client(0, "root");
     let dir_r = r.walk("/export").unwrap();
     let (sr, fr) = r.open(&dir_r, open("user", 3, 0, b"r", None)).unwrap();

@@ -56,7 +56,7 @@ use proto::nfs4::*;
 use proto::rpc::{self, AcceptedReply, OpaqueAuth, ReplyHeader};
 use proto::xdr::{Reader, Writer};
 
-use crate::backend::FsError;
+use crate::backend::{creds, FsError};
 use crate::nfs::auth::Cred;
 use crate::nfs::{CoreState, NfsShared, MAX_ASSEMBLED_CALL_BYTES, REPLY_HEADER_BYTES};
 
@@ -227,7 +227,10 @@ fn compound_top(reply: &mut ReplyBuilder<'_>, base: usize, status: u32, tag: &[u
 /// buffers (RFC 8166 s3.3.3: at least 1,024 bytes) hold any tag.
 fn top_too_big(st: &mut CoreState, reply: &mut ReplyBuilder<'_>, xid: u32) -> Result<(), ServiceError> {
     st.stats.rpc_errors += 1;
-    reply_rpc(reply, &ReplyHeader::accepted(xid, OpaqueAuth::NONE, AcceptedReply::SystemErr))
+    reply_rpc(
+        reply,
+        &ReplyHeader::accepted(xid, OpaqueAuth::NONE, AcceptedReply::SystemErr),
+    )
 }
 
 /// Answer COMPOUND (`at`: where the arguments start in the Call's first
@@ -243,6 +246,9 @@ pub(crate) fn call(
     cred: Cred<'_>,
     reply: &mut ReplyBuilder<'_>,
 ) -> Result<(), ServiceError> {
+    // Whoever an operation names as the caller (`ops::real_of`) stops acting
+    // when the COMPOUND ends.
+    let _acting = creds::Scope::enter();
     let mut rest: [&[u8]; MAX_PIECES] = [&[]; MAX_PIECES];
     let Some((args, n_rest)) = pieces(view, at, scratch, &mut rest) else {
         st.stats.rpc_errors += 1;
