@@ -146,16 +146,39 @@ a_run() { # ROUND: A1 then A2, with their start and end times in a-ROUND.times
 echo "== $(date -u +%FT%TZ) uptime:$(uptime | sed 's/.*load average//'), nice $NICE"
 echo "== B: 4 KiB READ, $([ "$B_RATE" = 0 ] && echo "closed loop qd 1" || echo "open loop $B_RATE/s qd 4"), window ${WINDOW} s;" \
     "A: 1 GiB at $A_MBPS MiB/s (about $A1_SECS s) then COMMIT; $ROUNDS rounds"
-# The target's counters every 0.1 s (one line each: time, then the JSON
-# document) while SAMPLING exists: how many READs the core answered while A's
-# COMMIT ran. A core publishes its counters every 100 ms while busy, from its
-# own loop: a core blocked in an fsync would answer nothing and publish
-# nothing until the fsync ended.
+# The target's counters, from its stats socket every 50 ms while SAMPLING
+# exists: one line per new snapshot of the io core (when it published it, on
+# the host's clock, and its count of READs). A core publishes every 100 ms
+# while busy, from its own loop: a core blocked in an fsync would answer no
+# READ and publish nothing until the fsync ended.
 sample() { # FILE
-    while [ -e "$WORK/sampling" ]; do
-        { now | tr '\n' ' '; "$TARGET" -c "$WORK/cores.json" stats --json 2>/dev/null | tr -d '\n'; echo; } >>"$1"
-        sleep 0.1
-    done
+    python3 - "$WORK/stats.sock" "$WORK/sampling" "$1" <<'PY'
+import json, os, socket, sys, time
+sock, flag, out = sys.argv[1:4]
+seen = None
+with open(out, "w") as f:
+    while os.path.exists(flag):
+        try:
+            s = socket.socket(socket.AF_UNIX)
+            s.settimeout(2)
+            s.connect(sock)
+            s.sendall(b"stats\n")
+            buf = b""
+            while chunk := s.recv(65536):
+                buf += chunk
+            s.close()
+            t = time.time()
+            d = json.loads(buf)
+            for c in d["cores"]:
+                reads = sum(p["calls"] for p in c["procs"] if p["name"] == "READ")
+                pub = t - c["age_ms"] / 1e3
+                if c["engine"] and (seen is None or abs(pub - seen) > 0.001):
+                    seen = pub
+                    f.write(f"{pub:.4f} {reads}\n")
+        except (OSError, ValueError, KeyError):
+            pass
+        time.sleep(0.05)
+PY
 }
 for r in $(seq 1 "$ROUNDS"); do
     b_run "alone-$r"
@@ -181,22 +204,23 @@ python3 - "$WORK" "$ROUNDS" "$B_RATE" "$WINDOW" <<'PY'
 import json, statistics, sys
 w, rounds, b_rate, window = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 
-def reads_per_s(r, t_from, t_to):
-    """READs the target answered per second between t_from and t_to (from the
-    samples nearest inside; None when fewer than two fall inside)."""
+def core_in(r, t_from, t_to):
+    """The io core's READ rate between t_from and t_to (from its snapshots
+    published inside; None when fewer than two are) and the longest time
+    between its snapshots there (a core that stops publishes nothing)."""
     pts = []
     for line in open(f"{w}/samples-{r}.txt"):
-        ts, _, doc = line.partition(" ")
-        try:
-            d = json.loads(doc)
-        except ValueError:
-            continue
-        n = sum(p["calls"] for c in d["cores"] for p in c["procs"] if p["name"] == "READ")
-        pts.append((float(ts), n))
+        ts, n = line.split()
+        pts.append((float(ts), int(n)))
+    pts.sort()
     inside = [p for p in pts if t_from <= p[0] <= t_to]
-    if len(inside) < 2 or inside[-1][0] - inside[0][0] < 0.15:
-        return None
-    return (inside[-1][1] - inside[0][1]) / (inside[-1][0] - inside[0][0])
+    # The gap includes the last snapshot before t_from and the first after t_to.
+    around = [p for p in pts if p[0] < t_from][-1:] + inside + [p for p in pts if p[0] > t_to][:1]
+    gap = max((b[0] - a[0] for a, b in zip(around, around[1:])), default=None)
+    if len(inside) < 2 or inside[-1][0] - inside[0][0] < 0.05:
+        return None, gap
+    return (inside[-1][1] - inside[0][1]) / (inside[-1][0] - inside[0][0]), gap
+
 load = lambda n: json.load(open(f"{w}/{n}.json"))
 med = statistics.median
 keys = ("p50", "p99", "p999", "max")
@@ -211,15 +235,17 @@ for r in range(1, rounds + 1):
     a_rows.append({"write_s": t1 - t0, "mb_s": 1024 / (t1 - t0), "commit_s": a2["latency_us"]["max"] / 1e6,
                    "a2_s": t2 - t1, "errors": a1["errors"] + a2["errors"],
                    # B measures from A's start (t0) for `window` seconds.
-                   "reads_w": reads_per_s(r, t0, min(t1, t0 + window)),
-                   "reads_c": reads_per_s(r, t1, min(t2, t0 + window)),
+                   "core_w": core_in(r, t0, min(t1, t0 + window)),
+                   "core_c": core_in(r, t1, min(t2, t0 + window)),
                    "covered": t2 <= t0 + window})
     al, wa, a = rows["alone"][-1], rows["with_a"][-1], a_rows[-1]
     rate = lambda v: "-" if v is None else f"{v:.0f}/s"
+    gap = lambda v: "-" if v is None else f"{v * 1e3:.0f} ms"
     print(f"round {r}: B alone p50 {al['p50']:.1f} p99 {al['p99']:.1f} max {al['max']:.0f} us ops {al['ops']} | "
           f"with A p50 {wa['p50']:.1f} p99 {wa['p99']:.1f} max {wa['max']:.0f} us ops {wa['ops']} | "
           f"A writes {a['write_s']:.1f} s ({a['mb_s']:.0f} MiB/s), COMMIT {a['commit_s']:.2f} s, errors {a['errors']} | "
-          f"READs answered during A's writes {rate(a['reads_w'])}, during its COMMIT {rate(a['reads_c'])}"
+          f"core during A's writes: {rate(a['core_w'][0])} READs, longest between snapshots {gap(a['core_w'][1])}; "
+          f"during its COMMIT: {rate(a['core_c'][0])}, {gap(a['core_c'][1])}"
           + ("" if a["covered"] else " (A OUTLASTED B's WINDOW: raise COMMIT_SECS)"))
 print(f"medians of {rounds} rounds:")
 for q in keys:
@@ -230,11 +256,13 @@ for k in ("ops", "errors"):
 print(f"  A: writes {med(a['write_s'] for a in a_rows):.1f} s ({med(a['mb_s'] for a in a_rows):.0f} MiB/s), "
       f"COMMIT {med(a['commit_s'] for a in a_rows):.2f} s (A2 in all {med(a['a2_s'] for a in a_rows):.2f} s), "
       f"errors {sum(a['errors'] for a in a_rows)}")
-for k, what in (("reads_w", "writes"), ("reads_c", "COMMIT")):
-    v = [a[k] for a in a_rows if a[k] is not None]
+for k, what in (("core_w", "writes"), ("core_c", "COMMIT")):
+    v = [a[k][0] for a in a_rows if a[k][0] is not None]
+    g = [a[k][1] for a in a_rows if a[k][1] is not None]
     sched = f" (B's schedule: {b_rate}/s)" if b_rate else ""
-    print(f"  READs the core answered during A's {what}: median {med(v):.0f}/s of {len(v)} rounds{sched}" if v
-          else f"  READs the core answered during A's {what}: too short to sample")
+    print(f"  the io core during A's {what}: READs answered "
+          + (f"median {med(v):.0f}/s of {len(v)} rounds{sched}" if v else "(too short to sample)")
+          + (f"; longest between its snapshots (100 ms while busy): median {med(g) * 1e3:.0f} ms, max {max(g) * 1e3:.0f} ms" if g else ""))
 try:
     s = json.load(open(f"{w}/stats.json"))
     flat = {}
