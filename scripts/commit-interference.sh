@@ -34,8 +34,12 @@
 #             a disk, not tmpfs, so an fsync costs what it costs)
 #   ROUNDS    rounds of (B alone, B with A) (default 3)
 #   A_MBPS    A1's pace in MiB/s (default 100: 1 GiB in about 10 s)
+#   A_KIB     A1's WRITE size in KiB (default 1024)
 #   B_RATE    B's READs per second (default 1000); 0: closed loop at depth 1
-#   COMMIT_SECS  B's window after A1's end, for A2 (default 8)
+#   COMMIT_SECS  B's window after A1's end, for A2 (default 6)
+#   B_DURING  all (default): B's window covers A1 and A2; commit: A1 runs
+#             first with B idle, then B's window (COMMIT_SECS) covers A2 alone,
+#             so B's figures are those of the COMMIT, not of A's WRITEs
 #   CLIENT_CPU / IO_CPU / ADMIN_CPU  CPUs (default 0 / 1 / 0)
 #   A_CPU     client A's CPU (default CLIENT_CPU)
 #   OUT       keep the per-run JSON files in this directory
@@ -48,8 +52,10 @@ TARGET=${1:-target/release/rpcrdma-target}
 PERF=${PERF:-target/release/perf}
 ROUNDS=${ROUNDS:-3}
 A_MBPS=${A_MBPS:-100}
+A_KIB=${A_KIB:-1024}
 B_RATE=${B_RATE:-1000}
-COMMIT_SECS=${COMMIT_SECS:-8}
+COMMIT_SECS=${COMMIT_SECS:-6}
+B_DURING=${B_DURING:-all}
 SECS=${SECS:-15}
 CLIENT_CPU=${CLIENT_CPU:-0}
 A_CPU=${A_CPU:-$CLIENT_CPU}
@@ -118,6 +124,7 @@ fi
 # B's measured window: A1 at A_MBPS, then COMMIT_SECS for A2.
 A1_SECS=$(((1024 + A_MBPS - 1) / A_MBPS))
 WINDOW=$((A1_SECS + COMMIT_SECS))
+[ "$B_DURING" = commit ] && WINDOW=$COMMIT_SECS
 b_load=(--size 4k --qd 1)
 [ "$B_RATE" != 0 ] && b_load=(--size 4k --qd 4 --rate "$B_RATE")
 b_run() { # NAME: B for WINDOW seconds after a 1 s warm-up
@@ -125,18 +132,25 @@ b_run() { # NAME: B for WINDOW seconds after a 1 s warm-up
         --duration "$WINDOW" --warmup 1 --cores "$CLIENT_CPU" --json "$WORK/$1.json" >"$WORK/$1.txt"
 }
 now() { date +%s.%N; }
-a_run() { # ROUND: A1 then A2, with their start and end times in a-ROUND.times
+a1_run() { # ROUND: A's paced writes
+    "${PERF_RUN[@]}" write "${common[@]}" --file a.dat --file-size 1G --size "${A_KIB}k" --qd 1 --seq \
+        --rate $((A_MBPS * 1024 / A_KIB)) --count $((1048576 / A_KIB)) --warmup 0 --timeout 120 --idle-sleep-us 50 --cores "$A_CPU" \
+        --json "$WORK/a1-$1.json" >"$WORK/a1-$1.txt" 2>&1
+}
+a2_run() { # ROUND: A's COMMIT
+    "${PERF_RUN[@]}" write "${common[@]}" --file a.dat --file-size 1G --size 4k --qd 1 --count 2 --commit-every 4k \
+        --warmup 0 --timeout 300 --idle-sleep-us 50 --cores "$A_CPU" --json "$WORK/a2-$1.json" >"$WORK/a2-$1.txt" 2>&1
+}
+a_run() { # ROUND: A1 then A2; times: A1's start, A2's start, A2's end, B's window start
     local r=$1 t0 t1 t2
     t0=$(now)
-    "${PERF_RUN[@]}" write "${common[@]}" --file a.dat --file-size 1G --size 1M --qd 1 --seq --rate "$A_MBPS" \
-        --count 1024 --warmup 0 --timeout 120 --idle-sleep-us 50 --cores "$A_CPU" \
-        --json "$WORK/a1-$r.json" >"$WORK/a1-$r.txt" 2>&1
+    a1_run "$r"
     t1=$(now)
-    "${PERF_RUN[@]}" write "${common[@]}" --file a.dat --file-size 1G --size 4k --qd 1 --count 2 --commit-every 4k \
-        --warmup 0 --timeout 300 --idle-sleep-us 50 --cores "$A_CPU" --json "$WORK/a2-$r.json" >"$WORK/a2-$r.txt" 2>&1
+    a2_run "$r"
     t2=$(now)
-    echo "$t0 $t1 $t2" >"$WORK/a-$r.times"
+    echo "$t0 $t1 $t2 $t0" >"$WORK/a-$r.times"
 }
+
 # A's file, written once before the rounds (and committed), so each round
 # overwrites allocated blocks: the first write of a fresh 1 GiB file ran at
 # under a third of A's pace here, and its dirty data aged into the kernel's
@@ -145,7 +159,7 @@ a_run() { # ROUND: A1 then A2, with their start and end times in a-ROUND.times
     --commit-every 1G --warmup 0 --timeout 300 --cores "$A_CPU" >/dev/null
 echo "== $(date -u +%FT%TZ) uptime:$(uptime | sed 's/.*load average//'), nice $NICE"
 echo "== B: 4 KiB READ, $([ "$B_RATE" = 0 ] && echo "closed loop qd 1" || echo "open loop $B_RATE/s qd 4"), window ${WINDOW} s;" \
-    "A: 1 GiB at $A_MBPS MiB/s (about $A1_SECS s) then COMMIT; $ROUNDS rounds"
+    "A: 1 GiB in $A_KIB KiB WRITEs at $A_MBPS MiB/s (about $A1_SECS s) then COMMIT; B during: $B_DURING; $ROUNDS rounds"
 # The target's counters, from its stats socket every 50 ms while SAMPLING
 # exists: one line per new snapshot of the io core (when it published it, on
 # the host's clock, and its count of READs). A core publishes every 100 ms
@@ -183,18 +197,34 @@ PY
 for r in $(seq 1 "$ROUNDS"); do
     b_run "alone-$r"
     sync
-    # B's warm-up second passes before A starts.
-    b_run "with_a-$r" &
-    BPID=$!
-    touch "$WORK/sampling"
-    sample "$WORK/samples-$r.txt" &
-    SPID=$!
-    sleep 1
-    a_run "$r" &
-    APID=$!
-    wait "$BPID"
-    wait "$APID" || true
-    APID=
+    if [ "$B_DURING" = commit ]; then
+        t0=$(now)
+        a1_run "$r"
+        b_run "with_a-$r" &
+        BPID=$!
+        touch "$WORK/sampling"
+        sample "$WORK/samples-$r.txt" &
+        SPID=$!
+        sleep 1
+        t1=$(now)
+        a2_run "$r"
+        t2=$(now)
+        echo "$t0 $t1 $t2 $t1" >"$WORK/a-$r.times"
+        wait "$BPID"
+    else
+        # B's warm-up second passes before A starts.
+        b_run "with_a-$r" &
+        BPID=$!
+        touch "$WORK/sampling"
+        sample "$WORK/samples-$r.txt" &
+        SPID=$!
+        sleep 1
+        a_run "$r" &
+        APID=$!
+        wait "$BPID"
+        wait "$APID" || true
+        APID=
+    fi
     rm -f "$WORK/sampling"
     wait "$SPID" || true
     echo "   round $r done, uptime:$(uptime | sed 's/.*load average//')"
@@ -230,14 +260,15 @@ for r in range(1, rounds + 1):
     for k in rows:
         d = load(f"{k}-{r}")
         rows[k].append({**{q: d["latency_us"][q] for q in keys}, "ops": d["ops"], "errors": d["errors"]})
-    t0, t1, t2 = map(float, open(f"{w}/a-{r}.times").read().split())
+    t0, t1, t2, tb = map(float, open(f"{w}/a-{r}.times").read().split())
     a1, a2 = load(f"a1-{r}"), load(f"a2-{r}")
-    a_rows.append({"write_s": t1 - t0, "mb_s": 1024 / (t1 - t0), "commit_s": a2["latency_us"]["max"] / 1e6,
+    write_s = a1.get("duration_s") or (t1 - t0)
+    a_rows.append({"write_s": write_s, "mb_s": 1024 / write_s, "commit_s": a2["latency_us"]["max"] / 1e6,
                    "a2_s": t2 - t1, "errors": a1["errors"] + a2["errors"],
-                   # B measures from A's start (t0) for `window` seconds.
-                   "core_w": core_in(r, t0, min(t1, t0 + window)),
-                   "core_c": core_in(r, t1, min(t2, t0 + window)),
-                   "covered": t2 <= t0 + window})
+                   # B measures from tb for `window` seconds.
+                   "core_w": core_in(r, max(t0, tb), min(t1, tb + window)) if tb < t1 else (None, None),
+                   "core_c": core_in(r, t1, min(t2, tb + window)),
+                   "covered": t2 <= tb + window, "b_idle_w": tb >= t1})
     al, wa, a = rows["alone"][-1], rows["with_a"][-1], a_rows[-1]
     rate = lambda v: "-" if v is None else f"{v:.0f}/s"
     gap = lambda v: "-" if v is None else f"{v * 1e3:.0f} ms"
@@ -260,8 +291,10 @@ for k, what in (("core_w", "writes"), ("core_c", "COMMIT")):
     v = [a[k][0] for a in a_rows if a[k][0] is not None]
     g = [a[k][1] for a in a_rows if a[k][1] is not None]
     sched = f" (B's schedule: {b_rate}/s)" if b_rate else ""
+    idle = k == "core_w" and all(a["b_idle_w"] for a in a_rows)
     print(f"  the io core during A's {what}: READs answered "
-          + (f"median {med(v):.0f}/s of {len(v)} rounds{sched}" if v else "(too short to sample)")
+          + (f"median {med(v):.0f}/s of {len(v)} rounds{sched}" if v else
+             "(B idle then: B_DURING=commit)" if idle else "(too short to sample)")
           + (f"; longest between its snapshots (100 ms while busy): median {med(g) * 1e3:.0f} ms, max {max(g) * 1e3:.0f} ms" if g else ""))
 try:
     s = json.load(open(f"{w}/stats.json"))
