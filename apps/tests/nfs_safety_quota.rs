@@ -77,6 +77,7 @@ impl QuotaFs {
 
     /// `uid`'s hard (and soft) block limit in KiB (`Q_SETQUOTA`).
     fn set_block_limit(&self, uid: u32, kib: u64) {
+        // SAFETY: `dqblk` is plain integers; all zero is a valid value.
         let mut q: libc::dqblk = unsafe { std::mem::zeroed() };
         q.dqb_bhardlimit = kib;
         q.dqb_bsoftlimit = kib;
@@ -96,6 +97,7 @@ impl QuotaFs {
 
     /// Bytes charged to `uid` (`Q_GETQUOTA`).
     fn used_bytes(&self, uid: u32) -> u64 {
+        // SAFETY: `dqblk` is plain integers; all zero is a valid value.
         let mut q: libc::dqblk = unsafe { std::mem::zeroed() };
         let dev = std::ffi::CString::new(self.dev.as_str()).unwrap();
         // SAFETY: as in set_block_limit.
@@ -175,7 +177,7 @@ fn nfs_safety_quota_v3_write_over_the_owners_limit_is_dquot_and_others_still_wri
         "user {USER} wrote {n} bytes past a {LIMIT_KIB} KiB limit"
     );
     assert!(
-        n <= LIMIT_KIB * 1024 && n >= LIMIT_KIB * 1024 / 2,
+        (LIMIT_KIB * 1024 / 2..=LIMIT_KIB * 1024).contains(&n),
         "{n} bytes before the limit"
     );
     let used = q.used_bytes(USER);
@@ -238,7 +240,7 @@ fn nfs_safety_quota_v4_write_over_the_owners_limit_is_dquot_and_others_still_wri
         Some(NFS4ERR_DQUOT),
         "user {USER} wrote {n} bytes past a {LIMIT_KIB} KiB limit"
     );
-    assert!(n <= LIMIT_KIB * 1024 && n >= LIMIT_KIB * 1024 / 2, "{n} bytes");
+    assert!((LIMIT_KIB * 1024 / 2..=LIMIT_KIB * 1024).contains(&n), "{n} bytes");
     let mut o = client(OTHER, "other");
     let dir_o = o.walk("/export").unwrap();
     let (so, g) = o
