@@ -724,6 +724,64 @@ fn nfs_safety_mnt_lookups_run_off_the_core() {
     assert_eq!(r.srv.service().stats().offloaded, 1, "the MNT ran on the pool");
 }
 
+/// MNT over the TCP mount port (what `mount.nfs` sends even for an RDMA
+/// mount) runs on that connection's own thread of the TCP server, not on a
+/// reactor core: while its path lookup is slow, the core answers a READ at
+/// once, and nothing is offloaded from the core (the MNT never reaches it).
+#[test]
+fn nfs_safety_mnt_over_tcp_runs_on_its_tcp_thread_not_a_core() {
+    let s = store(Kind::Uring, "b0");
+    let release = Arc::new(AtomicBool::new(true));
+    let b = Arc::new(SlowLookup {
+        inner: s.backend.clone(),
+        release: release.clone(),
+    });
+    let sh = export_shared(b, true);
+    let fh = file_with_data(&sh);
+    let mut d = root_direct(&sh);
+    let (root, _) = d.mnt("/export").expect("MNT");
+    d.mkdir(&root, "sub", 0o755).expect("MKDIR");
+    let cfg = config(&["b0"], &[Ex::new("/export", "b0")], DATA_BUF_BYTES as u32);
+    let opts = rpcrdma_apps::server::tcp::TcpOptions::new(&cfg.listeners.tcp, 2 * MIB, MIB, 0);
+    let mut tcp = rpcrdma_apps::server::tcp::TcpServer::start("127.0.0.1:0".parse().unwrap(), sh.clone(), opts)
+        .expect("TCP server");
+    let port = tcp.local_addr().port();
+    let mut r = Rig::new(&sh, "mnt-tcp");
+    release.store(false, Ordering::Release);
+    let t0 = Instant::now();
+    let mnt = std::thread::spawn(move || {
+        let mut c = Client::new(Tcp::connect(port));
+        c.auth = Auth::root();
+        let res = c.mnt("/export/sub");
+        (res, t0.elapsed())
+    });
+    // Let the MNT reach its slow lookup.
+    std::thread::sleep(Duration::from_millis(200));
+    let read = nfs_call(0x900, READ, |e| {
+        e.opaque(&fh).u64(0).u32(4096);
+    });
+    let cb = submit(&mut r.b, &read, READ);
+    let b_at = loop {
+        r.turn();
+        if let Some(d) = r.b.poll_completion() {
+            assert_eq!((d.id, d.outcome), (cb, CallOutcome::Reply));
+            assert_eq!(reply_status(&mut r.b, cb), 0, "READ");
+            break t0.elapsed();
+        }
+        assert!(t0.elapsed() < Duration::from_secs(30), "no READ reply");
+    };
+    let mnt_done_before_read = mnt.is_finished();
+    release.store(true, Ordering::Release);
+    let (res, a_at) = mnt.join().unwrap();
+    assert!(res.is_ok(), "MNT over TCP: {res:?}");
+    assert!(
+        !mnt_done_before_read && b_at < Duration::from_secs(1) && b_at < a_at,
+        "the core answered the READ while the TCP MNT's lookup was slow: READ at {b_at:?}, MNT at {a_at:?}"
+    );
+    assert_eq!(r.srv.service().stats().offloaded, 0, "the MNT never reached the core");
+    tcp.finish(Duration::from_secs(1));
+}
+
 /// `mem`: a big WRITE to one file does not park READs of another file on
 /// another thread (core) while its data is copied. A 64 MiB write is
 /// copied (tens to hundreds of milliseconds) while a reader thread reads

@@ -7,10 +7,13 @@
 //! ACLs (uring), hard links as `protected_hardlinks`, moving a directory one
 //! may not write, and root squashing.
 
+mod nfs4_common;
 mod nfs_common;
 
+use nfs4_common::{open, V4};
 use nfs_common::*;
 use proto::nfs3::*;
+use proto::nfs4::{FILE_SYNC4, NFS4ERR_ACCESS, UNCHECKED4};
 use rpcrdma_apps::backend::SetAttr;
 use rpcrdma_apps::nfs::xdr::{ACCESS3_MODIFY, ACCESS3_READ};
 
@@ -325,6 +328,41 @@ fn nfs_safety_uring_non_root_caller_gets_the_kernels_refusals() {
     };
     assert_eq!(c.setattr(&mine, &chown(None, Some(77)), None).0, NFS3_OK);
     assert_eq!(c.setattr(&mine, &chown(None, Some(78)), None).0, NFS3ERR_PERM);
+}
+
+/// NFSv4 acts as the caller as NFSv3 does: a non-owner's WRITE clears the
+/// set-id bits (the kernel's file_remove_privs, for a writer without
+/// CAP_FSETID), and what the caller OPEN-creates is made by the kernel as
+/// them. Before, v4 COMPOUNDs named no caller, so `uring` ran them as the
+/// gateway (root): the bits stayed, and quota limits did not hold
+/// (`nfs_safety_quota_v4_*`).
+#[test]
+fn nfs_safety_uring_v4_acts_as_the_caller() {
+    let (_s, mut c, root) = setup(Kind::Uring);
+    let (f, _) = c.mkfile(&root, "setid", 0o6777).unwrap();
+    c.mkdir(&root, "ro", 0o755).unwrap();
+    let sh = c.t.svc.shared().clone();
+    let mut v = V4::new(Direct::new(&sh), "user");
+    v.auth = Auth::sys(USER, USER);
+    v.setup(8);
+    let dir = v.walk("/export").unwrap();
+    let (st, fh) = v.open(&dir, open("setid", 2, 0, b"u", None)).unwrap();
+    v.write(&fh, &st, 0, FILE_SYNC4, b"data").unwrap();
+    assert_eq!(
+        mode(&mut c, &f),
+        0o0777,
+        "a non-owner's v4 WRITE clears both set-id bits"
+    );
+    v.open(&dir, open("mine", 3, 0, b"u", Some((UNCHECKED4, 0o640, [0; 8]))))
+        .unwrap();
+    let (_, a) = c.lookup(&root, b"mine").unwrap();
+    assert_eq!((a.uid, a.gid), (USER, USER));
+    let ro = v.walk("/export/ro").unwrap();
+    assert_eq!(
+        v.open(&ro, open("x", 3, 0, b"u", Some((UNCHECKED4, 0o644, [0; 8]))))
+            .map(|_| ()),
+        Err(NFS4ERR_ACCESS)
+    );
 }
 
 /// With root squashing, root acts as the anonymous user on the file system

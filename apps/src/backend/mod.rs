@@ -107,6 +107,10 @@ pub enum FsError {
     FBig,
     #[error("no space left")]
     NoSpc,
+    /// The owner's quota is used up (`EDQUOT`; NFS3ERR_DQUOT and
+    /// NFS4ERR_DQUOT, RFC 1813 s2.6, RFC 8881 s15.1.4.2).
+    #[error("disk quota exceeded")]
+    DQuot,
     #[error("read-only file system")]
     Rofs,
     #[error("too many links")]
@@ -150,6 +154,7 @@ impl FsError {
             FsError::Inval => NFS3ERR_INVAL,
             FsError::FBig => NFS3ERR_FBIG,
             FsError::NoSpc => NFS3ERR_NOSPC,
+            FsError::DQuot => NFS3ERR_DQUOT,
             FsError::Rofs => NFS3ERR_ROFS,
             FsError::Mlink => NFS3ERR_MLINK,
             FsError::NameTooLong => NFS3ERR_NAMETOOLONG,
@@ -179,6 +184,7 @@ impl FsError {
             libc::EINVAL => FsError::Inval,
             libc::EFBIG => FsError::FBig,
             libc::ENOSPC => FsError::NoSpc,
+            libc::EDQUOT => FsError::DQuot,
             libc::EROFS => FsError::Rofs,
             libc::EMLINK => FsError::Mlink,
             libc::ENAMETOOLONG => FsError::NameTooLong,

@@ -67,7 +67,7 @@ use proto::nfs4::*;
 use proto::rpc::{self, AcceptedReply, OpaqueAuth, ReplyHeader};
 use proto::xdr::{Reader, Writer};
 
-use crate::backend::FsError;
+use crate::backend::{creds, FsError};
 use crate::nfs::auth::Cred;
 use crate::nfs::{CoreState, NfsShared, MAX_ASSEMBLED_CALL_BYTES, REPLY_HEADER_BYTES};
 
@@ -269,6 +269,9 @@ pub(crate) fn call(
     cred: Cred<'_>,
     reply: &mut ReplyBuilder<'_>,
 ) -> Result<(), ServiceError> {
+    // Whoever an operation names as the caller (`ops::real_of`) stops acting
+    // when the COMPOUND ends.
+    let _acting = creds::Scope::enter();
     let mut rest: [&[u8]; MAX_PIECES] = [&[]; MAX_PIECES];
     let Some((args, n_rest)) = pieces(view, at, scratch, &mut rest) else {
         st.stats.rpc_errors += 1;

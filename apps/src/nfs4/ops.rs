@@ -13,8 +13,8 @@ use super::attr::{self, Obj};
 use super::fh::{self, Fh};
 use super::{fs_status, Ctx, St};
 use crate::backend::{
-    Attr, Backend, CreateHow, DirChange, DirChanged, DirPre, FileHandle, FileType, NodeKind, Owner, SetAttr, SetTime,
-    Time, FH_MAX_BYTES,
+    creds, Attr, Backend, CreateHow, DirChange, DirChanged, DirPre, FileHandle, FileType, NodeKind, Owner, SetAttr,
+    SetTime, Time, FH_MAX_BYTES,
 };
 use crate::nfs::auth::{Caller, MAY_EXEC, MAY_READ, MAY_WRITE};
 use crate::nfs::export::fnv1a64;
@@ -57,6 +57,11 @@ fn real_of(cx: &Ctx<'_>, f: Fh) -> Result<Option<Real>, St> {
         Fh::Real { ex, fh } => {
             let e = &cx.sh.exports()[ex];
             let caller = fh::check_export(e, &cx.cred, cx.peer)?;
+            // The backend acts as this caller (after the export's squashing)
+            // until the COMPOUND ends (the scope in [`super::call`]), as for
+            // NFSv3: the kernel checks with the caller's credentials and
+            // charges the caller's quota (issue 21 item 6).
+            creds::set_current(Some(caller.creds()));
             Ok(Some(Real { ex, fh, caller }))
         }
     }

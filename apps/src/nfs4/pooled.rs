@@ -119,6 +119,9 @@ pub(crate) fn run_on_helper(
         // The operations run here (`wanted`) never bind a connection.
         conn: None,
     };
+    // The operation acts as its caller (`ops::real_of` names it) and no
+    // longer than this job: the helper thread runs other Calls next.
+    let _acting = crate::backend::creds::Scope::enter();
     let mut head = vec![0u8; room];
     let mut rb = ReplyBuilder::new(&mut head, None);
     let mut d = OpDecoder::new(Reader::new(op_bytes), 1, None, &[]);

@@ -273,7 +273,7 @@ pub const LIVE_KEYS: [&str; 9] = [
 ];
 
 /// The NFS service's counters and its reply cache's.
-pub const NFS_KEYS: [&str; 12] = [
+pub const NFS_KEYS: [&str; 16] = [
     "rpc_errors",
     "garbage_args",
     "auth_errors",
@@ -281,6 +281,10 @@ pub const NFS_KEYS: [&str; 12] = [
     "deferred_reads",
     "deferred_writes",
     "deferred_max",
+    "deferred_commits",
+    "deferred_flushes",
+    "offloaded",
+    "offloaded_opens",
     "drc_replays",
     "drc_in_progress_drops",
     "drc_inserts",
@@ -288,7 +292,7 @@ pub const NFS_KEYS: [&str; 12] = [
     "drc_uncached",
 ];
 
-fn nfs_words(s: &NfsStats, d: &DrcStats) -> [u64; 12] {
+fn nfs_words(s: &NfsStats, d: &DrcStats) -> [u64; 16] {
     [
         s.rpc_errors,
         s.garbage_args,
@@ -297,6 +301,10 @@ fn nfs_words(s: &NfsStats, d: &DrcStats) -> [u64; 12] {
         s.deferred_reads,
         s.deferred_writes,
         s.deferred_max,
+        s.deferred_commits,
+        s.deferred_flushes,
+        s.offloaded,
+        s.offloaded_opens,
         d.hits,
         d.in_progress_drops,
         d.inserts,
