@@ -115,6 +115,7 @@ fn hostile_peer_requester_offers_a_reply_chunk_when_the_reply_exceeds_the_respon
             send_class: p.small_send,
             data_class: p.data,
             remote_invalidation: false,
+            backward_credits: 0,
         };
         let mut srv = Responder::new(
             scfg,
@@ -135,6 +136,7 @@ fn hostile_peer_requester_offers_a_reply_chunk_when_the_reply_exceeds_the_respon
             send_class: p.big_send,
             data_class: p.data,
             ddp: true,
+            backward_credits: 0,
             pad_read_chunks: false,
         };
         let mut cli = Requester::new(ccfg, net.endpoint(), p.pool, &p.regions, 1).unwrap();
@@ -372,6 +374,7 @@ fn connect_scripted(
         recv_class: p.big_recv,
         send_class: p.big_send,
         data_class: p.data,
+        backward_credits: 0,
         ddp: true,
         pad_read_chunks: false,
     };

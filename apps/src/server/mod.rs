@@ -583,6 +583,7 @@ fn add_engine<F: Fabric + 'static>(
         send_class: setup.classes.send,
         data_class: setup.classes.data,
         remote_invalidation: false,
+        backward_credits: 0,
     };
     let regions = setup.pool.regions().to_vec();
     let responder = Responder::new(cfg, fabric, service, setup.pool, &regions, core, Some(addr))
