@@ -50,11 +50,7 @@ pub(super) struct HeldCall {
 /// Forward Replies never do.
 #[inline(always)]
 pub(super) fn carries_rpc_call(h: &header::Header<'_>) -> bool {
-    match h.body {
-        Body::Msg { .. } | Body::NoMsg { .. } if h.vers == RPCRDMA_VERSION_2 => !h.is_response(),
-        Body::Msg { payload, .. } => payload.get(4..8) == Some(&proto::rpc::CALL.to_be_bytes()[..]),
-        _ => false,
-    }
+    h.rpc_direction() == Some(header::RpcDirection::Call)
 }
 
 impl<'p, F: Fabric> Requester<'p, F> {

@@ -138,13 +138,7 @@ impl Backchannel {
 /// RDMA_NOMSG's message is not inline: in v1 it is taken for a Call.
 #[inline(always)]
 pub(super) fn carries_rpc_reply(h: &Header<'_>) -> bool {
-    if h.vers == RPCRDMA_VERSION_2 {
-        return h.is_response();
-    }
-    match h.body {
-        Body::Msg { payload, .. } => payload.get(4..8) == Some(&proto::rpc::REPLY.to_be_bytes()[..]),
-        _ => false,
-    }
+    h.rpc_direction() == Some(header::RpcDirection::Reply)
 }
 
 impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
