@@ -64,6 +64,12 @@ use super::*;
 /// Most backward credits per connection ([`ResponderConfig::backward_credits`]).
 pub const MAX_BACKWARD_CREDITS: u32 = 16;
 
+/// Backward credits a server that makes callbacks asks for: NFSv4.1
+/// callbacks are rare and short (the Linux client's backchannel takes one
+/// Call at a time per session slot), so two keep one in flight while the
+/// next is written.
+pub const DEFAULT_BACKWARD_CREDITS: u32 = 2;
+
 /// A connection's backward direction.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Backchannel {

@@ -65,7 +65,7 @@ use crate::service::{
 
 use crate::stages::{StageTimer, Stamp};
 use backward::Backchannel;
-pub use backward::MAX_BACKWARD_CREDITS;
+pub use backward::{DEFAULT_BACKWARD_CREDITS, MAX_BACKWARD_CREDITS};
 
 mod admit;
 pub mod backward;
