@@ -266,7 +266,7 @@ fn flood<F: Fabric>(mut p: Pair<'_, F>, vers: u32) {
         turn += 1;
         most_held = most_held.max(p.cli.backward_held());
         // One answer every seventh turn.
-        if turn % 7 == 0 {
+        if turn.is_multiple_of(7) {
             let first = p.cli.backward_calls().next().map(|(x, m)| (x, m.to_vec()));
             if let Some((xid, m)) = first {
                 p.cli.reply_backward(xid, &backward_reply(&m).unwrap()).unwrap();

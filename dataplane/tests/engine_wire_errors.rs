@@ -1057,7 +1057,7 @@ fn hostile_peer_backward_reply_garbage_never_panics() {
             rpc[4..8].copy_from_slice(&1u32.to_be_bytes());
         }
         raw.send(&v1_msg(0xa000 + k, seed as u32, &rpc));
-        if k % 4 == 3 {
+        if (k + 1).is_multiple_of(4) {
             pump(&net, &mut srv, &mut raw, 3);
         }
     }

@@ -528,8 +528,11 @@ impl Clock {
     }
 }
 
+/// A hook [`read_full`] runs between records.
+type IdleHook = fn(&mut TcpStream) -> Result<(), ConnEnd>;
+
 /// No idle hook: [`read_full`] inside a record.
-const NO_IDLE: Option<fn(&mut TcpStream) -> Result<(), ConnEnd>> = None;
+const NO_IDLE: Option<IdleHook> = None;
 
 /// Read exactly `buf.len()` bytes; `Ok(false)` on a clean end of stream, or
 /// on shutdown, before the first byte of a record (`boundary`: then `Some`,

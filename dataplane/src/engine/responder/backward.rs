@@ -193,10 +193,7 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
     pub(super) fn start_backward_calls(&mut self) -> usize {
         let mut work = 0;
         for slot in 0..self.cfg.max_conns {
-            loop {
-                let Some(c) = self.conns.get(slot).and_then(Option::as_ref) else {
-                    break;
-                };
+            while let Some(c) = self.conns.get(slot).and_then(Option::as_ref) {
                 let Some(chan) = c.back.open else { break };
                 let Some(hdr_len) = c.neg.version().and_then(plan::chunk_free_header_len) else {
                     break;
