@@ -57,6 +57,8 @@ impl<'p, F: Fabric> Requester<'p, F> {
     /// Take a received backward Call (`h`, decoded from receive buffer `b`
     /// of `len` bytes): held for the user, refused, or dropped, by the
     /// rules above. The receive buffer is held or given back here.
+    #[cold]
+    #[inline(never)]
     pub(super) fn take_backward_call(&mut self, b: BufRef, h: &header::Header<'_>) {
         if self.cfg.backward_credits == 0 {
             self.stats.backward_unsupported += 1;
@@ -107,7 +109,7 @@ impl<'p, F: Fabric> Requester<'p, F> {
     /// Backward-direction Calls received and not yet answered, oldest
     /// first: each one's XID and whole RPC Call message. Answer each with
     /// [`Requester::reply_backward`].
-    pub fn backward_calls(&self) -> impl Iterator<Item = (u32, &'p [u8])> + '_ {
+    pub fn backward_calls(&self) -> impl Iterator<Item = (u32, &[u8])> + '_ {
         self.bc_held.iter().map(|c| {
             let bytes = self.bufs.bytes(c.buf);
             (c.xid, bytes.get(c.at as usize..(c.at + c.len) as usize).unwrap_or(&[]))
@@ -189,6 +191,8 @@ impl<'p, F: Fabric> Requester<'p, F> {
     }
 
     /// The Send of a backward answer completed: its buffer goes back.
+    #[cold]
+    #[inline(never)]
     pub(super) fn backward_send_done(&mut self, wc: Completion) {
         crate::count::dec(&mut self.bc_sends_out, "backward Sends outstanding");
         if let Some(b) = BufRef::from_u64(wc.wr_id.index()) {
@@ -200,6 +204,8 @@ impl<'p, F: Fabric> Requester<'p, F> {
     }
 
     /// The connection is gone: held backward Calls are dropped.
+    #[cold]
+    #[inline(never)]
     pub(super) fn drop_backward_calls(&mut self) {
         while let Some(c) = self.bc_held.pop() {
             self.stats.backward_lost += 1;

@@ -147,12 +147,22 @@ pub(super) fn carries_rpc_reply(h: &Header<'_>) -> bool {
     h.rpc_direction() == Some(header::RpcDirection::Reply)
 }
 
+/// A backward Call's request of connection `c` is released: its backward
+/// slot is free again. Out of line: forward requests only test the flag.
+#[cold]
+#[inline(never)]
+pub(super) fn backward_slot_released(c: &mut Conn) {
+    crate::count::dec(&mut c.back.slots, "connection backward slots held");
+}
+
 impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
     /// The backchannel of connection `slot` as it stands now: open (with
     /// its current limits) when configured, the connection is up, its
     /// version fixed and the peer has not refused; the service is told
     /// when that changes ([`Service::backward_channel`]). Closing forgets
     /// the backward Calls in flight.
+    #[cold]
+    #[inline(never)]
     pub(super) fn refresh_backward(&mut self, slot: u32) {
         if self.cfg.backward_credits == 0 {
             return;
@@ -268,6 +278,8 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
 
     /// Post backward Call `i` (RFC 8167 s5.1): one Send of its send buffer,
     /// when its connection has a send-queue slot free.
+    #[cold]
+    #[inline(never)]
     pub(super) fn step_backward_call(&mut self, i: u32) -> Step {
         let (conn, len, send_b) = {
             let r = self.reqs.get(i).expect("live");
@@ -298,6 +310,8 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
     /// to a backward Call in flight on its connection, its grant taken,
     /// handed to the service, and its receive released. Dropped and
     /// counted when nothing matches; refused when it has chunks.
+    #[cold]
+    #[inline(never)]
     pub(super) fn step_backward_reply(&mut self, i: u32) -> Step {
         let r = self.reqs.get_mut(i).expect("live");
         let conn = r.conn;
@@ -336,6 +350,8 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
     /// when it answers a backward Call, the peer does not take them, and the
     /// backchannel is withdrawn (RFC 8167 s4.3.3); any other is ignored, as
     /// before (errors answer no forward Call).
+    #[cold]
+    #[inline(never)]
     pub(super) fn backward_error(&mut self, slot: u32, xid: u32) {
         let Some(c) = self.conns.get_mut(slot).and_then(Option::as_mut) else {
             return;

@@ -141,7 +141,7 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         let forget = self.conn_mut(conn).is_some_and(|c| {
             crate::count::dec(&mut c.requests, "connection requests live");
             if backward {
-                crate::count::dec(&mut c.back.slots, "connection backward slots held");
+                super::backward::backward_slot_released(c);
             }
             c.state == ConnState::Dead && c.requests == 0
         });
