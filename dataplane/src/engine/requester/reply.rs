@@ -188,8 +188,9 @@ impl<'p, F: Fabric> Requester<'p, F> {
     /// `payload_at`) stays in receive buffer `b`, and the Call is reported
     /// with `outcome`. A reply implies the Send was delivered; its completion
     /// may still be pending in the CQ, but the buffers are no longer used by
-    /// the device.
-    #[inline]
+    /// the device. Inlined into both callers: a Reply's completion is the
+    /// requester's hot path.
+    #[inline(always)]
     pub(super) fn complete_call(&mut self, i: u32, b: BufRef, len: u32, payload_at: u32, outcome: CallOutcome) {
         let Some(c) = self.calls.get_mut(i) else { return };
         if c.window_count > 0 {
