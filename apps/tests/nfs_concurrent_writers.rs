@@ -112,6 +112,7 @@ fn writer_responder<F: Fabric>(
         send_class: p.send,
         data_class: p.data,
         remote_invalidation: false,
+        backward_credits: 0,
     };
     let svc = NfsService::new(sh.clone(), 0).unwrap();
     Responder::new(cfg, fab, svc, p.pool, &p.regions, 0, Some(addr)).unwrap()

@@ -319,6 +319,7 @@ fn engine_setup() -> EngineSetup {
         send_class: send,
         data_class: data,
         remote_invalidation: false,
+        backward_credits: 0,
     };
     EngineSetup {
         pool,
@@ -346,6 +347,7 @@ impl EngineSetup {
             send_class: self.send,
             data_class: self.data,
             ddp: true,
+            backward_credits: 0,
             pad_read_chunks: false,
         }
     }

@@ -152,6 +152,7 @@ impl ResponderCredits {
     }
     /// The grant to put in the next Reply (or error) on this connection: the
     /// Requester's request, at least 1, at most the Receives reserved (s3.3.1).
+    #[inline(always)]
     pub fn grant(&self) -> u32 {
         let g = self.requested.clamp(1, self.reserved);
         debug_assert!(g >= 1 && g <= self.reserved);

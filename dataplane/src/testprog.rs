@@ -306,3 +306,99 @@ pub fn encode_write_in_place(out: &mut [u8], len: u32) -> Option<usize> {
 pub const fn write_data_offset() -> usize {
     RPC_CALL_HDR + 4
 }
+
+// ---------------------------------------------------------------------------
+// The backward direction (RFC 8167): a service that also calls the client
+// ---------------------------------------------------------------------------
+
+/// Program number of the backward Calls [`BackService`] makes (an NFSv4
+/// callback program number, RFC 8881 s18.36 `cb_program`'s range).
+pub const CB_PROG: u32 = 0x4000_0000;
+
+/// A backward-direction Call with `xid` carrying `payload` as its argument
+/// (`opaque<>`): the RPC header (CALL, AUTH_NONE) and the payload.
+pub fn backward_call(xid: u32, payload: &[u8]) -> Vec<u8> {
+    let mut out = vec![0u8; RPC_CALL_HDR + 4 + payload.len() + 4];
+    let mut w = Writer::new(&mut out);
+    let hdr = CallHeader::new(xid, CB_PROG, 1, 1, OpaqueAuth::NONE, OpaqueAuth::NONE);
+    let ok = rpc::encode_call_header(&mut w, &hdr).and_then(|_| w.put_opaque_var(payload));
+    let n = w.len();
+    debug_assert!(ok.is_ok());
+    out.truncate(n);
+    out
+}
+
+/// The Reply a well-behaved client gives backward Call `call`: accepted,
+/// SUCCESS, the Call's argument echoed (`None` when `call` does not
+/// decode).
+pub fn backward_reply(call: &[u8]) -> Option<Vec<u8>> {
+    let (h, at) = CallHeader::decode(call).ok()?;
+    let arg = Reader::new(call.get(at..)?).opaque_var(1 << 20, "arg").ok()?;
+    let mut out = vec![0u8; RPC_REPLY_HDR + 4 + arg.len() + 4];
+    let mut w = Writer::new(&mut out);
+    rpc::encode_reply_header(&mut w, &ReplyHeader::success(h.xid, OpaqueAuth::NONE)).ok()?;
+    w.put_opaque_var(arg).ok()?;
+    let n = w.len();
+    out.truncate(n);
+    Some(out)
+}
+
+/// [`TestService`] that also makes backward-direction Calls (RFC 8167):
+/// the Calls in `queue` go to the first connection whose backchannel is
+/// open, in order; what the engine reports is recorded.
+#[derive(Debug, Default)]
+pub struct BackService {
+    pub fwd: TestService,
+    /// Backward Calls still to send (whole RPC messages).
+    pub queue: std::collections::VecDeque<Vec<u8>>,
+    /// Connections whose backchannel is open, with its limits.
+    pub open: Vec<(crate::ConnId, crate::service::BackwardChannel)>,
+    /// Every `backward_channel` report, in order.
+    pub events: Vec<(crate::ConnId, Option<crate::service::BackwardChannel>)>,
+    /// Calls handed to the engine: connection and XID.
+    pub sent: Vec<(crate::ConnId, u32)>,
+    /// Calls that did not fit the buffer the engine offered (failed here).
+    pub too_big: Vec<Vec<u8>>,
+    /// Replies received: connection and message.
+    pub replies: Vec<(crate::ConnId, Vec<u8>)>,
+}
+
+impl crate::service::Service for BackService {
+    fn fills_data_in_call(&self) -> bool {
+        self.fwd.fills_data_in_call()
+    }
+    fn reply_data_hint(&mut self, call: &CallView<'_>) -> usize {
+        self.fwd.reply_data_hint(call)
+    }
+    fn handle_call(&mut self, call: &CallView<'_>, reply: &mut ReplyBuilder<'_>) -> Result<(), ServiceError> {
+        self.fwd.handle_call(call, reply)
+    }
+    fn has_backward_calls(&self) -> bool {
+        !self.queue.is_empty()
+    }
+    fn poll_backward_call(&mut self, conn: crate::ConnId, buf: &mut [u8]) -> Option<usize> {
+        if !self.open.iter().any(|(c, _)| *c == conn) {
+            return None;
+        }
+        let msg = self.queue.pop_front()?;
+        if msg.len() > buf.len() {
+            // The service's part of "a Call that does not fit is not sent".
+            self.too_big.push(msg);
+            return None;
+        }
+        buf[..msg.len()].copy_from_slice(&msg);
+        let xid = u32::from_be_bytes(msg[..4].try_into().ok()?);
+        self.sent.push((conn, xid));
+        Some(msg.len())
+    }
+    fn handle_backward_reply(&mut self, conn: crate::ConnId, msg: &[u8]) {
+        self.replies.push((conn, msg.to_vec()));
+    }
+    fn backward_channel(&mut self, conn: crate::ConnId, chan: Option<crate::service::BackwardChannel>) {
+        self.events.push((conn, chan));
+        self.open.retain(|(c, _)| *c != conn);
+        if let Some(ch) = chan {
+            self.open.push((conn, ch));
+        }
+    }
+}

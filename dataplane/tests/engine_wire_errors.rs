@@ -20,7 +20,7 @@ use proto::negotiate::VersionRange;
 const CREDITS: u32 = 4;
 
 fn pools_for(test: usize) -> &'static Pools {
-    static P: [OnceLock<Pools>; 13] = [const { OnceLock::new() }; 13];
+    static P: [OnceLock<Pools>; 17] = [const { OnceLock::new() }; 17];
     // Two connection slots: the SRQ holds receives for both, so one greedy peer
     // can take the other's share — the case the overrun check exists for.
     // Test 9 receives 4 KiB messages (version 2's default inline size).
@@ -284,7 +284,12 @@ fn buf_ref_of(p: &Pools, lb: LocalBuf) -> mempool::pool::BufRef {
     panic!("not a recv buffer");
 }
 
-fn pump(net: &SimNetwork, srv: &mut Responder<'static, SimFabric, TestService>, raw: &mut Raw<'static>, rounds: usize) {
+fn pump<S: dataplane::service::Service>(
+    net: &SimNetwork,
+    srv: &mut Responder<'static, SimFabric, S>,
+    raw: &mut Raw<'static>,
+    rounds: usize,
+) {
     // Connection setup first: the responder polls CM only every few turns.
     for _ in 0..10_000 {
         if raw.established {
@@ -864,4 +869,203 @@ fn hostile_peer_slow_to_complete_cannot_borrow_slots_beyond_its_share() {
     let (s, closed) = hostile_beside_a_good_peer(12, 22, 8, call, 4 * CREDITS);
     assert!(closed, "the slow peer is closed once it holds its whole share: {s:?}");
     assert!(s.share_overruns + s.credit_overruns >= 1, "{s:?}");
+}
+
+// ---------------------------------------------------------------------------
+// The backward direction (RFC 8167) against a raw client
+// ---------------------------------------------------------------------------
+
+/// A responder with a backchannel of `backward` credits whose service
+/// makes backward Calls ([`BackService`]), a raw v1 client connected to it
+/// and the connection's version fixed by one NULL Call: the backchannel is
+/// open.
+fn setup_backward(
+    test: usize,
+    seed: u64,
+    backward: u32,
+) -> (SimNetwork, Responder<'static, SimFabric, BackService>, Raw<'static>) {
+    let p = pools_for(test);
+    let net = SimNetwork::new(SimConfig::with_seed(seed));
+    let cfg = ResponderConfig {
+        backward_credits: backward,
+        ..responder_cfg(p, VersionRange::ALL, CREDITS, 2)
+    };
+    let mut srv = Responder::new(
+        cfg,
+        net.endpoint(),
+        BackService::default(),
+        p.pool,
+        &p.regions,
+        0,
+        Some("srv"),
+    )
+    .unwrap();
+    let mut raw = raw_peer(&net, p, 16, 1);
+    pump(&net, &mut srv, &mut raw, 1);
+    raw.send(&v1_null(XID, CREDITS));
+    pump(&net, &mut srv, &mut raw, 5);
+    assert_eq!(raw.received.len(), 1, "the NULL answered");
+    for _ in 0..2 * dataplane::responder::CM_POLL_INTERVAL {
+        if !srv.service().open.is_empty() {
+            break;
+        }
+        pump(&net, &mut srv, &mut raw, 1);
+    }
+    assert_eq!(srv.service().open.len(), 1, "the backchannel is open");
+    (net, srv, raw)
+}
+
+/// A v1 RDMA_MSG granting `credits` that carries `rpc` (no chunks).
+fn v1_msg(xid: u32, credits: u32, rpc: &[u8]) -> Vec<u8> {
+    let mut m = words(&[xid, 1, credits, 0, 0, 0, 0]);
+    m.extend_from_slice(rpc);
+    m
+}
+
+/// The backward Call the raw client received last: its XID, the credits
+/// it asks for, and its RPC message; the transport header is the
+/// chunk-free RDMA_MSG (RFC 8167 s5.1).
+fn last_backward_call(raw: &Raw<'_>) -> (u32, u32, Vec<u8>) {
+    let m = raw.received.last().expect("a message");
+    let h = header::decode(m, &Limits::DEFAULT).expect("a header");
+    match h.body {
+        Body::Msg { chunks, payload, .. } => {
+            assert!(chunks.is_empty(), "backward Calls carry no chunks");
+            assert_eq!(proto::rpc::peek_msg(payload).unwrap(), (h.xid, proto::rpc::CALL));
+            (h.xid, h.credits, payload.to_vec())
+        }
+        other => panic!("not an RDMA_MSG: {other:?}"),
+    }
+}
+
+/// A Reply whose XID names no backward Call in flight (never sent, or
+/// answered already: a duplicate) is dropped and counted; it never reaches
+/// the service, and the connection and its forward Calls go on. The true
+/// Reply is handed over once.
+#[test]
+fn hostile_peer_backward_reply_with_an_unknown_or_answered_xid_is_dropped() {
+    let (net, mut srv, mut raw) = setup_backward(13, 131, 4);
+    let call = backward_call(0xcb01, b"recall");
+    srv.service().queue.push_back(call.clone());
+    pump(&net, &mut srv, &mut raw, 5);
+    let (xid, asked, msg) = last_backward_call(&raw);
+    assert_eq!(
+        (xid, asked, msg),
+        (0xcb01, 4, call.clone()),
+        "the Call asks for the backward credits"
+    );
+    let reply = backward_reply(&call).unwrap();
+    let mut stranger = reply.clone();
+    stranger[..4].copy_from_slice(&0xdead_0001u32.to_be_bytes());
+    raw.send(&v1_msg(0xdead_0001, 2, &stranger));
+    raw.send(&v1_msg(xid, 2, &reply));
+    raw.send(&v1_msg(xid, 2, &reply));
+    pump(&net, &mut srv, &mut raw, 5);
+    let s = srv.stats();
+    assert_eq!(
+        (s.backward_replies, s.backward_replies_dropped, s.conns_closed),
+        (1, 2, 0),
+        "{s:?}"
+    );
+    assert_eq!(srv.service().replies.len(), 1);
+    assert_eq!(srv.service().replies[0].1, reply);
+    // The forward direction is untouched.
+    let before = raw.received.len();
+    raw.send(&v1_null(XID + 1, CREDITS));
+    pump(&net, &mut srv, &mut raw, 5);
+    assert_eq!(raw.received.len(), before + 1);
+    assert_eq!(srv.in_flight(), 0);
+}
+
+/// A backward Reply carrying chunks is refused (RFC 8167 s5.2: backward
+/// messages are inline): not handed to the service, counted, its Call's
+/// credit back so the next backward Call goes.
+#[test]
+fn hostile_peer_backward_reply_with_chunks_is_refused() {
+    let (net, mut srv, mut raw) = setup_backward(14, 141, 4);
+    let call = backward_call(0xcb02, b"x");
+    srv.service().queue.push_back(call.clone());
+    pump(&net, &mut srv, &mut raw, 5);
+    let (xid, _, _) = last_backward_call(&raw);
+    // An RDMA_MSG with one Write chunk of one segment, then the Reply.
+    let mut m = words(&[xid, 1, 2, 0, 0, 1, 1, 0x77, 64, 0, 0x1000, 0, 0]);
+    m.extend(backward_reply(&call).unwrap());
+    raw.send(&m);
+    pump(&net, &mut srv, &mut raw, 5);
+    let s = srv.stats();
+    assert_eq!((s.backward_replies_refused, s.backward_replies), (1, 0), "{s:?}");
+    assert!(srv.service().replies.is_empty());
+    let next = backward_call(0xcb03, b"y");
+    srv.service().queue.push_back(next.clone());
+    pump(&net, &mut srv, &mut raw, 5);
+    assert_eq!(last_backward_call(&raw).2, next, "the credit came back");
+}
+
+/// A client cannot make the server hold more than its backward credits:
+/// a grant far beyond them lets 4 Calls out, not more (RFC 8167 s4.1: the
+/// smaller of request and grant), the request slots they hold stay within
+/// them, and a flood of unsolicited Replies holds nothing (each is dropped
+/// in the turn it arrives) and closes nothing.
+#[test]
+fn hostile_peer_backward_grant_and_reply_flood_hold_no_more_than_the_credits() {
+    let (net, mut srv, mut raw) = setup_backward(15, 151, 4);
+    let first = backward_call(0xc000, b"0");
+    srv.service().queue.push_back(first.clone());
+    pump(&net, &mut srv, &mut raw, 5);
+    raw.send(&v1_msg(0xc000, 1000, &backward_reply(&first).unwrap()));
+    pump(&net, &mut srv, &mut raw, 5);
+    assert_eq!(srv.service().open[0].1.credits, 4, "clamped to the request");
+    let before = raw.received.len();
+    srv.service()
+        .queue
+        .extend((1..=10).map(|k| backward_call(0xc000 + k, b"n")));
+    pump(&net, &mut srv, &mut raw, 10);
+    assert_eq!(raw.received.len() - before, 4, "four Calls in flight, not more");
+    assert!(srv.in_flight() <= 4, "{:?}", srv.live_by_state());
+    for round in 0..10u32 {
+        for k in 0..4u32 {
+            let x = 0xf000_0000 + round * 4 + k;
+            raw.send(&v1_msg(x, 1000, &backward_reply(&backward_call(x, b"z")).unwrap()));
+        }
+        pump(&net, &mut srv, &mut raw, 3);
+        assert!(srv.in_flight() <= 4, "{:?}", srv.live_by_state());
+    }
+    let s = srv.stats();
+    assert_eq!(
+        (s.backward_replies_dropped, s.conns_closed, s.backward_replies),
+        (40, 0, 1),
+        "{s:?}"
+    );
+    assert_eq!(srv.service().replies.len(), 1);
+}
+
+/// Any bytes behind a v1 RDMA_MSG whose RPC word says REPLY, on a
+/// connection with its backchannel open, never panic the responder: they
+/// are dropped and counted, and the connection still answers.
+#[test]
+fn hostile_peer_backward_reply_garbage_never_panics() {
+    let (net, mut srv, mut raw) = setup_backward(16, 132, 4);
+    let mut seed = 0x1234_5678u64;
+    for k in 0..48u32 {
+        let mut rpc = vec![0u8; (k as usize * 7) % 90];
+        for b in rpc.iter_mut() {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
+            *b = (seed >> 56) as u8;
+        }
+        if rpc.len() >= 8 {
+            rpc[..4].copy_from_slice(&(0xa000 + k).to_be_bytes());
+            rpc[4..8].copy_from_slice(&1u32.to_be_bytes());
+        }
+        raw.send(&v1_msg(0xa000 + k, seed as u32, &rpc));
+        if (k + 1).is_multiple_of(4) {
+            pump(&net, &mut srv, &mut raw, 3);
+        }
+    }
+    pump(&net, &mut srv, &mut raw, 5);
+    assert_eq!(srv.stats().backward_replies, 0);
+    assert!(srv.service().replies.is_empty());
+    let before = raw.received.len();
+    raw.send(&v1_null(XID + 2, CREDITS));
+    pump(&net, &mut srv, &mut raw, 5);
+    assert!(raw.received.len() > before, "still answering: {:?}", srv.stats());
 }

@@ -7,7 +7,7 @@ mod engine_common;
 
 use std::sync::OnceLock;
 
-use dataplane::requester::{CallId, CallOutcome, LinkState, Requester, RequesterConfig};
+use dataplane::requester::{CallId, CallOutcome, LinkState, Requester, RequesterConfig, SubmitError};
 use dataplane::responder::{Responder, ResponderConfig};
 use dataplane::sim::{SimConfig, SimFabric, SimNetwork};
 use dataplane::{
@@ -38,7 +38,7 @@ struct SplitPools {
 /// The pools of test `test`: one per test, since the tests run at once and
 /// each uses the per-core caches of cores 0 (responder) and 1 (requester).
 fn split_pools(test: usize) -> &'static SplitPools {
-    static P: [OnceLock<SplitPools>; 4] = [const { OnceLock::new() }; 4];
+    static P: [OnceLock<SplitPools>; 7] = [const { OnceLock::new() }; 7];
     P[test].get_or_init(|| {
         let mut plan = PoolPlan::new(3);
         let small_recv = plan.add_class("recv-1k", 1024, 8).unwrap();
@@ -115,6 +115,7 @@ fn hostile_peer_requester_offers_a_reply_chunk_when_the_reply_exceeds_the_respon
             send_class: p.small_send,
             data_class: p.data,
             remote_invalidation: false,
+            backward_credits: 0,
         };
         let mut srv = Responder::new(
             scfg,
@@ -135,6 +136,7 @@ fn hostile_peer_requester_offers_a_reply_chunk_when_the_reply_exceeds_the_respon
             send_class: p.big_send,
             data_class: p.data,
             ddp: true,
+            backward_credits: 0,
             pad_read_chunks: false,
         };
         let mut cli = Requester::new(ccfg, net.endpoint(), p.pool, &p.regions, 1).unwrap();
@@ -361,6 +363,18 @@ fn connect_scripted(
     vers: u32,
     grant: u32,
 ) -> (SimNetwork, Scripted, Requester<'static, SimFabric>) {
+    connect_scripted_backward(test, seed, vers, grant, 0)
+}
+
+/// [`connect_scripted`] with a requester whose backchannel takes `backward`
+/// Calls at once (RFC 8167; 0: none).
+fn connect_scripted_backward(
+    test: usize,
+    seed: u64,
+    vers: u32,
+    grant: u32,
+    backward: u32,
+) -> (SimNetwork, Scripted, Requester<'static, SimFabric>) {
     let p = split_pools(test);
     let net = SimNetwork::new(SimConfig::with_seed(seed));
     let mut srv = Scripted::new(&net, p);
@@ -372,6 +386,7 @@ fn connect_scripted(
         recv_class: p.big_recv,
         send_class: p.big_send,
         data_class: p.data,
+        backward_credits: backward,
         ddp: true,
         pad_read_chunks: false,
     };
@@ -614,4 +629,143 @@ fn hostile_peer_requester_ignores_the_credit_field_of_error_replies() {
         assert_eq!(cli.link(), LinkState::Ready);
         assert_eq!(cli.shutdown(10_000), 0);
     }
+}
+
+// ---------------------------------------------------------------------------
+// The backward direction (RFC 8167) from a scripted responder
+// ---------------------------------------------------------------------------
+
+/// A backward Call in version `vers` with `xid`, asking for `credits`:
+/// the chunk-free RDMA_MSG / RDMA2_MSG (RESPONSE clear) and the RPC Call.
+fn backward_call_msg(vers: u32, xid: u32, credits: u32, chunks: ChunksOut<'_>) -> Vec<u8> {
+    let h = HeaderOut {
+        xid,
+        vers,
+        credits,
+        flags: 0,
+        body: BodyOut::Msg { inv_handle: 0, chunks },
+    };
+    message(&h, &backward_call(xid, b"cb"))
+}
+
+/// A backward Call whose XID equals a forward Call's in flight is told
+/// apart by its direction (v1 `msg_type`, v2 the RESPONSE flag; RFC 8167
+/// s5.1, draft -09 s3.2) before any XID lookup: it neither completes the
+/// forward Call nor moves the forward credit limit with its credit field;
+/// it is held, answered inline granting the backward credits, and the
+/// forward Call still gets its own Reply.
+#[test]
+fn hostile_peer_requester_backward_call_with_a_forward_xid_is_not_a_reply() {
+    for vers in [1, 2] {
+        let (net, mut srv, mut cli) = connect_scripted_backward(4, 40 + vers as u64, vers, CREDITS, 2);
+        let id = submit(&mut cli, &NULL).unwrap();
+        pump(&net, &mut srv, &mut cli);
+        let xid = last_xid(&srv);
+        srv.send(&backward_call_msg(vers, xid, 100, EMPTY));
+        pump(&net, &mut srv, &mut cli);
+        assert!(
+            cli.poll_completion().is_none(),
+            "v{vers}: the forward Call is not completed"
+        );
+        let held: Vec<(u32, Vec<u8>)> = cli.backward_calls().map(|(x, m)| (x, m.to_vec())).collect();
+        assert_eq!(held, vec![(xid, backward_call(xid, b"cb"))], "v{vers}");
+        let reply = backward_reply(&held[0].1).unwrap();
+        cli.reply_backward(xid, &reply).unwrap();
+        assert_eq!(
+            cli.reply_backward(xid, &reply),
+            Err(SubmitError::UnknownXid),
+            "answered once"
+        );
+        pump(&net, &mut srv, &mut cli);
+        let h = srv.header(srv.received.len() - 1);
+        assert_eq!(
+            (h.xid, h.credits, h.is_response()),
+            (xid, 2, vers == 2),
+            "v{vers}: {h:?}"
+        );
+        assert_eq!(h.payload(), Some(&reply[..]), "v{vers}");
+        // The forward Reply completes the forward Call.
+        srv.send(&reply_msg(vers, xid, CREDITS));
+        pump(&net, &mut srv, &mut cli);
+        let c = cli.poll_completion().expect("completed");
+        assert_eq!((c.id, c.outcome), (id, CallOutcome::Reply), "v{vers}");
+        cli.release(id);
+        let st = cli.stats();
+        assert_eq!(
+            (st.backward_calls, st.backward_replies, st.unmatched),
+            (1, 1, 0),
+            "v{vers}: {st:?}"
+        );
+        assert_eq!(cli.shutdown(10_000), 0);
+    }
+}
+
+/// A backward Call carrying chunks is refused (RFC 8167 s5.1: backward
+/// messages are inline) with RDMA_ERROR ERR_CHUNK / RDMA2_ERROR for its
+/// XID, and never held; the link stays up.
+#[test]
+fn hostile_peer_requester_refuses_a_backward_call_with_chunks() {
+    for vers in [1, 2] {
+        let (net, mut srv, mut cli) = connect_scripted_backward(5, 50 + vers as u64, vers, CREDITS, 2);
+        let seg = [header::Segment {
+            handle: 7,
+            length: 64,
+            offset: 0x1000,
+        }];
+        let writes: [&[header::Segment]; 1] = [&seg];
+        let chunks = ChunksOut {
+            reads: &[],
+            writes: &writes,
+            reply: None,
+        };
+        let before = srv.received.len();
+        srv.send(&backward_call_msg(vers, 0x5eed, 2, chunks));
+        pump(&net, &mut srv, &mut cli);
+        assert_eq!(cli.backward_held(), 0, "v{vers}");
+        assert_eq!(cli.stats().backward_calls_refused, 1, "v{vers}");
+        assert_eq!(srv.received.len(), before + 1, "v{vers}: answered");
+        let h = srv.header(before);
+        assert_eq!(h.xid, 0x5eed);
+        match h.body {
+            Body::ErrorV1(e) => assert_eq!((vers, e), (1, V1Error::Chunk)),
+            Body::ErrorV2(e) => assert_eq!((vers, e), (2, header::V2Error::BadXdr)),
+            other => panic!("v{vers}: {other:?}"),
+        }
+        assert_eq!(cli.link(), LinkState::Ready);
+        assert_eq!(cli.shutdown(10_000), 0);
+    }
+}
+
+/// More backward Calls than the backward credits (a server that ignores
+/// the grant, RFC 8167 s4.1) are dropped and counted, never held beyond
+/// them; those held are answered; a requester without a backchannel drops
+/// every one.
+#[test]
+fn hostile_peer_requester_drops_backward_calls_beyond_its_credits() {
+    {
+        let (net, mut srv, mut cli) = connect_scripted_backward(6, 61, 1, CREDITS, 2);
+        for k in 0..5 {
+            srv.send(&backward_call_msg(1, 0xb000 + k, 8, EMPTY));
+        }
+        pump(&net, &mut srv, &mut cli);
+        assert_eq!(cli.backward_held(), 2);
+        let st = cli.stats();
+        assert_eq!(
+            (st.backward_calls, st.backward_overruns, st.wc_errors),
+            (2, 3, 0),
+            "{st:?}"
+        );
+        let held: Vec<(u32, Vec<u8>)> = cli.backward_calls().map(|(x, m)| (x, m.to_vec())).collect();
+        for (x, m) in held {
+            cli.reply_backward(x, &backward_reply(&m).unwrap()).unwrap();
+        }
+        assert_eq!(cli.backward_held(), 0);
+        assert_eq!(cli.link(), LinkState::Ready);
+        assert_eq!(cli.shutdown(10_000), 0);
+    }
+    let (net, mut srv, mut cli) = connect_scripted_backward(6, 62, 1, CREDITS, 0);
+    srv.send(&backward_call_msg(1, 0xb100, 8, EMPTY));
+    pump(&net, &mut srv, &mut cli);
+    assert_eq!((cli.backward_held(), cli.stats().backward_unsupported), (0, 1));
+    assert_eq!(cli.shutdown(10_000), 0);
 }

@@ -117,6 +117,31 @@ pub fn check_header(buf: &[u8], limits: &Limits) {
             "chunk-free decode refused a chunk-free MSG"
         ),
     }
+    // The direction a header conveys (RFC 8167; draft -09 s3.2), which the
+    // engines route by before any XID lookup: the v2 flag, or the inline
+    // message's msg_type in v1, as the RPC decoder reads it.
+    if let Ok(h) = &full {
+        let dir = h.rpc_direction();
+        match (h.vers, h.body) {
+            (header::RPCRDMA_VERSION_2, Body::Msg { .. } | Body::NoMsg { .. }) => {
+                let want = if h.is_response() {
+                    header::RpcDirection::Reply
+                } else {
+                    header::RpcDirection::Call
+                };
+                assert_eq!(dir, Some(want));
+            }
+            (header::RPCRDMA_VERSION_1, Body::Msg { payload, .. }) => {
+                let want = match rpc::peek_msg(payload).map(|(_, t)| t) {
+                    Ok(rpc::CALL) => Some(header::RpcDirection::Call),
+                    Ok(rpc::REPLY) => Some(header::RpcDirection::Reply),
+                    _ => None,
+                };
+                assert_eq!(dir, want);
+            }
+            _ => assert_eq!(dir, None),
+        }
+    }
     let h = match full {
         Ok(h) => h,
         Err(e) => {

@@ -146,6 +146,7 @@ impl Pools {
             data_class: self.data,
             ddp,
             pad_read_chunks: false,
+            backward_credits: 0,
         })
     }
 }

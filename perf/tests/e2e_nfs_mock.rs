@@ -250,6 +250,7 @@ impl Mock {
                     send_class: send,
                     data_class: data,
                     remote_invalidation: false,
+                    backward_credits: 0,
                 };
                 let fab = ShmFabric::new(ShmConfig {
                     srq_window: CREDITS,

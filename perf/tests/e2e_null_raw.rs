@@ -97,6 +97,7 @@ impl Server {
                     send_class: send,
                     data_class: data,
                     remote_invalidation: false,
+                    backward_credits: 0,
                 };
                 // Each QP holds at most `srq_window` of the SRQ's receives: one
                 // connection's worth, so every connection gets some.

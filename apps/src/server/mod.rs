@@ -583,6 +583,10 @@ fn add_engine<F: Fabric + 'static>(
         send_class: setup.classes.send,
         data_class: setup.classes.data,
         remote_invalidation: false,
+        // NFSv4.1 callbacks over RDMA (RFC 8167): a few backward Calls in
+        // flight per connection; the receives they need fit the slack the
+        // capacity plan keeps per connection (twice its credits).
+        backward_credits: dataplane::responder::DEFAULT_BACKWARD_CREDITS,
     };
     let regions = setup.pool.regions().to_vec();
     let responder = Responder::new(cfg, fabric, service, setup.pool, &regions, core, Some(addr))

@@ -26,6 +26,18 @@
 //!
 //! Evictions, refusals and timeouts are counted ([`TcpStats`]) and logged at
 //! most once a second per listener, with the counts since the last line.
+//!
+//! The backward direction (RFC 8881 s2.10.3.1: NFSv4.1 callbacks on the
+//! client's own connection; RFC 5531 s9, s11): each connection is offered
+//! to its service as a backchannel ([`Service::backward_channel`]) for as
+//! long as it lives. Backward Calls the service has
+//! ([`Service::poll_backward_call`]) are written as records on the same
+//! socket, between forward Replies (after each Call served, and while the
+//! connection waits for a record); a record whose `msg_type` is REPLY is
+//! the Reply to one of them, handed to [`Service::handle_backward_reply`]
+//! when its XID names a backward Call in flight on this connection and
+//! dropped and counted otherwise. At most [`TCP_BACKWARD_CALLS`] are in
+//! flight per connection.
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -35,7 +47,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use dataplane::fabric::ConnId;
-use dataplane::service::{CallView, ReplyBuilder, Service};
+use dataplane::service::{BackwardChannel, CallView, ReplyBuilder, Service};
 use proto::plan::Piece;
 use proto::rpc::{RecordMark, RM_BYTES};
 
@@ -103,6 +115,14 @@ pub struct TcpStats {
     pub closed_at_shutdown: AtomicU64,
     pub calls: AtomicU64,
     pub bad_records: AtomicU64,
+    /// Backward-direction Calls written to clients.
+    pub backward_calls: AtomicU64,
+    /// Backward-direction Replies handed to the service.
+    pub backward_replies: AtomicU64,
+    /// REPLY records naming no backward Call in flight on their connection,
+    /// and backward Calls the service wrote that were not sent (too long,
+    /// not a Call, an XID in flight): dropped.
+    pub backward_dropped: AtomicU64,
 }
 
 /// A snapshot of [`TcpStats`], summable over listeners.
@@ -117,6 +137,9 @@ pub struct TcpCounts {
     pub closed_at_shutdown: u64,
     pub calls: u64,
     pub bad_records: u64,
+    pub backward_calls: u64,
+    pub backward_replies: u64,
+    pub backward_dropped: u64,
 }
 
 impl TcpCounts {
@@ -131,6 +154,9 @@ impl TcpCounts {
         self.closed_at_shutdown += o.closed_at_shutdown;
         self.calls += o.calls;
         self.bad_records += o.bad_records;
+        self.backward_calls += o.backward_calls;
+        self.backward_replies += o.backward_replies;
+        self.backward_dropped += o.backward_dropped;
     }
 }
 
@@ -148,6 +174,9 @@ impl TcpStats {
             closed_at_shutdown: r(&self.closed_at_shutdown),
             calls: r(&self.calls),
             bad_records: r(&self.bad_records),
+            backward_calls: r(&self.backward_calls),
+            backward_replies: r(&self.backward_replies),
+            backward_dropped: r(&self.backward_dropped),
         }
     }
 }
@@ -499,8 +528,16 @@ impl Clock {
     }
 }
 
+/// A hook [`read_full`] runs between records.
+type IdleHook = fn(&mut TcpStream) -> Result<(), ConnEnd>;
+
+/// No idle hook: [`read_full`] inside a record.
+const NO_IDLE: Option<IdleHook> = None;
+
 /// Read exactly `buf.len()` bytes; `Ok(false)` on a clean end of stream, or
-/// on shutdown, before the first byte of a record (`boundary`). The socket's
+/// on shutdown, before the first byte of a record (`boundary`: then `Some`,
+/// a hook run before waiting and at each wake-up while no byte came: the
+/// backchannel's sends). The socket's
 /// read timeout ([`STOP_POLL`]) wakes it to look at the deadlines and the
 /// flags; the record's deadline starts with its first byte.
 fn read_full(
@@ -508,13 +545,17 @@ fn read_full(
     buf: &mut [u8],
     conn: &ConnCtx<'_>,
     clock: &mut Clock,
-    boundary: bool,
+    mut boundary: Option<impl FnMut(&mut TcpStream) -> Result<(), ConnEnd>>,
 ) -> Result<bool, ConnEnd> {
     let mut n = 0;
+    // Before waiting for a record: what the connection has to send.
+    if let Some(idle) = boundary.as_mut() {
+        idle(sock)?;
+    }
     while n < buf.len() {
         match sock.read(&mut buf[n..]) {
             Ok(0) if conn.slot.is_closed() => return Err(ConnEnd::Closed),
-            Ok(0) if n == 0 && boundary => return Ok(false),
+            Ok(0) if n == 0 && boundary.is_some() => return Ok(false),
             Ok(0) => return Err(io::Error::from(io::ErrorKind::UnexpectedEof).into()),
             Ok(k) => {
                 if clock.record_until.is_none() {
@@ -524,8 +565,12 @@ fn read_full(
             }
             Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
                 // Acquire: pairs with the Release store in `TcpServer::stop_accepting`.
-                if boundary && n == 0 && conn.stop.load(Ordering::Acquire) {
+                if boundary.is_some() && n == 0 && conn.stop.load(Ordering::Acquire) {
                     return Ok(false);
+                }
+                // Woken between records: what came up to send meanwhile.
+                if let (Some(idle), 0) = (boundary.as_mut(), n) {
+                    idle(sock)?;
                 }
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -586,18 +631,120 @@ fn serve_conn(sock: TcpStream, shared: &Arc<NfsShared>, conn: &ConnCtx<'_>) -> R
     r
 }
 
-fn serve_records(mut sock: TcpStream, shared: &Arc<NfsShared>, conn: &ConnCtx<'_>) -> Result<(), ConnEnd> {
+fn serve_records(sock: TcpStream, shared: &Arc<NfsShared>, conn: &ConnCtx<'_>) -> Result<(), ConnEnd> {
     let opts = &conn.opts;
-    sock.set_nonblocking(false)?;
-    sock.set_read_timeout(Some(STOP_POLL))?;
-    sock.set_write_timeout(Some(STOP_POLL))?;
-    sock.set_nodelay(true)?;
     let mut service = NfsService::with_reply_cache(
         shared.clone(),
         opts.service_core,
         ReplyCacheRef::Shared(conn.drc.clone()),
     )
     .map_err(|e| io::Error::other(format!("backend channel: {e}")))?;
+    serve_with(sock, &mut service, conn)
+}
+
+/// Backward Calls in flight at most on one TCP connection: the credits
+/// the backchannel is offered with (TCP itself has none).
+pub const TCP_BACKWARD_CALLS: u16 = 16;
+
+/// A connection's backward direction: the XIDs of the backward Calls in
+/// flight, and the buffer a Call is written into (record mark first).
+struct TcpBackchannel {
+    in_flight: Vec<u32>,
+    buf: Vec<u8>,
+}
+
+impl TcpBackchannel {
+    /// Write the backward Calls the service has for connection `id`, while
+    /// fewer than [`TCP_BACKWARD_CALLS`] are in flight.
+    fn send<S: Service>(
+        &mut self,
+        sock: &mut TcpStream,
+        service: &mut S,
+        id: ConnId,
+        conn: &ConnCtx<'_>,
+    ) -> Result<(), ConnEnd> {
+        while service.has_backward_calls() && self.in_flight.len() < usize::from(TCP_BACKWARD_CALLS) {
+            let room = self.buf.len() - RM_BYTES;
+            let Some(n) = service.poll_backward_call(id, &mut self.buf[RM_BYTES..]) else {
+                return Ok(());
+            };
+            let call = (n <= room)
+                .then(|| proto::rpc::peek_msg(&self.buf[RM_BYTES..RM_BYTES + n]).ok())
+                .flatten();
+            let (xid, mark) = match (call, RecordMark::new(true, n as u32)) {
+                (Some((xid, proto::rpc::CALL)), Ok(mark)) if !self.in_flight.contains(&xid) => (xid, mark),
+                _ => {
+                    conn.stats.backward_dropped.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
+            };
+            self.buf[..RM_BYTES].copy_from_slice(&mark.to_bytes());
+            write_full(
+                sock,
+                &self.buf[..RM_BYTES + n],
+                conn,
+                Instant::now() + conn.opts.write_timeout,
+            )?;
+            self.in_flight.push(xid);
+            conn.stats.backward_calls.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// A REPLY record `msg` with `xid` arrived: the service's when it
+    /// answers a backward Call in flight, dropped and counted otherwise.
+    fn reply<S: Service>(&mut self, service: &mut S, id: ConnId, xid: u32, msg: &[u8], conn: &ConnCtx<'_>) {
+        match self.in_flight.iter().position(|&x| x == xid) {
+            Some(k) => {
+                self.in_flight.swap_remove(k);
+                conn.stats.backward_replies.fetch_add(1, Ordering::Relaxed);
+                service.handle_backward_reply(id, msg);
+            }
+            None => {
+                conn.stats.backward_dropped.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+/// Serve `conn`'s records with `service` until the connection ends; its
+/// backchannel is offered to the service meanwhile and withdrawn at the end,
+/// however it ends.
+fn serve_with<S: Service>(mut sock: TcpStream, service: &mut S, conn: &ConnCtx<'_>) -> Result<(), ConnEnd> {
+    let id = ConnId(conn.id);
+    let max = conn
+        .opts
+        .max_record_bytes
+        .min(proto::rpc::RM_MAX_FRAGMENT_BYTES as usize) as u32;
+    service.backward_channel(
+        id,
+        Some(BackwardChannel {
+            credits: TCP_BACKWARD_CALLS,
+            max_call_bytes: max,
+            max_reply_bytes: max,
+        }),
+    );
+    let mut back = TcpBackchannel {
+        in_flight: Vec::with_capacity(usize::from(TCP_BACKWARD_CALLS)),
+        buf: vec![0u8; RM_BYTES + max as usize],
+    };
+    let r = serve_loop(&mut sock, service, conn, &mut back);
+    service.backward_channel(id, None);
+    r
+}
+
+fn serve_loop<S: Service>(
+    sock: &mut TcpStream,
+    service: &mut S,
+    conn: &ConnCtx<'_>,
+    back: &mut TcpBackchannel,
+) -> Result<(), ConnEnd> {
+    let opts = &conn.opts;
+    let id = ConnId(conn.id);
+    sock.set_nonblocking(false)?;
+    sock.set_read_timeout(Some(STOP_POLL))?;
+    sock.set_write_timeout(Some(STOP_POLL))?;
+    sock.set_nodelay(true)?;
     let mut record = vec![0u8; opts.max_record_bytes];
     // Head room: RPC reply header plus the largest results without the data item.
     let mut head = vec![0u8; 64 * 1024];
@@ -617,7 +764,9 @@ fn serve_records(mut sock: TcpStream, shared: &Arc<NfsShared>, conn: &ConnCtx<'_
         let mut first = true;
         loop {
             let mut mark = [0u8; RM_BYTES];
-            if !read_full(&mut sock, &mut mark, conn, &mut clock, first)? {
+            // Between records: backward Calls go out while we wait.
+            let idle = |sock: &mut TcpStream| back.send(sock, service, id, conn);
+            if !read_full(sock, &mut mark, conn, &mut clock, first.then_some(idle))? {
                 return Ok(());
             }
             first = false;
@@ -626,16 +775,26 @@ fn serve_records(mut sock: TcpStream, shared: &Arc<NfsShared>, conn: &ConnCtx<'_
             if frag > opts.max_record_bytes - len {
                 return Err(ConnEnd::TooLarge(opts.max_record_bytes));
             }
-            read_full(&mut sock, &mut record[len..len + frag], conn, &mut clock, false)?;
+            read_full(sock, &mut record[len..len + frag], conn, &mut clock, NO_IDLE)?;
             len += frag;
             if m.last() {
                 break;
             }
         }
+        let msg = &record[..len];
+        // A Reply is the client answering a backward Call (RFC 5531 s9
+        // `msg_type`; RFC 8881 s2.10.3.1), never a Call to serve.
+        if let Ok((xid, proto::rpc::REPLY)) = proto::rpc::peek_msg(msg) {
+            back.reply(service, id, xid, msg, conn);
+            conn.slot
+                .last_record_ms
+                .store(conn.epoch.elapsed().as_millis() as u64, Ordering::Relaxed);
+            back.send(sock, service, id, conn)?;
+            continue;
+        }
         // Release: the accept loop reads `busy` (Acquire) before evicting.
         conn.slot.busy.store(true, Ordering::Release);
         conn.stats.calls.fetch_add(1, Ordering::Relaxed);
-        let msg = &record[..len];
         let xid = msg.get(..4).map_or(0, |b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]));
         let piece = [Piece::Inline {
             start: 0,
@@ -654,7 +813,7 @@ fn serve_records(mut sock: TcpStream, shared: &Arc<NfsShared>, conn: &ConnCtx<'_
             out.extend_from_slice(&head[..h]);
             out.extend_from_slice(&data[..d]);
             out.extend_from_slice(&[0u8; 3][..shape.pad() as usize]);
-            write_full(&mut sock, &out, conn, Instant::now() + opts.write_timeout)?;
+            write_full(sock, &out, conn, Instant::now() + opts.write_timeout)?;
         }
         // else the service asked to drop the call: no reply (the client
         // retransmits).
@@ -662,5 +821,177 @@ fn serve_records(mut sock: TcpStream, shared: &Arc<NfsShared>, conn: &ConnCtx<'_
             .last_record_ms
             .store(conn.epoch.elapsed().as_millis() as u64, Ordering::Relaxed);
         conn.slot.busy.store(false, Ordering::Release);
+        back.send(sock, service, id, conn)?;
+    }
+}
+
+#[cfg(test)]
+mod backchannel_tests {
+    //! The backward direction on the TCP path (RFC 8881 s2.10.3.1; RFC
+    //! 5531 s9, s11) against a client on a loopback socket.
+
+    use std::collections::VecDeque;
+
+    use dataplane::service::ServiceError;
+
+    use super::*;
+
+    /// What the test service saw, shared with the test thread.
+    #[derive(Debug, Default)]
+    struct Seen {
+        queue: VecDeque<Vec<u8>>,
+        events: Vec<(ConnId, Option<BackwardChannel>)>,
+        replies: Vec<Vec<u8>>,
+        calls: u32,
+    }
+
+    /// Answers every forward Call with an empty success and makes the
+    /// backward Calls queued in [`Seen`].
+    struct Svc(Arc<Mutex<Seen>>);
+
+    impl Service for Svc {
+        fn handle_call(&mut self, call: &CallView<'_>, reply: &mut ReplyBuilder<'_>) -> Result<(), ServiceError> {
+            self.0.lock().unwrap().calls += 1;
+            let words = [call.xid, 1, 0, 0, 0, 0];
+            for (k, w) in words.iter().enumerate() {
+                reply.head_mut()[4 * k..4 * k + 4].copy_from_slice(&w.to_be_bytes());
+            }
+            reply.set_head_len(24);
+            Ok(())
+        }
+        fn has_backward_calls(&self) -> bool {
+            !self.0.lock().unwrap().queue.is_empty()
+        }
+        fn poll_backward_call(&mut self, _conn: ConnId, buf: &mut [u8]) -> Option<usize> {
+            let m = self.0.lock().unwrap().queue.pop_front()?;
+            buf.get_mut(..m.len())?.copy_from_slice(&m);
+            Some(m.len())
+        }
+        fn handle_backward_reply(&mut self, _conn: ConnId, msg: &[u8]) {
+            self.0.lock().unwrap().replies.push(msg.to_vec());
+        }
+        fn backward_channel(&mut self, conn: ConnId, chan: Option<BackwardChannel>) {
+            self.0.lock().unwrap().events.push((conn, chan));
+        }
+    }
+
+    fn words(ws: &[u32]) -> Vec<u8> {
+        ws.iter().flat_map(|w| w.to_be_bytes()).collect()
+    }
+
+    /// A record: the last-fragment mark and `msg`.
+    fn record(msg: &[u8]) -> Vec<u8> {
+        let mut r = RecordMark::new(true, msg.len() as u32).unwrap().to_bytes().to_vec();
+        r.extend_from_slice(msg);
+        r
+    }
+
+    /// Read one record (one fragment) from the client socket.
+    fn read_record(c: &mut TcpStream) -> Vec<u8> {
+        let mut mark = [0u8; RM_BYTES];
+        c.read_exact(&mut mark).unwrap();
+        let m = RecordMark::from_bytes(mark);
+        let mut msg = vec![0u8; m.len() as usize];
+        c.read_exact(&mut msg).unwrap();
+        msg
+    }
+
+    /// A backward Call (CB_NULL-like: program 0x40000000, AUTH_NONE).
+    fn cb_call(xid: u32) -> Vec<u8> {
+        words(&[xid, 0, 2, 0x4000_0000, 1, 0, 0, 0, 0, 0])
+    }
+
+    fn cb_reply(xid: u32) -> Vec<u8> {
+        words(&[xid, 1, 0, 0, 0, 0, 0xfeed])
+    }
+
+    /// Backward Calls written on the client's own connection while it is
+    /// idle and between forward Replies; the client's REPLY records reach
+    /// `handle_backward_reply` intact; a Reply naming no backward Call in
+    /// flight is dropped and counted; forward Calls are served as before;
+    /// the channel is offered once and withdrawn when the connection ends.
+    #[test]
+    fn backchannel_tcp_calls_answered_on_the_same_socket() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (sock, peer) = listener.accept().unwrap();
+        let seen = Arc::new(Mutex::new(Seen::default()));
+        seen.lock().unwrap().queue.push_back(cb_call(0xcb01));
+        let stop = Arc::new(AtomicBool::new(false));
+        let stats = Arc::new(TcpStats::default());
+        let slot = Arc::new(Slot {
+            sock: sock.try_clone().unwrap(),
+            last_record_ms: AtomicU64::new(0),
+            busy: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
+        });
+        let opts = TcpOptions {
+            max_conns: 4,
+            max_record_bytes: 4096,
+            max_data_bytes: 4096,
+            service_core: 0,
+            idle_timeout: Duration::from_secs(10),
+            record_timeout: Duration::from_secs(10),
+            write_timeout: Duration::from_secs(10),
+            shutdown_grace: Duration::from_secs(1),
+        };
+        let server = {
+            let (seen, stop, stats, slot) = (seen.clone(), stop.clone(), stats.clone(), slot.clone());
+            std::thread::spawn(move || {
+                let conn = ConnCtx {
+                    id: 7,
+                    peer,
+                    drc: Arc::new(Mutex::new(ReplyCache::new(DRC_ENTRIES))),
+                    opts,
+                    stop: &stop,
+                    stats: &stats,
+                    slot: &slot,
+                    epoch: Instant::now(),
+                };
+                serve_with(sock, &mut Svc(seen), &conn)
+            })
+        };
+        client.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        // The first backward Call goes out before any forward Call.
+        assert_eq!(read_record(&mut client), cb_call(0xcb01));
+        // A stranger's Reply, then the true one.
+        client.write_all(&record(&cb_reply(0xdead))).unwrap();
+        client.write_all(&record(&cb_reply(0xcb01))).unwrap();
+        // A forward Call is served, and a backward Call queued meanwhile
+        // follows its Reply.
+        seen.lock().unwrap().queue.push_back(cb_call(0xcb02));
+        client
+            .write_all(&record(&words(&[0x1001, 0, 2, 100003, 4, 0, 0, 0, 0, 0])))
+            .unwrap();
+        let mut got = vec![read_record(&mut client), read_record(&mut client)];
+        got.sort();
+        let mut want = vec![words(&[0x1001, 1, 0, 0, 0, 0]), cb_call(0xcb02)];
+        want.sort();
+        assert_eq!(got, want);
+        client.write_all(&record(&cb_reply(0xcb02))).unwrap();
+        let t0 = Instant::now();
+        while seen.lock().unwrap().replies.len() < 2 && t0.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        drop(client);
+        let r = server.join().unwrap();
+        assert!(r.is_ok(), "{r:?}");
+        let s = seen.lock().unwrap();
+        assert_eq!(s.replies, vec![cb_reply(0xcb01), cb_reply(0xcb02)]);
+        assert_eq!(s.calls, 1, "the Replies were never served as Calls");
+        let events: Vec<bool> = s
+            .events
+            .iter()
+            .map(|(c, ch)| {
+                assert_eq!(*c, ConnId(7));
+                ch.is_some()
+            })
+            .collect();
+        assert_eq!(events, vec![true, false], "offered once, withdrawn at the end");
+        let c = stats.snapshot();
+        assert_eq!(
+            (c.backward_calls, c.backward_replies, c.backward_dropped, c.calls),
+            (2, 2, 1, 1)
+        );
     }
 }

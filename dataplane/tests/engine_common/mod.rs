@@ -77,6 +77,7 @@ pub fn responder_cfg(p: &Pools, versions: VersionRange, credits: u32, max_conns:
         send_class: p.send,
         data_class: p.data,
         remote_invalidation: false,
+        backward_credits: 0,
     }
 }
 
@@ -90,6 +91,7 @@ pub fn requester_cfg(p: &Pools, versions: VersionRange, credits: u32) -> Request
         send_class: p.send,
         data_class: p.data,
         ddp: true,
+        backward_credits: 0,
         pad_read_chunks: false,
     }
 }

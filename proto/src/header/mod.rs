@@ -743,6 +743,37 @@ impl<'a> Header<'a> {
     pub fn is_response(&self) -> bool {
         self.flags & RPCRDMA2_F_RESPONSE != 0
     }
+    /// Which way the RPC message this header conveys goes (RFC 8167 s3):
+    /// in v2 the RPCRDMA2_F_RESPONSE flag of an RDMA2_MSG / RDMA2_NOMSG
+    /// says (draft -09 s3.2; the decoder checked it against an inline
+    /// message's `msg_type`); in v1 the `msg_type` of an RDMA_MSG's inline
+    /// message does (RFC 8167 s5; RFC 5531 s9: CALL 0, REPLY 1). `None`
+    /// when nothing tells: no RPC message (errors, DONE, CONNPROP), a v1
+    /// RDMA_NOMSG or RDMA_MSGP, or a `msg_type` that is neither. Lets a
+    /// receiver of both directions route a message before any XID lookup.
+    #[inline(always)]
+    pub fn rpc_direction(&self) -> Option<RpcDirection> {
+        let reply = match self.body {
+            Body::Msg { .. } | Body::NoMsg { .. } if self.vers == RPCRDMA_VERSION_2 => self.is_response(),
+            Body::Msg { payload, .. } if self.vers == RPCRDMA_VERSION_1 => match payload.get(4..8)? {
+                [0, 0, 0, 0] => false,
+                [0, 0, 0, 1] => true,
+                _ => return None,
+            },
+            _ => return None,
+        };
+        Some(if reply { RpcDirection::Reply } else { RpcDirection::Call })
+    }
+}
+
+/// The direction of an RPC message a transport header conveys
+/// ([`Header::rpc_direction`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RpcDirection {
+    /// An RPC Call (forward from a requester, backward from a responder).
+    Call,
+    /// An RPC Reply.
+    Reply,
 }
 
 /// The first three words of every header (RFC 8166 s4.2; draft s3.1), readable

@@ -53,10 +53,24 @@ impl<'p, F: Fabric> Requester<'p, F> {
         let xid = 0x8000_0000 | self.next_xid;
         self.next_xid = self.next_xid.wrapping_add(1);
         let rb = self.recv_size.to_be_bytes();
-        let props = [Property {
-            id: RDMA2_PROPID_RBSIZ,
-            data: &rb,
-        }];
+        // Reverse Request Support (draft -09 s4.2.2): inline backward
+        // Calls when the backchannel is on, none otherwise (the default,
+        // when nothing is said, would be INLINE).
+        let brs = match self.cfg.backward_credits {
+            0 => header::RDMA2_RVREQSUP_NONE,
+            _ => header::RDMA2_RVREQSUP_INLINE,
+        }
+        .to_be_bytes();
+        let props = [
+            Property {
+                id: RDMA2_PROPID_RBSIZ,
+                data: &rb,
+            },
+            Property {
+                id: header::RDMA2_PROPID_BRS,
+                data: &brs,
+            },
+        ];
         let h = HeaderOut {
             xid,
             vers,
@@ -120,6 +134,7 @@ impl<'p, F: Fabric> Requester<'p, F> {
         if let Some(b) = self.connprop_buf.take() {
             self.bufs.put(b);
         }
+        self.drop_backward_calls();
     }
 
     pub(super) fn after_negotiation_input(&mut self) {

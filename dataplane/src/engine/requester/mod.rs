@@ -16,6 +16,10 @@
 //!   falls back to v1 after ERR_VERS.
 //! - Persistent registrations must not be invalidated remotely, so this requester
 //!   advertises no RFC 8797 R flag and sends `rdma_inv_handle` 0 (draft s3.3).
+//! - An opt-in backchannel (RFC 8167; [`RequesterConfig::backward_credits`]):
+//!   backward Calls from the responder are held for the user
+//!   ([`Requester::backward_calls`]) and answered inline with
+//!   [`Requester::reply_backward`]; the rules are in [`backward`].
 //!
 //! Every method is called from the core that owns the requester.
 
@@ -37,6 +41,7 @@ use crate::queue::Slab;
 use crate::service::EngineError;
 use crate::stages::{StageTimer, Stamp};
 
+pub mod backward;
 mod conn;
 mod reply;
 mod submit;
@@ -44,6 +49,8 @@ mod submit;
 const TAG_RECV: u8 = 1;
 const TAG_CALL: u8 = 2;
 const TAG_CTRL: u8 = 3;
+/// A backward-direction answer's Send; the index is its buffer.
+const TAG_BACK: u8 = 4;
 
 pub use super::{CM_POLL_INTERVAL, CQ_BATCH};
 
@@ -64,6 +71,11 @@ pub struct RequesterConfig {
     pub ddp: bool,
     /// Include XDR padding in Read chunks (RFC 8166 s3.4.5.2 SHOULD NOT; for tests).
     pub pad_read_chunks: bool,
+    /// The backchannel (RFC 8167): backward Calls from the responder this
+    /// requester takes at once (its backward credits, s4.1), with one
+    /// receive posted for each beside the forward ones (s4.3.1). 0: off
+    /// (a v2 RDMA2_CONNPROP then says RDMA2_RVREQSUP_NONE).
+    pub backward_credits: u32,
 }
 
 /// Why a submit was refused.
@@ -79,6 +91,9 @@ pub enum SubmitError {
     Plan(plan::PlanError),
     #[error("the call is larger than its buffer")]
     TooLarge,
+    /// [`Requester::reply_backward`]: no backward Call with that XID is held.
+    #[error("no backward Call with that XID is held")]
+    UnknownXid,
 }
 
 /// How a Call ended.
@@ -248,6 +263,20 @@ pub struct RequesterStats {
     pub ignored: u64,
     pub wc_errors: u64,
     pub fallbacks_to_v1: u64,
+    /// Backward-direction Calls received and held for the user (RFC 8167).
+    pub backward_calls: u64,
+    /// Backward Replies sent ([`Requester::reply_backward`]).
+    pub backward_replies: u64,
+    /// Backward Calls refused with an error for carrying chunks (RFC 8167
+    /// s5.1).
+    pub backward_calls_refused: u64,
+    /// Backward Calls beyond the backward credits (more held than
+    /// `backward_credits`): dropped.
+    pub backward_overruns: u64,
+    /// Backward Calls received with the backchannel off: dropped.
+    pub backward_unsupported: u64,
+    /// Held backward Calls dropped with their connection.
+    pub backward_lost: u64,
 }
 
 /// Connection lifecycle.
@@ -299,6 +328,10 @@ pub struct Requester<'p, F: Fabric> {
     connprop_xid: Option<u32>,
     connprop_buf: Option<BufRef>,
     completions: std::collections::VecDeque<Completed>,
+    /// Backward Calls held for the user (at most `backward_credits`), and
+    /// backward answers whose Send has not completed.
+    bc_held: Vec<backward::HeldCall>,
+    bc_sends_out: u32,
     stats: RequesterStats,
     wcs: [Completion; CQ_BATCH],
     /// Stage timing ([`crate::stages`]): the laps; the origin of the Call
@@ -352,7 +385,7 @@ impl<'p, F: Fabric> Requester<'p, F> {
         for r in regions {
             fabric.register_region(r, RegionAccess::Exposable)?;
         }
-        let cq = fabric.create_cq(cfg.credits * 2 + cfg.send_depth + 8)?;
+        let cq = fabric.create_cq(cfg.credits * 2 + cfg.send_depth + 8 + 2 * cfg.backward_credits)?;
         let ncfg = negotiate::Config::new(cfg.versions, send_size, recv_size)
             .map_err(|e| EngineError::Config(e.to_string()))?;
         let slots = (cfg.credits.max(1) as usize).next_power_of_two();
@@ -363,6 +396,8 @@ impl<'p, F: Fabric> Requester<'p, F> {
             calls: Slab::with_capacity(slots),
             slot_hdr: vec![None; slots].into_boxed_slice(),
             completions: std::collections::VecDeque::with_capacity(slots + 1),
+            bc_held: Vec::with_capacity(cfg.backward_credits as usize),
+            bc_sends_out: 0,
             cfg,
             fabric,
             cq,
@@ -426,15 +461,16 @@ impl<'p, F: Fabric> Requester<'p, F> {
         let qp = QpConfig {
             cq: self.cq,
             srq: None,
-            send_depth: self.cfg.send_depth,
-            recv_depth: self.cfg.credits + 2,
+            send_depth: self.cfg.send_depth + self.cfg.backward_credits,
+            recv_depth: self.cfg.credits + 2 + self.cfg.backward_credits,
             ..QpConfig::default()
         };
         let id = self.fabric.connect(addr, &qp, &pd[..n])?;
         self.conn = Some(id);
         self.link = LinkState::Connecting;
-        // Receives: one per credit, plus one for an unsolicited message.
-        for _ in 0..self.cfg.credits + 1 {
+        // Receives: one per credit, plus one for an unsolicited message,
+        // plus one per backward credit (RFC 8167 s4.3.1).
+        for _ in 0..self.cfg.credits + 1 + self.cfg.backward_credits {
             if !self.post_recv() {
                 break;
             }
@@ -624,11 +660,12 @@ impl<'p, F: Fabric> Requester<'p, F> {
         }
         for _ in 0..max_polls {
             self.poll();
-            if self.link == LinkState::Failed && self.recvs_posted == 0 {
+            if self.link == LinkState::Failed && self.recvs_posted == 0 && self.bc_sends_out == 0 {
                 break;
             }
         }
         while self.completions.pop_front().is_some() {}
+        self.drop_backward_calls();
         let ids: Vec<u32> = self.calls.used_indices().collect();
         for i in ids {
             self.free_call(i);

@@ -22,6 +22,7 @@ impl<'p, F: Fabric> Requester<'p, F> {
             }
             // The CONNPROP buffer is freed when its answer arrives or the link fails.
             TAG_CTRL if !wc.status.is_success() => self.on_wc_error(wc.status),
+            TAG_BACK => self.backward_send_done(wc),
             _ => {}
         }
     }
@@ -49,6 +50,14 @@ impl<'p, F: Fabric> Requester<'p, F> {
         };
         // Version negotiation answers (CONNPROP or the first v1 call).
         let decoded = header::decode(msg, &self.cfg.limits);
+        // A backward-direction Call is told apart before any XID lookup
+        // (RFC 8167 s5.1; draft -09 s3.2): it answers nothing of ours.
+        if let Ok(h) = decoded {
+            if backward::carries_rpc_call(&h) {
+                self.take_backward_call(b, &h);
+                return;
+            }
+        }
         if Some(prefix.xid) == self.connprop_xid {
             self.connprop_xid = None;
             if let Some(cb) = self.connprop_buf.take() {
@@ -179,8 +188,9 @@ impl<'p, F: Fabric> Requester<'p, F> {
     /// `payload_at`) stays in receive buffer `b`, and the Call is reported
     /// with `outcome`. A reply implies the Send was delivered; its completion
     /// may still be pending in the CQ, but the buffers are no longer used by
-    /// the device.
-    #[inline]
+    /// the device. Inlined into both callers: a Reply's completion is the
+    /// requester's hot path.
+    #[inline(always)]
     pub(super) fn complete_call(&mut self, i: u32, b: BufRef, len: u32, payload_at: u32, outcome: CallOutcome) {
         let Some(c) = self.calls.get_mut(i) else { return };
         if c.window_count > 0 {
@@ -221,6 +231,10 @@ impl<'p, F: Fabric> Requester<'p, F> {
         let Some(h) = header::decode_chunk_free_msg(msg) else {
             return false;
         };
+        // A backward Call goes the general way (RFC 8167 s5.1).
+        if backward::carries_rpc_call(&h) {
+            return false;
+        }
         let Some((i, c)) = self.find_call_mut(h.xid) else {
             return false;
         };

@@ -180,8 +180,10 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
             let Some(c) = conns.get_mut(conn).and_then(Option::as_mut) else {
                 return Step::Wait;
             };
-            // A v2 RESPONSE is refused by the general path (draft s3.2).
-            let steady = c.neg.version() == Some(h.vers) && !(h.vers == RPCRDMA_VERSION_2 && h.is_response());
+            // An RPC Reply (a backward-direction Reply, or a v2 RESPONSE
+            // that is none) takes the general path (RFC 8167 s5.2; draft
+            // s3.2).
+            let steady = c.neg.version() == Some(h.vers) && !backward::carries_rpc_reply(&h);
             if steady {
                 if !admit(c, r, stats, h.credits) {
                     return self.overrun(i, conn);
@@ -269,27 +271,49 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
                 if let Some(c) = conns.get_mut(conn).and_then(Option::as_mut) {
                     let _ = c.neg.set_peer_receive_size(props.rbsiz());
                     c.send_max = c.neg.reply_inline_threshold_bytes();
+                    // The peer's Reverse Request Support (draft -09 s4.2.2):
+                    // NONE closes the backchannel, anything else allows
+                    // inline backward Calls (the only kind sent).
+                    c.back.refused = props.brs() == header::RDMA2_RVREQSUP_NONE;
                 }
                 Some(Control::ConnProp)
             }
             // RFC 8166 s4.6: no longer used; answer ERR_CHUNK.
             Body::MsgP { .. } => Some(Control::ErrorV1(header::V1Error::Chunk)),
-            // RDMA_DONE is ignored (s4.6); errors never flow to a responder.
+            // An error answering a backward Call withdraws the backchannel
+            // (`backward_error`).
+            Body::ErrorV1(_) | Body::ErrorV2(_) if self.cfg.backward_credits > 0 => {
+                let xid = h.xid;
+                self.backward_error(conn, xid);
+                self.drop_call(i, false);
+                return Step::Wait;
+            }
+            // RDMA_DONE is ignored (s4.6); errors answer no forward Call.
             Body::Done | Body::ErrorV1(_) | Body::ErrorV2(_) => {
                 stats.ignored += 1;
                 self.drop_call(i, false);
                 return Step::Wait;
             }
         };
+        let (reply, vers, requested) = (backward::carries_rpc_reply(h), h.vers, h.credits);
+        // A version fixed opens the backchannel, once a v2 peer's CONNPROP
+        // had its say (RFC 8167; draft -09 s4.2.2: BRS defaults to inline
+        // support).
+        self.refresh_backward(conn);
         if let Some(ctl) = refuse {
             return self.control(i, ctl);
         }
-        // A v2 Call must not carry RESPONSE (draft s3.2): such a message is a
-        // reverse-direction reply, which this responder does not use.
-        if h.vers == RPCRDMA_VERSION_2 && h.is_response() {
-            return self.control(i, Control::ErrorV2(header::V2Error::BadXdr));
+        // An RPC Reply is a backward-direction Reply (RFC 8167 s5.2; in v2
+        // the RESPONSE flag, draft s3.2): never a Call. Without a
+        // backchannel a v2 one is answered as a Call that must not carry
+        // RESPONSE.
+        if reply {
+            if vers == RPCRDMA_VERSION_2 && self.cfg.backward_credits == 0 {
+                return self.control(i, Control::ErrorV2(header::V2Error::BadXdr));
+            }
+            self.set_state(i, ReqState::BackwardReply);
+            return Step::Continue;
         }
-        let requested = h.credits;
         if !self.admit_call(i, conn, requested) {
             return Step::Wait;
         }

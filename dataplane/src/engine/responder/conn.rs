@@ -48,6 +48,7 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
                             send_max,
                             remote_inv: private_data::remote_invalidation_allowed(&ours, &peer.data()),
                             peer: self.fabric.peer_addr(id),
+                            back: Backchannel::new(self.cfg.backward_credits),
                         });
                         self.conn_by_id.insert(id, slot);
                         self.accepting += 1;
@@ -62,6 +63,11 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
                         c.state = ConnState::Up;
                         self.accepting -= 1;
                     }
+                }
+                // A version fixed before the event was seen opens the
+                // backchannel now.
+                if let Some(&slot) = self.conn_by_id.get(&conn) {
+                    self.refresh_backward(slot);
                 }
             }
             CmEvent::Disconnected { conn } | CmEvent::Unreachable { conn } | CmEvent::Rejected { conn, .. } => {
@@ -102,6 +108,9 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
             let _ = self.fabric.disconnect(id);
         }
         self.stats.conns_closed += 1;
+        // The service hears the backchannel is gone; backward Calls in
+        // flight get no Reply (their slots drain with the requests below).
+        self.refresh_backward(slot);
         // Requests of this connection leave every pending queue.
         let reqs = &self.reqs;
         let of_conn = |i: u32| reqs.get(i).is_some_and(|r| r.conn == slot);

@@ -55,6 +55,8 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
                 ReqState::Execute | ReqState::NeedReplyBufs | ReqState::Resume => self.step_execute(i),
                 ReqState::NeedSendSlots => self.step_send(i),
                 ReqState::NeedControlSend => self.step_control(i),
+                ReqState::BackwardCall => self.step_backward_call(i),
+                ReqState::BackwardReply => self.step_backward_reply(i),
             };
             match next {
                 Step::Continue => continue,
@@ -128,6 +130,7 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         // The send and head buffers stay with the slot.
         let held = [r.recv.take(), r.chunk_buf.take(), r.data_buf.take()];
         let conn = r.conn;
+        let backward = std::mem::take(&mut r.backward);
         // The generation stays (the next request in this slot takes the next
         // one); `start` resets the rest when the slot is reused.
         r.state = ReqState::Free;
@@ -137,6 +140,9 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         self.bufs.put_all(held);
         let forget = self.conn_mut(conn).is_some_and(|c| {
             crate::count::dec(&mut c.requests, "connection requests live");
+            if backward {
+                super::backward::backward_slot_released(c);
+            }
             c.state == ConnState::Dead && c.requests == 0
         });
         if forget {

@@ -36,6 +36,9 @@
 //!   connection; an overrun closes the connection (RFC 8166 s3.3.1).
 //! - Versions: one listener takes v1 and v2; the first accepted message fixes the
 //!   connection's version (draft s7.3); a v2 RDMA2_CONNPROP is answered with ours.
+//! - The backward direction (RFC 8167; draft -09 s3.2, s4.2.2): with
+//!   [`ResponderConfig::backward_credits`] set, the service may call the
+//!   client on the same connection; the rules followed are in [`backward`].
 //!
 //! All methods are called from the core that owns the responder.
 
@@ -53,13 +56,19 @@ use proto::plan::{self, ReadLimits, ReadPlan, ReplyHeaderOut, ReplyKind, ReplyPl
 use proto::private_data::{self, PrivateData as Rfc8797};
 
 use crate::bufs::{Class, EngineBufs};
-use crate::credits::ResponderCredits;
+use crate::credits::{RequesterCredits, ResponderCredits};
 use crate::fabric::*;
 use crate::queue::{IndexQueue, Slab};
-use crate::service::{CallView, DeferToken, EngineError, ReplyBuilder, ReplyShape, Service, ServiceError};
+use crate::service::{
+    BackwardChannel, CallView, DeferToken, EngineError, ReplyBuilder, ReplyShape, Service, ServiceError,
+};
+
 use crate::stages::{StageTimer, Stamp};
+use backward::Backchannel;
+pub use backward::{DEFAULT_BACKWARD_CREDITS, MAX_BACKWARD_CREDITS};
 
 mod admit;
+pub mod backward;
 mod conn;
 mod execute;
 mod machine;
@@ -115,6 +124,13 @@ pub struct ResponderConfig {
     pub data_class: ClassId,
     /// Advertise and use remote invalidation (RFC 8797 R flag) in v1.
     pub remote_invalidation: bool,
+    /// The backward direction (RFC 8167): the backward Calls this responder
+    /// keeps in flight on one connection at most (its backward credit
+    /// request, RFC 8167 s4.1), and the receives it reserves per connection
+    /// for their Replies (s4.3.2), apart from the forward credits. 0: no
+    /// backchannel (backward Calls are never sent; a v2 CONNPROP answer says
+    /// RDMA2_RVREQSUP_NONE). At most [`MAX_BACKWARD_CREDITS`].
+    pub backward_credits: u32,
 }
 
 impl ResponderConfig {
@@ -129,12 +145,18 @@ impl ResponderConfig {
     /// lives until then, while the credit comes back when the reply is
     /// posted). Every received message counts, Call or not; a connection
     /// that would go beyond its share is closed.
+    /// A connection's backward Calls hold request slots too (until their
+    /// Send completes; at most [`Self::backward_credits`] at once), so the
+    /// share has room for them: a backward Reply, which is handed over and
+    /// released in the turn it arrives, then finds one.
     pub fn conn_share(&self) -> u32 {
-        self.credits + self.send_depth
+        self.credits + self.send_depth + self.backward_credits
     }
-    /// Depth of the shared receive queue.
+    /// Depth of the shared receive queue: every connection's forward
+    /// credits and the receives its backward Replies may need (RFC 8167
+    /// s4.3.2: one per backward Call that may be outstanding).
     pub fn srq_depth(&self) -> u32 {
-        self.max_conns * self.credits
+        self.max_conns * (self.credits + self.backward_credits)
     }
 }
 
@@ -205,6 +227,25 @@ pub struct ResponderStats {
     /// depth after a refill (the receive pool was empty): their grant then
     /// promised receives not yet posted. Zero while the pool has buffers.
     pub grants_ahead_of_receives: u64,
+    /// Backward-direction Calls posted (RFC 8167 s5.1).
+    pub backward_calls: u64,
+    /// Backward-direction Replies matched to their Calls and handed to the
+    /// service ([`Service::handle_backward_reply`]).
+    pub backward_replies: u64,
+    /// Backward Calls the service wrote that were not sent: longer than the
+    /// buffer, not an RPC Call, or an XID already in flight on the
+    /// connection.
+    pub backward_calls_refused: u64,
+    /// Backward-direction Replies dropped without trust: their XID names no
+    /// backward Call in flight on the connection (unknown, answered already,
+    /// or beyond the backward credits).
+    pub backward_replies_dropped: u64,
+    /// Backward-direction Replies refused for carrying chunks (RFC 8167
+    /// s5.1-5.2: backward messages are inline); their Call ends unanswered.
+    pub backward_replies_refused: u64,
+    /// RDMA_ERROR / RDMA2_ERROR messages answering a backward Call: the
+    /// connection's backchannel is withdrawn.
+    pub backward_errors: u64,
 }
 
 impl ResponderStats {
@@ -251,6 +292,13 @@ pub enum ReqState {
     Deferred,
     /// Reported ready: build the reply with [`Service::resume`].
     Resume,
+    /// A backward-direction Call (RFC 8167 s5.1), its transport header and
+    /// RPC message written into the slot's send buffer and its backward
+    /// credit taken: waiting for a send-queue slot. Then `Sending`.
+    BackwardCall,
+    /// A received backward-direction Reply (RFC 8167 s5.2; draft -09 s3.2):
+    /// matched to its Call, handed to the service, released.
+    BackwardReply,
     /// Reply planned; waiting for send-queue slots.
     NeedSendSlots,
     /// Writes and Send posted; waiting for their completions.
@@ -369,6 +417,13 @@ struct Request<'p> {
     failed: bool,
     /// The Call carried no chunks (an RDMA_MSG with three empty lists).
     chunk_free: bool,
+    /// A backward-direction Call (RFC 8167 s5.1) the engine sends: it holds
+    /// one of its connection's backward slots (`Backchannel::slots`) until
+    /// it is released.
+    backward: bool,
+    /// A backward Call's Send length (header and RPC message), in the send
+    /// buffer. Written before it is read (`start_backward_calls`).
+    backward_len: u32,
     /// When the poll that delivered the Call returned (stage timing only;
     /// zero-sized without the `stage-timing` feature).
     t0: Stamp,
@@ -385,6 +440,21 @@ impl<'p> Request<'p> {
     fn start(&mut self, conn: u32, recv: BufRef, recv_len: u32) {
         self.recv = Some(recv);
         self.recv_len = recv_len;
+        self.reset(conn);
+    }
+
+    /// [`Self::start`] without a received message: a backward Call the
+    /// engine is about to send (RFC 8167 s5.1).
+    fn start_backward(&mut self, conn: u32) {
+        self.recv = None;
+        self.recv_len = 0;
+        self.reset(conn);
+        self.backward = true;
+    }
+
+    /// Every per-request field of [`Self::start`] but the received message.
+    #[inline(always)]
+    fn reset(&mut self, conn: u32) {
         self.hdr = None;
         self.state = ReqState::New;
         self.gen = self.gen.wrapping_add(1);
@@ -405,6 +475,7 @@ impl<'p> Request<'p> {
         self.sq_need = 0;
         self.failed = false;
         self.chunk_free = false;
+        self.backward = false;
     }
 
     /// Reserve the reply buffers (a send buffer for the transport header and
@@ -546,6 +617,8 @@ struct Conn {
     remote_inv: bool,
     /// The peer's IP address, for the service's access control.
     peer: Option<std::net::IpAddr>,
+    /// The backward direction (RFC 8167) on this connection.
+    back: Backchannel,
 }
 
 /// The responder engine for one core. Generic over the fabric provider `F` and
@@ -630,6 +703,11 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
     ) -> Result<Self, ResponderError> {
         if cfg.credits == 0 || cfg.max_conns == 0 {
             return Err(EngineError::Config("credits and max_conns must be at least 1".into()));
+        }
+        if cfg.backward_credits > MAX_BACKWARD_CREDITS {
+            return Err(EngineError::Config(format!(
+                "backward_credits must be at most {MAX_BACKWARD_CREDITS}"
+            )));
         }
         let class_size = |c: ClassId| pool.class_info(c).map(|i| i.buf_size as u32);
         let (Some(recv_size), Some(send_size), Some(data_size)) = (
@@ -769,6 +847,11 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         }
         if self.srq_deficit > 0 {
             self.refill_srq();
+        }
+        // Backward-direction Calls (RFC 8167): a service that never has any
+        // (the default) makes this test a constant.
+        if self.service.has_backward_calls() {
+            work += self.start_backward_calls();
         }
         work += self.drain_pending();
         // RDMA Reads posted this turn may have completed already (a provider

@@ -158,10 +158,23 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
             },
         };
         let rbsiz = self.recv_size.to_be_bytes();
-        let props = [Property {
-            id: RDMA2_PROPID_RBSIZ,
-            data: &rbsiz,
-        }];
+        // Our Reverse Request Support (draft -09 s4.2.2): backward Replies
+        // are taken inline only, and not at all without a backchannel.
+        let brs = match self.cfg.backward_credits {
+            0 => header::RDMA2_RVREQSUP_NONE,
+            _ => header::RDMA2_RVREQSUP_INLINE,
+        }
+        .to_be_bytes();
+        let props = [
+            Property {
+                id: RDMA2_PROPID_RBSIZ,
+                data: &rbsiz,
+            },
+            Property {
+                id: header::RDMA2_PROPID_BRS,
+                data: &brs,
+            },
+        ];
         let out = send_b.bytes_mut();
         // The answer's version, flags and body (RFC 8166 s4.5; draft s5.3.3,
         // s7.2); an ERR_VERS for a version we do not speak goes in the v1
