@@ -54,7 +54,7 @@ if [[ " $STEPS " == *" tshark "* ]]; then
     printf '#!/bin/sh\nNFS_VERS=4.2 PAIR_TCP=1 PAIR_SERVER=ours exec bash /host/guest/pair.sh client\n' >"$STAGE/pair-client.sh"
     bash "$VM" pair -c 2 -s "$STAGE" -p "$STAGE/out/pair4.pcap" "$STAGE/pair-server.sh" "$STAGE/pair-client.sh" 2>&1 |
         tr -d '\r' >"$STAGE/pair.log" || pair_rc=${PIPESTATUS[0]}
-    grep -E '^(not )?ok' "$STAGE"/out/pair-*/checks.txt 2>/dev/null
+    grep -hE "^(not )?ok" "$STAGE"/out/pair-*/checks.txt 2>/dev/null
     [ -s "$STAGE/out/pair-client/checks.txt" ] || unavailable "the client guest of the pair never ran its script (log: $STAGE/pair.log)"
     echo "PAIR_PCAP=pair4.pcap" >>"$STAGE/env.sh"
 fi
@@ -73,7 +73,8 @@ need=()
 [[ " $STEPS " == *" tshark "* ]] && need+=("pair: umount" "pair tcp: umount" "pair4: malformed frames")
 [[ " $STEPS " == *" restart "* ]] && need+=("restart vers=4.2 rdma: all ")
 [[ " $STEPS " == *" locks "* ]] && need+=("locks vers=4.1 rdma: as many cases" "locks vers=4.2 rdma: as many cases")
-[[ " $STEPS " == *" nconnect "* ]] && need+=("nconnect=4 vers=4.1 rdma: every transport" "nconnect=4 vers=4.2 rdma: every transport")
+[[ " $STEPS " == *" nconnect "* ]] && need+=("nconnect=4 vers=4.1 rdma: every transport" "nconnect=4 vers=4.2 rdma: every transport"
+    "nconnect=4 vers=4.1 tcp: every transport" "nconnect=4 vers=4.2 tcp: every transport")
 [[ " $STEPS " == *" fio "* ]] && need+=("kernel: fio seq-write-1m-qd4" "ours: fio seq-write-1m-qd4")
 missing=0
 for n in "${need[@]}"; do

@@ -10,9 +10,10 @@
 #                  and every file reads back with its checksum after a remount
 #   nfs4_locks     locks.py on a local file and on vers=4.1 and vers=4.2 RDMA
 #                  mounts: every case as on the local file system
-#   nfs4_nconnect  vers=4.1 and vers=4.2 over RDMA with nconnect=4: 4 RDMA
-#                  transports in mountstats, 4 connections in the target's
-#                  statistics, the workload passes, fio traffic on every one
+#   nfs4_nconnect  vers=4.1 and vers=4.2 with nconnect=4 over RDMA and TCP:
+#                  the transports in mountstats (4; over RDMA 1 on kernels
+#                  that ignore it), as many connections at the target, the
+#                  workload passes, fio traffic on every transport
 # Uses $VMLAB_IP, $OUT, $BIN, $TARGET_PID (servers.sh), the `workload`
 # function of nfs4.sh.
 
@@ -33,9 +34,10 @@ nfs4_mount() {
 
 # The target's live connection count (rpcrdma-target stats, all cores).
 target_connections() {
-    "$BIN/rpcrdma-target" stats -c "$OUT/ours/target.json" --json 2>/dev/null |
-        python3 -c 'import json, sys; print(json.load(sys.stdin)["total"]["live"]["connections"])' 2>/dev/null ||
-        echo "?"
+    local doc=$OUT/ours/stats.json
+    "$BIN/rpcrdma-target" stats -c "$OUT/ours/target.json" --json >"$doc" 2>"$doc.err"
+    python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["total"]["live"]["connections"])' "$doc" \
+        2>>"$doc.err" || echo "?"
 }
 
 target_has_connections() { [ "$(target_connections)" = "$1" ]; }
@@ -152,29 +154,55 @@ nfs4_locks() {
     done
 }
 
+# xprt_count MOUNTPOINT KIND: transports of KIND ("rdma", "tcp") in mountstats
+xprt_count() {
+    awk -v mp="$1" -v k="$2" '$1 == "device" { on = ($5 == mp) } on && $1 == "xprt:" && $2 == k { n++ } END { print n + 0 }' /proc/self/mountstats
+}
+# server_connections KIND: the target's connections now: RDMA from its
+# statistics, TCP from the sockets established on 2049
+server_connections() {
+    if [ "$1" = rdma ]; then target_connections; else ss -Htn state established "sport = :2049" | wc -l; fi
+}
+server_has_connections() { [ "$(server_connections "$1")" = "$2" ]; }
+
+# nconnect=4 over RDMA and over TCP. The Linux client before 6.11 or so
+# gives an NFSv4 mount its nconnect transports over TCP only (fs/nfs/
+# nfs4client.c, nfs4_set_client: `if (proto == XPRT_TRANSPORT_TCP)
+# cl_init.nconnect = nconnect`; RDMA came later): over RDMA on such a kernel
+# the mount must work on one connection, and the target must see as many
+# connections as the client has transports either way.
 nfs4_nconnect() {
-    local v mp what sends
-    for v in 4.1 4.2; do
-        mp=/mnt/nc-$v
-        what="nconnect=4 vers=$v rdma"
-        nfs4_mount "vers=$v,$NFS4_RDMA,nconnect=4" "$mp" "$what" || continue
-        check_eq "$what: RDMA transports in mountstats" \
-            "$(awk -v mp="$mp" '$1 == "device" { on = ($5 == mp) } on && $1 == "xprt:" && $2 == "rdma" { n++ } END { print n + 0 }' /proc/self/mountstats)" 4
-        check "$what: the target counts 4 connections" wait_for 10 target_has_connections 4
-        note "$what: target connections: $(target_connections)"
-        workload "$mp" "$what"
-        # 4 jobs of 4 KiB random reads, so that every transport carries Calls
-        fio --name=layout --filename="$mp/nc.dat" --size=16M --rw=write --bs=1M --direct=1 --ioengine=libaio \
-            --iodepth=4 --end_fsync=1 --output=/dev/null >/dev/null 2>&1
-        check "$what: fio 4k random reads, 4 jobs at qd 4" fio --name=nc --filename="$mp/nc.dat" --size=16M \
-            --rw=randread --bs=4k --iodepth=4 --numjobs=4 --ioengine=libaio --direct=1 --time_based --runtime=3 \
-            --group_reporting --output=/dev/null
-        # mountstats' rdma xprt line: "xprt: rdma srcport bind_count connect_count
-        # connect_time idle_time sends recvs ...": sends is field 8
-        sends=$(awk -v mp="$mp" '$1 == "device" { on = ($5 == mp) } on && $1 == "xprt:" && $2 == "rdma" { printf "%s ", $8 }' /proc/self/mountstats)
-        check "$what: every transport carried Calls (sends: $sends)" \
-            sh -c "[ \"\$(echo $sends | tr ' ' '\n' | awk '\$1 > 0' | wc -l)\" = 4 ]"
-        rm -f "$mp/nc.dat"
-        check "$what: umount" nfs_umount "$mp"
+    local v p mp what sends n want
+    for p in rdma tcp; do
+        for v in 4.1 4.2; do
+            mp=/mnt/nc-$v-$p
+            what="nconnect=4 vers=$v $p"
+            if [ "$p" = rdma ]; then opts="vers=$v,$NFS4_RDMA,nconnect=4"; else opts="vers=$v,proto=tcp,nconnect=4"; fi
+            nfs4_mount "$opts" "$mp" "$what" || continue
+            n=$(xprt_count "$mp" "$p")
+            want=4
+            if [ "$p" = rdma ] && [ "$n" = 1 ]; then
+                want=1
+                note "$what: the client made 1 RDMA transport: kernel $(uname -r) applies nconnect to NFSv4 over TCP only"
+            fi
+            check_eq "$what: $p transports in mountstats" "$n" "$want"
+            check "$what: the target has $n connection(s)" wait_for 10 server_has_connections "$p" "$n"
+            note "$what: the target's $p connections: $(server_connections "$p")"
+            workload "$mp" "$what"
+            # 4 jobs of 4 KiB random reads, so that every transport carries Calls
+            fio --name=layout --filename="$mp/nc.dat" --size=16M --rw=write --bs=1M --direct=1 --ioengine=libaio \
+                --iodepth=4 --end_fsync=1 --output=/dev/null >/dev/null 2>&1
+            check "$what: fio 4k random reads, 4 jobs at qd 4" fio --name=nc --filename="$mp/nc.dat" --size=16M \
+                --rw=randread --bs=4k --iodepth=4 --numjobs=4 --ioengine=libaio --direct=1 --time_based --runtime=3 \
+                --group_reporting --output=/dev/null
+            # mountstats' xprt line: "xprt: rdma srcport bind_count connect_count
+            # connect_time idle_time sends ..." (sends: field 8); "xprt: tcp
+            # srcport bind_count connect_count connect_time idle_time sends"
+            sends=$(awk -v mp="$mp" -v k="$p" '$1 == "device" { on = ($5 == mp) } on && $1 == "xprt:" && $2 == k { printf "%s ", $8 }' /proc/self/mountstats)
+            check "$what: every transport carried Calls (sends: $sends)" \
+                sh -c "[ \"\$(echo $sends | tr ' ' '\n' | awk '\$1 > 0' | wc -l)\" = $n ]"
+            rm -f "$mp/nc.dat"
+            check "$what: umount" nfs_umount "$mp"
+        done
     done
 }
