@@ -64,4 +64,20 @@ for name in order:
         fmt(med(k, "latency_us_p50")), fmt(med(o, "latency_us_p50")), " ".join("%.2f" % r for r in per_round)))
     out[name] = {"kernel": k, "ours": o, "iops_ratio": x, "iops_ratio_per_round": per_round}
 print("IOPS ratios >= 1.0: %d of %d" % (at_least, total))
+# ours again with spinning cores (nfs4_compare.sh, $NFS4_SPIN_US)
+spin = os.path.join(base, "spin", "ours")
+if os.path.isdir(spin):
+    print("ours with cores spinning before they block (spin_then_wait spin_us raised), against the kernel's median:")
+    for kind, pat, fig in (("fio", "fio-*.json", fio_figures), ("perf", "perf-*.json", perf_figures)):
+        for p in sorted(glob.glob(os.path.join(spin, pat))):
+            name = kind + " " + os.path.basename(p).split("-", 1)[1][:-5]
+            try:
+                f = fig(p)
+            except (KeyError, ValueError, TypeError, IndexError, json.JSONDecodeError):
+                continue
+            ik = med(rows.get(name, {}).get("kernel", []), "iops")
+            print("%-24s %9s %9s %7s %9s %9s" % (name, fmt(ik), fmt(f["iops"]), ("%.2f" % (f["iops"] / ik)) if ik else "-",
+                                              fmt(med(rows.get(name, {}).get("kernel", []), "latency_us_p50")),
+                                              fmt(f["latency_us_p50"])))
+            out["spin " + name] = {"ours": f, "iops_ratio": f["iops"] / ik if ik else None}
 json.dump(out, open(os.path.join(base, "results.json"), "w"), indent=1)

@@ -21,6 +21,8 @@ mount_args=(--mount-addr "$VMLAB_IP")
 run_perf() {
     local job=$1 t rc=0 summary
     shift
+    # PERF_ONLY: the jobs to run (names, space separated), when set
+    [ -n "${PERF_ONLY:-}" ] && [[ " $PERF_ONLY " != *" $job "* ]] && return 0
     t=$(now)
     rm -f "$D/perf-$job.json"
     # --idle-sleep-us: the guest's vCPUs also run rxe's work; a client that
