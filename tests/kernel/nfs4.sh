@@ -6,10 +6,17 @@
 # target/kernel-vm-nfs4 and runs tests/kernel/guest/nfs4.sh there; prints
 # every failed check and, as its last line, "kernel-nfs4: PASS" when all held.
 # Exit status: 0 pass, 1 a check failed, 3 the VM could not be had.
+# Before the one-guest run, unless NFS4_STEPS leaves out "tshark", a
+# two-guest run (softroce-vm.sh pair -p, tests/kernel/guest/pair.sh with
+# NFS_VERS=4.2 PAIR_TCP=1) captures the wire for tshark4.sh.
 # Env: NFS4_MOUNTS ("4.1/tcp 4.1/rdma 4.2/rdma 4.2/tcp default/rdma default/tcp";
 #      "default": no vers= option, which must land on 4.2), NFS4_BACKENDS
-#      ("mem uring": the target's backend, each in turn), SOFTROCE_VM,
-#      VMLAB_CACHE, CARGO_TARGET_DIR. Run under the shared VM lock:
+#      ("mem uring": the target's backend, each in turn), NFS4_STEPS
+#      ("matrix tshark restart locks nconnect"; add "fio" for the comparison
+#      with the Linux server, about 4 minutes a round; see guest/nfs4.sh),
+#      NFS4_FIO_ROUNDS (1), NFS4_FIO_SECONDS (5: each fio job and perf run),
+#      NFS4_RESTART_FILES (16: 4 MiB files of the restart step's writer),
+#      SOFTROCE_VM, VMLAB_CACHE, CARGO_TARGET_DIR. Run under the shared VM lock:
 #      flock /tmp/rpcrdma-vm.lock bash tests/kernel/nfs4.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -32,13 +39,47 @@ cp -r tests/kernel/guest "$STAGE/guest"
 cp configs/cores.json "$STAGE/bin/cores.json"
 cp "$BUILD_DIR/rpcrdma-target" "$BUILD_DIR/perf" "$STAGE/bin/"
 echo "NFS4_MOUNTS='${NFS4_MOUNTS:-4.1/tcp 4.1/rdma 4.2/rdma 4.2/tcp default/rdma default/tcp}'" >"$STAGE/env.sh"
-echo "NFS4_BACKENDS='${NFS4_BACKENDS:-mem uring}'" >>"$STAGE/env.sh"
+STEPS=${NFS4_STEPS:-matrix tshark restart locks nconnect}
+{
+    echo "NFS4_BACKENDS='${NFS4_BACKENDS:-mem uring}'"
+    echo "NFS4_STEPS='$STEPS'"
+    echo "NFS4_FIO_ROUNDS=${NFS4_FIO_ROUNDS:-1}"
+    echo "export FIO_SECONDS=${NFS4_FIO_SECONDS:-5} PERF_SECONDS=${NFS4_FIO_SECONDS:-5}"
+    echo "export NFS4_RESTART_FILES=${NFS4_RESTART_FILES:-16}"
+} >>"$STAGE/env.sh"
+pair_rc=0
+if [[ " $STEPS " == *" tshark "* ]]; then
+    # the wire between two guests: NFSv4.2 over RDMA, then over TCP
+    printf '#!/bin/sh\nPAIR_SERVER=ours exec bash /host/guest/pair.sh server\n' >"$STAGE/pair-server.sh"
+    printf '#!/bin/sh\nNFS_VERS=4.2 PAIR_TCP=1 PAIR_SERVER=ours exec bash /host/guest/pair.sh client\n' >"$STAGE/pair-client.sh"
+    bash "$VM" pair -c 2 -s "$STAGE" -p "$STAGE/out/pair4.pcap" "$STAGE/pair-server.sh" "$STAGE/pair-client.sh" 2>&1 |
+        tr -d '\r' >"$STAGE/pair.log" || pair_rc=${PIPESTATUS[0]}
+    grep -hE "^(not )?ok" "$STAGE"/out/pair-*/checks.txt 2>/dev/null
+    [ -s "$STAGE/out/pair-client/checks.txt" ] || unavailable "the client guest of the pair never ran its script (log: $STAGE/pair.log)"
+    echo "PAIR_PCAP=pair4.pcap" >>"$STAGE/env.sh"
+fi
 printf '#!/bin/sh\nexec bash /host/guest/nfs4.sh\n' >"$STAGE/nfs4.sh"
 rc=0
 bash "$VM" run -m 3072 -s "$STAGE" -f "$STAGE/nfs4.sh" 2>&1 | tr -d '\r' | tee "$STAGE/nfs4.log" || rc=${PIPESTATUS[0]}
 grep -q 'vmlab-init: ready' "$STAGE/nfs4.log" || { echo "kernel-nfs4: VM UNAVAILABLE: no guest came up"; exit 3; }
-checks=$STAGE/out/checks.txt
+checks=$STAGE/all-checks.txt
+cat "$STAGE"/out/checks.txt "$STAGE"/out/pair-*/checks.txt 2>/dev/null >"$checks" || true
+[ -f "$STAGE/out/v42/table.txt" ] && cat "$STAGE/out/v42/table.txt"
 echo "checks: $(grep -c '^ok' "$checks" || true) ok, $(grep -c '^not ok' "$checks" || true) not ok"
 grep '^not ok' "$checks" || true
-[ "$rc" = 0 ] && ! grep -q '^not ok' "$checks" && grep -q '^ok - mount' "$checks" || { echo "kernel-nfs4: FAIL"; exit 1; }
+# every step asked for must have reported
+need=()
+[[ " $STEPS " == *" matrix "* ]] && need+=("mount ")
+[[ " $STEPS " == *" tshark "* ]] && need+=("pair: umount" "pair tcp: umount" "pair4: malformed frames")
+[[ " $STEPS " == *" restart "* ]] && need+=("restart vers=4.2 rdma: all ")
+[[ " $STEPS " == *" locks "* ]] && need+=("locks vers=4.1 rdma: as many cases" "locks vers=4.2 rdma: as many cases")
+[[ " $STEPS " == *" nconnect "* ]] && need+=("nconnect=4 vers=4.1 rdma: every transport" "nconnect=4 vers=4.2 rdma: every transport"
+    "nconnect=4 vers=4.1 tcp: every transport" "nconnect=4 vers=4.2 tcp: every transport")
+[[ " $STEPS " == *" fio "* ]] && need+=("kernel: fio seq-write-1m-qd4" "ours: fio seq-write-1m-qd4")
+missing=0
+for n in "${need[@]}"; do
+    grep -qE "^(not )?ok - $n" "$checks" || { echo "no result for '$n'"; missing=1; }
+done
+[ "$rc" = 0 ] && [ "$pair_rc" = 0 ] && [ $missing = 0 ] && ! grep -q '^not ok' "$checks" ||
+    { echo "kernel-nfs4: FAIL (guest exit $rc, pair exit $pair_rc)"; exit 1; }
 echo "kernel-nfs4: PASS"

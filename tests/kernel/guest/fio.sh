@@ -55,6 +55,8 @@ seq-write-1m-qd1 write 1M 1
 seq-write-1m-qd4 write 1M 4"
 
 while read -r name rw bs qd; do
+    # FIO_ONLY: the jobs to run (names, space separated), when set
+    [ -n "${FIO_ONLY:-}" ] && [[ " $FIO_ONLY " != *" $name "* ]] && continue
     t=$(now)
     rc=0
     c0=$(cpu_jiffies)

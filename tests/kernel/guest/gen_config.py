@@ -29,6 +29,10 @@ cfg["backends"] = [{"name": "mem0", "type": "mem", "size_bytes": mem_mib << 20}]
 # may not have it.
 if os.environ.get("TARGET_BACKEND") == "uring":
     cfg["backends"] = [{"name": "mem0", "type": "uring", "path": "/var/tmp/rpcrdma-uring", "o_direct": False}]
+# TARGET_NFS4_STATE_DIR: NFSv4 client records there (restart with reclaim,
+# tests/kernel/guest/nfs4_state.sh).
+if os.environ.get("TARGET_NFS4_STATE_DIR"):
+    cfg["nfs4"] = {"state_dir": os.environ["TARGET_NFS4_STATE_DIR"]}
 net = str(ipaddress.ip_network(ip + "/24", strict=False))
 cfg["exports"] = [
     dict(cfg["exports"][0], path="/export", backend="mem0", clients=[net], read_only=False, root_squash=False)

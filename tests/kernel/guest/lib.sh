@@ -8,7 +8,7 @@
 # mount itself failed).
 
 : "${OUT:=/host/out}"
-CHECKS=$OUT/checks.txt
+: "${CHECKS:=$OUT/checks.txt}"
 
 note() { echo "[guest $(cut -d' ' -f1 /proc/uptime)s] $*"; }
 
@@ -49,11 +49,13 @@ mount_xprt() {
 # rpcbind where MOUNT is (both servers: the kernel's mountd registers with
 # rpcbind, rpcrdma-target registers too or answers port 111 itself).
 # $MOUNT_PORT (optional) pins the MOUNT port. NFS_PROTO=tcp mounts NFSv3
-# over TCP on 2049 instead (fio.sh's transport comparison).
+# over TCP on 2049 instead (fio.sh's transport comparison). NFS_VERS=4.2
+# (or 4.1) mounts that NFSv4 minor version instead, with its own locking.
 nfs_mount() {
     local src=$1 mp=$2 extra=${3:-} opts
     opts="vers=3,proto=rdma,port=20049,nolock"
     [ "${NFS_PROTO:-rdma}" = tcp ] && opts="vers=3,proto=tcp,port=2049,nolock"
+    [ -n "${NFS_VERS:-}" ] && opts="${opts/vers=3/vers=$NFS_VERS}" && opts=${opts%,nolock}
     [ -n "${MOUNT_PORT:-}" ] && opts="$opts,mountproto=tcp,mountport=$MOUNT_PORT"
     [ -n "$extra" ] && opts="$opts,$extra"
     mkdir -p "$mp"

@@ -6,6 +6,16 @@
 # version in /proc/mounts, then a small workload (a file written and read
 # back, directories, a rename, a symlink, a hard link, removal) and the
 # unmount. Then the target stops and must have answered every Call.
+# Then, per $NFS4_STEPS (all by default but fio):
+#   tshark    dissects the two-guest capture of a vers=4.2 mount over RDMA
+#             and over TCP (tshark4.sh, when $PAIR_PCAP is there);
+#   restart   the target killed mid-write, the client reclaims, no data lost;
+#   locks     two processes' fcntl and flock locks as on a local file system;
+#   nconnect  nconnect=4 with vers=4.1 and 4.2 over RDMA
+#             (the last three: nfs4_state.sh, one target on `uring` with
+#             nfs4.state_dir);
+#   fio       vers=4.2 over RDMA against the Linux server, fio and perf side
+#             by side, $NFS4_FIO_ROUNDS rounds (nfs4_compare.sh).
 # Exits non-zero when a check failed. Settings come from /host/env.sh.
 set -uo pipefail
 G=$(cd "$(dirname "$0")" && pwd)
@@ -13,10 +23,13 @@ export OUT=/host/out BIN=/host/bin
 [ -f /host/env.sh ] && . /host/env.sh
 . "$G/lib.sh"
 . "$G/servers.sh"
+. "$G/nfs4_state.sh"
 mkdir -p "$OUT/ours"
 : "${NFS4_MOUNTS:=4.1/tcp 4.1/rdma 4.2/rdma 4.2/tcp default/rdma default/tcp}"
 : "${NFS4_BACKENDS:=mem uring}"
-note "guest: kernel $(uname -r), $(nproc) CPUs; mounts: $NFS4_MOUNTS; backends: $NFS4_BACKENDS"
+: "${NFS4_STEPS:=matrix tshark restart locks nconnect}"
+note "guest: kernel $(uname -r), $(nproc) CPUs; mounts: $NFS4_MOUNTS; backends: $NFS4_BACKENDS; steps: $NFS4_STEPS"
+has_step() { [[ " $NFS4_STEPS " == *" $1 "* ]]; }
 
 workload() {
     local mp=$1 what=$2 d
@@ -50,6 +63,7 @@ fi
 # Each backend in turn: mem, and uring (whose I/O completes later, so
 # READ, WRITE and COMMIT are deferred and namespace COMPOUNDs run on the
 # helper pool).
+has_step matrix || NFS4_BACKENDS=
 for be in $NFS4_BACKENDS; do
     export TARGET_BACKEND=$be
     ours_start || exit 1
@@ -81,8 +95,52 @@ for be in $NFS4_BACKENDS; do
     ours_stop
 done
 [ -n "${CAP_PID:-}" ] && kill "$CAP_PID" 2>/dev/null
-dmesg >"$OUT/ours/dmesg.txt"
-check_eq "the client's dmesg has no 'not responding'" "$(grep -c 'not responding' "$OUT/ours/dmesg.txt")" 0
+# no_stall LABEL FILE: the client's log since the last `dmesg -C` has no
+# RPC time-out (a Call the target never answered)
+no_stall() {
+    dmesg >"$2"
+    check_eq "$1: the client's dmesg has no 'not responding'" "$(grep -c 'not responding' "$2")" 0
+    dmesg -C
+}
+has_step matrix && no_stall matrix "$OUT/ours/dmesg.txt"
+
+# The capture of the two-guest run (tests/kernel/nfs4.sh): NFSv4.2 over RDMA
+# and TCP against ours, dissected with no malformed frame.
+if has_step tshark; then
+    if [ -n "${PAIR_PCAP:-}" ]; then
+        bash "$G/tshark4.sh" "$OUT/$PAIR_PCAP" 10.0.2.15 pair4
+    else
+        flunk "tshark: no two-guest capture (PAIR_PCAP unset)"
+    fi
+fi
+
+# State through the kernel client: one target on uring with client records.
+if has_step restart || has_step locks || has_step nconnect; then
+    export TARGET_BACKEND=uring TARGET_NFS4_STATE_DIR=/var/tmp/rpcrdma-nfs4-state
+    rm -rf "$TARGET_NFS4_STATE_DIR"
+    if ours_start; then
+        # restart first: its grace period then waits for this one client only
+        # (its own kill makes the client log 'not responding': no check)
+        if has_step restart; then
+            nfs4_restart
+            dmesg >"$OUT/ours/dmesg-restart.txt"
+            dmesg -C
+        fi
+        has_step locks && nfs4_locks
+        has_step nconnect && nfs4_nconnect
+    fi
+    ours_stop
+    unset TARGET_BACKEND TARGET_NFS4_STATE_DIR
+fi
+
+# vers=4.2 over RDMA, the Linux server and ours side by side.
+if has_step fio; then
+    timeout -s KILL 3000 bash "$G/nfs4_compare.sh" "${NFS4_FIO_ROUNDS:-1}" ||
+        note "nfs4_compare.sh exit $?"
+fi
+if has_step locks || has_step nconnect || has_step fio; then
+    no_stall "locks, nconnect, fio" "$OUT/ours/dmesg-after.txt"
+fi
 n_bad=$(grep -c '^not ok' "$CHECKS")
 note "guest checks: $(grep -c '^ok' "$CHECKS") ok, $n_bad not ok"
 [ "$n_bad" = 0 ]
