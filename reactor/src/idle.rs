@@ -610,9 +610,10 @@ mod tests {
         let p: IdlePolicy = serde_json::from_str(r#"{"policy":"spin"}"#).unwrap();
         assert_eq!(p, IdlePolicy::Spin);
         // An absent max_spin_us takes the shipped default's.
-        let p: IdlePolicy =
-            serde_json::from_str(r#"{"policy":"spin_then_wait","spin_us":50,"max_wait_ms":1000,"fallback_sleep_us":100}"#)
-                .unwrap();
+        let p: IdlePolicy = serde_json::from_str(
+            r#"{"policy":"spin_then_wait","spin_us":50,"max_wait_ms":1000,"fallback_sleep_us":100}"#,
+        )
+        .unwrap();
         assert_eq!(p, SPIN_THEN_WAIT);
         // serde's derive ignores unknown fields next to the tag of a unit
         // variant (`{"policy":"spin","x":1}`); the config loader's own walker

@@ -272,4 +272,3 @@ fn spin_then_wait_idle_core_uses_far_less_cpu_than_spinning() {
         "waiting core: {wait} ticks, spinning core: {spin} over {over:?}"
     );
 }
-

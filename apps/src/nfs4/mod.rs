@@ -227,7 +227,10 @@ fn compound_top(reply: &mut ReplyBuilder<'_>, base: usize, status: u32, tag: &[u
 /// buffers (RFC 8166 s3.3.3: at least 1,024 bytes) hold any tag.
 fn top_too_big(st: &mut CoreState, reply: &mut ReplyBuilder<'_>, xid: u32) -> Result<(), ServiceError> {
     st.stats.rpc_errors += 1;
-    reply_rpc(reply, &ReplyHeader::accepted(xid, OpaqueAuth::NONE, AcceptedReply::SystemErr))
+    reply_rpc(
+        reply,
+        &ReplyHeader::accepted(xid, OpaqueAuth::NONE, AcceptedReply::SystemErr),
+    )
 }
 
 /// Answer COMPOUND (`at`: where the arguments start in the Call's first
