@@ -545,6 +545,7 @@ impl Core {
                 // While draining, idle cores only wait for the others to
                 // finish: yield instead of sleeping so shutdown is prompt.
                 IdleAction::Sleep(_) | IdleAction::Wait if draining => std::thread::yield_now(),
+                IdleAction::Yield => std::thread::yield_now(),
                 IdleAction::Sleep(max) => {
                     self.sleep(max, next_tick_at);
                     // The sleep is idle time whatever the next iteration

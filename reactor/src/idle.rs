@@ -40,6 +40,14 @@
 //! - it came later than `max_spin_us`: spinning could not have helped; the
 //!   window halves (not below `spin_us`).
 //!
+//! Beyond `spin_us` the spin is *polite*: each idle iteration yields the
+//! CPU (`sched_yield`) before polling again, so that a thread the I/O itself
+//! needs and that shares the core's CPU (the kernel's softirq thread or
+//! completion worker for a software RDMA device, the client of a small
+//! guest) runs at once instead of waiting out the spinner's time slice; with
+//! nothing else runnable the yield returns at once. The core still never
+//! blocks during the window, so it pays no wake-up.
+//!
 //! An idle core therefore spins at most one window after its last work and
 //! then blocks for good (its idle CPU does not depend on the window), a core
 //! whose traffic has gaps longer than `max_spin_us` spins only `spin_us`
@@ -213,6 +221,9 @@ pub enum IdleAction {
     Sleep(Duration),
     /// Arm every wake-up source, poll once more, then block (spin-then-wait).
     Wait,
+    /// Give the CPU to any other runnable thread (`sched_yield`), then run
+    /// the next iteration: spin-then-wait's adaptive spin beyond `spin_us`.
+    Yield,
 }
 
 /// What the adaptive spin of [`IdlePolicy::SpinThenWait`] learned, per core
@@ -347,9 +358,12 @@ impl IdleState {
             }
             IdlePolicy::SpinThenWait { .. } => {
                 let since = *self.idle_since.get_or_insert(now);
-                if now.saturating_duration_since(since) >= self.streak_spin {
+                let idle = now.saturating_duration_since(since);
+                if idle >= self.streak_spin {
                     self.gave_up = true;
                     IdleAction::Wait
+                } else if idle >= self.floor {
+                    IdleAction::Yield
                 } else {
                     IdleAction::Continue
                 }
@@ -553,6 +567,30 @@ mod tests {
         assert!(gap(&mut f, ms(0), 2000));
         assert!(gap(&mut f, ms(10), 2000), "a fixed 50 µs spin gives up every time");
         assert_eq!(f.spin_counts().window_us, 50);
+    }
+
+    #[test]
+    fn adaptive_spin_yields_the_cpu_beyond_spin_us() {
+        let mut s = adaptive(50, 5000);
+        let t = std::time::Instant::now();
+        let us = |n: u64| t + Duration::from_micros(n);
+        assert!(gap(&mut s, t, 2000));
+        assert_eq!(s.spin_counts().window_us, 2998);
+        // The next gap: a plain spin for spin_us, a polite one up to the
+        // window, then the wait.
+        s.after_work_at(true, true, us(10_000));
+        let at = |n: u64| us(10_001 + n);
+        assert_eq!(s.after_work_at(false, false, at(0)), IdleAction::Continue);
+        assert_eq!(s.after_work_at(false, false, at(49)), IdleAction::Continue);
+        assert_eq!(s.after_work_at(false, false, at(50)), IdleAction::Yield);
+        assert_eq!(s.after_work_at(false, false, at(2997)), IdleAction::Yield);
+        assert_eq!(s.after_work_at(false, false, at(2999)), IdleAction::Wait);
+        // A fixed spin never yields.
+        let mut f = adaptive(50, 0);
+        f.after_work_at(true, true, t);
+        assert_eq!(f.after_work_at(false, false, us(1)), IdleAction::Continue);
+        assert_eq!(f.after_work_at(false, false, us(50)), IdleAction::Continue);
+        assert_eq!(f.after_work_at(false, false, us(51)), IdleAction::Wait);
     }
 
     #[test]
