@@ -142,12 +142,13 @@ pub const MAX_SPIN_US: u32 = 1_000_000;
 pub const MAX_WAIT_MS: u32 = 10_000;
 
 /// The hybrid policy the shipped configurations use: spin 50 µs after the
-/// last work, or up to 5 ms while clients come back within that (adaptive,
-/// see the module documentation), then wait (at most 1 s at a time; 100 µs
-/// sleeps while a poller cannot arm).
+/// last work, then wait (at most 1 s at a time; 100 µs sleeps while a poller
+/// cannot arm). The adaptive spin is off (`max_spin_us` 0): in the
+/// Soft-RoCE guest of `tests/kernel/` a 5 ms ceiling made every qd-1 row 2-10x
+/// slower (docs/BENCHMARKS.md, "Adaptive spin in the VM").
 pub const SPIN_THEN_WAIT: IdlePolicy = IdlePolicy::SpinThenWait {
     spin_us: 50,
-    max_spin_us: 5000,
+    max_spin_us: 0,
     max_wait_ms: 1000,
     fallback_sleep_us: 100,
 };

@@ -262,7 +262,7 @@ fn idle_ticks(policy: IdlePolicy, over: Duration) -> u64 {
 fn spin_then_wait_idle_core_uses_far_less_cpu_than_spinning() {
     let over = Duration::from_millis(2000);
     let spin = idle_ticks(IdlePolicy::Spin, over);
-    // The shipped policy (adaptive spin up to 5 ms).
+    // The shipped policy.
     let wait = idle_ticks(reactor::idle::SPIN_THEN_WAIT, over);
     // A spinning core takes all the CPU it is given (on a loaded 2-CPU host
     // that may be well under 100 ticks a second); a waiting one next to
