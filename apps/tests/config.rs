@@ -394,9 +394,11 @@ fn idle_fields_are_reported_against_their_documented_ranges() {
     });
     assert_problem(&p, "$.reactor.idle.max_sleep_us", "an integer in 1..=1000000", "-5");
     let p = problems_after(|v| {
-        v["reactor"]["idle"] = json!({ "policy": "spin_then_wait", "spin_us": -1, "max_wait_ms": 0 });
+        v["reactor"]["idle"] =
+            json!({ "policy": "spin_then_wait", "spin_us": -1, "max_spin_us": 1_000_001, "max_wait_ms": 0 });
     });
     assert_problem(&p, "$.reactor.idle.spin_us", "an integer in 0..=1000000", "-1");
+    assert_problem(&p, "$.reactor.idle.max_spin_us", "an integer in 0..=1000000", "1000001");
     assert_problem(&p, "$.reactor.idle.max_wait_ms", "an integer in 1..=10000", "0");
     // The hybrid policy's optional fields take the shipped defaults.
     let mut v = example_value("cores.json");

@@ -501,7 +501,7 @@ fn shm_engine_wakes_for_every_call_under_spin_then_wait() {
     let dir = TempDir::new("target-shm-wait");
     let (cfg, _, _) = target_config_with(&dir.0, mem_backend(), |v| {
         v["reactor"]["idle"] = serde_json::json!({
-            "policy": "spin_then_wait", "spin_us": 0, "max_wait_ms": 10000, "fallback_sleep_us": 100
+            "policy": "spin_then_wait", "spin_us": 0, "max_spin_us": 0, "max_wait_ms": 10000, "fallback_sleep_us": 100
         });
     });
     let addr = dir.0.join("fabric.sock").to_str().unwrap().to_string();

@@ -383,7 +383,11 @@ impl Core {
         &mut self.ctx
     }
 
-    fn publish_stats(&self) {
+    fn publish_stats(&mut self) {
+        let c = self.idle.spin_counts();
+        let s = &mut self.ctx.stats;
+        (s.spin_caught, s.wait_short, s.wait_long, s.spin_window_us) =
+            (c.spin_caught, c.wait_short, c.wait_long, c.window_us);
         self.ctx.shared.cores[self.ctx.core].stats.publish(&self.ctx.stats);
     }
 
@@ -403,6 +407,8 @@ impl Core {
         loop {
             self.ctx.now = t_prev;
             let mut busy = false;
+            // Work other than timers (the adaptive spin learns from it).
+            let mut traffic = false;
 
             // 1. Timers.
             if !draining && t_prev >= next_tick_at {
@@ -431,8 +437,10 @@ impl Core {
                 } else {
                     p.poll(&mut self.ctx)
                 };
-                busy |= status == PollStatus::Busy;
+                traffic |= status == PollStatus::Busy;
             }
+            traffic |= n > 0;
+            busy |= traffic;
             self.apply_poller_changes();
 
             // 4. Accounting. Order matters for shutdown: re-take a unit
@@ -505,6 +513,12 @@ impl Core {
                     t_prev = t_now;
                 }
                 self.disarm();
+                // Work found by the re-check ends the idle gap like any
+                // other (the adaptive spin learns from it, and the core
+                // spins again after it).
+                if busy {
+                    self.idle.after_work_at(true, traffic, t_now);
+                }
                 continue;
             }
             // A core without pollers has nothing to poll
@@ -518,7 +532,7 @@ impl Core {
                     IdleAction::Sleep(POLLERLESS_MAX_SLEEP)
                 }
             } else {
-                self.idle.after_iteration_at(busy, t_now)
+                self.idle.after_work_at(busy, traffic, t_now)
             };
             match action {
                 IdleAction::Continue => {}
@@ -531,6 +545,7 @@ impl Core {
                 // While draining, idle cores only wait for the others to
                 // finish: yield instead of sleeping so shutdown is prompt.
                 IdleAction::Sleep(_) | IdleAction::Wait if draining => std::thread::yield_now(),
+                IdleAction::Yield => std::thread::yield_now(),
                 IdleAction::Sleep(max) => {
                     self.sleep(max, next_tick_at);
                     // The sleep is idle time whatever the next iteration

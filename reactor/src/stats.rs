@@ -38,6 +38,15 @@ pub struct CoreStats {
     pub sleeps: u64,
     /// Iterations that used pause hints (spin-then-pause policy).
     pub pauses: u64,
+    /// Spin-then-wait: idle gaps ended by traffic while the core spun.
+    pub spin_caught: u64,
+    /// Spin-then-wait: gaps ended by traffic after the core gave up
+    /// spinning, within `max_spin_us` (each grew the adaptive window).
+    pub wait_short: u64,
+    /// Spin-then-wait: gaps longer than `max_spin_us` (each halved it).
+    pub wait_long: u64,
+    /// Spin-then-wait: the adaptive spin window now, in microseconds.
+    pub spin_window_us: u64,
 }
 
 /// Atomic mirror of [`CoreStats`], written by its core only.
@@ -53,6 +62,10 @@ pub(crate) struct SharedStats {
     timers_dropped: AtomicU64,
     sleeps: AtomicU64,
     pauses: AtomicU64,
+    spin_caught: AtomicU64,
+    wait_short: AtomicU64,
+    wait_long: AtomicU64,
+    spin_window_us: AtomicU64,
 }
 
 impl SharedStats {
@@ -69,6 +82,10 @@ impl SharedStats {
         self.timers_dropped.store(s.timers_dropped, Ordering::Relaxed);
         self.sleeps.store(s.sleeps, Ordering::Relaxed);
         self.pauses.store(s.pauses, Ordering::Relaxed);
+        self.spin_caught.store(s.spin_caught, Ordering::Relaxed);
+        self.wait_short.store(s.wait_short, Ordering::Relaxed);
+        self.wait_long.store(s.wait_long, Ordering::Relaxed);
+        self.spin_window_us.store(s.spin_window_us, Ordering::Relaxed);
     }
 
     /// Reads the last published counters. Any thread.
@@ -85,6 +102,10 @@ impl SharedStats {
             timers_dropped: self.timers_dropped.load(Ordering::Relaxed),
             sleeps: self.sleeps.load(Ordering::Relaxed),
             pauses: self.pauses.load(Ordering::Relaxed),
+            spin_caught: self.spin_caught.load(Ordering::Relaxed),
+            wait_short: self.wait_short.load(Ordering::Relaxed),
+            wait_long: self.wait_long.load(Ordering::Relaxed),
+            spin_window_us: self.spin_window_us.load(Ordering::Relaxed),
         }
     }
 }

@@ -47,7 +47,8 @@
 #      fio 4 KiB random reads at qd 16 per connection, no RNR retries),
 #      KINTEROP_FIO_TCP (0; 1 runs each server's fio matrix over proto=tcp
 #      too, with guest CPU per MB: RDMA against TCP, about 2 min more),
-#      TARGET_SPIN_US, TARGET_MAX_WAIT_MS (spin_then_wait with these),
+#      TARGET_SPIN_US, TARGET_MAX_SPIN_US, TARGET_MAX_WAIT_MS (spin_then_wait
+#      with these; TARGET_SPIN_US alone is a fixed spin),
 #      TARGET_IDLE_LOOPS, TARGET_MAX_SLEEP_US (spin_then_sleep instead: the
 #      target's idle policy in the guest, see guest/gen_config.py), PERF_IDLE_SLEEP_US (see guest/perf.sh),
 #      VMLAB_CACHE, VMLAB_ACCEL (see the VM tool), SOFTROCE_VM (the tool's path),
@@ -98,7 +99,7 @@ fi
     echo "FIO_SECONDS=${KINTEROP_FIO_SECONDS:-5}"
     echo "PERF_SECONDS=${KINTEROP_PERF_SECONDS:-5}"
     # tuning of the guest runs, passed through when set (see gen_config.py, perf.sh)
-    for v in TARGET_SPIN_US TARGET_MAX_WAIT_MS TARGET_IDLE_LOOPS TARGET_MAX_SLEEP_US PERF_IDLE_SLEEP_US \
+    for v in TARGET_SPIN_US TARGET_MAX_SPIN_US TARGET_MAX_WAIT_MS TARGET_IDLE_LOOPS TARGET_MAX_SLEEP_US PERF_IDLE_SLEEP_US \
         KINTEROP_NCONNECT KINTEROP_FIO_TCP; do
         [ -z "${!v:-}" ] || echo "export $v='${!v}'"
     done

@@ -184,6 +184,10 @@ fn run(cfg: Config) -> anyhow::Result<()> {
             busy_pct = format!("{busy_pct:.1}"),
             ns_per_loop = (c.busy_ns + c.idle_ns).checked_div(c.loops).unwrap_or(0),
             sleeps = c.sleeps,
+            spin_caught = c.spin_caught,
+            wait_short = c.wait_short,
+            wait_long = c.wait_long,
+            spin_window_us = c.spin_window_us,
             "core totals"
         );
     }

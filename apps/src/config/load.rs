@@ -360,9 +360,14 @@ impl Walker {
                 })
             }
             Kind::Wait => {
-                self.deny_unknown(p, m, &["policy", "spin_us", "max_wait_ms", "fallback_sleep_us"]);
+                self.deny_unknown(
+                    p,
+                    m,
+                    &["policy", "spin_us", "max_spin_us", "max_wait_ms", "fallback_sleep_us"],
+                );
                 let IdlePolicy::SpinThenWait {
                     spin_us: d_spin,
+                    max_spin_us: d_max_spin,
                     max_wait_ms: d_wait,
                     fallback_sleep_us: d_fallback,
                 } = SPIN_THEN_WAIT
@@ -370,12 +375,16 @@ impl Walker {
                     unreachable!("SPIN_THEN_WAIT is a SpinThenWait")
                 };
                 let spin_us = self.opt(p, m, "spin_us", d_spin, |w, p, v| w.u32_in(p, v, 0, MAX_SPIN_US));
+                let max_spin_us = self.opt(p, m, "max_spin_us", d_max_spin, |w, p, v| {
+                    w.u32_in(p, v, 0, MAX_SPIN_US)
+                });
                 let max_wait_ms = self.opt(p, m, "max_wait_ms", d_wait, |w, p, v| w.u32_in(p, v, 1, MAX_WAIT_MS));
                 let fallback_sleep_us = self.opt(p, m, "fallback_sleep_us", d_fallback, |w, p, v| {
                     w.u32_in(p, v, 1, MAX_SLEEP_US)
                 });
                 Some(IdlePolicy::SpinThenWait {
                     spin_us: spin_us?,
+                    max_spin_us: max_spin_us?,
                     max_wait_ms: max_wait_ms?,
                     fallback_sleep_us: fallback_sleep_us?,
                 })

@@ -128,12 +128,19 @@ impl Config {
         }
         if let IdlePolicy::SpinThenWait {
             spin_us,
+            max_spin_us,
             max_wait_ms,
             fallback_sleep_us,
         } = r.idle
         {
             let idle = "$.reactor.idle";
             c.range(format!("{idle}.spin_us"), u64::from(spin_us), 0, u64::from(MAX_SPIN_US));
+            c.range(
+                format!("{idle}.max_spin_us"),
+                u64::from(max_spin_us),
+                0,
+                u64::from(MAX_SPIN_US),
+            );
             c.range(
                 format!("{idle}.max_wait_ms"),
                 u64::from(max_wait_ms),

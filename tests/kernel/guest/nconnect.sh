@@ -9,7 +9,8 @@
 # Writes $OUT/TAG/nconnect-<n>.json and one "nconnect" line per run (IOPS,
 # p99 completion latency, RNR counters, and for our target its engines'
 # receive-refill stalls, grants ahead of receives and credit overruns from
-# `rpcrdma-target stats`). Enabled by KINTEROP_NCONNECT=1.
+# `rpcrdma-target stats`), kept in $OUT/TAG/nconnect-<n>.counters for
+# report.py's table. Enabled by KINTEROP_NCONNECT=1.
 set -uo pipefail
 . "$(dirname "$0")/lib.sh"
 
@@ -29,20 +30,25 @@ rnr() {
     echo "$sum"
 }
 
-# stalls: for our target, its engines' credit and receive stalls from the
-# live statistics (`rpcrdma-target stats --json`, issue 24 part 3), summed
-# over cores: "recv_refill_stalls grants_ahead_of_receives credit_overruns";
-# "- - -" for the kernel's server or when the statistics cannot be had.
+# stalls FILE: for our target, its engines' credit and receive stalls from
+# the live statistics (`rpcrdma-target stats --json`, issue 24 part 3),
+# summed over cores: "recv_refill_stalls grants_ahead_of_receives
+# credit_overruns"; "- - -" for the kernel's server or when the statistics
+# cannot be had. Keeps the JSON document (or the error) in FILE.
 stalls() {
     if [ "$TAG" = ours ] && [ -x "${BIN:-/host/bin}/rpcrdma-target" ] && [ -f "$OUT/ours/target.json" ]; then
-        "${BIN:-/host/bin}/rpcrdma-target" stats -c "$OUT/ours/target.json" --json 2>/dev/null | python3 -c '
+        "${BIN:-/host/bin}/rpcrdma-target" stats -c "$OUT/ours/target.json" --json >"$1" 2>&1 || true
+        python3 - "$1" <<'PY' || echo "- - -"
 import json, sys
 keys = ("recv_refill_stalls", "grants_ahead_of_receives", "credit_overruns")
 try:
-    cores = json.load(sys.stdin)["cores"]
+    cores = json.load(open(sys.argv[1]))["cores"]
+    if not cores:
+        raise ValueError("no core has published")
     print(" ".join(str(sum(c["engine"][k] for c in cores)) for k in keys))
 except Exception:
-    print("- - -")' || echo "- - -"
+    print("- - -")
+PY
     else
         echo "- - -"
     fi
@@ -63,14 +69,14 @@ for n in 1 4 16; do
     fio --name=layout --filename="$F" --size=64M --rw=write --bs=1M --direct=1 --ioengine=libaio \
         --iodepth=4 --end_fsync=1 --output=/dev/null >/dev/null 2>&1
     r0=$(rnr)
-    read -r s0a s0b s0c <<<"$(stalls)"
+    read -r s0a s0b s0c <<<"$(stalls "$D/nconnect-$n.stats-before.json")"
     rc=0
     fio --name="nc$n" --filename="$F" --size=64M --rw=randread --bs=4k --iodepth=16 --numjobs="$n" \
         --ioengine=libaio --direct=1 --time_based --runtime="$FIO_SECONDS" --ramp_time=1 \
         --group_reporting --lat_percentiles=1 --randrepeat=0 --norandommap \
         --output-format=json --output="$D/nconnect-$n.json" || rc=$?
     r1=$(rnr)
-    read -r s1a s1b s1c <<<"$(stalls)"
+    read -r s1a s1b s1c <<<"$(stalls "$D/nconnect-$n.stats-after.json")"
     summary=$(python3 - "$D/nconnect-$n.json" <<'PY'
 import json, sys
 job = json.load(open(sys.argv[1]))["jobs"][0]
@@ -87,7 +93,14 @@ PY
         flunk "$TAG: nconnect=$n fio (fio exit $rc, error/ios/iops/p99: $summary)"
     fi
     check_eq "$TAG: nconnect=$n: no RNR retries during fio (rxe RNR counters before/after $r0/$r1)" "$((r1 - r0))" 0
-    note "nconnect $TAG n=$n iops=${3:-0} p99_us=${4:-0} rnr=$((r1 - r0)) recv_refill_stalls=$(d "$s0a" "$s1a") grants_ahead_of_receives=$(d "$s0b" "$s1b") credit_overruns=$(d "$s0c" "$s1c") ($(elapsed "$t") s)"
+    if [ "$TAG" = ours ]; then
+        check "$TAG: nconnect=$n: credit and receive stalls read from rpcrdma-target stats --json (before/after: $s0a $s0b $s0c / $s1a $s1b $s1c)" \
+            test "$(d "$s0a" "$s1a")" != -
+    fi
+    counters="rnr=$((r1 - r0)) recv_refill_stalls=$(d "$s0a" "$s1a") grants_ahead_of_receives=$(d "$s0b" "$s1b") credit_overruns=$(d "$s0c" "$s1c")"
+    # for report.py's nconnect table
+    echo "$counters" >"$D/nconnect-$n.counters"
+    note "nconnect $TAG n=$n iops=${3:-0} p99_us=${4:-0} $counters ($(elapsed "$t") s)"
     rm -f "$F"
     check "$TAG: umount nconnect=$n" nfs_umount "$MP"
 done

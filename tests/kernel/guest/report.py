@@ -142,6 +142,9 @@ def main():
     transports = transport_table(out)
     if transports:
         results["transports"] = transports
+    nconnect = nconnect_table(out)
+    if nconnect:
+        results["nconnect"] = nconnect
     with open(os.path.join(out, "results.json"), "w") as f:
         json.dump(results, f, indent=1)
 
@@ -191,6 +194,46 @@ def transport_table(out):
             rec["server"], rec["job"], fmt(r["mb_per_s"], 9), fmt(t["mb_per_s"], 9),
             "%.2f" % x1 if x1 else "-", fmt(r["cpu_ms_per_mb"], 9), fmt(t["cpu_ms_per_mb"], 9),
             "%.2f" % x2 if x2 else "-"))
+    return rows
+
+
+def nconnect_table(out):
+    """Many connections from one client (issue 24 part 4, KINTEROP_NCONNECT=1):
+    per server and nconnect setting, fio 4 KiB random reads at qd 16 per
+    connection (IOPS, p99) with the RNR retries rxe counted and, for ours, the
+    engines' credit and receive stalls from `rpcrdma-target stats --json`
+    over the run (nconnect.sh's OUT/<server>/nconnect-<n>.counters)."""
+    keys = ("rnr", "recv_refill_stalls", "grants_ahead_of_receives", "credit_overruns")
+    rows = []
+    for server in SERVERS:
+        for p in glob.glob(os.path.join(out, server, "nconnect-*.counters")):
+            n = os.path.basename(p)[len("nconnect-"):-len(".counters")]
+            rec = {"server": server, "nconnect": int(n) if n.isdigit() else n}
+            try:
+                kv = dict(w.split("=", 1) for w in open(p).read().split() if "=" in w)
+                for k in keys:
+                    v = kv.get(k, "-")
+                    rec[k] = int(v) if v.lstrip("-").isdigit() else None
+            except OSError:
+                continue
+            try:
+                f = fio_figures(os.path.join(out, server, "nconnect-%s.json" % n))
+                rec["iops"], rec["latency_us_p99"] = f["iops"], f["latency_us_p99"]
+            except (OSError, ValueError, KeyError, IndexError, TypeError):
+                rec["iops"] = rec["latency_us_p99"] = None
+            rows.append(rec)
+    if not rows:
+        return rows
+    rows.sort(key=lambda r: (SERVERS.index(r["server"]), str(r["nconnect"]).zfill(4)))
+    print()
+    print("nconnect (fio 4 KiB random reads, qd 16 per connection; RNR retries from rxe's counters; for ours the")
+    print("credit and receive stalls of its engines from rpcrdma-target stats --json over the run, - = not read)")
+    print("%-7s %8s | %9s %9s | %5s %12s %12s %12s" % (
+        "server", "nconnect", "IOPS", "p99 us", "RNR", "refill stall", "grants>recv", "credit over"))
+    for r in rows:
+        print("%-7s %8s | %9s %9s | %5s %12s %12s %12s" % (
+            r["server"], r["nconnect"], fmt(r["iops"], 9), fmt(r["latency_us_p99"], 9),
+            *("-" if r[k] is None else str(r[k]) for k in keys)))
     return rows
 
 
