@@ -111,6 +111,20 @@ fn plain(svc: &Svc, conn: u32, owner: &str) -> V4<Link> {
 fn with_backchannel(svc: &Svc, conn: u32, owner: &str, answer_probe: bool) -> V4<Link> {
     svc.borrow_mut().backward_channel(ConnId(conn), Some(CHAN));
     let mut c = V4::new(link(svc, conn), owner);
+    bc_session(&mut c);
+    if answer_probe {
+        let cb = pull(svc, conn).expect("CB_NULL probe");
+        assert_eq!(cb.proc_, 0, "CB_NULL first");
+        assert_eq!(cb.auth_flavor, proto::rpc::AUTH_SYS, "the client's callback security");
+        answer(svc, conn, &cb, NFS4_OK);
+    }
+    c
+}
+
+/// EXCHANGE_ID, CREATE_SESSION with CREATE_SESSION4_FLAG_CONN_BACK_CHAN on
+/// `c`'s connection (granted: one back-channel slot, two operations),
+/// RECLAIM_COMPLETE.
+fn bc_session<T: V4Transport>(c: &mut V4<T>) {
     let (o, verf) = (c.owner.clone(), c.verifier);
     let r = c.compound(&[op(|e| {
         e.u32(OP_EXCHANGE_ID)
@@ -160,13 +174,6 @@ fn with_backchannel(svc: &Svc, conn: u32, owner: &str, answer_probe: bool) -> V4
         e.u32(OP_RECLAIM_COMPLETE).bool(false);
     })]);
     assert_eq!(r.status, NFS4_OK);
-    if answer_probe {
-        let cb = pull(svc, conn).expect("CB_NULL probe");
-        assert_eq!(cb.proc_, 0, "CB_NULL first");
-        assert_eq!(cb.auth_flavor, proto::rpc::AUTH_SYS, "the client's callback security");
-        answer(svc, conn, &cb, NFS4_OK);
-    }
-    c
 }
 
 /// A backward Call as the client sees it.
@@ -186,6 +193,12 @@ fn pull(svc: &Svc, conn: u32) -> Option<CbCall> {
     let mut s = svc.borrow_mut();
     let mut buf = [0u8; 1024];
     let n = s.poll_backward_call(ConnId(conn), &mut buf)?;
+    Some(decode_cb(&buf[..n]))
+}
+
+/// A backward Call's bytes as the client reads them (RFC 8881 s20).
+fn decode_cb(buf: &[u8]) -> CbCall {
+    let n = buf.len();
     let (h, at) = proto::rpc::decode_call(&buf[..n]).expect("a backward Call decodes");
     assert_eq!(h.vers, 1, "callback program version 1");
     let mut cb = CbCall {
@@ -215,7 +228,7 @@ fn pull(svc: &Svc, conn: u32) -> Option<CbCall> {
         cb.op = Some((opnum, r.rest().to_vec()));
     }
     assert_eq!(cb.prog, CB_PROG);
-    Some(cb)
+    cb
 }
 
 /// The client's Reply to `cb`: CB_NULL's empty result, or CB_COMPOUND4res
@@ -243,7 +256,7 @@ fn answer(svc: &Svc, conn: u32, cb: &CbCall, status: u32) {
 }
 
 /// SEQUENCE alone; its `sr_status_flags`.
-fn status_flags(c: &mut V4<Link>) -> u32 {
+fn status_flags<T: V4Transport>(c: &mut V4<T>) -> u32 {
     let s = c.sequence(0, false);
     let call = c.encode(&[s]);
     let r = c.send(&call, None);
@@ -267,7 +280,7 @@ struct Opened {
     deleg: (u32, Option<Stateid>, Option<u32>),
 }
 
-fn open_in(c: &mut V4<Link>, dir: &[u8], name: &str, access: u32, create: bool) -> Result<Opened, u32> {
+fn open_in<T: V4Transport>(c: &mut V4<T>, dir: &[u8], name: &str, access: u32, create: bool) -> Result<Opened, u32> {
     let how = create.then_some((UNCHECKED4, 0o666, [0u8; 8]));
     let r = c.seq(&[putfh(dir), open(name, access, 0, b"owner", how), getfh()]);
     if r.status != NFS4_OK {
@@ -310,7 +323,7 @@ fn open_in(c: &mut V4<Link>, dir: &[u8], name: &str, access: u32, create: bool) 
     Ok(Opened { sid, fh, rflags, deleg })
 }
 
-fn delegreturn(c: &mut V4<Link>, fh: &[u8], s: &Stateid) -> u32 {
+fn delegreturn<T: V4Transport>(c: &mut V4<T>, fh: &[u8], s: &Stateid) -> u32 {
     c.seq(&[
         putfh(fh),
         op(|e| {
@@ -746,4 +759,123 @@ fn backchannel_delegations_per_client_are_bounded() {
     )
     .unwrap();
     assert_eq!(o.deleg, (OPEN_DELEGATE_NONE_EXT, None, Some(WND4_NOT_WANTED)));
+}
+
+/// A v4.1 client on one record-marked TCP connection (RFC 5531 s11) that
+/// also hears the server's backward Calls there (RFC 8881 s2.10.3.1):
+/// a CALL record read while waiting for a Reply is kept for the test.
+struct TcpBc {
+    s: std::net::TcpStream,
+    calls: std::collections::VecDeque<Vec<u8>>,
+}
+
+impl TcpBc {
+    fn connect(addr: std::net::SocketAddr) -> TcpBc {
+        let s = std::net::TcpStream::connect(addr).expect("connect");
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        TcpBc {
+            s,
+            calls: Default::default(),
+        }
+    }
+
+    fn write_record(&mut self, msg: &[u8]) {
+        use std::io::Write;
+        let mark = (0x8000_0000u32 | msg.len() as u32).to_be_bytes();
+        self.s.write_all(&mark).unwrap();
+        self.s.write_all(msg).unwrap();
+    }
+
+    fn read_record(&mut self) -> Vec<u8> {
+        use std::io::Read;
+        let mut out = Vec::new();
+        loop {
+            let mut m = [0u8; 4];
+            self.s.read_exact(&mut m).expect("record mark");
+            let w = u32::from_be_bytes(m);
+            let at = out.len();
+            out.resize(at + (w & 0x7fff_ffff) as usize, 0);
+            self.s.read_exact(&mut out[at..]).expect("record");
+            if w & 0x8000_0000 != 0 {
+                return out;
+            }
+        }
+    }
+
+    /// The next backward Call (kept, or read now).
+    fn backward_call(&mut self) -> CbCall {
+        if let Some(m) = self.calls.pop_front() {
+            return decode_cb(&m);
+        }
+        let m = self.read_record();
+        assert_eq!(proto::rpc::peek_msg(&m).unwrap().1, proto::rpc::CALL, "a backward Call");
+        decode_cb(&m)
+    }
+}
+
+impl V4Transport for TcpBc {
+    fn rt(&mut self, call: &[u8], _read_max: Option<u32>) -> Option<Vec<u8>> {
+        self.write_record(call);
+        loop {
+            let m = self.read_record();
+            match proto::rpc::peek_msg(&m) {
+                Ok((_, proto::rpc::CALL)) => self.calls.push_back(m),
+                _ => return Some(m),
+            }
+        }
+    }
+}
+
+/// Two TCP servers on one `NfsShared` with the same service core (the
+/// NFS and MOUNT ports, as the target starts them): a connection that
+/// opens and closes on the second leaves the backchannel a v4.1 client
+/// bound on the first alone (their connection ids differ), so the
+/// client's SEQUENCE reports no CB_PATH_DOWN.
+#[test]
+fn backchannel_tcp_connection_ids_are_unique_across_listeners() {
+    use rpcrdma_apps::server::tcp::{TcpOptions, TcpServer};
+    let (_s, sh, _svc) = setup();
+    let opts = TcpOptions {
+        max_conns: 8,
+        max_record_bytes: 2 * MIB,
+        max_data_bytes: MIB,
+        service_core: 1,
+        idle_timeout: Duration::from_secs(30),
+        record_timeout: Duration::from_secs(30),
+        write_timeout: Duration::from_secs(30),
+        shutdown_grace: Duration::from_secs(1),
+    };
+    let any: std::net::SocketAddr = "127.0.0.1:0".parse().unwrap();
+    let nfs = TcpServer::start(any, sh.clone(), opts).unwrap();
+    let mut mount = TcpServer::start(any, sh.clone(), opts).unwrap();
+    let mut a = V4::new(TcpBc::connect(nfs.local_addr()), "client-a");
+    bc_session(&mut a);
+    let probe = a.t.backward_call();
+    assert_eq!(probe.proc_, 0, "CB_NULL on A's own socket");
+    let m = reply_to(&probe, NFS4_OK);
+    a.t.write_record(&m);
+    let t0 = std::time::Instant::now();
+    while !sh.v4().callbacks().usable(&a.sid) {
+        assert!(t0.elapsed() < Duration::from_secs(20), "probe answer not taken");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(status_flags(&mut a), 0);
+    // A connection to the other server: served (a v4 NULL), then closed;
+    // `finish` waits for its thread, which has withdrawn its backchannel.
+    let mut other = Tcp::connect(mount.local_addr().port());
+    let null = call_header(7, NFS, 4, 0, &Auth::None).b;
+    assert!(other.roundtrip(&null).is_some());
+    drop(other);
+    mount.finish(Duration::from_secs(5));
+    assert_eq!(
+        mount.stats().conns_accepted.load(std::sync::atomic::Ordering::Relaxed),
+        1
+    );
+    assert_eq!(
+        status_flags(&mut a),
+        0,
+        "A's backchannel is not the other server's connection"
+    );
+    assert!(sh.v4().callbacks().usable(&a.sid));
+    assert!(a.t.calls.is_empty());
 }
