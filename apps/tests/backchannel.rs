@@ -885,15 +885,19 @@ fn backchannel_tcp_connection_ids_are_unique_across_listeners() {
 // with a backchannel, on the shm fabric
 // ---------------------------------------------------------------------------
 
-type ShmEngine = Engine<dataplane::shm::ShmFabric>;
-
-/// A requester on core `core` offering `backward_credits`, connected to
-/// `addr` (the responder is polled by whichever engine holds it).
-fn shm_client(p: &Pools, addr: &str, v: u32, core: usize, backward_credits: u32) -> ShmEngine {
-    use dataplane::shm::{ShmConfig, ShmFabric};
+/// A requester on `fab` and core `core` offering `backward_credits`,
+/// connected to `addr` (the responder, and the sim network, are polled by
+/// whichever engine holds them).
+fn bc_client<F: dataplane::Fabric>(
+    p: &Pools,
+    fab: F,
+    addr: &str,
+    v: u32,
+    core: usize,
+    backward_credits: u32,
+) -> Engine<F> {
     let mut cfg = requester_cfg(p, versions(v), 4);
     cfg.backward_credits = backward_credits;
-    let fab = ShmFabric::new(ShmConfig::default()).unwrap();
     let mut cli = dataplane::requester::Requester::new(cfg, fab, p.pool, &p.regions, core).unwrap();
     cli.connect(addr).unwrap();
     Engine {
@@ -906,14 +910,15 @@ fn shm_client(p: &Pools, addr: &str, v: u32, core: usize, backward_credits: u32)
 }
 
 /// The responder moves to `to`'s engine, which then polls it while it waits.
-fn hand(from: &mut V4<ShmEngine>, to: &mut V4<ShmEngine>) {
+fn hand<F: dataplane::Fabric>(from: &mut V4<Engine<F>>, to: &mut V4<Engine<F>>) {
     if to.t.srv.is_none() {
         to.t.srv = from.t.srv.take();
+        to.t.net = from.t.net.take();
     }
 }
 
 /// Poll until the requester holds a backward Call; it, decoded.
-fn engine_cb(e: &mut ShmEngine) -> CbCall {
+fn engine_cb<F: dataplane::Fabric>(e: &mut Engine<F>) -> CbCall {
     let t0 = std::time::Instant::now();
     loop {
         e.cli.poll();
@@ -932,14 +937,14 @@ fn engine_cb(e: &mut ShmEngine) -> CbCall {
 }
 
 /// Answer `cb` through the requester (inline, RFC 8167 s5.2).
-fn engine_answer(e: &mut ShmEngine, cb: &CbCall, status: u32) {
+fn engine_answer<F: dataplane::Fabric>(e: &mut Engine<F>, cb: &CbCall, status: u32) {
     let m = reply_to(cb, status);
     e.cli.reply_backward(cb.xid, &m).expect("reply_backward");
     assert_eq!(e.cli.backward_held(), 0);
 }
 
 /// Poll both ends until `f`.
-fn engine_until(e: &mut ShmEngine, what: &str, mut f: impl FnMut() -> bool) {
+fn engine_until<F: dataplane::Fabric>(e: &mut Engine<F>, what: &str, mut f: impl FnMut() -> bool) {
     let t0 = std::time::Instant::now();
     while !f() {
         e.cli.poll();
@@ -954,17 +959,125 @@ fn engine_until(e: &mut ShmEngine, what: &str, mut f: impl FnMut() -> bool) {
 /// delegation, B's OPEN for writing is NFS4ERR_DELAY, CB_RECALL reaches A
 /// over the backward direction, A answers and returns the delegation, B's
 /// retry opens; every buffer comes back after teardown.
+/// The recall scenario over one fabric: the responder `srv` (already
+/// listening at `addr`, at most two connections, backward credits) and two
+/// requesters made by `fab` (A with a backchannel, B without).
+fn recall_over_engine<F: dataplane::Fabric>(
+    v: u32,
+    p: &Pools,
+    sh: &Arc<NfsShared>,
+    srv: dataplane::responder::Responder<'static, F, NfsService>,
+    net: Option<dataplane::sim::SimNetwork>,
+    mut fab: impl FnMut() -> F,
+    addr: &str,
+) {
+    use std::sync::atomic::Ordering::Relaxed;
+    let mut a = V4::new(bc_client(p, fab(), addr, v, 1, 2), "client-a");
+    a.t.srv = Some(srv);
+    a.t.net = net;
+    a.t.connect();
+    assert_eq!(a.t.cli.version(), v);
+    bc_session(&mut a);
+    let probe = engine_cb(&mut a.t);
+    assert_eq!(probe.proc_, 0, "v{v}: CB_NULL first");
+    assert_eq!(probe.auth_flavor, proto::rpc::AUTH_SYS);
+    engine_answer(&mut a.t, &probe, NFS4_OK);
+    let sid = a.sid;
+    let cbs = sh.v4().callbacks();
+    engine_until(&mut a.t, "probe answered", || cbs.usable(&sid));
+    assert_eq!(status_flags(&mut a), 0);
+
+    let mut b = V4::new(bc_client(p, fab(), addr, v, 2, 0), "client-b");
+    hand(&mut a, &mut b);
+    b.t.connect();
+    b.setup(8);
+    let dir = b.walk("/b").unwrap();
+    let w = open_in(&mut b, &dir, "f", OPEN4_SHARE_ACCESS_BOTH, true).unwrap();
+    b.write(&w.fh, &w.sid, 0, FILE_SYNC4, b"v1").unwrap();
+    assert_eq!(b.seq(&[putfh(&w.fh), close(&w.sid)]).status, NFS4_OK);
+
+    hand(&mut b, &mut a);
+    let o = open_in(&mut a, &dir, "f", OPEN4_SHARE_ACCESS_READ, false).unwrap();
+    assert_eq!(o.deleg.0, OPEN_DELEGATE_READ, "v{v}: A holds a read delegation");
+    let ds = o.deleg.1.unwrap();
+
+    hand(&mut a, &mut b);
+    assert_eq!(
+        open_in(&mut b, &dir, "f", OPEN4_SHARE_ACCESS_WRITE, false).unwrap_err(),
+        NFS4ERR_DELAY
+    );
+    hand(&mut b, &mut a);
+    let cb = engine_cb(&mut a.t);
+    assert_eq!(cb.seq.unwrap(), (a.sid, 1), "CB_SEQUENCE of A's session");
+    assert_eq!(recall_of(&cb), (ds, o.fh.clone()));
+    engine_answer(&mut a.t, &cb, NFS4_OK);
+    assert_eq!(delegreturn(&mut a, &o.fh, &ds), NFS4_OK);
+    assert_eq!(sh.v4().delegations(), 0);
+    let st = &sh.v4().callbacks().stats;
+    assert_eq!(
+        (
+            st.calls.load(Relaxed),
+            st.replies.load(Relaxed),
+            st.faults.load(Relaxed)
+        ),
+        (2, 2, 0),
+        "v{v}"
+    );
+
+    hand(&mut a, &mut b);
+    let w = open_in(&mut b, &dir, "f", OPEN4_SHARE_ACCESS_WRITE, false).expect("B's retry opens");
+    b.write(&w.fh, &w.sid, 0, FILE_SYNC4, b"v2").unwrap();
+    let rs = b.t.srv.as_ref().unwrap().stats();
+    assert!(rs.backward_calls >= 2 && rs.backward_replies >= 2, "v{v}: {rs:?}");
+
+    // Teardown: every buffer back.
+    assert_eq!(a.t.cli.shutdown(100_000), 0);
+    assert_eq!(b.t.cli.shutdown(100_000), 0);
+    let net = b.t.net.take();
+    let mut srv = b.t.srv.take().unwrap();
+    drop((a, b));
+    let t0 = std::time::Instant::now();
+    while srv.connections() > 0 && t0.elapsed() < Duration::from_secs(10) {
+        srv.poll();
+        if let Some(n) = net.as_ref() {
+            let _ = n.run_until_idle(1_000_000);
+        }
+    }
+    let held = srv.shutdown(100_000);
+    if let Some(n) = net.as_ref() {
+        let _ = n.run_until_idle(1_000_000);
+        srv.poll();
+    }
+    assert_eq!(held, Default::default(), "v{v}: responder buffers held");
+    drop(srv);
+    for class in [p.recv, p.send, p.data] {
+        assert_eq!(p.pool.stats(class).unwrap().in_use, 0, "v{v}: class {class:?} leaked");
+    }
+}
+
+/// The responder's configuration for these tests: two connections, two
+/// backward credits each.
+fn bc_responder_cfg(p: &Pools) -> dataplane::responder::ResponderConfig {
+    let mut cfg = responder_cfg(p, 4);
+    cfg.max_conns = 2;
+    cfg.backward_credits = 2;
+    cfg
+}
+
+/// RPC-over-RDMA versions 1 and 2 on shm: client A binds its backchannel
+/// with CREATE_SESSION, the CB_NULL probe reaches its requester
+/// (`backward_calls`) and is answered (`reply_backward`); A gets a read
+/// delegation, B's OPEN for writing is NFS4ERR_DELAY, CB_RECALL reaches A
+/// over the backward direction, A answers and returns the delegation, B's
+/// retry opens; every buffer comes back after teardown.
 #[test]
 fn backchannel_engine_recall_answered_over_shm() {
     use dataplane::shm::{ShmConfig, ShmFabric};
-    use std::sync::atomic::Ordering::Relaxed;
     for v in [1, 2] {
         let (_s, sh, _svc) = setup();
         let p = pools3(4);
         let addr = format!("@rpcrdma-bc-engine-{}-v{v}", std::process::id());
-        let mut cfg = responder_cfg(&p, 4);
-        cfg.max_conns = 2;
-        cfg.backward_credits = 2;
+        let cfg = bc_responder_cfg(&p);
         let svc = NfsService::new(sh.clone(), 0).unwrap();
         // Each connection draws at most its forward and backward credits'
         // receives from the SRQ (sized for both connections).
@@ -974,76 +1087,31 @@ fn backchannel_engine_recall_answered_over_shm() {
         })
         .unwrap();
         let srv = dataplane::responder::Responder::new(cfg, fab, svc, p.pool, &p.regions, 0, Some(&addr)).unwrap();
-        let mut a = V4::new(shm_client(&p, &addr, v, 1, 2), "client-a");
-        a.t.srv = Some(srv);
-        a.t.connect();
-        assert_eq!(a.t.cli.version(), v);
-        bc_session(&mut a);
-        let probe = engine_cb(&mut a.t);
-        assert_eq!(probe.proc_, 0, "v{v}: CB_NULL first");
-        assert_eq!(probe.auth_flavor, proto::rpc::AUTH_SYS);
-        engine_answer(&mut a.t, &probe, NFS4_OK);
-        let sid = a.sid;
-        let cbs = sh.v4().callbacks();
-        engine_until(&mut a.t, "probe answered", || cbs.usable(&sid));
-        assert_eq!(status_flags(&mut a), 0);
+        let client_fab = || ShmFabric::new(ShmConfig::default()).unwrap();
+        recall_over_engine(v, &p, &sh, srv, None, client_fab, &addr);
+    }
+}
 
-        let mut b = V4::new(shm_client(&p, &addr, v, 2, 0), "client-b");
-        hand(&mut a, &mut b);
-        b.t.connect();
-        b.setup(8);
-        let dir = b.walk("/b").unwrap();
-        let w = open_in(&mut b, &dir, "f", OPEN4_SHARE_ACCESS_BOTH, true).unwrap();
-        b.write(&w.fh, &w.sid, 0, FILE_SYNC4, b"v1").unwrap();
-        assert_eq!(b.seq(&[putfh(&w.fh), close(&w.sid)]).status, NFS4_OK);
-
-        hand(&mut b, &mut a);
-        let o = open_in(&mut a, &dir, "f", OPEN4_SHARE_ACCESS_READ, false).unwrap();
-        assert_eq!(o.deleg.0, OPEN_DELEGATE_READ, "v{v}: A holds a read delegation");
-        let ds = o.deleg.1.unwrap();
-
-        hand(&mut a, &mut b);
-        assert_eq!(
-            open_in(&mut b, &dir, "f", OPEN4_SHARE_ACCESS_WRITE, false).unwrap_err(),
-            NFS4ERR_DELAY
-        );
-        hand(&mut b, &mut a);
-        let cb = engine_cb(&mut a.t);
-        assert_eq!(cb.seq.unwrap(), (a.sid, 1), "CB_SEQUENCE of A's session");
-        assert_eq!(recall_of(&cb), (ds, o.fh.clone()));
-        engine_answer(&mut a.t, &cb, NFS4_OK);
-        assert_eq!(delegreturn(&mut a, &o.fh, &ds), NFS4_OK);
-        assert_eq!(sh.v4().delegations(), 0);
-        let st = &sh.v4().callbacks().stats;
-        assert_eq!(
-            (
-                st.calls.load(Relaxed),
-                st.replies.load(Relaxed),
-                st.faults.load(Relaxed)
-            ),
-            (2, 2, 0),
-            "v{v}"
-        );
-
-        hand(&mut a, &mut b);
-        let w = open_in(&mut b, &dir, "f", OPEN4_SHARE_ACCESS_WRITE, false).expect("B's retry opens");
-        b.write(&w.fh, &w.sid, 0, FILE_SYNC4, b"v2").unwrap();
-        let rs = b.t.srv.as_ref().unwrap().stats();
-        assert!(rs.backward_calls >= 2 && rs.backward_replies >= 2, "v{v}: {rs:?}");
-
-        // Teardown: every buffer back.
-        assert_eq!(a.t.cli.shutdown(100_000), 0);
-        assert_eq!(b.t.cli.shutdown(100_000), 0);
-        let mut srv = b.t.srv.take().unwrap();
-        drop((a, b));
-        let t0 = std::time::Instant::now();
-        while srv.connections() > 0 && t0.elapsed() < Duration::from_secs(10) {
-            srv.poll();
-        }
-        assert_eq!(srv.shutdown(100_000), Default::default());
-        drop(srv);
-        for class in [p.recv, p.send, p.data] {
-            assert_eq!(p.pool.stats(class).unwrap().in_use, 0, "v{v}: class {class:?} leaked");
-        }
+/// The same on the sim fabric (seeded).
+#[test]
+fn backchannel_engine_recall_answered_over_sim() {
+    use dataplane::sim::{SimConfig, SimNetwork};
+    for v in [1, 2] {
+        let (_s, sh, _svc) = setup();
+        let p = pools3(4);
+        let net = SimNetwork::new(SimConfig::with_seed(230 + u64::from(v)));
+        let svc = NfsService::new(sh.clone(), 0).unwrap();
+        let srv = dataplane::responder::Responder::new(
+            bc_responder_cfg(&p),
+            net.endpoint(),
+            svc,
+            p.pool,
+            &p.regions,
+            0,
+            Some("srv"),
+        )
+        .unwrap();
+        let net2 = net.clone();
+        recall_over_engine(v, &p, &sh, srv, Some(net), move || net2.endpoint(), "srv");
     }
 }
