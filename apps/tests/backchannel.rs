@@ -970,6 +970,7 @@ fn recall_over_engine<F: dataplane::Fabric>(
     net: Option<dataplane::sim::SimNetwork>,
     mut fab: impl FnMut() -> F,
     addr: &str,
+    lose: bool,
 ) {
     use std::sync::atomic::Ordering::Relaxed;
     let mut a = V4::new(bc_client(p, fab(), addr, v, 1, 2), "client-a");
@@ -1010,7 +1011,49 @@ fn recall_over_engine<F: dataplane::Fabric>(
     let cb = engine_cb(&mut a.t);
     assert_eq!(cb.seq.unwrap(), (a.sid, 1), "CB_SEQUENCE of A's session");
     assert_eq!(recall_of(&cb), (ds, o.fh.clone()));
-    engine_answer(&mut a.t, &cb, NFS4_OK);
+    let want = if lose {
+        // A's connection goes with the recall unanswered: the responder
+        // withdraws its backchannel, A's session hears CB_PATH_DOWN on its
+        // new connection until BIND_CONN_TO_SESSION, whose probe answers;
+        // then the recall comes again there as a retry.
+        assert_eq!(a.t.cli.shutdown(100_000), 0);
+        hand(&mut a, &mut b);
+        let t0 = std::time::Instant::now();
+        while b.t.srv.as_ref().unwrap().connections() > 1 {
+            b.t.cli.poll();
+            b.t.pump();
+            assert!(t0.elapsed() < Duration::from_secs(20), "v{v}: A's connection not closed");
+        }
+        assert!(!sh.v4().callbacks().usable(&sid), "v{v}: withdrawn with the connection");
+        let fresh = bc_client(p, fab(), addr, v, 3, 2);
+        drop(std::mem::replace(&mut a.t, fresh));
+        hand(&mut b, &mut a);
+        a.t.connect();
+        let down = SEQ4_STATUS_CB_PATH_DOWN | SEQ4_STATUS_CB_PATH_DOWN_SESSION;
+        assert_eq!(status_flags(&mut a), down, "v{v}");
+        let r = a.compound(&[op(|e| {
+            e.u32(OP_BIND_CONN_TO_SESSION)
+                .fixed(&sid)
+                .u32(CDFC4_BACK_OR_BOTH)
+                .bool(false);
+        })]);
+        let mut d = r.dec();
+        assert_eq!(res(&mut d, OP_BIND_CONN_TO_SESSION), NFS4_OK);
+        assert_eq!(d.fixed(16), sid);
+        assert_eq!(d.u32(), CDFS4_BOTH);
+        let probe = engine_cb(&mut a.t);
+        assert_eq!(probe.proc_, 0, "v{v}: CB_NULL on the new connection");
+        engine_answer(&mut a.t, &probe, NFS4_OK);
+        let again = engine_cb(&mut a.t);
+        assert_eq!(recall_of(&again), recall_of(&cb));
+        assert_eq!(again.seq, cb.seq, "v{v}: the same sequence id: a retry");
+        engine_answer(&mut a.t, &again, NFS4_OK);
+        assert_eq!(status_flags(&mut a), 0, "v{v}: path up again");
+        (4, 3, 0)
+    } else {
+        engine_answer(&mut a.t, &cb, NFS4_OK);
+        (2, 2, 0)
+    };
     assert_eq!(delegreturn(&mut a, &o.fh, &ds), NFS4_OK);
     assert_eq!(sh.v4().delegations(), 0);
     let st = &sh.v4().callbacks().stats;
@@ -1020,7 +1063,7 @@ fn recall_over_engine<F: dataplane::Fabric>(
             st.replies.load(Relaxed),
             st.faults.load(Relaxed)
         ),
-        (2, 2, 0),
+        want,
         "v{v}"
     );
 
@@ -1072,11 +1115,29 @@ fn bc_responder_cfg(p: &Pools) -> dataplane::responder::ResponderConfig {
 /// retry opens; every buffer comes back after teardown.
 #[test]
 fn backchannel_engine_recall_answered_over_shm() {
+    recall_over_shm(false);
+}
+
+/// Over shm, A's connection is lost with the recall in flight; A
+/// reconnects and binds the new connection (BIND_CONN_TO_SESSION); the
+/// probe and the recall (a retry) come there; B then opens.
+#[test]
+fn backchannel_engine_lost_mid_recall_then_rebound_over_shm() {
+    recall_over_shm(true);
+}
+
+/// The same on the sim fabric (seeded).
+#[test]
+fn backchannel_engine_lost_mid_recall_then_rebound_over_sim() {
+    recall_over_sim(true);
+}
+
+fn recall_over_shm(lose: bool) {
     use dataplane::shm::{ShmConfig, ShmFabric};
     for v in [1, 2] {
         let (_s, sh, _svc) = setup();
-        let p = pools3(4);
-        let addr = format!("@rpcrdma-bc-engine-{}-v{v}", std::process::id());
+        let p = pools_cores(4, 4);
+        let addr = format!("@rpcrdma-bc-engine-{}-v{v}-{lose}", std::process::id());
         let cfg = bc_responder_cfg(&p);
         let svc = NfsService::new(sh.clone(), 0).unwrap();
         // Each connection draws at most its forward and backward credits'
@@ -1088,17 +1149,21 @@ fn backchannel_engine_recall_answered_over_shm() {
         .unwrap();
         let srv = dataplane::responder::Responder::new(cfg, fab, svc, p.pool, &p.regions, 0, Some(&addr)).unwrap();
         let client_fab = || ShmFabric::new(ShmConfig::default()).unwrap();
-        recall_over_engine(v, &p, &sh, srv, None, client_fab, &addr);
+        recall_over_engine(v, &p, &sh, srv, None, client_fab, &addr, lose);
     }
 }
 
 /// The same on the sim fabric (seeded).
 #[test]
 fn backchannel_engine_recall_answered_over_sim() {
+    recall_over_sim(false);
+}
+
+fn recall_over_sim(lose: bool) {
     use dataplane::sim::{SimConfig, SimNetwork};
     for v in [1, 2] {
         let (_s, sh, _svc) = setup();
-        let p = pools3(4);
+        let p = pools_cores(4, 4);
         let net = SimNetwork::new(SimConfig::with_seed(230 + u64::from(v)));
         let svc = NfsService::new(sh.clone(), 0).unwrap();
         let srv = dataplane::responder::Responder::new(
@@ -1112,6 +1177,6 @@ fn backchannel_engine_recall_answered_over_sim() {
         )
         .unwrap();
         let net2 = net.clone();
-        recall_over_engine(v, &p, &sh, srv, Some(net), move || net2.endpoint(), "srv");
+        recall_over_engine(v, &p, &sh, srv, Some(net), move || net2.endpoint(), "srv", lose);
     }
 }

@@ -1228,7 +1228,14 @@ pub fn pools(credits: u32) -> Pools {
 
 /// As `pools`, for three cores: the responder (0) and two requesters.
 pub fn pools3(credits: u32) -> Pools {
-    let mut plan = PoolPlan::new(3);
+    pools_cores(3, credits)
+}
+
+/// As [`pools3`], for `cores` cores (the classes' per-core caches): a
+/// requester made again after its connection was lost takes a core of its
+/// own while the old one's is still claimed.
+pub fn pools_cores(cores: usize, credits: u32) -> Pools {
+    let mut plan = PoolPlan::new(cores);
     let recv = plan.add_class("recv", 1024, 4).unwrap();
     let send = plan.add_class("send", 8192, 4).unwrap();
     let data = plan.add_class("data", DATA_BUF_BYTES, 2).unwrap();
