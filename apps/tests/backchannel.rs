@@ -953,21 +953,24 @@ fn engine_until<F: dataplane::Fabric>(e: &mut Engine<F>, what: &str, mut f: impl
     }
 }
 
-/// RPC-over-RDMA versions 1 and 2 on shm: client A binds its backchannel
-/// with CREATE_SESSION, the CB_NULL probe reaches its requester
-/// (`backward_calls`) and is answered (`reply_backward`); A gets a read
-/// delegation, B's OPEN for writing is NFS4ERR_DELAY, CB_RECALL reaches A
-/// over the backward direction, A answers and returns the delegation, B's
-/// retry opens; every buffer comes back after teardown.
-/// The recall scenario over one fabric: the responder `srv` (already
+/// The recall scenario over one fabric, the responder `srv` (already
 /// listening at `addr`, at most two connections, backward credits) and two
-/// requesters made by `fab` (A with a backchannel, B without).
+/// requesters made by `fab`: client A binds its backchannel with
+/// CREATE_SESSION, the CB_NULL probe reaches its requester
+/// (`backward_calls`) and is answered (`reply_backward`); A gets a read
+/// delegation, B (no backchannel) opens for writing and gets
+/// NFS4ERR_DELAY, CB_RECALL reaches A over the backward direction; A
+/// answers (or, when `lose`, loses its connection first and rebinds a new
+/// one) and returns the delegation; B's retry opens; every buffer comes
+/// back after teardown.
 fn recall_over_engine<F: dataplane::Fabric>(
     v: u32,
     p: &Pools,
     sh: &Arc<NfsShared>,
-    srv: dataplane::responder::Responder<'static, F, NfsService>,
-    net: Option<dataplane::sim::SimNetwork>,
+    (srv, net): (
+        dataplane::responder::Responder<'static, F, NfsService>,
+        Option<dataplane::sim::SimNetwork>,
+    ),
     mut fab: impl FnMut() -> F,
     addr: &str,
     lose: bool,
@@ -1022,7 +1025,10 @@ fn recall_over_engine<F: dataplane::Fabric>(
         while b.t.srv.as_ref().unwrap().connections() > 1 {
             b.t.cli.poll();
             b.t.pump();
-            assert!(t0.elapsed() < Duration::from_secs(20), "v{v}: A's connection not closed");
+            assert!(
+                t0.elapsed() < Duration::from_secs(20),
+                "v{v}: A's connection not closed"
+            );
         }
         assert!(!sh.v4().callbacks().usable(&sid), "v{v}: withdrawn with the connection");
         let fresh = bc_client(p, fab(), addr, v, 3, 2);
@@ -1113,6 +1119,7 @@ fn bc_responder_cfg(p: &Pools) -> dataplane::responder::ResponderConfig {
 /// delegation, B's OPEN for writing is NFS4ERR_DELAY, CB_RECALL reaches A
 /// over the backward direction, A answers and returns the delegation, B's
 /// retry opens; every buffer comes back after teardown.
+/// RPC-over-RDMA versions 1 and 2 on shm: the recall answered.
 #[test]
 fn backchannel_engine_recall_answered_over_shm() {
     recall_over_shm(false);
@@ -1126,12 +1133,13 @@ fn backchannel_engine_lost_mid_recall_then_rebound_over_shm() {
     recall_over_shm(true);
 }
 
-/// The same on the sim fabric (seeded).
+/// The connection lost mid-recall and rebound, on the sim fabric.
 #[test]
 fn backchannel_engine_lost_mid_recall_then_rebound_over_sim() {
     recall_over_sim(true);
 }
 
+/// [`recall_over_engine`] on shm, versions 1 and 2.
 fn recall_over_shm(lose: bool) {
     use dataplane::shm::{ShmConfig, ShmFabric};
     for v in [1, 2] {
@@ -1149,16 +1157,17 @@ fn recall_over_shm(lose: bool) {
         .unwrap();
         let srv = dataplane::responder::Responder::new(cfg, fab, svc, p.pool, &p.regions, 0, Some(&addr)).unwrap();
         let client_fab = || ShmFabric::new(ShmConfig::default()).unwrap();
-        recall_over_engine(v, &p, &sh, srv, None, client_fab, &addr, lose);
+        recall_over_engine(v, &p, &sh, (srv, None), client_fab, &addr, lose);
     }
 }
 
-/// The same on the sim fabric (seeded).
+/// The recall answered on the sim fabric (seeded), versions 1 and 2.
 #[test]
 fn backchannel_engine_recall_answered_over_sim() {
     recall_over_sim(false);
 }
 
+/// [`recall_over_engine`] on sim (seeded), versions 1 and 2.
 fn recall_over_sim(lose: bool) {
     use dataplane::sim::{SimConfig, SimNetwork};
     for v in [1, 2] {
@@ -1177,6 +1186,6 @@ fn recall_over_sim(lose: bool) {
         )
         .unwrap();
         let net2 = net.clone();
-        recall_over_engine(v, &p, &sh, srv, Some(net), move || net2.endpoint(), "srv", lose);
+        recall_over_engine(v, &p, &sh, (srv, Some(net)), move || net2.endpoint(), "srv", lose);
     }
 }
