@@ -111,6 +111,20 @@ fn plain(svc: &Svc, conn: u32, owner: &str) -> V4<Link> {
 fn with_backchannel(svc: &Svc, conn: u32, owner: &str, answer_probe: bool) -> V4<Link> {
     svc.borrow_mut().backward_channel(ConnId(conn), Some(CHAN));
     let mut c = V4::new(link(svc, conn), owner);
+    bc_session(&mut c);
+    if answer_probe {
+        let cb = pull(svc, conn).expect("CB_NULL probe");
+        assert_eq!(cb.proc_, 0, "CB_NULL first");
+        assert_eq!(cb.auth_flavor, proto::rpc::AUTH_SYS, "the client's callback security");
+        answer(svc, conn, &cb, NFS4_OK);
+    }
+    c
+}
+
+/// EXCHANGE_ID, CREATE_SESSION with CREATE_SESSION4_FLAG_CONN_BACK_CHAN on
+/// `c`'s connection (granted: one back-channel slot, two operations),
+/// RECLAIM_COMPLETE.
+fn bc_session<T: V4Transport>(c: &mut V4<T>) {
     let (o, verf) = (c.owner.clone(), c.verifier);
     let r = c.compound(&[op(|e| {
         e.u32(OP_EXCHANGE_ID)
@@ -160,13 +174,6 @@ fn with_backchannel(svc: &Svc, conn: u32, owner: &str, answer_probe: bool) -> V4
         e.u32(OP_RECLAIM_COMPLETE).bool(false);
     })]);
     assert_eq!(r.status, NFS4_OK);
-    if answer_probe {
-        let cb = pull(svc, conn).expect("CB_NULL probe");
-        assert_eq!(cb.proc_, 0, "CB_NULL first");
-        assert_eq!(cb.auth_flavor, proto::rpc::AUTH_SYS, "the client's callback security");
-        answer(svc, conn, &cb, NFS4_OK);
-    }
-    c
 }
 
 /// A backward Call as the client sees it.
@@ -186,6 +193,12 @@ fn pull(svc: &Svc, conn: u32) -> Option<CbCall> {
     let mut s = svc.borrow_mut();
     let mut buf = [0u8; 1024];
     let n = s.poll_backward_call(ConnId(conn), &mut buf)?;
+    Some(decode_cb(&buf[..n]))
+}
+
+/// A backward Call's bytes as the client reads them (RFC 8881 s20).
+fn decode_cb(buf: &[u8]) -> CbCall {
+    let n = buf.len();
     let (h, at) = proto::rpc::decode_call(&buf[..n]).expect("a backward Call decodes");
     assert_eq!(h.vers, 1, "callback program version 1");
     let mut cb = CbCall {
@@ -215,7 +228,7 @@ fn pull(svc: &Svc, conn: u32) -> Option<CbCall> {
         cb.op = Some((opnum, r.rest().to_vec()));
     }
     assert_eq!(cb.prog, CB_PROG);
-    Some(cb)
+    cb
 }
 
 /// The client's Reply to `cb`: CB_NULL's empty result, or CB_COMPOUND4res
@@ -243,7 +256,7 @@ fn answer(svc: &Svc, conn: u32, cb: &CbCall, status: u32) {
 }
 
 /// SEQUENCE alone; its `sr_status_flags`.
-fn status_flags(c: &mut V4<Link>) -> u32 {
+fn status_flags<T: V4Transport>(c: &mut V4<T>) -> u32 {
     let s = c.sequence(0, false);
     let call = c.encode(&[s]);
     let r = c.send(&call, None);
@@ -267,7 +280,7 @@ struct Opened {
     deleg: (u32, Option<Stateid>, Option<u32>),
 }
 
-fn open_in(c: &mut V4<Link>, dir: &[u8], name: &str, access: u32, create: bool) -> Result<Opened, u32> {
+fn open_in<T: V4Transport>(c: &mut V4<T>, dir: &[u8], name: &str, access: u32, create: bool) -> Result<Opened, u32> {
     let how = create.then_some((UNCHECKED4, 0o666, [0u8; 8]));
     let r = c.seq(&[putfh(dir), open(name, access, 0, b"owner", how), getfh()]);
     if r.status != NFS4_OK {
@@ -310,7 +323,7 @@ fn open_in(c: &mut V4<Link>, dir: &[u8], name: &str, access: u32, create: bool) 
     Ok(Opened { sid, fh, rflags, deleg })
 }
 
-fn delegreturn(c: &mut V4<Link>, fh: &[u8], s: &Stateid) -> u32 {
+fn delegreturn<T: V4Transport>(c: &mut V4<T>, fh: &[u8], s: &Stateid) -> u32 {
     c.seq(&[
         putfh(fh),
         op(|e| {
@@ -746,4 +759,433 @@ fn backchannel_delegations_per_client_are_bounded() {
     )
     .unwrap();
     assert_eq!(o.deleg, (OPEN_DELEGATE_NONE_EXT, None, Some(WND4_NOT_WANTED)));
+}
+
+/// A v4.1 client on one record-marked TCP connection (RFC 5531 s11) that
+/// also hears the server's backward Calls there (RFC 8881 s2.10.3.1):
+/// a CALL record read while waiting for a Reply is kept for the test.
+struct TcpBc {
+    s: std::net::TcpStream,
+    calls: std::collections::VecDeque<Vec<u8>>,
+}
+
+impl TcpBc {
+    fn connect(addr: std::net::SocketAddr) -> TcpBc {
+        let s = std::net::TcpStream::connect(addr).expect("connect");
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        TcpBc {
+            s,
+            calls: Default::default(),
+        }
+    }
+
+    fn write_record(&mut self, msg: &[u8]) {
+        use std::io::Write;
+        let mark = (0x8000_0000u32 | msg.len() as u32).to_be_bytes();
+        self.s.write_all(&mark).unwrap();
+        self.s.write_all(msg).unwrap();
+    }
+
+    fn read_record(&mut self) -> Vec<u8> {
+        use std::io::Read;
+        let mut out = Vec::new();
+        loop {
+            let mut m = [0u8; 4];
+            self.s.read_exact(&mut m).expect("record mark");
+            let w = u32::from_be_bytes(m);
+            let at = out.len();
+            out.resize(at + (w & 0x7fff_ffff) as usize, 0);
+            self.s.read_exact(&mut out[at..]).expect("record");
+            if w & 0x8000_0000 != 0 {
+                return out;
+            }
+        }
+    }
+
+    /// The next backward Call (kept, or read now).
+    fn backward_call(&mut self) -> CbCall {
+        if let Some(m) = self.calls.pop_front() {
+            return decode_cb(&m);
+        }
+        let m = self.read_record();
+        assert_eq!(proto::rpc::peek_msg(&m).unwrap().1, proto::rpc::CALL, "a backward Call");
+        decode_cb(&m)
+    }
+}
+
+impl V4Transport for TcpBc {
+    fn rt(&mut self, call: &[u8], _read_max: Option<u32>) -> Option<Vec<u8>> {
+        self.write_record(call);
+        loop {
+            let m = self.read_record();
+            match proto::rpc::peek_msg(&m) {
+                Ok((_, proto::rpc::CALL)) => self.calls.push_back(m),
+                _ => return Some(m),
+            }
+        }
+    }
+}
+
+/// Two TCP servers on one `NfsShared` with the same service core (the
+/// NFS and MOUNT ports, as the target starts them): a connection that
+/// opens and closes on the second leaves the backchannel a v4.1 client
+/// bound on the first alone (their connection ids differ), so the
+/// client's SEQUENCE reports no CB_PATH_DOWN.
+#[test]
+fn backchannel_tcp_connection_ids_are_unique_across_listeners() {
+    use rpcrdma_apps::server::tcp::{TcpOptions, TcpServer};
+    let (_s, sh, _svc) = setup();
+    let opts = TcpOptions {
+        max_conns: 8,
+        max_record_bytes: 2 * MIB,
+        max_data_bytes: MIB,
+        service_core: 1,
+        idle_timeout: Duration::from_secs(30),
+        record_timeout: Duration::from_secs(30),
+        write_timeout: Duration::from_secs(30),
+        shutdown_grace: Duration::from_secs(1),
+    };
+    let any: std::net::SocketAddr = "127.0.0.1:0".parse().unwrap();
+    let nfs = TcpServer::start(any, sh.clone(), opts).unwrap();
+    let mut mount = TcpServer::start(any, sh.clone(), opts).unwrap();
+    let mut a = V4::new(TcpBc::connect(nfs.local_addr()), "client-a");
+    bc_session(&mut a);
+    let probe = a.t.backward_call();
+    assert_eq!(probe.proc_, 0, "CB_NULL on A's own socket");
+    let m = reply_to(&probe, NFS4_OK);
+    a.t.write_record(&m);
+    let t0 = std::time::Instant::now();
+    while !sh.v4().callbacks().usable(&a.sid) {
+        assert!(t0.elapsed() < Duration::from_secs(20), "probe answer not taken");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(status_flags(&mut a), 0);
+    // A connection to the other server: served (a v4 NULL), then closed;
+    // `finish` waits for its thread, which has withdrawn its backchannel.
+    let mut other = Tcp::connect(mount.local_addr().port());
+    let null = call_header(7, NFS, 4, 0, &Auth::None).b;
+    assert!(other.roundtrip(&null).is_some());
+    drop(other);
+    mount.finish(Duration::from_secs(5));
+    assert_eq!(
+        mount.stats().conns_accepted.load(std::sync::atomic::Ordering::Relaxed),
+        1
+    );
+    assert_eq!(
+        status_flags(&mut a),
+        0,
+        "A's backchannel is not the other server's connection"
+    );
+    assert!(sh.v4().callbacks().usable(&a.sid));
+    assert!(a.t.calls.is_empty());
+}
+
+// ---------------------------------------------------------------------------
+// End to end over the engine: the responder with `NfsService`, requesters
+// with a backchannel, on the shm fabric
+// ---------------------------------------------------------------------------
+
+/// A requester on `fab` and core `core` offering `backward_credits`,
+/// connected to `addr` (the responder, and the sim network, are polled by
+/// whichever engine holds them).
+fn bc_client<F: dataplane::Fabric>(
+    p: &Pools,
+    fab: F,
+    addr: &str,
+    v: u32,
+    core: usize,
+    backward_credits: u32,
+) -> Engine<F> {
+    let mut cfg = requester_cfg(p, versions(v), 4);
+    cfg.backward_credits = backward_credits;
+    let mut cli = dataplane::requester::Requester::new(cfg, fab, p.pool, &p.regions, core).unwrap();
+    cli.connect(addr).unwrap();
+    Engine {
+        cli,
+        srv: None,
+        net: None,
+        binding: proto::ulb::Nfs3Binding::new(MIB as u32),
+        carried: Carried::default(),
+    }
+}
+
+/// The responder moves to `to`'s engine, which then polls it while it waits.
+fn hand<F: dataplane::Fabric>(from: &mut V4<Engine<F>>, to: &mut V4<Engine<F>>) {
+    if to.t.srv.is_none() {
+        to.t.srv = from.t.srv.take();
+        to.t.net = from.t.net.take();
+    }
+}
+
+/// Poll until the requester holds a backward Call; it, decoded.
+fn engine_cb<F: dataplane::Fabric>(e: &mut Engine<F>) -> CbCall {
+    let t0 = std::time::Instant::now();
+    loop {
+        e.cli.poll();
+        e.pump();
+        if let Some((xid, m)) = e.cli.backward_calls().next() {
+            let cb = decode_cb(m);
+            assert_eq!(cb.xid, xid);
+            return cb;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "no backward Call: {:?}",
+            e.cli.stats()
+        );
+    }
+}
+
+/// Answer `cb` through the requester (inline, RFC 8167 s5.2).
+fn engine_answer<F: dataplane::Fabric>(e: &mut Engine<F>, cb: &CbCall, status: u32) {
+    let m = reply_to(cb, status);
+    e.cli.reply_backward(cb.xid, &m).expect("reply_backward");
+    assert_eq!(e.cli.backward_held(), 0);
+}
+
+/// Poll both ends until `f`.
+fn engine_until<F: dataplane::Fabric>(e: &mut Engine<F>, what: &str, mut f: impl FnMut() -> bool) {
+    let t0 = std::time::Instant::now();
+    while !f() {
+        e.cli.poll();
+        e.pump();
+        assert!(t0.elapsed() < Duration::from_secs(20), "{what}");
+    }
+}
+
+/// The recall scenario over one fabric, the responder `srv` (already
+/// listening at `addr`, at most two connections, backward credits) and two
+/// requesters made by `fab`: client A binds its backchannel with
+/// CREATE_SESSION, the CB_NULL probe reaches its requester
+/// (`backward_calls`) and is answered (`reply_backward`); A gets a read
+/// delegation, B (no backchannel) opens for writing and gets
+/// NFS4ERR_DELAY, CB_RECALL reaches A over the backward direction; A
+/// answers (or, when `lose`, loses its connection first and rebinds a new
+/// one) and returns the delegation; B's retry opens; every buffer comes
+/// back after teardown.
+fn recall_over_engine<F: dataplane::Fabric>(
+    v: u32,
+    p: &Pools,
+    sh: &Arc<NfsShared>,
+    (srv, net): (
+        dataplane::responder::Responder<'static, F, NfsService>,
+        Option<dataplane::sim::SimNetwork>,
+    ),
+    mut fab: impl FnMut() -> F,
+    addr: &str,
+    lose: bool,
+) {
+    use std::sync::atomic::Ordering::Relaxed;
+    let mut a = V4::new(bc_client(p, fab(), addr, v, 1, 2), "client-a");
+    a.t.srv = Some(srv);
+    a.t.net = net;
+    a.t.connect();
+    assert_eq!(a.t.cli.version(), v);
+    bc_session(&mut a);
+    let probe = engine_cb(&mut a.t);
+    assert_eq!(probe.proc_, 0, "v{v}: CB_NULL first");
+    assert_eq!(probe.auth_flavor, proto::rpc::AUTH_SYS);
+    engine_answer(&mut a.t, &probe, NFS4_OK);
+    let sid = a.sid;
+    let cbs = sh.v4().callbacks();
+    engine_until(&mut a.t, "probe answered", || cbs.usable(&sid));
+    assert_eq!(status_flags(&mut a), 0);
+
+    let mut b = V4::new(bc_client(p, fab(), addr, v, 2, 0), "client-b");
+    hand(&mut a, &mut b);
+    b.t.connect();
+    b.setup(8);
+    let dir = b.walk("/b").unwrap();
+    let w = open_in(&mut b, &dir, "f", OPEN4_SHARE_ACCESS_BOTH, true).unwrap();
+    b.write(&w.fh, &w.sid, 0, FILE_SYNC4, b"v1").unwrap();
+    assert_eq!(b.seq(&[putfh(&w.fh), close(&w.sid)]).status, NFS4_OK);
+
+    hand(&mut b, &mut a);
+    let o = open_in(&mut a, &dir, "f", OPEN4_SHARE_ACCESS_READ, false).unwrap();
+    assert_eq!(o.deleg.0, OPEN_DELEGATE_READ, "v{v}: A holds a read delegation");
+    let ds = o.deleg.1.unwrap();
+
+    hand(&mut a, &mut b);
+    assert_eq!(
+        open_in(&mut b, &dir, "f", OPEN4_SHARE_ACCESS_WRITE, false).unwrap_err(),
+        NFS4ERR_DELAY
+    );
+    hand(&mut b, &mut a);
+    let cb = engine_cb(&mut a.t);
+    assert_eq!(cb.seq.unwrap(), (a.sid, 1), "CB_SEQUENCE of A's session");
+    assert_eq!(recall_of(&cb), (ds, o.fh.clone()));
+    let want = if lose {
+        // A's connection goes with the recall unanswered: the responder
+        // withdraws its backchannel, A's session hears CB_PATH_DOWN on its
+        // new connection until BIND_CONN_TO_SESSION, whose probe answers;
+        // then the recall comes again there as a retry.
+        assert_eq!(a.t.cli.shutdown(100_000), 0);
+        hand(&mut a, &mut b);
+        let t0 = std::time::Instant::now();
+        while b.t.srv.as_ref().unwrap().connections() > 1 {
+            b.t.cli.poll();
+            b.t.pump();
+            assert!(
+                t0.elapsed() < Duration::from_secs(20),
+                "v{v}: A's connection not closed"
+            );
+        }
+        assert!(!sh.v4().callbacks().usable(&sid), "v{v}: withdrawn with the connection");
+        let fresh = bc_client(p, fab(), addr, v, 3, 2);
+        drop(std::mem::replace(&mut a.t, fresh));
+        hand(&mut b, &mut a);
+        a.t.connect();
+        let down = SEQ4_STATUS_CB_PATH_DOWN | SEQ4_STATUS_CB_PATH_DOWN_SESSION;
+        assert_eq!(status_flags(&mut a), down, "v{v}");
+        let r = a.compound(&[op(|e| {
+            e.u32(OP_BIND_CONN_TO_SESSION)
+                .fixed(&sid)
+                .u32(CDFC4_BACK_OR_BOTH)
+                .bool(false);
+        })]);
+        let mut d = r.dec();
+        assert_eq!(res(&mut d, OP_BIND_CONN_TO_SESSION), NFS4_OK);
+        assert_eq!(d.fixed(16), sid);
+        assert_eq!(d.u32(), CDFS4_BOTH);
+        let probe = engine_cb(&mut a.t);
+        assert_eq!(probe.proc_, 0, "v{v}: CB_NULL on the new connection");
+        engine_answer(&mut a.t, &probe, NFS4_OK);
+        let again = engine_cb(&mut a.t);
+        assert_eq!(recall_of(&again), recall_of(&cb));
+        assert_eq!(again.seq, cb.seq, "v{v}: the same sequence id: a retry");
+        engine_answer(&mut a.t, &again, NFS4_OK);
+        assert_eq!(status_flags(&mut a), 0, "v{v}: path up again");
+        (4, 3, 0)
+    } else {
+        engine_answer(&mut a.t, &cb, NFS4_OK);
+        (2, 2, 0)
+    };
+    assert_eq!(delegreturn(&mut a, &o.fh, &ds), NFS4_OK);
+    assert_eq!(sh.v4().delegations(), 0);
+    let st = &sh.v4().callbacks().stats;
+    assert_eq!(
+        (
+            st.calls.load(Relaxed),
+            st.replies.load(Relaxed),
+            st.faults.load(Relaxed)
+        ),
+        want,
+        "v{v}"
+    );
+
+    hand(&mut a, &mut b);
+    let w = open_in(&mut b, &dir, "f", OPEN4_SHARE_ACCESS_WRITE, false).expect("B's retry opens");
+    b.write(&w.fh, &w.sid, 0, FILE_SYNC4, b"v2").unwrap();
+    let rs = b.t.srv.as_ref().unwrap().stats();
+    assert!(rs.backward_calls >= 2 && rs.backward_replies >= 2, "v{v}: {rs:?}");
+
+    // Teardown: every buffer back.
+    assert_eq!(a.t.cli.shutdown(100_000), 0);
+    assert_eq!(b.t.cli.shutdown(100_000), 0);
+    let net = b.t.net.take();
+    let mut srv = b.t.srv.take().unwrap();
+    drop((a, b));
+    let t0 = std::time::Instant::now();
+    while srv.connections() > 0 && t0.elapsed() < Duration::from_secs(10) {
+        srv.poll();
+        if let Some(n) = net.as_ref() {
+            let _ = n.run_until_idle(1_000_000);
+        }
+    }
+    let held = srv.shutdown(100_000);
+    if let Some(n) = net.as_ref() {
+        let _ = n.run_until_idle(1_000_000);
+        srv.poll();
+    }
+    assert_eq!(held, Default::default(), "v{v}: responder buffers held");
+    drop(srv);
+    for class in [p.recv, p.send, p.data] {
+        assert_eq!(p.pool.stats(class).unwrap().in_use, 0, "v{v}: class {class:?} leaked");
+    }
+}
+
+/// The responder's configuration for these tests: two connections, two
+/// backward credits each.
+fn bc_responder_cfg(p: &Pools) -> dataplane::responder::ResponderConfig {
+    let mut cfg = responder_cfg(p, 4);
+    cfg.max_conns = 2;
+    cfg.backward_credits = 2;
+    cfg
+}
+
+/// RPC-over-RDMA versions 1 and 2 on shm: client A binds its backchannel
+/// with CREATE_SESSION, the CB_NULL probe reaches its requester
+/// (`backward_calls`) and is answered (`reply_backward`); A gets a read
+/// delegation, B's OPEN for writing is NFS4ERR_DELAY, CB_RECALL reaches A
+/// over the backward direction, A answers and returns the delegation, B's
+/// retry opens; every buffer comes back after teardown.
+/// RPC-over-RDMA versions 1 and 2 on shm: the recall answered.
+#[test]
+fn backchannel_engine_recall_answered_over_shm() {
+    recall_over_shm(false);
+}
+
+/// Over shm, A's connection is lost with the recall in flight; A
+/// reconnects and binds the new connection (BIND_CONN_TO_SESSION); the
+/// probe and the recall (a retry) come there; B then opens.
+#[test]
+fn backchannel_engine_lost_mid_recall_then_rebound_over_shm() {
+    recall_over_shm(true);
+}
+
+/// The connection lost mid-recall and rebound, on the sim fabric.
+#[test]
+fn backchannel_engine_lost_mid_recall_then_rebound_over_sim() {
+    recall_over_sim(true);
+}
+
+/// [`recall_over_engine`] on shm, versions 1 and 2.
+fn recall_over_shm(lose: bool) {
+    use dataplane::shm::{ShmConfig, ShmFabric};
+    for v in [1, 2] {
+        let (_s, sh, _svc) = setup();
+        let p = pools_cores(4, 4);
+        let addr = format!("@rpcrdma-bc-engine-{}-v{v}-{lose}", std::process::id());
+        let cfg = bc_responder_cfg(&p);
+        let svc = NfsService::new(sh.clone(), 0).unwrap();
+        // Each connection draws at most its forward and backward credits'
+        // receives from the SRQ (sized for both connections).
+        let fab = ShmFabric::new(ShmConfig {
+            srq_window: cfg.credits + cfg.backward_credits,
+            ..ShmConfig::default()
+        })
+        .unwrap();
+        let srv = dataplane::responder::Responder::new(cfg, fab, svc, p.pool, &p.regions, 0, Some(&addr)).unwrap();
+        let client_fab = || ShmFabric::new(ShmConfig::default()).unwrap();
+        recall_over_engine(v, &p, &sh, (srv, None), client_fab, &addr, lose);
+    }
+}
+
+/// The recall answered on the sim fabric (seeded), versions 1 and 2.
+#[test]
+fn backchannel_engine_recall_answered_over_sim() {
+    recall_over_sim(false);
+}
+
+/// [`recall_over_engine`] on sim (seeded), versions 1 and 2.
+fn recall_over_sim(lose: bool) {
+    use dataplane::sim::{SimConfig, SimNetwork};
+    for v in [1, 2] {
+        let (_s, sh, _svc) = setup();
+        let p = pools_cores(4, 4);
+        let net = SimNetwork::new(SimConfig::with_seed(230 + u64::from(v)));
+        let svc = NfsService::new(sh.clone(), 0).unwrap();
+        let srv = dataplane::responder::Responder::new(
+            bc_responder_cfg(&p),
+            net.endpoint(),
+            svc,
+            p.pool,
+            &p.regions,
+            0,
+            Some("srv"),
+        )
+        .unwrap();
+        let net2 = net.clone();
+        recall_over_engine(v, &p, &sh, (srv, Some(net)), move || net2.endpoint(), "srv", lose);
+    }
 }

@@ -248,36 +248,6 @@ fn hold_store_full(weak_writes: bool, slow_meta: bool, slow_open: bool) -> (Stor
 // The engine side: one responder, two requesters over shm
 // ---------------------------------------------------------------------------
 
-/// As `pools`, for three cores: the responder (0) and two requesters.
-fn pools3(credits: u32) -> Pools {
-    use mempool::pool::{Mempool, PoolPlan};
-    use mempool::region::RegionConfig;
-    let mut plan = PoolPlan::new(3);
-    let recv = plan.add_class("recv", 1024, 4).unwrap();
-    let send = plan.add_class("send", 8192, 4).unwrap();
-    let data = plan.add_class("data", DATA_BUF_BYTES, 2).unwrap();
-    let c = u64::from(credits);
-    plan.reserve("responder-recv", recv, 4 * c);
-    plan.reserve("responder-send", send, 4 * c);
-    plan.reserve("responder-data", data, 4 * c);
-    plan.reserve("requester-recv", recv, 4 * (c + 2));
-    plan.reserve("requester-send", send, 2 * (c + 3));
-    plan.reserve("requester-data", data, 6 * (c + 2));
-    let cfg = RegionConfig {
-        lock: false,
-        ..RegionConfig::default()
-    };
-    let pool = Box::leak(Box::new(Mempool::new(&plan, &cfg).expect("pool")));
-    let regions = pool.regions().to_vec();
-    Pools {
-        pool,
-        regions,
-        recv,
-        send,
-        data,
-    }
-}
-
 fn requester(p: &Pools, addr: &str, core: usize) -> Requester<'static, ShmFabric> {
     let fab = ShmFabric::new(ShmConfig::default()).unwrap();
     let mut cli = Requester::new(requester_cfg(p, versions(1), CREDITS), fab, p.pool, &p.regions, core).unwrap();

@@ -41,7 +41,7 @@
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -363,6 +363,21 @@ impl RateLog {
     }
 }
 
+/// The last TCP connection id given, process-wide: every listener (NFS and
+/// MOUNT ports, on each address) serves with the same
+/// [`TcpOptions::service_core`], and NFSv4.1 names a backchannel by
+/// `(core, ConnId)` (`crate::nfs4::callback::ConnKey`), so ids must not
+/// repeat across listeners: a MOUNT connection closing would otherwise
+/// withdraw the backchannel of the NFS connection with its number.
+static LAST_CONN_ID: AtomicU32 = AtomicU32::new(0);
+
+/// A connection id no other TCP connection of this process has (until the
+/// counter wraps after 2^32 connections).
+fn next_conn_id() -> u32 {
+    // Relaxed: only uniqueness is needed, which the RMW gives.
+    LAST_CONN_ID.fetch_add(1, Ordering::Relaxed).wrapping_add(1)
+}
+
 /// Waits until `listener` has a connection to accept, or `timeout`.
 fn wait_readable(listener: &TcpListener, timeout: Duration) {
     use std::os::fd::AsRawFd;
@@ -391,7 +406,6 @@ fn accept_loop(
     };
     let mut conns: Vec<Conn> = Vec::new();
     let drc = Arc::new(Mutex::new(ReplyCache::new(DRC_ENTRIES)));
-    let mut next_id = 0u32;
     // Acquire: pairs with the Release store in `TcpServer::stop_accepting`.
     while !stop.load(Ordering::Acquire) {
         if let Some(a) = addr {
@@ -445,10 +459,9 @@ fn accept_loop(
             closed: AtomicBool::new(false),
         });
         stats.conns_accepted.fetch_add(1, Ordering::Relaxed);
-        next_id = next_id.wrapping_add(1);
         let (shared, stop, stats, slot2) = (shared.clone(), stop.clone(), stats.clone(), slot.clone());
         let drc = drc.clone();
-        let id = next_id;
+        let id = next_conn_id();
         let spawned = std::thread::Builder::new()
             .name(format!("tcp-conn-{id}"))
             .spawn(move || {

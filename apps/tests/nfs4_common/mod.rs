@@ -60,7 +60,12 @@ impl<F: Fabric> V4Transport for Engine<F> {
             if let Some(c) = self.cli.poll_completion() {
                 break c;
             }
-            assert!(t0.elapsed().as_secs() < 60, "no reply");
+            assert!(
+                t0.elapsed().as_secs() < 60,
+                "no reply: {:?} {:?}",
+                self.cli.stats(),
+                self.srv.as_ref().map(|s| s.stats())
+            );
         };
         assert_eq!(done.id, id);
         assert_eq!(done.outcome, CallOutcome::Reply, "transport outcome");

@@ -1226,6 +1226,41 @@ pub fn pools(credits: u32) -> Pools {
     }
 }
 
+/// As `pools`, for three cores: the responder (0) and two requesters.
+pub fn pools3(credits: u32) -> Pools {
+    pools_cores(3, credits)
+}
+
+/// As [`pools3`], for `cores` cores (the classes' per-core caches): a
+/// requester made again after its connection was lost takes a core of its
+/// own while the old one's is still claimed.
+pub fn pools_cores(cores: usize, credits: u32) -> Pools {
+    let mut plan = PoolPlan::new(cores);
+    let recv = plan.add_class("recv", 1024, 4).unwrap();
+    let send = plan.add_class("send", 8192, 4).unwrap();
+    let data = plan.add_class("data", DATA_BUF_BYTES, 2).unwrap();
+    let c = u64::from(credits);
+    plan.reserve("responder-recv", recv, 4 * c);
+    plan.reserve("responder-send", send, 4 * c);
+    plan.reserve("responder-data", data, 4 * c);
+    plan.reserve("requester-recv", recv, 4 * (c + 2));
+    plan.reserve("requester-send", send, 2 * (c + 3));
+    plan.reserve("requester-data", data, 6 * (c + 2));
+    let cfg = RegionConfig {
+        lock: false,
+        ..RegionConfig::default()
+    };
+    let pool = Box::leak(Box::new(Mempool::new(&plan, &cfg).expect("pool")));
+    let regions = pool.regions().to_vec();
+    Pools {
+        pool,
+        regions,
+        recv,
+        send,
+        data,
+    }
+}
+
 pub fn responder_cfg(p: &Pools, credits: u32) -> ResponderConfig {
     ResponderConfig {
         versions: VersionRange::ALL,
