@@ -529,9 +529,13 @@ fn start_engines(setup: &EngineSetup, ctx: &mut CoreCtx) {
         let r = match &setup.fabric {
             FabricConfig::Shm { .. } => ShmFabric::new(ShmConfig {
                 // Each connection may draw as many SRQ receives as it has
-                // credits: a requester granted all of them never waits for a
-                // receive (RNR) on a window smaller than its credits.
-                srq_window: setup.credits.clamp(1, ShmConfig::default().max_ring_depth),
+                // credits, plus one for each Reply to a backward Call it may
+                // owe (RFC 8167: those Replies arrive in the responder's
+                // receives too): a requester granted all its credits and
+                // answering every callback never waits for a receive (RNR)
+                // on a window smaller than that.
+                srq_window: (setup.credits + dataplane::responder::DEFAULT_BACKWARD_CREDITS)
+                    .clamp(1, ShmConfig::default().max_ring_depth),
                 // The engine decodes every Call it receives.
                 ..ShmConfig::for_rpc_engine()
             })
