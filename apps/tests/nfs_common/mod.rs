@@ -1200,17 +1200,23 @@ pub struct Pools {
 pub const DATA_BUF_BYTES: usize = MIB + 64 * 1024;
 
 pub fn pools(credits: u32) -> Pools {
-    let mut plan = PoolPlan::new(2);
+    pools_scaled(2, credits, 1)
+}
+
+/// The pool for `cores` cores (the classes' per-core caches) holding
+/// `sets` sets of the responder's and requesters' buffers for `credits`.
+fn pools_scaled(cores: usize, credits: u32, sets: u64) -> Pools {
+    let mut plan = PoolPlan::new(cores);
     let recv = plan.add_class("recv", 1024, 4).unwrap();
     let send = plan.add_class("send", 8192, 4).unwrap();
     let data = plan.add_class("data", DATA_BUF_BYTES, 2).unwrap();
     let c = u64::from(credits);
-    plan.reserve("responder-recv", recv, 2 * c);
-    plan.reserve("responder-send", send, 2 * c);
-    plan.reserve("responder-data", data, 2 * c);
-    plan.reserve("requester-recv", recv, 2 * (c + 2));
-    plan.reserve("requester-send", send, c + 3);
-    plan.reserve("requester-data", data, 3 * (c + 2));
+    plan.reserve("responder-recv", recv, 2 * sets * c);
+    plan.reserve("responder-send", send, 2 * sets * c);
+    plan.reserve("responder-data", data, 2 * sets * c);
+    plan.reserve("requester-recv", recv, 2 * sets * (c + 2));
+    plan.reserve("requester-send", send, sets * (c + 3));
+    plan.reserve("requester-data", data, 3 * sets * (c + 2));
     let cfg = RegionConfig {
         lock: false,
         ..RegionConfig::default()
@@ -1235,30 +1241,7 @@ pub fn pools3(credits: u32) -> Pools {
 /// requester made again after its connection was lost takes a core of its
 /// own while the old one's is still claimed.
 pub fn pools_cores(cores: usize, credits: u32) -> Pools {
-    let mut plan = PoolPlan::new(cores);
-    let recv = plan.add_class("recv", 1024, 4).unwrap();
-    let send = plan.add_class("send", 8192, 4).unwrap();
-    let data = plan.add_class("data", DATA_BUF_BYTES, 2).unwrap();
-    let c = u64::from(credits);
-    plan.reserve("responder-recv", recv, 4 * c);
-    plan.reserve("responder-send", send, 4 * c);
-    plan.reserve("responder-data", data, 4 * c);
-    plan.reserve("requester-recv", recv, 4 * (c + 2));
-    plan.reserve("requester-send", send, 2 * (c + 3));
-    plan.reserve("requester-data", data, 6 * (c + 2));
-    let cfg = RegionConfig {
-        lock: false,
-        ..RegionConfig::default()
-    };
-    let pool = Box::leak(Box::new(Mempool::new(&plan, &cfg).expect("pool")));
-    let regions = pool.regions().to_vec();
-    Pools {
-        pool,
-        regions,
-        recv,
-        send,
-        data,
-    }
+    pools_scaled(cores, credits, 2)
 }
 
 pub fn responder_cfg(p: &Pools, credits: u32) -> ResponderConfig {
