@@ -453,7 +453,7 @@ mod tests {
     /// 256-byte reply head is answered, SYSTEM_ERR, whether its minor version
     /// is served or not (the fuzzer's first finding: it was dropped).
     #[test]
-    fn nfs4_tag_that_does_not_fit_the_head_is_answered() {
+    fn hostile_peer_nfs4_tag_that_does_not_fit_the_head_is_answered() {
         for minor in [1u32, 7] {
             let mut args = Vec::new();
             opaque(&mut args, &[b't'; MAX_TAG_BYTES as usize]);
