@@ -22,7 +22,7 @@ use proto::nfs4::cb::{self, CbCall, CbOp};
 use proto::nfs4::*;
 use proto::ulb::Nfs3Binding;
 
-use crate::engine::Session;
+use crate::engine::{FabricMaker, Pools, Session};
 use crate::nfs::Cred;
 use crate::nfs4::{self, Opened, Slot};
 use crate::nfs4setup::CompoundCaller;
@@ -297,4 +297,110 @@ impl<'p, F: Fabric> Holder<'p, F> {
     pub fn close(self) {
         self.s.close();
     }
+}
+
+/// What [`hold`] does.
+#[derive(Clone, Debug)]
+pub struct HoldConfig {
+    pub target: String,
+    pub version: u32,
+    pub cred: Cred,
+    pub export: String,
+    pub file: String,
+    pub create: bool,
+    /// How long to hold (and re-take) the delegation.
+    pub duration: Duration,
+    pub timeout: Duration,
+    /// Never answer a recall (the delegation is then revoked).
+    pub ignore_recalls: bool,
+}
+
+/// What [`hold`] saw.
+#[derive(Clone, Debug, Default)]
+pub struct HoldReport {
+    pub stats: HolderStats,
+    /// OPENs that came with a delegation, and those that did not.
+    pub granted: u64,
+    pub refused: u64,
+    /// For each delegation returned: from the CB_RECALL's arrival to the
+    /// DELEGRETURN's reply.
+    pub recall_to_return: Vec<Duration>,
+    /// SEQUENCE's status flags at the end (RECALLABLE_STATE_REVOKED after
+    /// an ignored recall the server revoked).
+    pub final_flags: u32,
+}
+
+impl HoldReport {
+    /// The `p`-th quantile (0..=1) of [`HoldReport::recall_to_return`].
+    pub fn quantile(&self, p: f64) -> Option<Duration> {
+        let mut v = self.recall_to_return.clone();
+        v.sort();
+        let i = ((v.len().checked_sub(1)? as f64) * p).round() as usize;
+        v.get(i).copied()
+    }
+}
+
+/// `perf deleg`: hold a read delegation on the file for the duration,
+/// answering each recall with DELEGRETURN and opening again afterwards
+/// (a file another client has open for writing gets no delegation: perf
+/// closes and tries again 10 ms later), or never answering.
+pub fn hold<M: FabricMaker>(maker: &M, cfg: &HoldConfig) -> Result<HoldReport, PerfError> {
+    let pools = Pools::new(&[crate::engine::SESSION_DEPTH], Pools::data_bytes_for(4096))?;
+    let req = crate::engine::connect_with(
+        maker,
+        &pools,
+        0,
+        &cfg.target,
+        cfg.version,
+        crate::engine::SESSION_DEPTH,
+        true,
+        cfg.timeout,
+        HOLDER_BACKWARD_CREDITS,
+    )?;
+    let owner = format!("perf-deleg-{}", std::process::id());
+    let s = Session {
+        req,
+        timeout: cfg.timeout,
+    };
+    let mut h = Holder::new(s, cfg.cred.clone(), &owner)?;
+    h.ignore_recalls = cfg.ignore_recalls;
+    let mut rep = HoldReport::default();
+    let end = Instant::now() + cfg.duration;
+    let mut create = cfg.create;
+    while Instant::now() < end {
+        let o = h.open(&cfg.export, &cfg.file, OPEN4_SHARE_ACCESS_READ, create)?;
+        create = false;
+        if o.deleg.is_none() {
+            rep.refused += 1;
+            h.fh_stateid_op(&o.fh, OP_CLOSE, &o.stateid)?;
+            let t = Instant::now() + Duration::from_millis(10);
+            while Instant::now() < t {
+                h.serve()?;
+            }
+            continue;
+        }
+        rep.granted += 1;
+        let left = end.saturating_duration_since(Instant::now());
+        let (_, done) = h.serve_until(left, |r, st| !r.is_empty() || st.ignored > 0)?;
+        rep.recall_to_return.extend(
+            done.iter()
+                .map(|r| r.returned_at.saturating_duration_since(r.recalled_at)),
+        );
+        if h.stats.ignored > 0 {
+            // A client that never answers: hold on until the end.
+            let left = end.saturating_duration_since(Instant::now());
+            let t = Instant::now() + left;
+            while Instant::now() < t {
+                h.serve()?;
+                h.status_flags()?;
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            break;
+        }
+        h.fh_stateid_op(&o.fh, OP_CLOSE, &o.stateid)?;
+    }
+    rep.final_flags = h.status_flags()?;
+    rep.stats = h.stats;
+    h.close();
+    Ok(rep)
 }

@@ -210,3 +210,52 @@ fn backchannel_perf_ignoring_recalls_is_revoked() {
     t.shutdown().expect("clean shutdown");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `perf deleg` ([`perf::deleg::hold`]) on its own thread holds the
+/// delegation; a writer's OPEN recalls it, the holder returns it and takes
+/// a new one once the writer has closed; the report counts both recalls.
+#[test]
+fn backchannel_perf_hold_answers_recalls() {
+    let dir = tmpdir("bc-hold");
+    let (cfg, _) = target_config(&dir);
+    let t = Target::start(cfg).expect("target starts");
+    let sock = dir.join("fabric.sock").to_str().unwrap().to_string();
+    let hc = perf::deleg::HoldConfig {
+        target: sock.clone(),
+        version: 2,
+        cred: Cred::sys("perf", 0, 0).unwrap(),
+        export: "/export".into(),
+        file: "held".into(),
+        create: true,
+        duration: Duration::from_secs(3),
+        timeout: Duration::from_secs(20),
+        ignore_recalls: false,
+    };
+    let v4 = t.shared().v4();
+    let rep = std::thread::scope(|s| {
+        let h = s.spawn(|| perf::deleg::hold(&ShmMaker::default(), &hc).expect("hold"));
+        let p = pools();
+        let mut c = holder(&p, &sock, 1, 2, "perf-hold-writer");
+        for _ in 0..2 {
+            let t0 = Instant::now();
+            while v4.delegations() == 0 {
+                assert!(t0.elapsed() < Duration::from_secs(10), "no delegation held");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            let (_, sid, fh) = open_for_writing(&mut c, "held");
+            assert_eq!(c.fh_stateid_op(&fh, OP_CLOSE, &sid).unwrap(), NFS4_OK);
+        }
+        c.close();
+        h.join().unwrap()
+    });
+    assert!(rep.granted >= 2, "{rep:?}");
+    assert_eq!(
+        (rep.stats.recalls, rep.stats.returned, rep.stats.ignored),
+        (2, 2, 0),
+        "{rep:?}"
+    );
+    assert_eq!(rep.recall_to_return.len(), 2);
+    assert_eq!(rep.final_flags, 0);
+    t.shutdown().expect("clean shutdown");
+    let _ = std::fs::remove_dir_all(&dir);
+}
