@@ -1391,3 +1391,66 @@ fn backchannel_v3_write_waits_for_delegreturn_instead_of_jukebox() {
         assert_eq!(sh.v4().delegations(), 0);
     }
 }
+
+/// The holder never answers: the NFSv3 WRITE held for the recall runs as
+/// soon as the revocation timer revokes the delegation, a lease after the
+/// recall (not NFS3ERR_JUKEBOX, and with no retry from anyone). Version 1
+/// over shm.
+#[test]
+fn backchannel_v3_write_held_until_the_delegation_is_revoked() {
+    use dataplane::shm::{ShmConfig, ShmFabric};
+    let lease = Duration::from_millis(300);
+    let Held {
+        sh,
+        p,
+        addr,
+        mut a,
+        mut b,
+        o,
+        ..
+    } = held_over_shm(1, "v3revoke", lease);
+    let mut c = Client::new(bc_client(
+        &p,
+        ShmFabric::new(ShmConfig::default()).unwrap(),
+        &addr,
+        1,
+        3,
+        0,
+    ));
+    c.t.srv = b.t.srv.take();
+    c.t.connect();
+    let mut e = call_header(78, NFS, 3, 7, &c.auth);
+    e.opaque(&o.fh).u64(0).u32(2).u32(FILE_SYNC).opaque(b"v3");
+    let t0 = std::time::Instant::now();
+    let id = c.t.submit_call(&e.b);
+    // A renews its lease (so it is not a courtesy client whose state a
+    // conflict may take) and ignores the recall; C's WRITE waits.
+    let mut renewed = t0;
+    while t0.elapsed() < lease * 3 / 4 {
+        c.t.cli.poll();
+        c.t.pump();
+        assert!(
+            c.t.cli.poll_completion().is_none(),
+            "answered before the revocation, after {:?}",
+            t0.elapsed()
+        );
+        if renewed.elapsed() > Duration::from_millis(50) {
+            a.t.srv = c.t.srv.take();
+            assert_eq!(status_flags(&mut a), 0, "not revoked yet");
+            c.t.srv = a.t.srv.take();
+            renewed = std::time::Instant::now();
+        }
+    }
+    a.t.srv = c.t.srv.take();
+    assert_eq!(status_flags(&mut a), 0, "renewed once more");
+    c.t.srv = a.t.srv.take();
+    let (done, out) = c.t.next_reply(|_| (NFS, 7));
+    let waited = t0.elapsed();
+    assert_eq!(done, id);
+    let r = Reply::parse(&out);
+    assert_eq!(r.dec().u32(), 0, "the held WRITE succeeded after the revocation");
+    assert!(waited >= lease, "answered after {waited:?}, before the lease");
+    a.t.srv = c.t.srv.take();
+    assert_eq!(status_flags(&mut a), SEQ4_STATUS_RECALLABLE_STATE_REVOKED);
+    assert_eq!(sh.v4().delegations(), 1, "revoked, kept until FREE_STATEID");
+}
