@@ -213,7 +213,7 @@ fn backchannel_perf_ignoring_recalls_is_revoked() {
 
 /// `perf deleg` ([`perf::deleg::hold`]) on its own thread holds the
 /// delegation; a writer's OPEN recalls it, the holder returns it and takes
-/// a new one once the writer has closed; the report counts both recalls.
+/// a new one; twice; the report counts the recalls, each answered.
 #[test]
 fn backchannel_perf_hold_answers_recalls() {
     let dir = tmpdir("bc-hold");
@@ -248,13 +248,17 @@ fn backchannel_perf_hold_answers_recalls() {
         c.close();
         h.join().unwrap()
     });
+    // At least the two conflicts recalled; perf may take a new delegation
+    // between a return and the writer's retry (the target does not hold
+    // back delegations on a file recently recalled), which is recalled too.
     assert!(rep.granted >= 2, "{rep:?}");
+    assert!(rep.stats.recalls >= 2, "{rep:?}");
     assert_eq!(
-        (rep.stats.recalls, rep.stats.returned, rep.stats.ignored),
-        (2, 2, 0),
+        (rep.stats.returned, rep.stats.ignored),
+        (rep.stats.recalls, 0),
         "{rep:?}"
     );
-    assert_eq!(rep.recall_to_return.len(), 2);
+    assert_eq!(rep.recall_to_return.len() as u64, rep.stats.recalls);
     assert_eq!(rep.final_flags, 0);
     t.shutdown().expect("clean shutdown");
     let _ = std::fs::remove_dir_all(&dir);
