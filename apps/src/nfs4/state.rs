@@ -248,6 +248,14 @@ pub struct V4State {
     /// Delegations in the table, so a change to a file looks at them only
     /// when there are some.
     pub(super) deleg_count: std::sync::atomic::AtomicUsize,
+    /// When the next recalled delegation is due for revocation, as a
+    /// renewal stamp (`u64::MAX`: none is recalled); see
+    /// [`V4State::revoke_overdue`].
+    pub(super) revoke_due_ms: AtomicU64,
+    /// Bumped whenever a delegation is returned, revoked or dropped, so
+    /// Calls waiting for one ([`crate::nfs::delegwait`]) look again only
+    /// then.
+    pub(super) deleg_gen: AtomicU64,
 }
 
 impl V4State {
@@ -276,6 +284,8 @@ impl V4State {
             cb: Callbacks::new(epoch),
             delegations: std::sync::atomic::AtomicBool::new(true),
             deleg_count: std::sync::atomic::AtomicUsize::new(0),
+            revoke_due_ms: AtomicU64::new(u64::MAX),
+            deleg_gen: AtomicU64::new(0),
         }
     }
 
@@ -385,8 +395,13 @@ impl V4State {
     }
 
     /// Now as a renewal stamp.
-    fn stamp(&self) -> u64 {
+    pub(super) fn stamp(&self) -> u64 {
         self.start.elapsed().as_millis() as u64
+    }
+
+    /// `at` as a renewal stamp.
+    pub(super) fn stamp_of(&self, at: Instant) -> u64 {
+        at.saturating_duration_since(self.start).as_millis() as u64
     }
 
     /// Whether the stamp `renewed` is older than the lease at `now`.
