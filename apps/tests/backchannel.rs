@@ -437,6 +437,40 @@ fn backchannel_recall_answered() {
     );
 }
 
+/// Right after A returns a recalled delegation, A's next reading OPEN of
+/// the file gets none (else B, whose retry comes later, would be sent back
+/// to wait for a recall of the new one); B's retry then opens. Once the
+/// cool-down (here the shortened lease) has passed, A is granted one again.
+#[test]
+fn backchannel_no_new_delegation_right_after_a_recall() {
+    let (_s, sh, svc) = setup();
+    let (mut a, mut b, dir, o) = holder(&svc);
+    let ds = o.deleg.1.unwrap();
+    sh.v4().set_lease(Duration::from_millis(400));
+    assert_eq!(
+        open_in(&mut b, &dir, "f", OPEN4_SHARE_ACCESS_WRITE, false).unwrap_err(),
+        NFS4ERR_DELAY
+    );
+    let cb = pull(&svc, 1).expect("CB_RECALL");
+    recall_of(&cb);
+    answer(&svc, 1, &cb, NFS4_OK);
+    assert_eq!(delegreturn(&mut a, &o.fh, &ds), NFS4_OK);
+    let again = open_in(&mut a, &dir, "f", OPEN4_SHARE_ACCESS_READ, false).unwrap();
+    assert_eq!(
+        again.deleg.0, OPEN_DELEGATE_NONE,
+        "no delegation on a file just recalled"
+    );
+    let w = open_in(&mut b, &dir, "f", OPEN4_SHARE_ACCESS_WRITE, false).expect("B's retry opens");
+    assert_eq!(b.seq(&[putfh(&w.fh), close(&w.sid)]).status, NFS4_OK);
+    for _ in 0..8 {
+        std::thread::sleep(Duration::from_millis(60));
+        a.seq(&[]);
+        b.seq(&[]);
+    }
+    let later = open_in(&mut a, &dir, "f", OPEN4_SHARE_ACCESS_READ, false).unwrap();
+    assert_eq!(later.deleg.0, OPEN_DELEGATE_READ, "granted again after the cool-down");
+}
+
 /// A never answers the recall (it keeps renewing its lease): one lease
 /// after the recall B's retry revokes the delegation and proceeds; A's
 /// SEQUENCE says RECALLABLE_STATE_REVOKED, the stateid is DELEG_REVOKED

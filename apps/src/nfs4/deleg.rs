@@ -8,7 +8,12 @@
 //! ([`super::callback`]), the client did not say it wants none
 //! (OPEN4_SHARE_ACCESS_WANT_NO_DELEG; RFC 8881 s18.16.3), no other client
 //! has the file open for writing (or denies reading), no recall of the
-//! file is in progress, and the bounds allow ([`MAX_DELEGS`],
+//! file is in progress or ended less than [`REGRANT_AFTER_RECALL`] ago
+//! (otherwise the holder, reopening at once after its DELEGRETURN, would
+//! be granted a new delegation before the conflicting client's retry
+//! arrives, and that client could be sent back to wait again and again;
+//! the Linux server blocks recently recalled files the same way), and the
+//! bounds allow ([`MAX_DELEGS`],
 //! [`MAX_DELEGS_PER_CLIENT`]). A client that asked (a `WANT_*` bit) and
 //! gets none hears why (OPEN_DELEGATE_NONE_EXT with a `WND4_*` reason).
 //! Write delegations are not granted (WND4_CONTENTION to a client that
@@ -49,6 +54,13 @@ use super::state::{FileKey, Tables, V4State};
 pub const MAX_DELEGS: usize = 4096;
 /// Delegations one client may hold.
 pub const MAX_DELEGS_PER_CLIENT: usize = 256;
+/// How long after a recall no delegation is granted on the file (the
+/// lease, when that is shorter): long enough for the conflicting client's
+/// retry, which NFS4ERR_DELAY makes wait about a second or less.
+pub const REGRANT_AFTER_RECALL: std::time::Duration = std::time::Duration::from_secs(30);
+/// Recently recalled files remembered; beyond it the oldest is forgotten
+/// (its file may then be delegated again early: a bound, not a rule).
+pub const MAX_RECENT_RECALLS: usize = 1024;
 
 /// One delegation.
 #[derive(Debug, Clone)]
@@ -126,6 +138,18 @@ impl V4State {
             return no(WND4_RESOURCE);
         }
         let mut t = self.lock_tables();
+        let now = Instant::now();
+        let cooldown = REGRANT_AFTER_RECALL.min(self.lease());
+        while t
+            .recent_recalls
+            .front()
+            .is_some_and(|(_, at)| now.saturating_duration_since(*at) >= cooldown)
+        {
+            t.recent_recalls.pop_front();
+        }
+        if t.recent_recalls.iter().any(|(f, _)| *f == file) {
+            return no(WND4_CONTENTION);
+        }
         let contended = t.opens.iter().any(|o| {
             o.file == file
                 && o.client != client
@@ -200,6 +224,10 @@ impl V4State {
                         },
                     );
                     t.delegs[i].recalled = Some(now);
+                    if t.recent_recalls.len() >= MAX_RECENT_RECALLS {
+                        t.recent_recalls.pop_front();
+                    }
+                    t.recent_recalls.push_back((file.clone(), now));
                     self.cb.queue(holder, &session, cb);
                     self.rearm(t);
                     held = true;

@@ -210,6 +210,10 @@ pub(super) struct Tables {
     pub grace: Grace,
     /// Delegations, held and revoked ([`super::deleg`]).
     pub delegs: Vec<Deleg>,
+    /// Files whose delegations were recalled lately, oldest first: no new
+    /// one is granted on them for a while ([`super::deleg`]), at most
+    /// [`super::deleg::MAX_RECENT_RECALLS`].
+    pub recent_recalls: std::collections::VecDeque<(FileKey, std::time::Instant)>,
     /// Lock owners waiting for a blocking lock ([`super::lock`]).
     pub waiters: Vec<Waiter>,
     next_client: u32,
