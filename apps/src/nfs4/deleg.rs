@@ -227,7 +227,7 @@ impl V4State {
                     if t.recent_recalls.len() >= MAX_RECENT_RECALLS {
                         t.recent_recalls.pop_front();
                     }
-                    t.recent_recalls.push_back((file.clone(), now));
+                    t.recent_recalls.push_back((*file, now));
                     self.cb.queue(holder, &session, cb);
                     self.rearm(t);
                     held = true;
