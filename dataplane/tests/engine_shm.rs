@@ -567,7 +567,13 @@ fn nfs_safety_a_large_read_chunk_does_not_hold_up_another_clients_call() {
     let (mut turn, mut a_at, mut b_at) = (0u32, None, None);
     while a_at.is_none() || b_at.is_none() {
         turn += 1;
-        srv.poll();
+        let work = srv.poll();
+        // While A's chunk is copied the responder's turns are busy ones
+        // (its core keeps polling instead of spinning down to sleep).
+        assert!(
+            work > 0 || b_at.is_none() || a_at.is_some(),
+            "turn {turn} idle mid-copy"
+        );
         a.poll();
         b.poll();
         if let Some(c) = a.poll_completion() {

@@ -849,6 +849,7 @@ fn nfs_safety_a_large_rdma_read_does_not_hold_up_another_connections_message() {
         r.buf(MIB as u64, MIB),
         segment(&q, window_a, 0, MIB),
     );
+    assert!(r.f.progressing(), "the Read is being copied: poll again soon");
     q.write(MIB as usize, b"a small Call on B");
     q.send(qb, 2, SendOp::Send, q.buf(MIB as u64, 17), RemoteBuf::default());
     // The target polls one completion at a time, as often as it takes.
@@ -883,6 +884,7 @@ fn nfs_safety_a_large_rdma_read_does_not_hold_up_another_connections_message() {
     assert!(read_polls >= slices - 1, "one slice a poll: {read_polls} polls");
     assert!(r.read(MIB as usize, MIB as usize) == data, "the Read's bytes");
     assert_eq!(r.read(0, 17), b"a small Call on B");
+    assert!(!r.f.progressing(), "nothing left to copy");
 }
 
 /// Every slice of a Read is checked as the whole Read was: a window the

@@ -863,7 +863,9 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
             self.reads_posted_this_turn = 0;
             work += self.poll_completions();
         }
-        work
+        // A provider still executing posted work (shm's sliced copies)
+        // needs the next turn soon: the turn was not idle.
+        work + usize::from(self.fabric.progressing())
     }
 
     /// Poll one batch of completions (at most [`CQ_BATCH`]) and handle each;

@@ -786,6 +786,13 @@ impl Conn {
         self.copy_budget = cfg.copy_slice_bytes;
     }
 
+    /// Send work requests wait that the next poll executes (or flushes):
+    /// the head is not waiting for the peer to post a receive.
+    #[inline]
+    pub fn sends_pending(&self) -> bool {
+        !self.sq.is_empty() && self.rnr.is_none()
+    }
+
     pub fn sq_len(&self) -> usize {
         self.sq.len()
     }

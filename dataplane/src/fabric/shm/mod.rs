@@ -339,6 +339,10 @@ pub struct ShmFabric {
     /// Our doorbell, passed to every peer (`doorbell`); `None` if no
     /// eventfd could be had (the fabric then never arms).
     bell: Option<doorbell::Bell>,
+    /// Some connection has send work the next poll executes (a Read or
+    /// Write copied in slices): [`Fabric::progressing`]. Set by posts,
+    /// recomputed by every progress of the connections.
+    progressing: bool,
 }
 
 fn io_err(op: &'static str) -> impl FnOnce(std::io::Error) -> FabricError {
@@ -387,6 +391,7 @@ impl ShmFabric {
             fds_in: Vec::with_capacity(sock::MAX_FDS),
             next_cm_sweep: Instant::now(),
             bell: doorbell::Bell::new().ok(),
+            progressing: false,
             cfg,
         })
     }
@@ -487,7 +492,7 @@ impl ShmFabric {
             events,
             ..
         } = self;
-        let mut reap = false;
+        let (mut reap, mut pending) = (false, false);
         let mut k = 0;
         while k < cqs[qi].conns.len() {
             let ci = cqs[qi].conns[k];
@@ -498,7 +503,10 @@ impl ShmFabric {
             c.new_turn(cfg);
             c.progress(id, &mut cqs[qi], srq, regions, cfg, events);
             reap |= c.finished() && c.terminal_delivered;
+            pending |= c.sends_pending();
         }
+        // One CQ's connections (the engines use one CQ per fabric).
+        self.progressing = pending;
         if reap {
             let list: Vec<usize> = self.cqs[qi].conns.clone();
             for ci in list {
@@ -647,6 +655,7 @@ impl Fabric for ShmFabric {
         let srq = c.srq.map(|s| &mut srqs[s]);
         let cq = c.cq;
         c.post_send(conn, wr, &mut cqs[cq], srq, regions, cfg, events);
+        self.progressing |= c.sends_pending();
         Ok(())
     }
 
@@ -722,6 +731,12 @@ impl Fabric for ShmFabric {
 
     fn disarm_wakeup(&mut self) {
         self.do_disarm_wakeup()
+    }
+
+    /// A Read or Write is being copied in slices, or other send work waits
+    /// for the next poll ([`ShmConfig::copy_slice_bytes`]).
+    fn progressing(&self) -> bool {
+        self.progressing
     }
 }
 
