@@ -189,8 +189,8 @@ fn v1_pair<'p>(p: &'p Pools, tag: &str) -> (Responder<'p, ShmFabric, TestService
     (srv, cli)
 }
 
-/// Over shm an RDMA Read completes when it is posted, so a Call with a
-/// Read chunk is answered in the same turn of the responder's loop that
+/// Over shm an RDMA Read of up to a copy slice (64 KiB) completes when it is
+/// posted, so a Call with such a Read chunk is answered in the same turn of the responder's loop that
 /// received it: `poll` polls the CQ once more after posting Reads, instead of
 /// leaving their completions for the next turn.
 #[test]
