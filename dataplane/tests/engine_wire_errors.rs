@@ -20,7 +20,7 @@ use proto::negotiate::VersionRange;
 const CREDITS: u32 = 4;
 
 fn pools_for(test: usize) -> &'static Pools {
-    static P: [OnceLock<Pools>; 17] = [const { OnceLock::new() }; 17];
+    static P: [OnceLock<Pools>; 18] = [const { OnceLock::new() }; 18];
     // Two connection slots: the SRQ holds receives for both, so one greedy peer
     // can take the other's share — the case the overrun check exists for.
     // Test 9 receives 4 KiB messages (version 2's default inline size).
@@ -746,6 +746,82 @@ fn hostile_peer_reply_grants_only_receives_already_posted() {
     assert_eq!(raw.received.len() as u32, CREDITS * 3 + 1, "{s:?}");
     assert_eq!(s.grants_ahead_of_receives, 0, "{s:?}");
     assert_eq!(srv.shutdown(1000), Default::default());
+}
+
+/// Whether every data buffer's debug guard (the bytes after its end, see
+/// `mempool::pool::GUARD_BYTES`) still holds the guard pattern.
+fn data_guards_intact(p: &Pools) -> bool {
+    let info = p.pool.class_info(p.data).unwrap();
+    (0..info.count).all(|index| {
+        let (ptr, len) = p
+            .regions
+            .iter()
+            .find_map(|r| {
+                p.pool.buf_ptr(mempool::pool::BufRef {
+                    region: r.id(),
+                    class: p.data.get(),
+                    index,
+                })
+            })
+            .expect("a data buffer");
+        // SAFETY: the guard bytes follow each buffer inside its stride
+        // (mempool's layout); the responder is shut down and this test holds
+        // no data buffer that a Read could be writing.
+        let guard = unsafe { core::slice::from_raw_parts(ptr.as_ptr().add(len), mempool::pool::GUARD_BYTES) };
+        guard.iter().all(|&g| g == mempool::pool::GUARD_PATTERN)
+    })
+}
+
+/// Issue 20 item 2 at the engine level: a Call with two Read chunks of 1
+/// and D-1 bytes (D = the data buffer size, which is also the configured
+/// Read limit) passes a check of the segment lengths' sum, but the second
+/// chunk is placed after the first and its 3 bytes of XDR padding
+/// (RFC 8166 s3.4.5.2): its RDMA Read would end 3 bytes past the Call's
+/// data buffer, in the next one. The responder refuses the Call with
+/// ERR_CHUNK before any RDMA Read, the connection goes on serving, and
+/// every data buffer's debug guard is intact (a release build has no guard;
+/// the other checks stand alone). Before the fix the Reads ran and
+/// overwrote the guard (the debug canary).
+#[test]
+fn hostile_peer_read_chunks_placed_past_the_data_buffer_are_refused_before_any_read() {
+    let (net, mut srv, mut raw) = setup(17, 23, VersionRange::ALL);
+    pump(&net, &mut srv, &mut raw, 5);
+    let d = raw.p.pool.class_info(raw.p.data).unwrap().buf_size as u32;
+    assert_eq!(
+        u64::from(d),
+        responder_cfg(raw.p, VersionRange::ALL, CREDITS, 2).max_read_bytes
+    );
+    // The chunks' source: one of the raw peer's data buffers (exposed whole).
+    let b = raw.data_cache.get().expect("data buffer").into_raw();
+    let off = raw.p.pool.offset(b).unwrap() as u64;
+    let addr = raw.fab.remote_addr(b.region, off).unwrap();
+    let rkey = raw.rkeys[b.region as usize];
+    // RDMA_MSG: a NULL Call's RPC header inline (40 bytes); Read chunk of 1
+    // byte at position 40 and of D-1 bytes at 44 (after the 1 and its 3 pad).
+    let mut m = words(&[XID, 1, CREDITS]);
+    m.extend(words(&[0, 1, 40, rkey, 1, (addr >> 32) as u32, addr as u32]));
+    m.extend(words(&[1, 44, rkey, d - 1, (addr >> 32) as u32, addr as u32]));
+    m.extend(words(&[0, 0, 0]));
+    m.extend(words(&[XID, 0, 2, PROG, VERS, P_NULL, 0, 0, 0, 0]));
+    raw.send(&m);
+    pump(&net, &mut srv, &mut raw, 10);
+    assert_eq!(raw.received.len(), 1, "the Call is answered: {:?}", srv.stats());
+    let h = header::decode(&raw.received[0], &Limits::DEFAULT).unwrap();
+    assert_eq!((h.xid, h.body), (XID, Body::ErrorV1(V1Error::Chunk)));
+    assert_eq!(
+        srv.stats().rdma_reads,
+        0,
+        "refused before any RDMA Read: {:?}",
+        srv.stats()
+    );
+    // The connection still serves.
+    raw.send(&v1_null(XID + 1, CREDITS));
+    pump(&net, &mut srv, &mut raw, 3);
+    let h = header::decode(raw.received.last().unwrap(), &Limits::DEFAULT).unwrap();
+    assert_eq!((h.xid, h.header_type()), (XID + 1, header::HeaderType::RdmaMsg));
+    assert!(!raw.disconnected);
+    assert_eq!(srv.shutdown(1000), Default::default());
+    assert!(data_guards_intact(raw.p), "a data buffer's guard was overwritten");
 }
 
 /// Connect both raw peers, then run `rounds` turns of the responder and
