@@ -164,8 +164,8 @@ pub fn reply_is_error(row: usize, reply_head: &[u8]) -> bool {
     }
     // NULL, and every MOUNT procedure but MNT, return no status; COMPOUND
     // puts its status first as NFSv3's procedures do.
-    let no_status =
-        row == 0 || row == NFS4_ROW || (row >= NFS_PROCS && row < NFS4_ROW && row != NFS_PROCS + 1);
+    let mount = (NFS_PROCS..NFS4_ROW).contains(&row);
+    let no_status = row == 0 || row == NFS4_ROW || (mount && row != NFS_PROCS + 1);
     !no_status && w(24).is_some_and(|s| s != 0)
 }
 
