@@ -372,8 +372,8 @@ impl Workload {
     /// room for a reply header and nothing else.
     fn needs(&self, proc_: u32) -> ReplyNeeds {
         if self.v4.is_some() {
-            // COMPOUND replies: READ data in a Write chunk; the rest small.
-            let small = 1024;
+            // COMPOUND replies: READ data in a Write chunk; the rest inline.
+            let small = nfs4::LOAD_REPLY_MAX_BYTES;
             return match proc_ {
                 NFSPROC3_READ => ReplyNeeds::new(&[self.io_size], small),
                 _ => ReplyNeeds::new(&[], small),
@@ -1094,5 +1094,58 @@ mod tests {
         assert_eq!(w.needs(NFSPROC3_READ).write_chunks.as_slice(), &[4096]);
         assert!(w.needs(NFSPROC3_WRITE).write_chunks.is_empty());
         assert!(w.needs(NFSPROC3_NULL).write_chunks.is_empty());
+    }
+
+    /// `--nfs 4.1`: the load COMPOUNDs' replies fit the version 1 inline
+    /// threshold, so no Call offers a Reply chunk (the Linux server writes
+    /// every Reply chunk offered; the Linux client offers none on these),
+    /// and READ offers its Write chunk alone.
+    #[test]
+    fn nfs41_load_calls_offer_no_reply_chunk() {
+        let cred = Cred::sys("perf", 0, 0).expect("cred");
+        let wl = Workload {
+            kind: OpKind::Read,
+            cred: cred.clone(),
+            io_size: 4096,
+            file: None,
+            seq: false,
+            verify: false,
+            salt: 0,
+            stable: 0,
+            commit_every: 0,
+            binding: Nfs3Binding::new(4096),
+            v4: Some(V4Load {
+                sessions: vec![[7; proto::nfs4::NFS4_SESSIONID_SIZE]],
+                slots: vec![1],
+                stateid: proto::nfs4::Stateid::default(),
+            }),
+        };
+        let slot = nfs4::Slot {
+            session: [7; proto::nfs4::NFS4_SESSIONID_SIZE],
+            slot: 0,
+            seq: 1,
+            highest: 0,
+        };
+        let fh = [9u8; 64];
+        let mut buf = vec![0u8; 8192];
+        let params = proto::plan::CallParams::new(1);
+        for (proc_, len) in [
+            (NFSPROC3_NULL, nfs4::encode_null(&mut buf, 1, &cred, &slot).unwrap()),
+            (
+                NFSPROC3_READ,
+                nfs4::encode_read(&mut buf, 1, &cred, &slot, &fh, &Default::default(), 0, 4096).unwrap(),
+            ),
+        ] {
+            let needs = wl.needs(proc_);
+            let plan = proto::plan::plan_call(len, &[], &needs, &params).expect("plan");
+            assert_eq!(plan.reply_chunk, None, "procedure {proc_}: {needs:?}");
+        }
+        let at = nfs4::encode_write_head(&mut buf, 1, &cred, &slot, &fh, &Default::default(), 0, 4096, 2).unwrap();
+        let len = nfs::write_call_len(at, 4096);
+        let mut items = [DdpItem::default(); 1];
+        let k = proto::nfs4::ulb::call_items(&buf[..len], &mut items);
+        let plan = proto::plan::plan_call(len, &items[..k], &wl.needs(NFSPROC3_WRITE), &params).expect("plan");
+        assert_eq!(plan.reply_chunk, None, "WRITE");
+        assert_eq!(wl.needs(NFSPROC3_READ).write_chunks.as_slice(), &[4096]);
     }
 }

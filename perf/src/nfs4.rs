@@ -18,6 +18,22 @@ use crate::nfs::{rpc_results, Cred, ReplyError};
 /// and target highest slot ids, status flags.
 const SEQUENCE_RES_BYTES: usize = NFS4_SESSIONID_SIZE + 5 * 4;
 
+/// The largest reply to a load COMPOUND (NULL: SEQUENCE alone; READ and
+/// WRITE: SEQUENCE, PUTFH and the operation, READ's data in its Write
+/// chunk): the RPC reply header with the largest verifier, COMPOUND4res's
+/// status, the echo of our empty tag and the result count, then each
+/// result's operation and status words with SEQUENCE4resok, PUTFH's empty
+/// body and the larger of READ4resok without its data (eof, count) and
+/// WRITE4resok (count, committed, verifier) (RFC 8881 s16.2.3, s18.46.2,
+/// s18.19.2, s18.22.2, s18.32.2). A failed operation's result is shorter.
+/// Well under the 1 KiB inline threshold of RPC-over-RDMA version 1, so
+/// these Calls offer no Reply chunk, as the Linux client's READ, WRITE and
+/// SEQUENCE COMPOUNDs do not (a server that writes every offered Reply
+/// chunk, as the Linux server does, would otherwise answer each of them
+/// with an RDMA Write and RDMA_NOMSG).
+pub const LOAD_REPLY_MAX_BYTES: u32 =
+    (rpc::REPLY_HEADER_MAX_BYTES + 3 * 4 + (8 + SEQUENCE_RES_BYTES) + 8 + (8 + 16)) as u32;
+
 /// The COMPOUND Call header: RPC header, empty tag, minor version 1, the
 /// operation count.
 fn compound(w: &mut Writer<'_>, xid: u32, cred: &Cred, numops: u32) -> Result<(), EncodeError> {

@@ -36,8 +36,10 @@ use crate::nfs::drc::DrcStats;
 use crate::nfs::NfsStats;
 use crate::server::tcp::TcpStats;
 
-/// NFSv3 procedures (RFC 1813), then MOUNT v3 procedures.
-pub const PROC_NAMES: [&str; 28] = [
+/// NFSv3 procedures (RFC 1813), then MOUNT v3 procedures, then NFSv4's
+/// two (RFC 8881 s16: NULL and COMPOUND, whose operations
+/// [`crate::nfs4::Nfs4Stats`] counts).
+pub const PROC_NAMES: [&str; 30] = [
     "NULL",
     "GETATTR",
     "SETATTR",
@@ -66,10 +68,16 @@ pub const PROC_NAMES: [&str; 28] = [
     "MNT.UMNT",
     "MNT.UMNTALL",
     "MNT.EXPORT",
+    "NFS4.NULL",
+    "NFS4.COMPOUND",
 ];
 /// Rows of [`ProcStats`].
 pub const PROCS: usize = PROC_NAMES.len();
 const NFS_PROCS: usize = 22;
+/// MOUNT v3 procedures (RFC 1813 appendix I).
+const MOUNT_PROCS: usize = 6;
+/// The first NFSv4 row.
+const NFS4_ROW: usize = NFS_PROCS + MOUNT_PROCS;
 /// Latency buckets: four per power of two of nanoseconds (2^0 .. 2^40 ns).
 pub const LAT_BUCKETS: usize = 41 * 4;
 /// One Call in this many is timed.
@@ -122,18 +130,21 @@ impl Default for ProcStats {
     }
 }
 
-/// The row of a Call from its RPC header (program at bytes 12..16,
-/// procedure at 20..24, RFC 5531 s9), `None` for anything else.
+/// The row of a Call from its RPC header (program at bytes 12..16, version
+/// at 16..20, procedure at 20..24, RFC 5531 s9), `None` for anything else.
 pub fn proc_row(call_head: &[u8]) -> Option<usize> {
     let w = |i: usize| {
         call_head
             .get(i..i + 4)
             .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
     };
-    let (prog, proc_) = (w(12)?, w(20)? as usize);
+    let (prog, vers, proc_) = (w(12)?, w(16)?, w(20)? as usize);
     match prog {
+        proto::nfs3::NFS_PROGRAM if vers == proto::nfs4::NFS_V4 => {
+            (proc_ < PROCS - NFS4_ROW).then_some(NFS4_ROW + proc_)
+        }
         proto::nfs3::NFS_PROGRAM if proc_ < NFS_PROCS => Some(proc_),
-        proto::nfs3::MOUNT_PROGRAM if proc_ < PROCS - NFS_PROCS => Some(NFS_PROCS + proc_),
+        proto::nfs3::MOUNT_PROGRAM if proc_ < MOUNT_PROCS => Some(NFS_PROCS + proc_),
         _ => None,
     }
 }
@@ -151,8 +162,10 @@ pub fn reply_is_error(row: usize, reply_head: &[u8]) -> bool {
     if w(8) != Some(0) || w(20) != Some(0) {
         return true;
     }
-    // NULL, and every MOUNT procedure but MNT, return no status.
-    let no_status = row == 0 || (row >= NFS_PROCS && row != NFS_PROCS + 1);
+    // NULL, and every MOUNT procedure but MNT, return no status; COMPOUND
+    // puts its status first as NFSv3's procedures do.
+    let mount = (NFS_PROCS..NFS4_ROW).contains(&row);
+    let no_status = row == 0 || row == NFS4_ROW || (mount && row != NFS_PROCS + 1);
     !no_status && w(24).is_some_and(|s| s != 0)
 }
 
@@ -997,6 +1010,15 @@ mod tests {
         call[20..24].copy_from_slice(&9u32.to_be_bytes());
         assert_eq!(proc_row(&call), None);
         assert_eq!(proc_row(&call[..10]), None);
+        // NFSv4: its own rows, not NFSv3's NULL and GETATTR.
+        call[12..16].copy_from_slice(&proto::nfs3::NFS_PROGRAM.to_be_bytes());
+        call[16..20].copy_from_slice(&proto::nfs4::NFS_V4.to_be_bytes());
+        call[20..24].copy_from_slice(&1u32.to_be_bytes());
+        assert_eq!(PROC_NAMES[proc_row(&call).unwrap()], "NFS4.COMPOUND");
+        call[20..24].copy_from_slice(&0u32.to_be_bytes());
+        assert_eq!(PROC_NAMES[proc_row(&call).unwrap()], "NFS4.NULL");
+        call[20..24].copy_from_slice(&2u32.to_be_bytes());
+        assert_eq!(proc_row(&call), None);
         let mut reply = vec![0u8; 28];
         assert!(!reply_is_error(6, &reply));
         reply[24..28].copy_from_slice(&2u32.to_be_bytes());
@@ -1005,6 +1027,10 @@ mod tests {
         reply[24..28].fill(0);
         reply[20..24].copy_from_slice(&5u32.to_be_bytes());
         assert!(reply_is_error(0, &reply), "GARBAGE_ARGS");
+        reply[20..24].fill(0);
+        reply[24..28].copy_from_slice(&10008u32.to_be_bytes());
+        assert!(reply_is_error(NFS4_ROW + 1, &reply), "a COMPOUND's status");
+        assert!(!reply_is_error(NFS4_ROW, &reply), "NFSv4 NULL has no status");
     }
 
     #[test]
