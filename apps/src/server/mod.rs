@@ -620,6 +620,14 @@ fn add_engine<F: Fabric + 'static>(
 }
 
 /// Polls one engine on its core.
+/// `RPCRDMA_ARM_SENDS=1`: a blocking core arms its send-side completions
+/// even when nothing waits for them (the behaviour before issue 24 item 1's
+/// receive-only arming; for comparison runs). Read once.
+fn arm_sends_always() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os("RPCRDMA_ARM_SENDS").is_some_and(|v| v == "1"))
+}
+
 struct EnginePoller<F: Fabric> {
     responder: Responder<'static, F, NfsService>,
     core: usize,
@@ -754,7 +762,18 @@ impl<F: Fabric> Poller for EnginePoller<F> {
         if let Some(now) = self.publisher.due_before_sleep() {
             self.publish(now);
         }
-        if self.responder.waits_only_on_fabric() && self.responder.fabric().arm_wakeup() {
+        if !self.responder.waits_only_on_fabric() {
+            return Arm::Unsupported;
+        }
+        // Replies on the wire need no wake-up for their completions; RDMA
+        // Reads and flushes do (`RPCRDMA_ARM_SENDS=1` arms the send side
+        // always, for comparison runs).
+        let armed = if self.responder.waits_on_send_completions() || arm_sends_always() {
+            self.responder.fabric().arm_wakeup()
+        } else {
+            self.responder.fabric().arm_wakeup_receives()
+        };
+        if armed {
             Arm::Armed
         } else {
             Arm::Unsupported
