@@ -56,6 +56,8 @@
 #      TARGET_IO_CPU (the guest CPU of the target's I/O core; admin on another),
 #      TARGET_AFFINITY (CPU list every target thread is moved to after start),
 #      RPCRDMA_WAIT (ppoll: the core's wait as a ppoll on its epoll),
+#      RPCRDMA_ARM_SENDS (0: a blocking core arms only its receive
+#      completions while no Call waits for a send-side one),
 #      TARGET_SPIN_US, TARGET_MAX_SPIN_US, TARGET_MAX_WAIT_MS (spin_then_wait
 #      with these; TARGET_SPIN_US alone is a fixed spin),
 #      TARGET_IDLE_LOOPS, TARGET_MAX_SLEEP_US (spin_then_sleep instead: the
@@ -111,7 +113,7 @@ fi
     echo "PERF_SECONDS=${KINTEROP_PERF_SECONDS:-5}"
     # tuning of the guest runs, passed through when set (see gen_config.py, perf.sh)
     for v in TARGET_SPIN_US TARGET_MAX_SPIN_US TARGET_MAX_WAIT_MS TARGET_IDLE_LOOPS TARGET_MAX_SLEEP_US PERF_IDLE_SLEEP_US \
-        KINTEROP_NCONNECT KINTEROP_FIO_TCP TARGET_IO_CPU TARGET_AFFINITY RPCRDMA_WAIT; do
+        KINTEROP_NCONNECT KINTEROP_FIO_TCP TARGET_IO_CPU TARGET_AFFINITY RPCRDMA_WAIT RPCRDMA_ARM_SENDS; do
         [ -z "${!v:-}" ] || echo "export $v='${!v}'"
     done
     echo "RATIOS_ONLY=$RATIOS_ONLY"

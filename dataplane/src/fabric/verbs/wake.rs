@@ -72,10 +72,10 @@ impl VerbsFabric {
 
     /// Acknowledge what fired, then request the next completion of every
     /// receive CQ, and of every send CQ when `sends` (a caller that waits
-    /// for none of its send-side completions leaves them unarmed: with
-    /// Soft-RoCE each reply's Send completes a little after the core has
-    /// blocked, and waking for it doubled the wake-ups of a client with one
-    /// Call at a time; issue 24 item 1).
+    /// for none of its send-side completions leaves them unarmed, so that
+    /// a reply's Send completing after the core blocked does not wake it;
+    /// issue 24 item 1, opt-in: in one Soft-RoCE run it did not lower the
+    /// waits per Call).
     pub(super) fn do_arm_wakeup(&mut self, sends: bool) -> bool {
         if self.comp.is_null() || self.channel.is_null() {
             return false;
