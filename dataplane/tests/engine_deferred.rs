@@ -179,6 +179,11 @@ fn check_teardown<S: Service>(
 struct Seen {
     deferred: u64,
     fabric_only_turns: u64,
+    /// Turns on which only replies on the wire were live (a blocking core
+    /// leaves its send completions unarmed), and on which a live Call
+    /// needed a send-side completion (its RDMA Reads).
+    receives_only_turns: u64,
+    send_wait_turns: u64,
 }
 
 fn run(seed: u64, client: VersionRange, calls: usize) -> Result<Seen, String> {
@@ -200,6 +205,7 @@ fn run(seed: u64, client: VersionRange, calls: usize) -> Result<Seen, String> {
     let work = workload(seed, calls);
     let (mut next, mut done, mut turns) = (0usize, 0usize, 0u64);
     let mut fabric_only_turns = 0;
+    let (mut receives_only_turns, mut send_wait_turns) = (0, 0);
     let mut inflight: Vec<(CallId, usize)> = Vec::new();
     while done < work.len() {
         turns += 1;
@@ -224,6 +230,24 @@ fn run(seed: u64, client: VersionRange, calls: usize) -> Result<Seen, String> {
             ));
         }
         fabric_only_turns += u64::from(fabric_only && !states.is_empty());
+        // Receive-only arming (issue 24 item 1): send-side completions must
+        // wake a blocked core exactly when a live Call needs one to move on
+        // (its RDMA Reads, a flush, a send-queue slot), not for replies that
+        // are already on the wire.
+        let needs_send = states.iter().any(|(s, _)| {
+            matches!(
+                s,
+                ReqState::Reading | ReqState::Draining | ReqState::NeedSendSlots | ReqState::BackwardCall
+            )
+        });
+        if srv.waits_on_send_completions() != needs_send {
+            return Err(format!(
+                "waits_on_send_completions() is {} with live {states:?}",
+                !needs_send
+            ));
+        }
+        receives_only_turns += u64::from(fabric_only && !needs_send && !states.is_empty());
+        send_wait_turns += u64::from(fabric_only && needs_send);
         cli.poll();
         while next < work.len() && cli.can_submit() {
             inflight.push((submit(&mut cli, &work[next])?, next));
@@ -273,6 +297,8 @@ fn run(seed: u64, client: VersionRange, calls: usize) -> Result<Seen, String> {
     Ok(Seen {
         deferred,
         fabric_only_turns,
+        receives_only_turns,
+        send_wait_turns,
     })
 }
 
@@ -289,13 +315,15 @@ fn seeds() -> Vec<u64> {
 
 #[test]
 fn deferred_replies_in_any_order_are_byte_exact_v1_and_v2() {
-    let (mut deferred, mut fabric_only) = (0, 0);
+    let (mut deferred, mut fabric_only, mut receives_only, mut send_wait) = (0, 0, 0, 0);
     for seed in seeds() {
         for client in [VersionRange::only(1).unwrap(), VersionRange::ALL] {
             match run(seed, client, 60) {
                 Ok(seen) => {
                     deferred += seen.deferred;
                     fabric_only += seen.fabric_only_turns;
+                    receives_only += seen.receives_only_turns;
+                    send_wait += seen.send_wait_turns;
                 }
                 Err(e) => panic!("seed {seed} (SIM_SEED={seed}), client {client:?}: {e}"),
             }
@@ -303,6 +331,8 @@ fn deferred_replies_in_any_order_are_byte_exact_v1_and_v2() {
     }
     assert!(deferred > 0, "nothing was deferred");
     assert!(fabric_only > 0, "no Call ever waited only for a completion");
+    assert!(receives_only > 0, "never only replies on the wire");
+    assert!(send_wait > 0, "no Call ever waited for its RDMA Reads");
 }
 
 #[test]

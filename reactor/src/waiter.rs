@@ -6,9 +6,9 @@
 //!
 //! The core never reads the events `epoll` reports: it only needs to know
 //! that *something* is ready, and its pollers find what. So a wait is one
-//! `ppoll` on the epoll descriptor (which is readable while any registered
-//! source is), with a nanosecond timeout; every source is level-triggered
-//! and each owner clears its own before arming again.
+//! `epoll_pwait2` (nanosecond timeout; a `ppoll` on the epoll descriptor on
+//! kernels without it) whose events are dropped; every source is
+//! level-triggered and each owner clears its own before arming again.
 //!
 //! # The doorbell handshake (no lost wake-up, no system call while busy)
 //!
@@ -24,6 +24,7 @@
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 
 /// An eventfd used as a doorbell: any thread rings it, its owner clears it.
@@ -117,17 +118,61 @@ impl Waiter {
     }
 
     /// Blocks until a registered source is ready or `timeout` passed.
+    ///
+    /// One `epoll_pwait2` on the core's epoll (nanosecond timeout, no
+    /// intermediate `poll` layer); kernels before 5.11 lack it, and there the
+    /// wait is a `ppoll` on the epoll descriptor instead. `RPCRDMA_WAIT=ppoll`
+    /// forces the `ppoll` form (issue 24 item 1, for comparison runs).
     pub(crate) fn wait(&self, timeout: Duration) {
+        let ts = libc::timespec {
+            tv_sec: timeout.as_secs().min(i64::MAX as u64) as libc::time_t,
+            tv_nsec: libc::c_long::from(timeout.subsec_nanos() as i32),
+        };
+        if use_epoll_pwait2() {
+            let mut ev = [libc::epoll_event { events: 0, u64: 0 }; 8];
+            // SAFETY: `ev` is a live array of 8 epoll_events, `ts` a live
+            // timespec; no signal mask (null, size 0 is ignored).
+            let rc = unsafe {
+                libc::syscall(
+                    libc::SYS_epoll_pwait2,
+                    self.epfd.as_raw_fd(),
+                    ev.as_mut_ptr(),
+                    ev.len() as libc::c_int,
+                    &ts as *const libc::timespec,
+                    std::ptr::null::<libc::sigset_t>(),
+                    0usize,
+                )
+            };
+            if rc >= 0 || io::Error::last_os_error().raw_os_error() != Some(libc::ENOSYS) {
+                return;
+            }
+            EPOLL_PWAIT2.store(NO, Ordering::Relaxed);
+        }
         let mut pfd = libc::pollfd {
             fd: self.epfd.as_raw_fd(),
             events: libc::POLLIN,
             revents: 0,
         };
-        let ts = libc::timespec {
-            tv_sec: timeout.as_secs().min(i64::MAX as u64) as libc::time_t,
-            tv_nsec: libc::c_long::from(timeout.subsec_nanos() as i32),
-        };
         // SAFETY: one live pollfd and a live timespec; no signal mask.
         unsafe { libc::ppoll(&mut pfd, 1, &ts, std::ptr::null()) };
+    }
+}
+
+const UNKNOWN: u8 = 0;
+const YES: u8 = 1;
+const NO: u8 = 2;
+/// Whether waits use `epoll_pwait2` (decided at the first wait, cleared when
+/// the kernel answers ENOSYS).
+static EPOLL_PWAIT2: AtomicU8 = AtomicU8::new(UNKNOWN);
+
+fn use_epoll_pwait2() -> bool {
+    match EPOLL_PWAIT2.load(Ordering::Relaxed) {
+        YES => true,
+        NO => false,
+        _ => {
+            let ppoll = std::env::var_os("RPCRDMA_WAIT").is_some_and(|v| v == "ppoll");
+            EPOLL_PWAIT2.store(if ppoll { NO } else { YES }, Ordering::Relaxed);
+            !ppoll
+        }
     }
 }

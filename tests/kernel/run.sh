@@ -47,6 +47,17 @@
 #      fio 4 KiB random reads at qd 16 per connection, no RNR retries),
 #      KINTEROP_FIO_TCP (0; 1 runs each server's fio matrix over proto=tcp
 #      too, with guest CPU per MB: RDMA against TCP, about 2 min more),
+#      KINTEROP_RATIOS_ONLY (0; 1 runs only the ratio rows: no two-guest run,
+#      capture, floor, functional or POSIX workload, so about 2 min a server
+#      pass; cannot PASS), with KINTEROP_SERVERS naming a second kernel pass
+#      ("kernel-2") or variants of ours ("ours-NAME", each with the
+#      assignments in KINTEROP_VARIANT_NAME, e.g. "TARGET_IO_CPU=0", and a
+#      table of its own): configurations side by side in one boot,
+#      TARGET_IO_CPU (the guest CPU of the target's I/O core; admin on another),
+#      TARGET_AFFINITY (CPU list every target thread is moved to after start),
+#      RPCRDMA_WAIT (ppoll: the core's wait as a ppoll on its epoll),
+#      RPCRDMA_ARM_SENDS (0: a blocking core arms only its receive
+#      completions while no Call waits for a send-side one),
 #      TARGET_SPIN_US, TARGET_MAX_SPIN_US, TARGET_MAX_WAIT_MS (spin_then_wait
 #      with these; TARGET_SPIN_US alone is a fixed spin),
 #      TARGET_IDLE_LOOPS, TARGET_MAX_SLEEP_US (spin_then_sleep instead: the
@@ -62,6 +73,8 @@ STAGE=$ROOT/target/kernel-vm
 BUILD_DIR=${CARGO_TARGET_DIR:-$ROOT/target}/release
 SERVERS=${KINTEROP_SERVERS:-kernel ours}
 PAIR=${KINTEROP_PAIR:-1}
+RATIOS_ONLY=${KINTEROP_RATIOS_ONLY:-0}
+[ "$RATIOS_ONLY" = 1 ] && PAIR=0
 GUEST_GLIBC=2.36
 t_start=$(date +%s)
 
@@ -76,7 +89,7 @@ unavailable() {
 stamp() { echo "== [$(($(date +%s) - t_start)) s] $*"; }
 [ -f "$VM" ] || unavailable "VM tool not found at $VM (set SOFTROCE_VM)"
 with_ours=0
-[[ " $SERVERS " == *" ours "* ]] && with_ours=1
+[[ " $SERVERS " == *" ours"* ]] && with_ours=1
 
 # ---------------------------------------------------------------- build, stage
 rm -rf "$STAGE"
@@ -100,8 +113,14 @@ fi
     echo "PERF_SECONDS=${KINTEROP_PERF_SECONDS:-5}"
     # tuning of the guest runs, passed through when set (see gen_config.py, perf.sh)
     for v in TARGET_SPIN_US TARGET_MAX_SPIN_US TARGET_MAX_WAIT_MS TARGET_IDLE_LOOPS TARGET_MAX_SLEEP_US PERF_IDLE_SLEEP_US \
-        KINTEROP_NCONNECT KINTEROP_FIO_TCP; do
+        KINTEROP_NCONNECT KINTEROP_FIO_TCP TARGET_IO_CPU TARGET_AFFINITY RPCRDMA_WAIT RPCRDMA_ARM_SENDS; do
         [ -z "${!v:-}" ] || echo "export $v='${!v}'"
+    done
+    echo "RATIOS_ONLY=$RATIOS_ONLY"
+    for s in $SERVERS; do
+        [[ $s == ours-* ]] || continue
+        v=KINTEROP_VARIANT_${s#ours-}
+        echo "VARIANT_${s#ours-}='${!v:-}'"
     done
     [ "$PAIR" = 1 ] && echo "PAIR_PCAP=pair.pcap"
 } >"$STAGE/env.sh"
@@ -167,16 +186,17 @@ problems=()
 [ "$PAIR" != 1 ] || [ "$pair_rc" = 0 ] || problems+=("two-guest run exit $pair_rc")
 # the sections that must have reported, so that a script that died early fails
 need=()
-for s in $SERVERS; do
+[ "$RATIOS_ONLY" = 1 ] && SERVERS_NEED= || SERVERS_NEED=$SERVERS
+for s in $SERVERS_NEED; do
     need+=("$s: final umount" "$s: umount after fio")
     [ $with_ours = 0 ] || need+=("$s: perf read-4k-qd16")
 done
-[ $with_ours = 0 ] || need+=("ours: rpcrdma-target exits 0 after SIGTERM"
+[ $with_ours = 0 ] || [ "$RATIOS_ONLY" = 1 ] || need+=("ours: rpcrdma-target exits 0 after SIGTERM"
     "ours: every Call got an RPC reply (calls = replies on every core)"
     "ours: the client's dmesg has no 'not responding' or 'blocked for more than'")
-[[ " $SERVERS " == *" kernel "* && $with_ours = 1 ]] && need+=("steps: ours takes at most 3x the kernel's time for 'concurrent-writers'")
+[[ " $SERVERS_NEED " == *" kernel "* && $with_ours = 1 ]] && need+=("steps: ours takes at most 3x the kernel's time for 'concurrent-writers'")
 [ "$PAIR" = 1 ] && need+=("pair: umount" "pair: malformed frames")
-need+=("floor: ib_read_lat 4096 B")
+[ "$RATIOS_ONLY" = 1 ] || need+=("floor: ib_read_lat 4096 B")
 for n in "${need[@]}"; do
     grep -q "^ok - $n" "$STAGE/all-checks.txt" || grep -q "^not ok - $n" "$STAGE/all-checks.txt" ||
         problems+=("no result for '$n'")
@@ -185,14 +205,19 @@ done
 echo
 stamp "results (logs and JSON under $STAGE/out)"
 [ -f "$STAGE/out/table.txt" ] && cat "$STAGE/out/table.txt"
+for t in "$STAGE"/out/table-*.txt; do
+    [ -f "$t" ] || continue
+    echo
+    cat "$t"
+done
 [ -f "$STAGE/out/steps-table.txt" ] && cat "$STAGE/out/steps-table.txt"
 echo "timings (s): $(cat "$STAGE/timings-host.txt" "$STAGE/out/timings.txt" 2>/dev/null | tr '\n' ' ')"
 echo "checks: $n_ok ok, $n_bad not ok"
 grep '^not ok' "$STAGE/all-checks.txt" || true
 echo "whole script: $(($(date +%s) - t_start)) s"
 [ ${#problems[@]} = 0 ] || fail "$(printf '%s; ' "${problems[@]}")"
-if [ $with_ours = 0 ] || [ "$PAIR" != 1 ]; then
-    echo "kernel-interop: INCOMPLETE (KINTEROP_SERVERS='$SERVERS' KINTEROP_PAIR=$PAIR: every check held, but not all parts ran)"
+if [ $with_ours = 0 ] || [ "$PAIR" != 1 ] || [ "$RATIOS_ONLY" = 1 ]; then
+    echo "kernel-interop: INCOMPLETE (KINTEROP_SERVERS='$SERVERS' KINTEROP_PAIR=$PAIR KINTEROP_RATIOS_ONLY=$RATIOS_ONLY: every check held, but not all parts ran)"
     exit 1
 fi
 echo "kernel-interop: PASS"

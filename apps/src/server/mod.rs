@@ -620,6 +620,15 @@ fn add_engine<F: Fabric + 'static>(
 }
 
 /// Polls one engine on its core.
+/// Whether a blocking core arms its send-side completions even when no live
+/// Call waits for one: yes unless `RPCRDMA_ARM_SENDS=0` (receive-only
+/// arming, issue 24 item 1: an experiment for the Soft-RoCE guest, not
+/// shown to help there). Read once.
+fn arm_sends_always() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os("RPCRDMA_ARM_SENDS").is_none_or(|v| v != "0"))
+}
+
 struct EnginePoller<F: Fabric> {
     responder: Responder<'static, F, NfsService>,
     core: usize,
@@ -754,7 +763,19 @@ impl<F: Fabric> Poller for EnginePoller<F> {
         if let Some(now) = self.publisher.due_before_sleep() {
             self.publish(now);
         }
-        if self.responder.waits_only_on_fabric() && self.responder.fabric().arm_wakeup() {
+        if !self.responder.waits_only_on_fabric() {
+            return Arm::Unsupported;
+        }
+        // Replies on the wire need no wake-up for their completions; RDMA
+        // Reads and flushes do. Receive-only arming is opt-in
+        // (`RPCRDMA_ARM_SENDS=0`): in the one kernel-suite run that
+        // compared it (docs/BENCHMARKS.md) it did not save wake-ups.
+        let armed = if self.responder.waits_on_send_completions() || arm_sends_always() {
+            self.responder.fabric().arm_wakeup()
+        } else {
+            self.responder.fabric().arm_wakeup_receives()
+        };
+        if armed {
             Arm::Armed
         } else {
             Arm::Unsupported

@@ -565,6 +565,16 @@ pub trait Fabric {
         false
     }
 
+    /// Interrupt mode, as [`Fabric::arm_wakeup`], for a caller that waits
+    /// for no completion of its own sends, RDMA Writes or RDMA Reads (they
+    /// would only free slots and buffers): only receives, CM events and
+    /// peers' doorbells need make a descriptor readable, so a reply's Send
+    /// completing after the caller blocked does not wake it (it is reaped
+    /// at the next wake-up). The default arms everything.
+    fn arm_wakeup_receives(&mut self) -> bool {
+        self.arm_wakeup()
+    }
+
     /// Interrupt mode: the caller woke up; undo what arming told peers.
     fn disarm_wakeup(&mut self) {}
 

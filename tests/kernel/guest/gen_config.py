@@ -16,6 +16,11 @@ cfg = json.load(open(base_path))
 ncpu = len(os.sched_getaffinity(0))
 if ncpu == 1:
     cfg["cores"] = [{"cpu": 0, "role": "io"}]
+elif "TARGET_IO_CPU" in os.environ:
+    # TARGET_IO_CPU=N: one I/O core on CPU N, the admin core on another CPU
+    # (where the guest's vCPUs run rxe's work matters under emulation)
+    io = int(os.environ["TARGET_IO_CPU"])
+    cfg["cores"] = [{"cpu": (io + 1) % ncpu, "role": "admin"}, {"cpu": io, "role": "io"}]
 else:
     cfg["cores"] = [{"cpu": 0, "role": "admin"}] + [{"cpu": c, "role": "io"} for c in range(1, ncpu)]
 cfg["fabric"] = {"provider": "verbs", "device": "rxe0", "ip": ip}

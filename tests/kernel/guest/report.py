@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""tests/kernel/guest/report.py OUT — the side-by-side table of the kernel-interop
+"""tests/kernel/guest/report.py OUT [KERNEL OURS] — the side-by-side table of the kernel-interop
 test: every fio job and perf tool run against the kernel's NFS server
 ("kernel") and rpcrdma-target ("ours") on the same fabric, with IOPS, MB/s,
 p50 and p99 latency, and the perftest floor of the fabric.
@@ -8,6 +8,10 @@ The "x" columns are ours relative to the kernel, oriented so that above 1.0
 means ours is better: ours/kernel for IOPS and MB/s, kernel/ours for
 latencies. Writes OUT/results.json (every figure and ratio) and prints the
 table and how many ratios reach 1.0 (the goal) and 2.0 (the long-term goal).
+
+KERNEL and OURS name the two result directories under OUT ("kernel" and
+"ours" unless given: single.sh's second kernel pass or a variant of ours);
+the JSON then goes to OUT/results-KERNEL-OURS.json.
 
 Inputs (any may be missing; a missing figure prints as "-"):
   OUT/<server>/fio-<job>.json   fio --output-format=json --lat_percentiles=1
@@ -21,6 +25,8 @@ import re
 import sys
 
 SERVERS = ("kernel", "ours")
+# the two directories compared (report.py OUT KERNEL OURS)
+PAIR = tuple(sys.argv[2:4]) if len(sys.argv) >= 4 else SERVERS
 
 
 def fio_figures(path):
@@ -75,7 +81,7 @@ def main():
     out = sys.argv[1]
     rows = []  # (name, {server: figures})
     names = []
-    for server in SERVERS:
+    for server in PAIR:
         for p in sorted(glob.glob(os.path.join(out, server, "perf-*.json"))):
             n = "perf " + os.path.basename(p)[5:-5]
             if n not in names:
@@ -87,12 +93,12 @@ def main():
     for n in names:
         kind, job = n.split(" ", 1)
         figs = {}
-        for server in SERVERS:
+        for role, server in zip(SERVERS, PAIR):
             p = os.path.join(out, server, "%s-%s.json" % (kind, job))
             try:
-                figs[server] = (fio_figures if kind == "fio" else perf_figures)(p)
+                figs[role] = (fio_figures if kind == "fio" else perf_figures)(p)
             except (OSError, ValueError, KeyError, IndexError, TypeError):
-                figs[server] = None
+                figs[role] = None
         rows.append((n, figs))
 
     metrics = ("iops", "mb_per_s", "latency_us_p50", "latency_us_p99")
@@ -101,6 +107,8 @@ def main():
     line = "%-24s" % "workload" + "".join(
         " | %s %s %s" % (("%s kern" % h).rjust(w + 2), "ours".rjust(w), "x".rjust(5)) for h in heads)
     print("Side by side: the kernel's NFS server (kern) and rpcrdma-target (ours), NFSv3 over RDMA on rxe0;")
+    if PAIR != SERVERS:
+        print("kern = the results in %s/, ours = those in %s/" % PAIR)
     print("x = ours relative to kernel, above 1.0 = ours better (IOPS, MB/s: ours/kern; latency: kern/ours)")
     print(line)
     print("-" * len(line))
@@ -139,6 +147,10 @@ def main():
         results["goal_1x_met"] = ge1
         results["goal_2x_met"] = ge2
         results["ratios"] = len(ratios)
+    if PAIR != SERVERS:
+        with open(os.path.join(out, "results-%s-%s.json" % PAIR), "w") as f:
+            json.dump(results, f, indent=1)
+        return
     transports = transport_table(out)
     if transports:
         results["transports"] = transports

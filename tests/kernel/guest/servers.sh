@@ -7,7 +7,10 @@
 #   knfsd_start / knfsd_stop   the kernel's nfsd (vmlab-nfsd-rdma: tmpfs /export)
 #   ours_start / ours_stop     rpcrdma-target from $BIN with a config generated
 #                              from $BIN/cores.json by gen_config.py
-# Env: BIN (staged binaries, default /host/bin), OUT, VMLAB_IP.
+# Env: BIN (staged binaries, default /host/bin), OUT, VMLAB_IP, OURS_TAG (the
+# name of ours' results and checks, "ours" unless a variant of it runs:
+# single.sh), TARGET_AFFINITY (CPU list: every target thread is moved there
+# after the start, with taskset, in place of the reactor's pinning).
 
 : "${BIN:=/host/bin}"
 GUEST_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -47,48 +50,52 @@ knfsd_stop() {
 }
 
 TARGET_PID=
+OURS_TAG=${OURS_TAG:-ours}
 ours_start() {
-    local cfg=$OUT/ours/target.json log=$OUT/ours/target.log t
-    mkdir -p "$OUT/ours"
-    check_eq "ours: the staged binaries find all their libraries in the guest" \
+    local cfg=$OUT/$OURS_TAG/target.json log=$OUT/$OURS_TAG/target.log t
+    mkdir -p "$OUT/$OURS_TAG"
+    check_eq "$OURS_TAG: the staged binaries find all their libraries in the guest" \
         "$(ldd "$BIN/rpcrdma-target" "$BIN/perf" 2>&1 | grep -c 'not found')" 0
     if ! python3 "$GUEST_DIR/gen_config.py" "$BIN/cores.json" "$VMLAB_IP" >"$cfg"; then
-        flunk "ours: generate the guest config from configs/cores.json"
+        flunk "$OURS_TAG: generate the guest config from configs/cores.json"
         return 1
     fi
-    pass "ours: generate the guest config from configs/cores.json"
-    check "ours: rpcrdma-target --check-config accepts it" "$BIN/rpcrdma-target" -c "$cfg" --check-config
+    pass "$OURS_TAG: generate the guest config from configs/cores.json"
+    check "$OURS_TAG: rpcrdma-target --check-config accepts it" "$BIN/rpcrdma-target" -c "$cfg" --check-config
     t=$(now)
     RUST_LOG=${RUST_LOG:-info} "$BIN/rpcrdma-target" -c "$cfg" >"$log" 2>&1 &
     TARGET_PID=$!
     if wait_for 60 rdma_listening 20049 && wait_for 10 tcp_listening 20048; then
-        pass "ours: rpcrdma-target listens on RDMA 20049 and MOUNT 20048/TCP ($(elapsed "$t") s)"
+        pass "$OURS_TAG: rpcrdma-target listens on RDMA 20049 and MOUNT 20048/TCP ($(elapsed "$t") s)"
     else
-        flunk "ours: rpcrdma-target did not come up within 60 s (alive: $(kill -0 $TARGET_PID 2>/dev/null && echo yes || echo no))"
+        flunk "$OURS_TAG: rpcrdma-target did not come up within 60 s (alive: $(kill -0 $TARGET_PID 2>/dev/null && echo yes || echo no))"
         tail -30 "$log"
         return 1
     fi
-    check "ours: NFS 2049/TCP listener" tcp_listening 2049
+    if [ -n "${TARGET_AFFINITY:-}" ]; then
+        check "$OURS_TAG: every target thread moved to CPUs $TARGET_AFFINITY" taskset -a -p -c "$TARGET_AFFINITY" "$TARGET_PID"
+    fi
+    check "$OURS_TAG: NFS 2049/TCP listener" tcp_listening 2049
     # rpcbind: registered with the host's (the kernel server's start left one
     # running), or answered on port 111 by ours when none runs
     if pidof rpcbind >/dev/null; then
-        check "ours: registered with rpcbind (log)" wait_for 10 grep -q "registered with the host's rpcbind" "$log"
+        check "$OURS_TAG: registered with rpcbind (log)" wait_for 10 grep -q "registered with the host's rpcbind" "$log"
     else
-        check "ours: answers rpcbind on port 111 (log)" wait_for 10 grep -q "answering rpcbind" "$log"
+        check "$OURS_TAG: answers rpcbind on port 111 (log)" wait_for 10 grep -q "answering rpcbind" "$log"
     fi
-    check "ours: rpcinfo -p shows NFS v3 over TCP and MOUNT v3 over TCP" sh -c \
+    check "$OURS_TAG: rpcinfo -p shows NFS v3 over TCP and MOUNT v3 over TCP" sh -c \
         "rpcinfo -p $VMLAB_IP | awk '(\$1 == 100003 && \$3 == \"tcp\" && \$4 == 2049) || (\$1 == 100005 && \$2 == 3 && \$4 == 20048)' | wc -l | grep -qx 2"
-    check "ours: rpcinfo -s lists NFS on netid rdma" sh -c \
+    check "$OURS_TAG: rpcinfo -s lists NFS on netid rdma" sh -c \
         "rpcinfo -s $VMLAB_IP | awk '\$1 == 100003' | grep -qw rdma"
 }
 
 ours_stop() {
-    local rc=0 log=$OUT/ours/target.log had_rpcbind=0
+    local rc=0 log=$OUT/$OURS_TAG/target.log had_rpcbind=0
     pidof rpcbind >/dev/null && had_rpcbind=1
     [ -n "$TARGET_PID" ] || return 0
     if ! kill -0 "$TARGET_PID" 2>/dev/null; then
         wait "$TARGET_PID" || rc=$?
-        flunk "ours: rpcrdma-target was still running at the end (it exited early with status $rc)"
+        flunk "$OURS_TAG: rpcrdma-target was still running at the end (it exited early with status $rc)"
         tail -30 "$log"
         TARGET_PID=
         return 0
@@ -96,15 +103,15 @@ ours_stop() {
     kill -TERM "$TARGET_PID"
     if wait_for 30 sh -c "! kill -0 $TARGET_PID"; then
         wait "$TARGET_PID" || rc=$?
-        check_eq "ours: rpcrdma-target exits 0 after SIGTERM" "$rc" 0
+        check_eq "$OURS_TAG: rpcrdma-target exits 0 after SIGTERM" "$rc" 0
     else
-        flunk "ours: rpcrdma-target still running 30 s after SIGTERM"
+        flunk "$OURS_TAG: rpcrdma-target still running 30 s after SIGTERM"
         kill -KILL "$TARGET_PID" 2>/dev/null
         wait "$TARGET_PID" 2>/dev/null
     fi
-    check_eq "ours: panics in the target log" "$(grep -c 'panicked' "$log")" 0
+    check_eq "$OURS_TAG: panics in the target log" "$(grep -c 'panicked' "$log")" 0
     if [ $had_rpcbind = 1 ]; then
-        check_eq "ours: our rpcbind registrations are gone after exit (MOUNT on 20048)" \
+        check_eq "$OURS_TAG: our rpcbind registrations are gone after exit (MOUNT on 20048)" \
             "$(rpcinfo -p 2>/dev/null | awk '$1 == 100005 && $4 == 20048' | wc -l)" 0
     fi
     # Every Call answered: the engines' totals at shutdown (one line per I/O
@@ -112,15 +119,16 @@ ours_stop() {
     local totals
     totals=$(grep 'engine totals' "$log" | sed 's/.*engine totals *//')
     if [ -z "$totals" ]; then
-        flunk "ours: the target logged its engine totals at shutdown"
+        flunk "$OURS_TAG: the target logged its engine totals at shutdown"
     else
-        echo "$totals" | while read -r line; do note "ours: engine totals $line"; done
-        check_eq "ours: every Call got an RPC reply (calls = replies on every core)" \
+        echo "$totals" | while read -r line; do note "$OURS_TAG: engine totals $line"; done
+        grep 'core totals' "$log" | sed 's/.*core totals *//' | while read -r line; do note "$OURS_TAG: core totals $line"; done
+        check_eq "$OURS_TAG: every Call got an RPC reply (calls = replies on every core)" \
             "$(echo "$totals" | awk '{ for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] } if (v["calls"] != v["replies"]) bad++ } END { print bad + 0 }')" 0
-        check_eq "ours: no Call unanswered, unaccounted or held at shutdown" \
+        check_eq "$OURS_TAG: no Call unanswered, unaccounted or held at shutdown" \
             "$(echo "$totals" | awk '{ for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] } if (v["unanswered_conn_lost"] + v["unanswered_service_drop"] + v["unanswered_other"] + v["unaccounted"] != 0) bad++ } END { print bad + 0 }')" 0
     fi
-    check_eq "ours: requests held when the engines stopped" \
+    check_eq "$OURS_TAG: requests held when the engines stopped" \
         "$(grep 'engine stopped' "$log" | grep -cv 'held_requests=0')" 0
     TARGET_PID=
 }

@@ -9,6 +9,13 @@
 #      the fio matrix (fio.sh) and the perf tool (perf.sh), stop it;
 #   4. the side-by-side table (report.py) into $OUT/table.txt.
 # Exits non-zero when any check failed. Settings come from /host/env.sh.
+# RATIOS_ONLY=1 runs only the fio matrix and the perf tool (the ratio rows):
+# no capture dissection, floor, functional or POSIX workload. SERVERS may
+# name a server twice ("kernel-2") and variants of ours ("ours-NAME", NAME
+# of letters, digits and _): such a variant runs with the assignments of
+# $VARIANT_NAME (space separated, e.g. "TARGET_IO_CPU=0 RPCRDMA_WAIT=ppoll")
+# in its environment, and gets its own table against the kernel's server
+# (table-ours-NAME.txt), so that configurations are compared in one boot.
 set -uo pipefail
 G=$(cd "$(dirname "$0")" && pwd)
 export OUT=/host/out BIN=/host/bin
@@ -33,33 +40,45 @@ section() {
     echo "$name $(elapsed "$t")" >>"$OUT/timings.txt"
 }
 
-if [ -n "${PAIR_PCAP:-}" ]; then
+RATIOS_ONLY=${RATIOS_ONLY:-0}
+if [ -n "${PAIR_PCAP:-}" ] && [ "$RATIOS_ONLY" != 1 ]; then
     section "tshark" "$G/tshark.sh" "$OUT/$PAIR_PCAP" 10.0.2.15 pair
 fi
-section floor "$G/floor.sh"
+[ "$RATIOS_ONLY" = 1 ] || section floor "$G/floor.sh"
 
 for s in $SERVERS; do
+    variant=()
     case $s in
-    kernel)
+    kernel | kernel-[0-9])
         start=knfsd_start stop=knfsd_stop
         unset MOUNT_PORT # the kernel's mountd is found through rpcbind
         ;;
-    ours)
+    ours | ours-[a-z0-9_]*)
         start=ours_start stop=ours_stop
         unset MOUNT_PORT # ours registers with the rpcbind knfsd's start left running
+        export OURS_TAG=$s
+        if [ "$s" != ours ]; then
+            vname=VARIANT_${s#ours-}
+            read -ra variant <<<"${!vname:-}"
+            note "$s: variant of ours with: ${variant[*]}"
+        fi
         ;;
     *)
         flunk "unknown server '$s' in SERVERS"
         continue
         ;;
     esac
+    mkdir -p "$OUT/$s"
+    for kv in "${variant[@]}"; do export "${kv?}"; done
     dmesg -C
     # what shares the guest's vCPUs during this server's part (every 30 s, over 5 s)
     python3 "$G/cpu_sample.py" 30 5 >"$OUT/$s/cpu.txt" 2>&1 &
     sampler=$!
     if $start; then
-        section "$s-functional" "$G/functional.sh" "$SRC" "$s"
-        section "$s-posix" "$G/posix.sh" "$SRC" "$s"
+        if [ "$RATIOS_ONLY" != 1 ]; then
+            section "$s-functional" "$G/functional.sh" "$SRC" "$s"
+            section "$s-posix" "$G/posix.sh" "$SRC" "$s"
+        fi
         section "$s-fio" "$G/fio.sh" "$SRC" "$s"
         # The same matrix over NFS/TCP, for RDMA against TCP (issue 24 part 2).
         [ "${KINTEROP_FIO_TCP:-0}" = 1 ] && section "$s-fio-tcp" "$G/fio.sh" "$SRC" "$s" tcp
@@ -75,6 +94,7 @@ for s in $SERVERS; do
         mountpoint -q "/mnt/$s" && { umount -f "/mnt/$s" || umount -l "/mnt/$s"; }
     fi
     $stop
+    for kv in "${variant[@]}"; do unset "${kv%%=*}"; done
     kill "$sampler" 2>/dev/null
     wait "$sampler" 2>/dev/null
     dmesg >"$OUT/$s/dmesg.txt"
@@ -82,7 +102,7 @@ for s in $SERVERS; do
     # every command finally succeeded (the client retransmits after a
     # reconnect): RPC time-outs and tasks blocked in writeback.
     stalls=$(grep -cE 'not responding|blocked for more than' "$OUT/$s/dmesg.txt")
-    if [ "$s" = ours ]; then
+    if [[ $s == ours* ]]; then
         check_eq "$s: the client's dmesg has no 'not responding' or 'blocked for more than'" "$stalls" 0
     else
         note "$s: the client's dmesg lines with 'not responding' or 'blocked for more than': $stalls"
@@ -91,16 +111,26 @@ for s in $SERVERS; do
 done
 
 # both servers' functional step times side by side, one check per step
-if [[ " $SERVERS " == *" kernel "* && " $SERVERS " == *" ours "* ]]; then
+if [[ " $SERVERS " == *" kernel "* && " $SERVERS " == *" ours "* && $RATIOS_ONLY != 1 ]]; then
     python3 "$G/compare_steps.py" "$OUT"
 fi
 
 # the POSIX cases: no case the kernel's server passes may fail on ours
-if [[ " $SERVERS " == *" kernel "* && " $SERVERS " == *" ours "* ]]; then
+if [[ " $SERVERS " == *" kernel "* && " $SERVERS " == *" ours "* && $RATIOS_ONLY != 1 ]]; then
     python3 "$G/compare_posix.py" "$OUT"
 fi
 
 python3 "$G/report.py" "$OUT" | tee "$OUT/table.txt"
+# every other pairing of a kernel pass with a pass of ours (or a variant)
+for k in $SERVERS; do
+    [[ $k == kernel* ]] || continue
+    for o in $SERVERS; do
+        [[ $o == ours* ]] || continue
+        [ "$k $o" = "kernel ours" ] && continue
+        python3 "$G/report.py" "$OUT" "$k" "$o" >"$OUT/table-$k-$o.txt"
+        note "$k against $o: $(grep '^ratios' "$OUT/table-$k-$o.txt")"
+    done
+done
 n_ok=$(grep -c '^ok' "$CHECKS")
 n_bad=$(grep -c '^not ok' "$CHECKS")
 note "guest checks: $n_ok ok, $n_bad not ok"

@@ -938,6 +938,24 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
                 }))
     }
 
+    /// Whether some live request needs a send-side completion to move on:
+    /// its RDMA Reads (`Reading`), the flush of a lost connection
+    /// (`Draining`) or a send-queue slot (`NeedSendSlots`, `BackwardCall`).
+    /// When none does, the live requests are replies on the wire whose
+    /// completions only free buffers and slots, and a core that blocks
+    /// need not be woken for them ([`Fabric::arm_wakeup_receives`]; issue
+    /// 24 item 1). Idle path: walks the live requests.
+    pub fn waits_on_send_completions(&self) -> bool {
+        self.reqs.used_indices().any(|i| {
+            self.reqs.get(i).is_some_and(|r| {
+                matches!(
+                    r.state,
+                    ReqState::Reading | ReqState::Draining | ReqState::NeedSendSlots | ReqState::BackwardCall
+                )
+            })
+        })
+    }
+
     /// Calls received, counted, and not yet answered (no reply or error
     /// reply posted): what [`ResponderStats::unaccounted`] takes as `live`.
     /// Owning core.

@@ -527,7 +527,11 @@ impl Fabric for VerbsFabric {
     }
 
     fn arm_wakeup(&mut self) -> bool {
-        self.do_arm_wakeup()
+        self.do_arm_wakeup(true)
+    }
+
+    fn arm_wakeup_receives(&mut self) -> bool {
+        self.do_arm_wakeup(false)
     }
 }
 

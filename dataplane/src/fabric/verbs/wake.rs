@@ -70,14 +70,20 @@ impl VerbsFabric {
         v
     }
 
-    /// Acknowledge what fired, then request the next completion of every CQ.
-    pub(super) fn do_arm_wakeup(&mut self) -> bool {
+    /// Acknowledge what fired, then request the next completion of every
+    /// receive CQ, and of every send CQ when `sends` (a caller that waits
+    /// for none of its send-side completions leaves them unarmed, so that
+    /// a reply's Send completing after the core blocked does not wake it;
+    /// issue 24 item 1, opt-in: in one Soft-RoCE run it did not lower the
+    /// waits per Call).
+    pub(super) fn do_arm_wakeup(&mut self, sends: bool) -> bool {
         if self.comp.is_null() || self.channel.is_null() {
             return false;
         }
         self.ack_cq_events();
         for q in &self.cqs {
-            for cq in [q.send, q.recv] {
+            let send = sends.then_some(q.send);
+            for cq in [Some(q.recv), send].into_iter().flatten() {
                 // SAFETY: `cq` is a live CQ of ours created on `self.comp`.
                 if unsafe { sys::ibv_req_notify_cq(cq, 0) } != 0 {
                     return false;
