@@ -83,7 +83,9 @@ fn backchannel_perf_answers_recalls() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(20);
     let dir = tmpdir("bc-answer");
-    let (cfg, _) = target_config(&dir);
+    let (mut cfg, _) = target_config(&dir);
+    // Recalled again and again on one file: no cool-down before a regrant.
+    cfg.nfs4.regrant_after_recall_ms = 0;
     let t = Target::start(cfg).expect("target starts");
     let sock = dir.join("fabric.sock").to_str().unwrap().to_string();
     for v in [1, 2] {
@@ -159,7 +161,9 @@ fn backchannel_perf_answers_recalls() {
 #[test]
 fn backchannel_perf_ignoring_recalls_is_revoked() {
     let dir = tmpdir("bc-ignore");
-    let (cfg, _) = target_config(&dir);
+    let (mut cfg, _) = target_config(&dir);
+    // Recalled again and again on one file: no cool-down before a regrant.
+    cfg.nfs4.regrant_after_recall_ms = 0;
     let t = Target::start(cfg).expect("target starts");
     let lease = Duration::from_millis(400);
     t.shared().v4().set_lease(lease);
@@ -217,7 +221,9 @@ fn backchannel_perf_ignoring_recalls_is_revoked() {
 #[test]
 fn backchannel_perf_hold_answers_recalls() {
     let dir = tmpdir("bc-hold");
-    let (cfg, _) = target_config(&dir);
+    let (mut cfg, _) = target_config(&dir);
+    // Recalled again and again on one file: no cool-down before a regrant.
+    cfg.nfs4.regrant_after_recall_ms = 0;
     let t = Target::start(cfg).expect("target starts");
     let sock = dir.join("fabric.sock").to_str().unwrap().to_string();
     let hc = perf::deleg::HoldConfig {

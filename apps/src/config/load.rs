@@ -7,7 +7,9 @@ use std::path::Path;
 use reactor::idle::{IdlePolicy, MAX_SLEEP_US, MAX_SPIN_US, MAX_WAIT_MS, SPIN_THEN_WAIT};
 use serde_json::{Map, Value};
 
-use super::model::{default_anon_id, default_export_dir, default_port_num, default_queue_depth};
+use super::model::{
+    default_anon_id, default_export_dir, default_port_num, default_queue_depth, DEFAULT_REGRANT_AFTER_RECALL_MS,
+};
 use super::*;
 
 /// Short description of a JSON value for "found ...".
@@ -264,12 +266,20 @@ impl Walker {
     }
 
     fn nfs4(&mut self, p: &str, v: &Value) -> Option<Nfs4Config> {
-        let m = self.strict_object(p, v, &["state_dir", "delegations"])?;
+        let m = self.strict_object(p, v, &["state_dir", "delegations", "regrant_after_recall_ms"])?;
         let dir = self.opt(p, m, "state_dir", None, |w, p, v| w.string(p, v).map(Some));
         let delegations = self.opt(p, m, "delegations", true, Walker::boolean);
+        let regrant = self.opt(
+            p,
+            m,
+            "regrant_after_recall_ms",
+            DEFAULT_REGRANT_AFTER_RECALL_MS,
+            Walker::u32,
+        );
         Some(Nfs4Config {
             state_dir: dir?,
             delegations: delegations?,
+            regrant_after_recall_ms: regrant?,
         })
     }
 

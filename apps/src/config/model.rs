@@ -49,13 +49,21 @@ pub struct Nfs4Config {
     pub state_dir: Option<String>,
     /// Whether OPEN grants read delegations (docs/NFSV4.md).
     pub delegations: bool,
+    /// How long after a recall no delegation is granted on the file
+    /// (capped by the lease), so the conflicting client's retry is not
+    /// sent back to wait for the recall of a new one.
+    pub regrant_after_recall_ms: u32,
 }
+
+/// [`Nfs4Config::regrant_after_recall_ms`]'s default: 30 s.
+pub const DEFAULT_REGRANT_AFTER_RECALL_MS: u32 = 30_000;
 
 impl Default for Nfs4Config {
     fn default() -> Self {
         Nfs4Config {
             state_dir: None,
             delegations: true,
+            regrant_after_recall_ms: DEFAULT_REGRANT_AFTER_RECALL_MS,
         }
     }
 }

@@ -209,6 +209,9 @@ impl NfsShared {
             v4 = v4.with_records(rec);
         }
         v4.set_delegations(cfg.nfs4.delegations);
+        v4.set_regrant_after_recall(std::time::Duration::from_millis(
+            cfg.nfs4.regrant_after_recall_ms.into(),
+        ));
         Ok(Arc::new(NfsShared {
             exports,
             backends,

@@ -54,8 +54,8 @@ use super::state::{FileKey, Tables, V4State};
 pub const MAX_DELEGS: usize = 4096;
 /// Delegations one client may hold.
 pub const MAX_DELEGS_PER_CLIENT: usize = 256;
-/// How long after a recall no delegation is granted on the file (the
-/// lease, when that is shorter): long enough for the conflicting client's
+/// How long after a recall no delegation is granted on the file by default
+/// (`nfs4.regrant_after_recall_ms`; the lease, when that is shorter): long enough for the conflicting client's
 /// retry, which NFS4ERR_DELAY makes wait about a second or less.
 pub const REGRANT_AFTER_RECALL: std::time::Duration = std::time::Duration::from_secs(30);
 /// Recently recalled files remembered; beyond it the oldest is forgotten
@@ -104,6 +104,13 @@ impl V4State {
     }
 
     /// Delegations held or revoked-and-not-freed (tests, statistics).
+    /// How long after a recall the file gets no delegation (the config's
+    /// `nfs4.regrant_after_recall_ms`; the lease caps it). Any core.
+    pub fn set_regrant_after_recall(&self, d: std::time::Duration) {
+        self.regrant_ms
+            .store(d.as_millis().min(u64::MAX as u128) as u64, Ordering::Relaxed);
+    }
+
     pub fn delegations(&self) -> usize {
         self.lock_tables().delegs.len()
     }
@@ -139,7 +146,7 @@ impl V4State {
         }
         let mut t = self.lock_tables();
         let now = Instant::now();
-        let cooldown = REGRANT_AFTER_RECALL.min(self.lease());
+        let cooldown = std::time::Duration::from_millis(self.regrant_ms.load(Ordering::Relaxed)).min(self.lease());
         while t
             .recent_recalls
             .front()

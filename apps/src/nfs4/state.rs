@@ -249,6 +249,8 @@ pub struct V4State {
     pub(crate) cb: Callbacks,
     /// Whether OPEN grants delegations (`nfs4.delegations`).
     pub(super) delegations: std::sync::atomic::AtomicBool,
+    /// [`super::deleg::REGRANT_AFTER_RECALL`] unless configured, in ms.
+    pub(super) regrant_ms: std::sync::atomic::AtomicU64,
     /// Delegations in the table, so a change to a file looks at them only
     /// when there are some.
     pub(super) deleg_count: std::sync::atomic::AtomicUsize,
@@ -287,6 +289,7 @@ impl V4State {
             records: Records::none(),
             cb: Callbacks::new(epoch),
             delegations: std::sync::atomic::AtomicBool::new(true),
+            regrant_ms: std::sync::atomic::AtomicU64::new(super::deleg::REGRANT_AFTER_RECALL.as_millis() as u64),
             deleg_count: std::sync::atomic::AtomicUsize::new(0),
             revoke_due_ms: AtomicU64::new(u64::MAX),
             deleg_gen: AtomicU64::new(0),
