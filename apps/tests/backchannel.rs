@@ -482,6 +482,67 @@ fn backchannel_recall_unanswered_is_revoked_after_the_lease() {
     assert_eq!(sh.v4().delegations(), 0);
 }
 
+/// The statistics' "nfs4" section (`rpcrdma-target stats --json`)
+/// counts what the delegations went through: a grant, a recall sent and
+/// answered, the DELEGRETURN with its recall-to-return time; then a second
+/// grant whose recall is never answered and is revoked after the lease.
+#[test]
+fn backchannel_stats_count_grants_recalls_returns_and_revocations() {
+    let (_s, sh, svc) = setup();
+    let (mut a, mut b, dir, o) = holder(&svc);
+    let ds = o.deleg.1.unwrap();
+    let v = sh.v4().stats_json();
+    assert_eq!((v["delegations_held"].as_u64(), v["delegations_granted"].as_u64()), (Some(1), Some(1)), "{v:#}");
+    assert_eq!(v["recalls"], 0);
+    assert_eq!(
+        open_in(&mut b, &dir, "f", OPEN4_SHARE_ACCESS_WRITE, false).unwrap_err(),
+        NFS4ERR_DELAY
+    );
+    let cb = pull(&svc, 1).expect("CB_RECALL");
+    recall_of(&cb);
+    std::thread::sleep(Duration::from_millis(20));
+    answer(&svc, 1, &cb, NFS4_OK);
+    assert_eq!(delegreturn(&mut a, &o.fh, &ds), NFS4_OK);
+    let v = sh.v4().stats_json();
+    assert_eq!(v["delegations_held"], 0, "{v:#}");
+    assert_eq!(v["recalls"], 1);
+    assert_eq!(v["returned_after_recall"], 1);
+    assert_eq!(v["returned_unrecalled"], 0);
+    assert_eq!(v["revoked"], 0);
+    assert_eq!(v["callbacks"]["recalls_sent"], 1);
+    assert_eq!(v["callbacks"]["recalls_answered"], 1);
+    let lat = &v["recall_to_return_us"];
+    assert_eq!(lat["samples"], 1);
+    let (p50, max) = (lat["p50"].as_f64().unwrap(), lat["max"].as_f64().unwrap());
+    assert!(max >= 20_000.0 && p50 >= max, "recall to return took the 20 ms slept: {lat}");
+    // B is done; A reads again and gets a new delegation, which B's next
+    // write recalls; A never answers and loses it after the lease.
+    let w = open_in(&mut b, &dir, "f", OPEN4_SHARE_ACCESS_WRITE, false).unwrap();
+    assert_eq!(b.seq(&[putfh(&w.fh), close(&w.sid)]).status, NFS4_OK);
+    let o2 = open_in(&mut a, &dir, "f", OPEN4_SHARE_ACCESS_READ, false).unwrap();
+    assert_eq!(o2.deleg.0, OPEN_DELEGATE_READ);
+    sh.v4().set_lease(Duration::from_millis(200));
+    assert_eq!(
+        open_in(&mut b, &dir, "f", OPEN4_SHARE_ACCESS_WRITE, false).unwrap_err(),
+        NFS4ERR_DELAY
+    );
+    assert!(pull(&svc, 1).is_some(), "the second CB_RECALL");
+    for _ in 0..6 {
+        std::thread::sleep(Duration::from_millis(60));
+        status_flags(&mut a);
+        b.seq(&[]);
+    }
+    open_in(&mut b, &dir, "f", OPEN4_SHARE_ACCESS_WRITE, false).expect("revoked: B opens");
+    let v = sh.v4().stats_json();
+    assert_eq!(v["delegations_granted"], 2, "{v:#}");
+    assert_eq!(v["recalls"], 2);
+    assert_eq!(v["revoked"], 1);
+    assert_eq!(v["delegations_held"], 1, "revoked, not yet freed");
+    assert_eq!(v["callbacks"]["recalls_sent"], 2);
+    assert_eq!(v["callbacks"]["recalls_answered"], 1);
+    assert_eq!(v["recall_to_return_us"]["samples"], 1, "a revocation is no return");
+}
+
 /// The backchannel connection goes while the recall is in flight: A's
 /// SEQUENCE says CB_PATH_DOWN (and _SESSION); A binds a new connection with
 /// BIND_CONN_TO_SESSION, which is probed, then the recall is sent again

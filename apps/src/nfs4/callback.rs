@@ -182,6 +182,26 @@ pub struct CbStats {
     pub faults: AtomicU64,
     /// Callbacks dropped: queue full, or no backchannel at all.
     pub dropped: AtomicU64,
+    /// CB_RECALLs handed to the transport (retries included).
+    pub recalls_sent: AtomicU64,
+    /// CB_RECALL Replies that said NFS4_OK.
+    pub recalls_answered: AtomicU64,
+}
+
+impl CbStats {
+    /// The counters as JSON (`rpcrdma-target stats`).
+    pub fn json(&self) -> serde_json::Value {
+        let l = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        serde_json::json!({
+            "calls": l(&self.calls),
+            "replies": l(&self.replies),
+            "unmatched": l(&self.unmatched),
+            "faults": l(&self.faults),
+            "dropped": l(&self.dropped),
+            "recalls_sent": l(&self.recalls_sent),
+            "recalls_answered": l(&self.recalls_answered),
+        })
+    }
 }
 
 /// The server's backchannels.
@@ -421,6 +441,9 @@ impl Callbacks {
                         c.seq = s;
                     }
                     c.retrying = retry_seq.is_some();
+                    if matches!(cb, Cb::Recall { .. }) {
+                        self.stats.recalls_sent.fetch_add(1, Ordering::Relaxed);
+                    }
                     c.in_flight = Some((x, (cb, used)));
                     self.stats.calls.fetch_add(1, Ordering::Relaxed);
                     break Some(n);
@@ -466,7 +489,13 @@ impl Callbacks {
                 Cb::Null => off == msg.len(),
                 _ => match CbCompoundRes::decode(&msg[off..]) {
                     Ok(r) => match r.sequence {
-                        Some(Ok(s)) => s.sessionid == c.session && Some(s.sequenceid) == used,
+                        Some(Ok(s)) => {
+                            let ok = s.sessionid == c.session && Some(s.sequenceid) == used;
+                            if ok && r.status == NFS4_OK && matches!(cb, Cb::Recall { .. }) {
+                                self.stats.recalls_answered.fetch_add(1, Ordering::Relaxed);
+                            }
+                            ok
+                        }
                         // A retry (after a rebind) of a call the client
                         // had run: it did what was asked (RFC 8881
                         // s2.10.6.1.3).

@@ -74,6 +74,7 @@ use crate::nfs::{CoreState, NfsShared, MAX_ASSEMBLED_CALL_BYTES, REPLY_HEADER_BY
 pub mod attr;
 pub mod callback;
 pub mod deleg;
+pub mod deleg_stats;
 pub mod fh;
 pub mod grace;
 pub mod lock;

@@ -248,6 +248,8 @@ pub struct V4State {
     /// Delegations in the table, so a change to a file looks at them only
     /// when there are some.
     pub(super) deleg_count: std::sync::atomic::AtomicUsize,
+    /// Delegation and recall counters ([`super::deleg_stats`]).
+    pub(super) deleg_stats: super::deleg_stats::DelegStats,
 }
 
 impl V4State {
@@ -276,6 +278,7 @@ impl V4State {
             cb: Callbacks::new(epoch),
             delegations: std::sync::atomic::AtomicBool::new(true),
             deleg_count: std::sync::atomic::AtomicUsize::new(0),
+            deleg_stats: Default::default(),
         }
     }
 
