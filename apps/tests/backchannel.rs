@@ -492,7 +492,11 @@ fn backchannel_stats_count_grants_recalls_returns_and_revocations() {
     let (mut a, mut b, dir, o) = holder(&svc);
     let ds = o.deleg.1.unwrap();
     let v = sh.v4().stats_json();
-    assert_eq!((v["delegations_held"].as_u64(), v["delegations_granted"].as_u64()), (Some(1), Some(1)), "{v:#}");
+    assert_eq!(
+        (v["delegations_held"].as_u64(), v["delegations_granted"].as_u64()),
+        (Some(1), Some(1)),
+        "{v:#}"
+    );
     assert_eq!(v["recalls"], 0);
     assert_eq!(
         open_in(&mut b, &dir, "f", OPEN4_SHARE_ACCESS_WRITE, false).unwrap_err(),
@@ -514,7 +518,10 @@ fn backchannel_stats_count_grants_recalls_returns_and_revocations() {
     let lat = &v["recall_to_return_us"];
     assert_eq!(lat["samples"], 1);
     let (p50, max) = (lat["p50"].as_f64().unwrap(), lat["max"].as_f64().unwrap());
-    assert!(max >= 20_000.0 && p50 >= max, "recall to return took the 20 ms slept: {lat}");
+    assert!(
+        max >= 20_000.0 && p50 >= max,
+        "recall to return took the 20 ms slept: {lat}"
+    );
     // B is done; A reads again and gets a new delegation, which B's next
     // write recalls; A never answers and loses it after the lease.
     let w = open_in(&mut b, &dir, "f", OPEN4_SHARE_ACCESS_WRITE, false).unwrap();
