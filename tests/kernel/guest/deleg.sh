@@ -22,6 +22,13 @@
 # Results go to /host/out/deleg-<role>/ (checks.txt).
 set -uo pipefail
 ROLE=$1
+# Both guests boot as "softroce", and the Linux client names itself to the
+# server by its node name (EXCHANGE_ID's co_ownerid, "Linux NFSv4.1
+# <nodename>", unless nfs4_unique_id is set): with one name the target
+# rightly takes B's EXCHANGE_ID for A restarting and drops A's state (its
+# delegation with it, no recall). Each guest gets a name of its own before
+# it mounts.
+hostname "deleg-$ROLE"
 export OUT=/host/out/deleg-$ROLE
 mkdir -p "$OUT/ours"
 G=$(cd "$(dirname "$0")" && pwd)
