@@ -6,7 +6,7 @@
 # version in /proc/mounts, then a small workload (a file written and read
 # back, directories, a rename, a symlink, a hard link, removal) and the
 # unmount. Then the target stops and must have answered every Call.
-# Then, per $NFS4_STEPS (all by default but fio):
+# Then, per $NFS4_STEPS (all by default but deleg and fio):
 #   tshark    dissects the two-guest capture of a vers=4.2 mount over RDMA
 #             and over TCP (tshark4.sh, when $PAIR_PCAP is there);
 #   restart   the target killed mid-write, the client reclaims, no data lost;
@@ -32,7 +32,7 @@ export OUT=/host/out BIN=/host/bin
 mkdir -p "$OUT/ours"
 : "${NFS4_MOUNTS:=4.1/tcp 4.1/rdma 4.2/rdma 4.2/tcp default/rdma default/tcp}"
 : "${NFS4_BACKENDS:=mem uring}"
-: "${NFS4_STEPS:=matrix tshark deleg restart locks nconnect}"
+: "${NFS4_STEPS:=matrix tshark restart locks nconnect}"
 note "guest: kernel $(uname -r), $(nproc) CPUs; mounts: $NFS4_MOUNTS; backends: $NFS4_BACKENDS; steps: $NFS4_STEPS"
 has_step() { [[ " $NFS4_STEPS " == *" $1 "* ]]; }
 
