@@ -187,6 +187,8 @@ struct CbCall {
     seq: Option<([u8; 16], u32)>,
     /// The second operation and its arguments' bytes.
     op: Option<(u32, Vec<u8>)>,
+    /// CB_COMPOUND's minor version.
+    minor: u32,
 }
 
 fn pull(svc: &Svc, conn: u32) -> Option<CbCall> {
@@ -208,11 +210,12 @@ fn decode_cb(buf: &[u8]) -> CbCall {
         auth_flavor: h.cred.flavor,
         seq: None,
         op: None,
+        minor: 0,
     };
     if h.proc_ == 1 {
         let mut r = Reader::new(&buf[at..n]);
         assert_eq!(r.opaque_var(64, "tag").unwrap(), b"");
-        assert_eq!(r.u32("minor").unwrap(), 1);
+        cb.minor = r.u32("minor").unwrap();
         assert_eq!(r.u32("ident").unwrap(), 0);
         assert_eq!(r.u32("numops").unwrap(), 2);
         assert_eq!(r.u32("op").unwrap(), OP_CB_SEQUENCE);
@@ -480,6 +483,44 @@ fn backchannel_recall_unanswered_is_revoked_after_the_lease() {
     assert_eq!(r.status, NFS4_OK);
     assert_eq!(status_flags(&mut a), 0, "flag cleared with the last revoked delegation");
     assert_eq!(sh.v4().delegations(), 0);
+}
+
+/// A CB_COMPOUND carries the minor version of the holder's session: 1
+/// for a 4.1 client, 2 for a 4.2 one (the Linux client finds the session
+/// of a CB_SEQUENCE by it, and a 4.2 mount answered a recall that said 1
+/// with NFS4ERR_BADSESSION: the delegation was revoked, not returned; seen
+/// in the VM, tests/kernel/guest/deleg.sh).
+#[test]
+fn backchannel_cb_compound_carries_the_sessions_minor_version() {
+    let (_s, _sh, svc) = setup();
+    let (_a, mut b, dir, o) = holder(&svc);
+    assert_eq!(
+        open_in(&mut b, &dir, "f", OPEN4_SHARE_ACCESS_WRITE, false).unwrap_err(),
+        NFS4ERR_DELAY
+    );
+    let cb = pull(&svc, 1).expect("CB_RECALL");
+    assert_eq!(recall_of(&cb), (o.deleg.1.unwrap(), o.fh.clone()));
+    assert_eq!(cb.minor, 1, "a 4.1 session");
+    answer(&svc, 1, &cb, NFS4_OK);
+
+    svc.borrow_mut().backward_channel(ConnId(3), Some(CHAN));
+    let mut c = V4::new(link(&svc, 3), "client-c");
+    c.minor = 2;
+    bc_session(&mut c);
+    let probe = pull(&svc, 3).expect("CB_NULL probe");
+    answer(&svc, 3, &probe, NFS4_OK);
+    let dir_c = c.walk("/b").unwrap();
+    let w = open_in(&mut b, &dir, "g", OPEN4_SHARE_ACCESS_BOTH, true).unwrap();
+    assert_eq!(b.seq(&[putfh(&w.fh), close(&w.sid)]).status, NFS4_OK);
+    let oc = open_in(&mut c, &dir_c, "g", OPEN4_SHARE_ACCESS_READ, false).unwrap();
+    assert_eq!(oc.deleg.0, OPEN_DELEGATE_READ, "C (4.2) holds a read delegation");
+    assert_eq!(
+        open_in(&mut b, &dir, "g", OPEN4_SHARE_ACCESS_WRITE, false).unwrap_err(),
+        NFS4ERR_DELAY
+    );
+    let cb = pull(&svc, 3).expect("CB_RECALL to C");
+    recall_of(&cb);
+    assert_eq!(cb.minor, 2, "a 4.2 session's CB_COMPOUND says 2");
 }
 
 /// The statistics' "nfs4" section (`rpcrdma-target stats --json`)

@@ -125,6 +125,8 @@ type Queued = (Cb, Option<u32>);
 struct Chan {
     session: SessionId,
     client: u64,
+    /// The minor version the session was created with (CB_COMPOUND's).
+    minor: u32,
     program: u32,
     sec: OwnedSec,
     /// The client asked for a backchannel (so its absence is reported).
@@ -258,6 +260,7 @@ impl Callbacks {
         &self,
         session: SessionId,
         client: u64,
+        minor: u32,
         program: u32,
         sec: OwnedSec,
         max_call_bytes: u32,
@@ -273,6 +276,7 @@ impl Callbacks {
         t.chans.push(Chan {
             session,
             client,
+            minor,
             program,
             sec,
             wanted: conn.is_some(),
@@ -413,6 +417,7 @@ impl Callbacks {
                 Cb::Recall { stateid, fh } => cb::encode_cb_compound(
                     x,
                     c.program,
+                    c.minor,
                     &sec,
                     &seq,
                     &CbOp::Recall {
@@ -425,6 +430,7 @@ impl Callbacks {
                 Cb::NotifyLock { fh, clientid, owner } => cb::encode_cb_compound(
                     x,
                     c.program,
+                    c.minor,
                     &sec,
                     &seq,
                     &CbOp::NotifyLock {
@@ -577,8 +583,8 @@ mod tests {
         let cb = Callbacks::new(7);
         let (c0, c1) = ((0, ConnId(5)), (1, ConnId(5)));
         let flags = || Arc::new(AtomicU32::new(0));
-        cb.register(sid(1), 1, 9, OwnedSec::None, 4096, Some(c0), flags());
-        cb.register(sid(2), 2, 9, OwnedSec::None, 4096, Some(c1), flags());
+        cb.register(sid(1), 1, 1, 9, OwnedSec::None, 4096, Some(c0), flags());
+        cb.register(sid(2), 2, 2, 9, OwnedSec::None, 4096, Some(c1), flags());
         assert!(!cb.has_calls(0) && !cb.has_calls(1), "not announced yet");
         cb.transport(c0, Some(CH));
         cb.transport(c1, Some(CH));

@@ -157,6 +157,8 @@ pub(crate) struct Ctx<'c> {
     pub token: Option<DeferToken>,
     /// The connection the Call came on (a backchannel binds to it).
     pub conn: Option<callback::ConnKey>,
+    /// The COMPOUND's minor version (CREATE_SESSION gives it to the session).
+    pub minor: u32,
 }
 
 /// Operations that may come without SEQUENCE when they are alone (RFC 8881
@@ -339,6 +341,7 @@ pub(crate) fn call(
         err_body: 0,
         token: view.defer_token(),
         conn: Some((st.core, view.conn)),
+        minor: ca.minorversion,
     };
     let mut status = NFS4_OK;
     let mut numres = 0u32;

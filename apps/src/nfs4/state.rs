@@ -164,6 +164,8 @@ pub struct SessionCb {
     pub sec: OwnedSec,
     /// The connection CREATE_SESSION came on (none: a test without one).
     pub conn: Option<ConnKey>,
+    /// The COMPOUND's minor version: the session's, which its CB_COMPOUNDs carry.
+    pub minorversion: u32,
 }
 
 impl Default for SessionCb {
@@ -173,6 +175,7 @@ impl Default for SessionCb {
             program: 0,
             sec: OwnedSec::None,
             conn: None,
+            minorversion: 1,
         }
     }
 }
@@ -658,6 +661,7 @@ impl V4State {
         self.cb.register(
             sid,
             clientid,
+            cb.minorversion,
             cb.program,
             cb.sec.clone(),
             back.maxrequestsize,

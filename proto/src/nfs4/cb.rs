@@ -111,12 +111,16 @@ pub fn encode_cb_null(xid: u32, prog: u32, sec: &CbSec<'_>, out: &mut [u8]) -> R
     Ok(w.len())
 }
 
-/// CB_COMPOUND with CB_SEQUENCE and `op` (empty tag, minor version 1,
-/// `callback_ident` 0 as RFC 8881 s20.1 has it for 4.1). Returns its
-/// length in `out`.
+/// CB_COMPOUND with CB_SEQUENCE and `op` (empty tag, `callback_ident` 0
+/// as RFC 8881 s20.1 has it for 4.1). `minorversion` is the minor version
+/// of the client's session (1 or 2): a client may refuse a callback of
+/// another (the Linux client looks the session up by it and answers
+/// CB_SEQUENCE of a 4.2 mount NFS4ERR_BADSESSION when it says 1). Returns
+/// its length in `out`.
 pub fn encode_cb_compound(
     xid: u32,
     prog: u32,
+    minorversion: u32,
     sec: &CbSec<'_>,
     seq: &CbSequence,
     op: &CbOp<'_>,
@@ -125,7 +129,7 @@ pub fn encode_cb_compound(
     let mut w = Writer::new(out);
     header(&mut w, xid, prog, CB_COMPOUND, sec)?;
     w.put_opaque_var(b"")?;
-    w.put_u32(1)?;
+    w.put_u32(minorversion)?;
     w.put_u32(0)?;
     w.put_u32(2)?;
     w.put_u32(OP_CB_SEQUENCE)?;
@@ -277,6 +281,7 @@ mod tests {
         let n = encode_cb_compound(
             5,
             0x4000_0000,
+            1,
             &CbSec::None,
             &seq,
             &CbOp::Recall {
@@ -300,6 +305,7 @@ mod tests {
             assert!(encode_cb_compound(
                 5,
                 1,
+                1,
                 &CbSec::None,
                 &seq,
                 &CbOp::Recall {
@@ -314,6 +320,7 @@ mod tests {
         let n = encode_cb_compound(
             6,
             9,
+            2,
             &CbSec::None,
             &seq,
             &CbOp::NotifyLock {
@@ -324,6 +331,8 @@ mod tests {
             &mut b,
         )
         .unwrap();
+        // tag "", then the minor version asked for
+        assert_eq!(&b[40..48], &words(&[0, 2])[..], "minor version 2");
         let tail = &b[n - 28..n];
         let mut want = words(&[OP_CB_NOTIFY_LOCK, 4]);
         want.extend_from_slice(&[7; 4]);
