@@ -159,8 +159,9 @@ PY
         recall_to_return_us.p99 recall_to_return_us.samples)"
     # (A may find the file contended when B's CLOSE is late: no delegation,
     # no recall in that round)
-    check "deleg: $DELEG_ROUNDS rounds: A returned at least 30 recalled delegations ($((a1 - a0))), none revoked ($rv)" \
-        test "$((a1 - a0))" -ge 30 -a "$rv" = 0
+    want=$((DELEG_ROUNDS * 3 / 4))
+    check "deleg: $DELEG_ROUNDS rounds: A returned at least $want recalled delegations ($((a1 - a0))), none revoked ($rv)" \
+        test "$((a1 - a0))" -ge "$want" -a "$rv" = 0
     echo "recall_to_delegreturn_us p50=$p50 p99=$p99 samples=$n rounds=$DELEG_ROUNDS" | tee "$OUT/recall-latency.txt"
     cp "$OUT/ours/stats.json" "$OUT/stats-final.json"
     check "deleg: B umounts" nfs_umount $B
