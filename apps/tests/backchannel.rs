@@ -440,6 +440,40 @@ fn backchannel_recall_answered() {
     );
 }
 
+/// Right after A returns a recalled delegation, A's next reading OPEN of
+/// the file gets none (else B, whose retry comes later, would be sent back
+/// to wait for a recall of the new one); B's retry then opens. Once the
+/// cool-down (here the shortened lease) has passed, A is granted one again.
+#[test]
+fn backchannel_no_new_delegation_right_after_a_recall() {
+    let (_s, sh, svc) = setup();
+    let (mut a, mut b, dir, o) = holder(&svc);
+    let ds = o.deleg.1.unwrap();
+    sh.v4().set_lease(Duration::from_millis(400));
+    assert_eq!(
+        open_in(&mut b, &dir, "f", OPEN4_SHARE_ACCESS_WRITE, false).unwrap_err(),
+        NFS4ERR_DELAY
+    );
+    let cb = pull(&svc, 1).expect("CB_RECALL");
+    recall_of(&cb);
+    answer(&svc, 1, &cb, NFS4_OK);
+    assert_eq!(delegreturn(&mut a, &o.fh, &ds), NFS4_OK);
+    let again = open_in(&mut a, &dir, "f", OPEN4_SHARE_ACCESS_READ, false).unwrap();
+    assert_eq!(
+        again.deleg.0, OPEN_DELEGATE_NONE,
+        "no delegation on a file just recalled"
+    );
+    let w = open_in(&mut b, &dir, "f", OPEN4_SHARE_ACCESS_WRITE, false).expect("B's retry opens");
+    assert_eq!(b.seq(&[putfh(&w.fh), close(&w.sid)]).status, NFS4_OK);
+    for _ in 0..8 {
+        std::thread::sleep(Duration::from_millis(60));
+        a.seq(&[]);
+        b.seq(&[]);
+    }
+    let later = open_in(&mut a, &dir, "f", OPEN4_SHARE_ACCESS_READ, false).unwrap();
+    assert_eq!(later.deleg.0, OPEN_DELEGATE_READ, "granted again after the cool-down");
+}
+
 /// A never answers the recall (it keeps renewing its lease): one lease
 /// after the recall B's retry revokes the delegation and proceeds; A's
 /// SEQUENCE says RECALLABLE_STATE_REVOKED, the stateid is DELEG_REVOKED
@@ -563,13 +597,20 @@ fn backchannel_stats_count_grants_recalls_returns_and_revocations() {
         max >= 20_000.0 && p50 >= max,
         "recall to return took the 20 ms slept: {lat}"
     );
-    // B is done; A reads again and gets a new delegation, which B's next
-    // write recalls; A never answers and loses it after the lease.
+    // B is done; A reads again (once no delegation is granted so soon
+    // after a recall: the lease, shortened here) and gets a new delegation,
+    // which B's next write recalls; A never answers and loses it after the
+    // lease.
     let w = open_in(&mut b, &dir, "f", OPEN4_SHARE_ACCESS_WRITE, false).unwrap();
     assert_eq!(b.seq(&[putfh(&w.fh), close(&w.sid)]).status, NFS4_OK);
+    sh.v4().set_lease(Duration::from_millis(200));
+    for _ in 0..5 {
+        std::thread::sleep(Duration::from_millis(60));
+        status_flags(&mut a);
+        b.seq(&[]);
+    }
     let o2 = open_in(&mut a, &dir, "f", OPEN4_SHARE_ACCESS_READ, false).unwrap();
     assert_eq!(o2.deleg.0, OPEN_DELEGATE_READ);
-    sh.v4().set_lease(Duration::from_millis(200));
     assert_eq!(
         open_in(&mut b, &dir, "f", OPEN4_SHARE_ACCESS_WRITE, false).unwrap_err(),
         NFS4ERR_DELAY
@@ -672,7 +713,8 @@ fn backchannel_lost_and_not_rebound_is_revoked() {
 }
 
 /// An NFSv3 WRITE (and REMOVE) of a file an NFSv4 client holds a read
-/// delegation on: NFS3ERR_JUKEBOX while the recall runs, done after the
+/// delegation on, in a Call that cannot be deferred (no defer token, as
+/// over TCP): NFS3ERR_JUKEBOX while the recall runs, done after the
 /// return.
 #[test]
 fn backchannel_v3_write_recalls_a_v4_read_delegation() {
@@ -1297,4 +1339,268 @@ fn recall_over_sim(lose: bool) {
         let net2 = net.clone();
         recall_over_engine(v, &p, &sh, (srv, Some(net)), move || net2.endpoint(), "srv", lose);
     }
+}
+
+// ---------------------------------------------------------------------------
+// Over shm: revocation by time, and NFSv3 Calls held for a recall
+// ---------------------------------------------------------------------------
+
+type ShmEngine = Engine<dataplane::shm::ShmFabric>;
+
+/// The responder over shm (version `v`, three connections), A with its
+/// backchannel up holding a read delegation on /b/f (written "v1" by B),
+/// and B without a backchannel; B holds the responder.
+struct Held {
+    _s: Store,
+    sh: Arc<NfsShared>,
+    p: Pools,
+    addr: String,
+    a: V4<ShmEngine>,
+    b: V4<ShmEngine>,
+    dir: Vec<u8>,
+    o: Opened,
+}
+
+fn held_over_shm(v: u32, tag: &str, lease: Duration) -> Held {
+    use dataplane::shm::{ShmConfig, ShmFabric};
+    let (s, sh, _svc) = setup();
+    sh.v4().set_lease(lease);
+    let p = pools_cores(4, 4);
+    let addr = format!("@rpcrdma-bc-{tag}-{}-v{v}", std::process::id());
+    let mut cfg = bc_responder_cfg(&p);
+    cfg.max_conns = 3;
+    let svc = NfsService::new(sh.clone(), 0).unwrap();
+    let fab = ShmFabric::new(ShmConfig {
+        srq_window: cfg.credits + cfg.backward_credits,
+        ..ShmConfig::default()
+    })
+    .unwrap();
+    let srv = dataplane::responder::Responder::new(cfg, fab, svc, p.pool, &p.regions, 0, Some(&addr)).unwrap();
+    let fab = || ShmFabric::new(ShmConfig::default()).unwrap();
+    let mut a = V4::new(bc_client(&p, fab(), &addr, v, 1, 2), "client-a");
+    a.t.srv = Some(srv);
+    a.t.connect();
+    bc_session(&mut a);
+    let probe = engine_cb(&mut a.t);
+    assert_eq!(probe.proc_, 0, "v{v}: CB_NULL first");
+    engine_answer(&mut a.t, &probe, NFS4_OK);
+    let sid = a.sid;
+    let cbs = sh.v4().callbacks();
+    engine_until(&mut a.t, "probe answered", || cbs.usable(&sid));
+    let mut b = V4::new(bc_client(&p, fab(), &addr, v, 2, 0), "client-b");
+    hand(&mut a, &mut b);
+    b.t.connect();
+    b.setup(8);
+    let dir = b.walk("/b").unwrap();
+    let w = open_in(&mut b, &dir, "f", OPEN4_SHARE_ACCESS_BOTH, true).unwrap();
+    b.write(&w.fh, &w.sid, 0, FILE_SYNC4, b"v1").unwrap();
+    assert_eq!(b.seq(&[putfh(&w.fh), close(&w.sid)]).status, NFS4_OK);
+    hand(&mut b, &mut a);
+    let o = open_in(&mut a, &dir, "f", OPEN4_SHARE_ACCESS_READ, false).unwrap();
+    assert_eq!(o.deleg.0, OPEN_DELEGATE_READ, "v{v}: A holds a read delegation");
+    hand(&mut a, &mut b);
+    Held {
+        _s: s,
+        sh,
+        p,
+        addr,
+        a,
+        b,
+        dir,
+        o,
+    }
+}
+
+/// Poll `e` (holding the responder) for `d`, sending nothing.
+fn idle_for(e: &mut ShmEngine, d: Duration) {
+    let t0 = std::time::Instant::now();
+    while t0.elapsed() < d {
+        e.cli.poll();
+        e.pump();
+        std::thread::sleep(Duration::from_micros(200));
+    }
+}
+
+/// A never answers the recall and nobody retries the conflicting OPEN: the
+/// responder's loop alone revokes the delegation one lease after the
+/// recall (the revocation timer), so A's next SEQUENCE says
+/// RECALLABLE_STATE_REVOKED without any conflicting Call arriving after
+/// the lease, and B's OPEN then proceeds. Versions 1 and 2 over shm.
+#[test]
+fn backchannel_engine_recall_unanswered_is_revoked_by_the_timer_over_shm() {
+    for v in [1, 2] {
+        let lease = Duration::from_millis(300);
+        let Held {
+            sh,
+            mut a,
+            mut b,
+            dir,
+            o,
+            ..
+        } = held_over_shm(v, "revoke", lease);
+        assert_eq!(
+            open_in(&mut b, &dir, "f", OPEN4_SHARE_ACCESS_WRITE, false).unwrap_err(),
+            NFS4ERR_DELAY
+        );
+        hand(&mut b, &mut a);
+        let cb = engine_cb(&mut a.t);
+        recall_of(&cb);
+        let t0 = std::time::Instant::now();
+        // A renews its lease and ignores the recall.
+        for _ in 0..3 {
+            idle_for(&mut a.t, Duration::from_millis(50));
+            assert_eq!(status_flags(&mut a), 0, "v{v}: renewed, not yet revoked");
+        }
+        assert!(t0.elapsed() < lease, "v{v}: the checks ran within the lease");
+        idle_for(&mut a.t, lease);
+        assert_eq!(
+            status_flags(&mut a),
+            SEQ4_STATUS_RECALLABLE_STATE_REVOKED,
+            "v{v}: revoked by time, with no conflicting Call after the lease"
+        );
+        assert_eq!(sh.v4().delegations(), 1, "v{v}: revoked, kept until FREE_STATEID");
+        hand(&mut a, &mut b);
+        let w = open_in(&mut b, &dir, "f", OPEN4_SHARE_ACCESS_WRITE, false).expect("B opens");
+        assert_eq!(w.deleg.0, OPEN_DELEGATE_NONE);
+        hand(&mut b, &mut a);
+        let ds = o.deleg.1.unwrap();
+        assert_eq!(delegreturn(&mut a, &o.fh, &ds), NFS4ERR_DELEG_REVOKED);
+        // The late answer changes nothing, and frees A's backward receive.
+        engine_answer(&mut a.t, &cb, NFS4_OK);
+        assert_eq!(status_flags(&mut a), SEQ4_STATUS_RECALLABLE_STATE_REVOKED);
+    }
+}
+
+/// An NFSv3 WRITE of a file A holds a read delegation on, over the engine
+/// (which lets the Call be deferred): no NFS3ERR_JUKEBOX; the WRITE is
+/// held while the recall runs (no reply while A has not returned the
+/// delegation, even after A answered CB_RECALL), and completes as soon as
+/// A's DELEGRETURN is in; A then reads the NFSv3 data. Versions 1 and 2
+/// over shm.
+#[test]
+fn backchannel_v3_write_waits_for_delegreturn_instead_of_jukebox() {
+    use dataplane::shm::{ShmConfig, ShmFabric};
+    for v in [1, 2] {
+        let Held {
+            sh,
+            p,
+            addr,
+            mut a,
+            mut b,
+            o,
+            ..
+        } = held_over_shm(v, "v3wait", Duration::from_secs(30));
+        let ds = o.deleg.1.unwrap();
+        let mut c = Client::new(bc_client(
+            &p,
+            ShmFabric::new(ShmConfig::default()).unwrap(),
+            &addr,
+            v,
+            3,
+            0,
+        ));
+        c.t.srv = b.t.srv.take();
+        c.t.connect();
+        let mut e = call_header(77, NFS, 3, 7, &c.auth);
+        e.opaque(&o.fh).u64(0).u32(2).u32(FILE_SYNC).opaque(b"v3");
+        let id = c.t.submit_call(&e.b);
+        // Held: no reply while the recall runs.
+        let t0 = std::time::Instant::now();
+        while t0.elapsed() < Duration::from_millis(100) {
+            c.t.cli.poll();
+            c.t.pump();
+            assert!(
+                c.t.cli.poll_completion().is_none(),
+                "v{v}: the NFSv3 WRITE was answered (NFS3ERR_JUKEBOX) while the delegation is held"
+            );
+        }
+        a.t.srv = c.t.srv.take();
+        let cb = engine_cb(&mut a.t);
+        assert_eq!(recall_of(&cb).0, ds);
+        engine_answer(&mut a.t, &cb, NFS4_OK);
+        idle_for(&mut a.t, Duration::from_millis(20));
+        c.t.srv = a.t.srv.take();
+        c.t.cli.poll();
+        assert!(c.t.cli.poll_completion().is_none(), "v{v}: answered before DELEGRETURN");
+        a.t.srv = c.t.srv.take();
+        assert_eq!(delegreturn(&mut a, &o.fh, &ds), NFS4_OK);
+        c.t.srv = a.t.srv.take();
+        let t1 = std::time::Instant::now();
+        let (done, out) = c.t.next_reply(|_| (NFS, 7));
+        assert_eq!(done, id);
+        let r = Reply::parse(&out);
+        let mut d = r.dec();
+        assert_eq!(d.u32(), 0, "v{v}: the held WRITE succeeded");
+        assert!(
+            t1.elapsed() < Duration::from_secs(1),
+            "v{v}: released at once after DELEGRETURN"
+        );
+        a.t.srv = c.t.srv.take();
+        let (_, data) = a.read(&o.fh, &o.sid, 0, 2).unwrap();
+        assert_eq!(data, b"v3", "v{v}: A reads the NFSv3 write");
+        assert_eq!(sh.v4().delegations(), 0);
+    }
+}
+
+/// The holder never answers: the NFSv3 WRITE held for the recall runs as
+/// soon as the revocation timer revokes the delegation, a lease after the
+/// recall (not NFS3ERR_JUKEBOX, and with no retry from anyone). Version 1
+/// over shm.
+#[test]
+fn backchannel_v3_write_held_until_the_delegation_is_revoked() {
+    use dataplane::shm::{ShmConfig, ShmFabric};
+    let lease = Duration::from_millis(300);
+    let Held {
+        sh,
+        p,
+        addr,
+        mut a,
+        mut b,
+        o,
+        ..
+    } = held_over_shm(1, "v3revoke", lease);
+    let mut c = Client::new(bc_client(
+        &p,
+        ShmFabric::new(ShmConfig::default()).unwrap(),
+        &addr,
+        1,
+        3,
+        0,
+    ));
+    c.t.srv = b.t.srv.take();
+    c.t.connect();
+    let mut e = call_header(78, NFS, 3, 7, &c.auth);
+    e.opaque(&o.fh).u64(0).u32(2).u32(FILE_SYNC).opaque(b"v3");
+    let t0 = std::time::Instant::now();
+    let id = c.t.submit_call(&e.b);
+    // A renews its lease (so it is not a courtesy client whose state a
+    // conflict may take) and ignores the recall; C's WRITE waits.
+    let mut renewed = t0;
+    while t0.elapsed() < lease * 3 / 4 {
+        c.t.cli.poll();
+        c.t.pump();
+        assert!(
+            c.t.cli.poll_completion().is_none(),
+            "answered before the revocation, after {:?}",
+            t0.elapsed()
+        );
+        if renewed.elapsed() > Duration::from_millis(50) {
+            a.t.srv = c.t.srv.take();
+            assert_eq!(status_flags(&mut a), 0, "not revoked yet");
+            c.t.srv = a.t.srv.take();
+            renewed = std::time::Instant::now();
+        }
+    }
+    a.t.srv = c.t.srv.take();
+    assert_eq!(status_flags(&mut a), 0, "renewed once more");
+    c.t.srv = a.t.srv.take();
+    let (done, out) = c.t.next_reply(|_| (NFS, 7));
+    let waited = t0.elapsed();
+    assert_eq!(done, id);
+    let r = Reply::parse(&out);
+    assert_eq!(r.dec().u32(), 0, "the held WRITE succeeded after the revocation");
+    assert!(waited >= lease, "answered after {waited:?}, before the lease");
+    a.t.srv = c.t.srv.take();
+    assert_eq!(status_flags(&mut a), SEQ4_STATUS_RECALLABLE_STATE_REVOKED);
+    assert_eq!(sh.v4().delegations(), 1, "revoked, kept until FREE_STATEID");
 }

@@ -12,7 +12,7 @@
 //! - `engine/v{1,2}_*`: the transport engine, requester on core 0 and
 //!   responder on core 1, one Call at a time.
 //! - `engine_one_thread/v{1,2}_*`: the same Calls (NULL, 4 KiB READ and
-//!   WRITE) with one thread polling both engines: their software cost without
+//!   WRITE, 1 MiB WRITE) with one thread polling both engines: their software cost without
 //!   cross-core transfers. For instruction counts run the bench binary under
 //!   `valgrind --tool=callgrind --toggle-collect='*one_thread_call*'` with
 //!   `--bench engine_one_thread/v1_null --profile-time 5` and divide by the
@@ -505,7 +505,8 @@ fn one_thread_call<S: dataplane::service::Service>(
 
 /// The engine's software cost alone: responder and requester over shm in one
 /// thread (no cross-core cache-line transfers, no waiting on the other core),
-/// NULL and 4 KiB READ/WRITE, v1 and v2. Compare with
+/// NULL, 4 KiB READ/WRITE and 1 MiB WRITE (the cost of a large Read chunk,
+/// which shm copies in slices over several polls), v1 and v2. Compare with
 /// `pingpong_64B_one_thread` (the provider alone).
 fn engine_one_thread(c: &mut Criterion) {
     use dataplane::requester::{LinkState, Requester};
@@ -540,7 +541,7 @@ fn engine_one_thread(c: &mut Criterion) {
             assert!(t0.elapsed().as_secs() < 10, "connect timed out: {:?}", cli.link());
         }
         assert_eq!(cli.version(), vers);
-        for (name, proc_, size) in ENGINE_CASES.into_iter().filter(|c| c.2 <= 4096) {
+        for (name, proc_, size) in ENGINE_CASES.into_iter().filter(|c| c.2 <= 4096 || c.0 == "write_1MiB") {
             g.throughput(if size == 0 {
                 Throughput::Elements(1)
             } else {

@@ -189,8 +189,8 @@ fn v1_pair<'p>(p: &'p Pools, tag: &str) -> (Responder<'p, ShmFabric, TestService
     (srv, cli)
 }
 
-/// Over shm an RDMA Read completes when it is posted, so a Call with a
-/// Read chunk is answered in the same turn of the responder's loop that
+/// Over shm an RDMA Read of up to a copy slice (64 KiB) completes when it is
+/// posted, so a Call with such a Read chunk is answered in the same turn of the responder's loop that
 /// received it: `poll` polls the CQ once more after posting Reads, instead of
 /// leaving their completions for the next turn.
 #[test]
@@ -485,4 +485,161 @@ fn two_processes_v1_and_v2() {
     }
     assert_eq!(srv.stats().calls, 2 * 5 * workload().len() as u64);
     assert_eq!(srv.shutdown(100_000), Default::default());
+}
+
+/// A WRITE of `len` bytes (the data in a Read chunk).
+fn submit_write(cli: &mut Requester<'_, ShmFabric>, len: u32) -> CallId {
+    use proto::ulb::{DdpItem, UpperLayerBinding};
+    let mut cb = cli.call_buf().expect("call buffer");
+    let n = encode_write_in_place(cb.bytes_mut(), len).expect("encode");
+    let mut items = [DdpItem::default(); 1];
+    let k = TestUlb.call_items(&cb.bytes_mut()[..n], &mut items).expect("items");
+    let needs = proto::plan::ReplyNeeds::from_ulb(&TestUlb, VERS, P_WRITE);
+    cli.submit(cb, n, &items[..k], &needs)
+        .map_err(|(e, _)| e)
+        .expect("submit")
+}
+
+/// A responder whose data buffers take a 1 MiB WRITE, and `n` v1
+/// requesters connected to it.
+fn one_mib_setup<'p>(
+    p: &'p Pools,
+    tag: &str,
+    n: usize,
+) -> (Responder<'p, ShmFabric, TestService>, Vec<Requester<'p, ShmFabric>>) {
+    let addr = format!("@rpcrdma-engine-shm-{tag}-{}", std::process::id());
+    // Each connection's share of the SRQ's receives (its credits), so
+    // the first connection does not hold them all.
+    let fab = ShmFabric::new(ShmConfig {
+        srq_window: CREDITS,
+        ..ShmConfig::for_rpc_engine()
+    })
+    .unwrap();
+    let cfg = dataplane::responder::ResponderConfig {
+        max_read_bytes: u64::from(MAX_IO) + 4096,
+        ..responder_cfg(p, VersionRange::ALL, CREDITS, MAX_CONNS)
+    };
+    let mut srv = Responder::new(cfg, fab, TestService::default(), p.pool, &p.regions, 0, Some(&addr)).unwrap();
+    let mut clis: Vec<_> = (0..n)
+        .map(|k| {
+            let fab = ShmFabric::new(ShmConfig::for_rpc_engine()).unwrap();
+            let mut cli =
+                Requester::new(requester_cfg(p, versions(1), CREDITS), fab, p.pool, &p.regions, 1 + k).unwrap();
+            cli.connect(&addr).unwrap();
+            cli
+        })
+        .collect();
+    let t0 = Instant::now();
+    while clis.iter().any(|c| c.link() != LinkState::Ready) {
+        srv.poll();
+        for c in &mut clis {
+            c.poll();
+        }
+        assert!(t0.elapsed() < Duration::from_secs(10), "connect");
+    }
+    (srv, clis)
+}
+
+/// Issue 21 item 5: client A's 1 MiB WRITE (its data in a Read chunk,
+/// which over shm the responder's core copies itself) and client B's NULL
+/// arrive together. B is answered while A's chunk is still being copied,
+/// and A some turns of the loop later; before, the 1 MiB copy ran in one go
+/// and both were answered in the same turn, B after it.
+#[test]
+fn nfs_safety_a_large_read_chunk_does_not_hold_up_another_clients_call() {
+    let p = pools_with_data(1024, CREDITS, MAX_CONNS, MAX_IO as usize + 4096);
+    let (mut srv, mut clis) = one_mib_setup(&p, "hol", 2);
+    let (a, rest) = clis.split_first_mut().unwrap();
+    let b = &mut rest[0];
+    let write = submit_write(a, MAX_IO);
+    let null = submit(
+        b,
+        &Expect {
+            proc_: P_NULL,
+            arg: vec![],
+            big_n: 0,
+            b: 0,
+        },
+    )
+    .unwrap();
+    // One turn: the responder, then each requester; the turn each Call's
+    // reply came in.
+    let (mut turn, mut a_at, mut b_at) = (0u32, None, None);
+    while a_at.is_none() || b_at.is_none() {
+        turn += 1;
+        let work = srv.poll();
+        // While A's chunk is copied the responder's turns are busy ones
+        // (its core keeps polling instead of spinning down to sleep).
+        assert!(
+            work > 0 || b_at.is_none() || a_at.is_some(),
+            "turn {turn} idle mid-copy"
+        );
+        a.poll();
+        b.poll();
+        if let Some(c) = a.poll_completion() {
+            assert_eq!((c.id, c.outcome), (write, CallOutcome::Reply));
+            a_at = Some(turn);
+        }
+        if let Some(c) = b.poll_completion() {
+            assert_eq!((c.id, c.outcome), (null, CallOutcome::Reply));
+            b_at = Some(turn);
+        }
+        assert!(
+            turn < 100_000,
+            "no replies: {:?} {:?} {:?}",
+            srv.stats(),
+            a.stats(),
+            b.stats()
+        );
+    }
+    let (a_at, b_at) = (a_at.unwrap(), b_at.unwrap());
+    assert!(
+        b_at < a_at,
+        "B's NULL answered in turn {b_at}, A's 1 MiB WRITE in turn {a_at}: B must not wait for A's copy"
+    );
+    let slices = MAX_IO / dataplane::shm::COPY_SLICE_BYTES;
+    assert!(
+        a_at - b_at >= slices / 2,
+        "A's chunk copied over the turns after B's reply"
+    );
+    a.release(write);
+    b.release(null);
+    for c in clis.iter_mut() {
+        assert_eq!(c.shutdown(100_000), 0);
+    }
+}
+
+/// A client that goes away while the responder copies its 1 MiB Read
+/// chunk: the Read is flushed and both sides get every buffer back.
+#[test]
+fn nfs_safety_a_client_gone_mid_copy_leaves_no_buffer_held() {
+    let p = pools_with_data(1024, CREDITS, MAX_CONNS, MAX_IO as usize + 4096);
+    {
+        let (mut srv, mut clis) = one_mib_setup(&p, "gone", 1);
+        let before = srv.stats();
+        submit_write(&mut clis[0], MAX_IO);
+        // (The responder may still have to see its side established.)
+        let t0 = Instant::now();
+        while srv.stats().rdma_reads == before.rdma_reads {
+            clis[0].poll();
+            srv.poll();
+            assert!(t0.elapsed() < Duration::from_secs(10), "the Call's Read was not posted");
+        }
+        let mid = srv.stats();
+        assert_eq!(mid.rdma_reads - before.rdma_reads, 1, "the chunk's Read was posted");
+        assert_eq!(mid.replies, before.replies, "and is still being copied");
+        // The client disconnects (its side of the Call fails) and goes.
+        assert_eq!(clis[0].shutdown(100_000), 0);
+        drop(clis);
+        let t0 = Instant::now();
+        while srv.connections() > 0 {
+            srv.poll();
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "the responder saw no disconnect"
+            );
+        }
+        assert_eq!(srv.shutdown(100_000), Default::default());
+    }
+    pool_idle(&p).unwrap();
 }

@@ -804,3 +804,293 @@ fn path_listener_and_caps() {
     assert!(!path.exists(), "socket file removed with the fabric");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+// ---- RDMA Reads and Writes copied in slices (issue 21 item 5) ----
+
+const MIB: u32 = 1 << 20;
+
+/// `len` bytes of a pattern with no zero byte (`salt` varies it).
+fn nonzero_pattern(salt: u32, len: usize) -> Vec<u8> {
+    (0..len as u32)
+        .map(|i| (i.wrapping_mul(7).wrapping_add(salt) % 251) as u8 + 1)
+        .collect()
+}
+
+/// The window `q` opened on its whole region to its last connection, as a
+/// segment of `len` bytes at `offset`.
+fn segment(q: &Side, window: u32, offset: u64, len: u32) -> RemoteBuf {
+    RemoteBuf {
+        handle: window,
+        length: len,
+        offset: q.f.remote_addr(q.region.id(), offset).unwrap(),
+    }
+}
+
+/// Issue 21 item 5: on shm the target's core makes the copy of an RDMA Read
+/// itself; done in one go, a client's 1 MiB Read chunk held up every other
+/// client's small Call for the whole copy. Connection A's 1 MiB Read and
+/// then a small Send on connection B: B's message is received while A's
+/// copy is still under way (the end of A's destination not yet written),
+/// and the Read completes only after a poll per slice.
+#[test]
+fn nfs_safety_a_large_rdma_read_does_not_hold_up_another_connections_message() {
+    // r: the target (it reads the clients' memory); q: the clients.
+    let (mut r, mut q) = (side(2), side(1));
+    let (ra, _qa) = connect(&mut r, &mut q);
+    let window_a = q.window;
+    let (rb, qb) = connect(&mut r, &mut q);
+    r.recv(rb, 0, 0, 256);
+    let data = nonzero_pattern(3, MIB as usize);
+    q.write(0, &data);
+    r.send(
+        ra,
+        1,
+        SendOp::RdmaRead,
+        r.buf(MIB as u64, MIB),
+        segment(&q, window_a, 0, MIB),
+    );
+    assert!(r.f.progressing(), "the Read is being copied: poll again soon");
+    q.write(MIB as usize, b"a small Call on B");
+    q.send(qb, 2, SendOp::Send, q.buf(MIB as u64, 17), RemoteBuf::default());
+    // The target polls one completion at a time, as often as it takes.
+    let mut one = [zero_wc()];
+    let (mut polls, mut got) = (0u32, Vec::new());
+    let start = Instant::now();
+    while got.len() < 2 {
+        polls += 1;
+        if r.f.poll_cq(r.cq, &mut one) == 1 {
+            // Whether the last byte of A's Read had landed by then.
+            let tail = r.read(2 * MIB as usize - 1, 1)[0] == data[MIB as usize - 1];
+            got.push((one[0], polls, tail));
+        }
+        assert!(start.elapsed() < DEADLINE, "timed out: {got:?}");
+    }
+    let (first, _, a_done_then) = got[0];
+    assert_eq!(
+        (first.opcode, first.conn, first.status),
+        (WcOpcode::Recv, rb, WcStatus::Success),
+        "B's message comes first, not after A's whole 1 MiB copy: {got:?}"
+    );
+    assert!(
+        !a_done_then,
+        "A's copy was still under way when B's message was received"
+    );
+    let (read, read_polls, _) = got[1];
+    assert_eq!(
+        (read.opcode, read.conn, read.status, read.byte_len),
+        (WcOpcode::RdmaRead, ra, WcStatus::Success, MIB)
+    );
+    let slices = MIB / ShmConfig::default().copy_slice_bytes;
+    assert!(read_polls >= slices - 1, "one slice a poll: {read_polls} polls");
+    assert!(r.read(MIB as usize, MIB as usize) == data, "the Read's bytes");
+    assert_eq!(r.read(0, 17), b"a small Call on B");
+    assert!(!r.f.progressing(), "nothing left to copy");
+}
+
+/// Every slice of a Read is checked as the whole Read was: a window the
+/// peer closes while its Read is under way fails the rest with
+/// RemoteAccess, and nothing past the slices already made is copied.
+#[test]
+fn nfs_safety_a_window_closed_mid_copy_fails_the_rest_of_the_read() {
+    let (mut r, mut q) = (side(2), side(1));
+    let (ra, qa) = connect(&mut r, &mut q);
+    let data = nonzero_pattern(5, MIB as usize);
+    q.write(0, &data);
+    r.send(ra, 1, SendOp::RdmaRead, r.buf(0, MIB), q.remote(0, MIB));
+    q.f.hide(qa, q.window);
+    let wc = r.wait(1);
+    assert_eq!(
+        (wc[0].opcode, wc[0].status),
+        (WcOpcode::RdmaRead, WcStatus::RemoteAccess)
+    );
+    let slice = ShmConfig::default().copy_slice_bytes as usize;
+    assert!(r.read(0, slice) == data[..slice], "the first slice was copied at post");
+    assert!(
+        r.read(slice, MIB as usize - slice).iter().all(|&b| b == 0),
+        "nothing after the window closed"
+    );
+    expect_disconnected(&mut r, ra);
+}
+
+/// A connection torn down (by either side) while a Read is being copied:
+/// the Read and the work queued behind it complete Flushed, every receive
+/// comes back exactly once, and the connection is reaped.
+#[test]
+fn nfs_safety_a_connection_torn_down_mid_copy_returns_every_buffer() {
+    for local_close in [true, false] {
+        let (mut r, mut q) = (side(2), side(1));
+        let (ra, qa) = connect(&mut r, &mut q);
+        for i in 0..4 {
+            r.recv(ra, i, i * 256, 256);
+        }
+        q.write(0, &nonzero_pattern(9, MIB as usize));
+        r.send(ra, 10, SendOp::RdmaRead, r.buf(MIB as u64, MIB), q.remote(0, MIB));
+        r.send(ra, 11, SendOp::RdmaWrite, r.buf(4096, 512), q.remote(MIB as u64, 512));
+        r.send(ra, 12, SendOp::Send, r.buf(8192, 64), RemoteBuf::default());
+        // One more slice, then the teardown.
+        let mut one = [zero_wc()];
+        assert_eq!(r.f.poll_cq(r.cq, &mut one), 0, "the Read is still being copied");
+        if local_close {
+            r.f.disconnect(ra).unwrap();
+        } else {
+            q.f.disconnect(qa).unwrap();
+        }
+        let got = r.drain();
+        let sends: Vec<_> = got
+            .iter()
+            .filter(|c| c.opcode != WcOpcode::Recv)
+            .map(|c| (c.wr_id.index(), c.opcode, c.status))
+            .collect();
+        assert_eq!(
+            sends,
+            [
+                (10, WcOpcode::RdmaRead, WcStatus::Flushed),
+                (11, WcOpcode::RdmaWrite, WcStatus::Flushed),
+                (12, WcOpcode::Send, WcStatus::Flushed)
+            ],
+            "local_close {local_close}"
+        );
+        let mut recvs: Vec<_> = got
+            .iter()
+            .filter(|c| c.opcode == WcOpcode::Recv)
+            .map(|c| (c.wr_id.index(), c.status))
+            .collect();
+        recvs.sort_by_key(|c| c.0);
+        assert_eq!(recvs, (0..4).map(|i| (i, WcStatus::Flushed)).collect::<Vec<_>>());
+        expect_disconnected(&mut r, ra);
+        assert!(r.drain().is_empty());
+        assert_eq!(r.f.conn_count(), 0, "reaped");
+    }
+}
+
+/// Sliced RDMA Reads and Writes leave exactly the bytes a whole copy does,
+/// for random lengths (around multiples of the slice, so the last slice is
+/// whole, one byte, or one byte short), scatter/gather lists, offsets and
+/// slice sizes; nothing outside the destination is touched; and the copy
+/// takes one poll per slice after the first.
+#[test]
+fn sliced_copies_are_byte_identical_to_whole_copies() {
+    use proptest::prelude::*;
+    use proptest::test_runner::{Config, TestRunner};
+    use std::cell::RefCell;
+
+    // (slice bytes, largest total length).
+    const SLICES: [(u32, u32); 5] = [(1, 600), (100, 20_000), (4096, 300_000), (65_535, MIB), (COPY, MIB)];
+    const COPY: u32 = dataplane::shm::COPY_SLICE_BYTES;
+    let pairs: Vec<RefCell<(Side, ConnId, Side)>> = SLICES
+        .iter()
+        .map(|&(slice, _)| {
+            let cfg = ShmConfig {
+                copy_slice_bytes: slice,
+                ..ShmConfig::for_rpc_engine()
+            };
+            let (mut r, mut q) = (side_with(cfg, 2), side(1));
+            let (ra, _) = connect(&mut r, &mut q);
+            RefCell::new((r, ra, q))
+        })
+        .collect();
+    let case = (
+        0..SLICES.len(),
+        any::<bool>(),
+        0u32..64,
+        -1i64..=1,
+        any::<bool>(),
+        prop::collection::vec((0u32..=1000, 0u32..64), 1..=3),
+        0u32..1 << 20,
+        any::<u32>(),
+    );
+    let mut runner = TestRunner::new(Config {
+        cases: 64,
+        ..Config::default()
+    });
+    runner
+        .run(&case, |(si, read, k, delta, near, pieces, remote_at, salt)| {
+            let (slice, limit) = SLICES[si];
+            let mut p = pairs[si].borrow_mut();
+            let (r, ra, q) = &mut *p;
+            // Near a multiple of the slice, or anywhere up to the limit.
+            let total = if near {
+                (i64::from(k % (limit / slice + 1)) * i64::from(slice) + delta).clamp(0, i64::from(limit)) as u32
+            } else {
+                (u64::from(salt) % (u64::from(limit) + 1)) as u32
+            };
+            // Split `total` over the list in proportion to the weights,
+            // with gaps between the local pieces.
+            let weight: u32 = pieces.iter().map(|w| w.0).sum::<u32>().max(1);
+            let mut sges = Vec::new();
+            let (mut at, mut left) = (4096u64, total);
+            for (i, &(w, gap)) in pieces.iter().enumerate() {
+                let n = if i + 1 == pieces.len() {
+                    left
+                } else {
+                    ((u64::from(total) * u64::from(w) / u64::from(weight)) as u32).min(left)
+                };
+                at += u64::from(gap);
+                sges.push(r.buf(at, n));
+                at += u64::from(n);
+                left -= n;
+            }
+            let remote_at = u64::from(remote_at) % (u64::from(2 * MIB - total) + 1);
+            // Source bytes, destination filled with something else.
+            let src = nonzero_pattern(salt, total as usize);
+            let guard = vec![0u8; 2 * MIB as usize];
+            q.write(0, &guard);
+            r.write(0, &guard);
+            let mut off = 0usize;
+            for s in &sges {
+                if !read {
+                    r.write(s.offset as usize, &src[off..off + s.len as usize]);
+                }
+                off += s.len as usize;
+            }
+            if read {
+                q.write(remote_at as usize, &src);
+            }
+            let mut wr = SendWr::new(
+                WrId::new(3, u64::from(salt)),
+                if read { SendOp::RdmaRead } else { SendOp::RdmaWrite },
+                sges[0],
+                q.remote(remote_at, total),
+            );
+            for (i, s) in sges.iter().enumerate() {
+                wr.sge[i] = *s;
+            }
+            wr.num_sge = sges.len() as u8;
+            r.f.post_send(*ra, &wr).unwrap();
+            let mut one = [zero_wc()];
+            // Polls until the completion, the one that returns it included.
+            let mut polls = 1u32;
+            while r.f.poll_cq(r.cq, &mut one) == 0 {
+                polls += 1;
+                prop_assert!(polls <= total / slice + 2, "more polls than slices");
+            }
+            prop_assert_eq!((one[0].status, one[0].byte_len), (WcStatus::Success, total));
+            let need = total.div_ceil(slice);
+            prop_assert!(
+                polls + 1 >= need && polls <= need.max(1),
+                "{} polls for {} slices",
+                polls,
+                need
+            );
+            // The post copied what was left of its turn's slice (at most one),
+            // and each poll one slice.
+            // The destination holds the source; nothing around it changed.
+            let (mut local, mut around) = (Vec::new(), 0usize);
+            for s in &sges {
+                local.extend(r.read(s.offset as usize, s.len as usize));
+            }
+            let remote = q.read(remote_at as usize, total as usize);
+            prop_assert!((if read { &local } else { &remote }) == &src, "destination bytes");
+            if read {
+                let r_all = r.read(0, 2 * MIB as usize);
+                around += r_all.iter().filter(|&&b| b != 0).count();
+                prop_assert_eq!(around, total as usize, "bytes written outside the list");
+            } else {
+                let q_all = q.read(0, 2 * MIB as usize);
+                around += q_all.iter().filter(|&&b| b != 0).count();
+                prop_assert_eq!(around, total as usize, "bytes written outside the segment");
+            }
+            Ok(())
+        })
+        .unwrap();
+}

@@ -405,6 +405,43 @@ pub fn check_nfs4_cb_reply(buf: &[u8]) {
     }
 }
 
+/// A callback Call as a client reads it (`decode_cb_call`): never panics;
+/// what it returns borrows the input and is within the bounds; every
+/// proper prefix of a Call that decoded is refused; the Reply to it
+/// encodes.
+pub fn check_nfs4_cb_call(buf: &[u8]) {
+    use proto::nfs4::cb::{decode_cb_call, encode_cb_compound_reply, CbCall, CbOp};
+    let Ok((xid, c)) = decode_cb_call(buf) else {
+        return;
+    };
+    let inside = buf.as_ptr_range();
+    if let CbCall::Compound { seq, op, .. } = c {
+        match op {
+            Some(Ok(CbOp::Recall { fh, .. })) => {
+                assert!(fh.len() <= proto::nfs4::NFS4_FHSIZE as usize);
+                assert!(fh.is_empty() || inside.contains(&fh.as_ptr()));
+            }
+            Some(Ok(CbOp::NotifyLock { fh, owner, .. })) => {
+                assert!(fh.len() <= proto::nfs4::NFS4_FHSIZE as usize);
+                assert!(owner.len() <= proto::nfs4::NFS4_OPAQUE_LIMIT as usize);
+            }
+            _ => {}
+        }
+        let mut out = [0u8; 256];
+        let opnum = op.map(|o| match o {
+            Ok(CbOp::Recall { .. }) => proto::nfs4::cb::OP_CB_RECALL,
+            Ok(CbOp::NotifyLock { .. }) => proto::nfs4::cb::OP_CB_NOTIFY_LOCK,
+            Err(n) => n,
+        });
+        assert!(encode_cb_compound_reply(xid, &seq, opnum, 0, &mut out).is_ok());
+        if !matches!(op, Some(Err(_))) {
+            for cut in 0..buf.len() {
+                assert!(decode_cb_call(&buf[..cut]).is_err(), "prefix {cut} decoded");
+            }
+        }
+    }
+}
+
 // ---------------------------------------------------------- record marking
 
 /// What a stream of record-marked bytes holds, computed the obvious way over the
@@ -976,6 +1013,7 @@ mod tests {
         over_seeds("rpc_call", check_rpc_call);
         over_seeds("rpc_reply", check_rpc_reply);
         over_seeds("nfs4_cb_reply", check_nfs4_cb_reply);
+        over_seeds("nfs4_cb_call", check_nfs4_cb_call);
         over_seeds("record_marking", check_record_marking);
         over_seeds("dump_input", check_dump_input);
         over_seeds("plan", check_plan);

@@ -184,7 +184,25 @@ pub fn connect<'p, M: FabricMaker>(
     ddp: bool,
     timeout: Duration,
 ) -> Result<Requester<'p, M::F>, PerfError> {
-    let cfg = pools.requester_cfg(vers, qd, ddp)?;
+    connect_with(maker, pools, slot, addr, vers, qd, ddp, timeout, 0)
+}
+
+/// [`connect`] offering `backward_credits` for backward-direction Calls
+/// (RFC 8167; an NFSv4.1 backchannel, [`crate::deleg`]).
+#[allow(clippy::too_many_arguments)]
+pub fn connect_with<'p, M: FabricMaker>(
+    maker: &M,
+    pools: &'p Pools,
+    slot: usize,
+    addr: &str,
+    vers: u32,
+    qd: u32,
+    ddp: bool,
+    timeout: Duration,
+    backward_credits: u32,
+) -> Result<Requester<'p, M::F>, PerfError> {
+    let mut cfg = pools.requester_cfg(vers, qd, ddp)?;
+    cfg.backward_credits = backward_credits;
     let fabric = maker.make()?;
     let mut req = Requester::new(cfg, fabric, &pools.pool, pools.pool.regions(), slot)?;
     req.connect(addr)?;

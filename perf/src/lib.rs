@@ -29,6 +29,7 @@
 
 pub mod args;
 pub mod cpu;
+pub mod deleg;
 pub mod engine;
 pub mod hdrlog;
 pub mod nfs;

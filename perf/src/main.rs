@@ -35,6 +35,11 @@ enum Cmd {
     Mixed(MixedArgs),
     /// The fabric's own ping-pong without RPC (the floor).
     Raw(RawArgs),
+    /// NFSv4.1 over RPC-over-RDMA with a backchannel: hold a read
+    /// delegation on --file and answer its recalls with DELEGRETURN (or,
+    /// with --ignore-recalls, never answer), for --duration; reports the
+    /// recalls and the time from each CB_RECALL to its DELEGRETURN.
+    Deleg(DelegArgs),
     /// Two or more result files side by side, with ratios against the first.
     Compare(CompareArgs),
 }
@@ -162,6 +167,30 @@ struct NullArgs {
     prog_version: u32,
     /// Credential flavor.
     #[arg(long, value_enum, default_value = "none")]
+    auth: AuthArg,
+    #[arg(long, default_value_t = 0)]
+    uid: u32,
+    #[arg(long, default_value_t = 0)]
+    gid: u32,
+}
+
+#[derive(Args, Debug, Clone)]
+struct DelegArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Export path.
+    #[arg(long, default_value = "/export")]
+    export: String,
+    /// File name in the export.
+    #[arg(long, default_value = "perf.dat")]
+    file: String,
+    /// Create the file when it does not exist.
+    #[arg(long)]
+    create: bool,
+    /// Never answer a recall (the server revokes the delegation a lease later).
+    #[arg(long = "ignore-recalls")]
+    ignore_recalls: bool,
+    #[arg(long, value_enum, default_value = "sys")]
     auth: AuthArg,
     #[arg(long, default_value_t = 0)]
     uid: u32,
@@ -412,6 +441,51 @@ fn nfs_config(n: &NfsArgs, kind: OpKind) -> Result<RunConfig> {
     Ok(cfg)
 }
 
+fn deleg_cmd(a: &DelegArgs) -> Result<i32> {
+    let base = base_config(&a.common, Mode::Rpc(OpKind::Read), 4096);
+    let cred = match auth_of(a.auth, a.uid, a.gid) {
+        Auth::None => perf::nfs::Cred::none(),
+        Auth::Sys { uid, gid } => perf::nfs::Cred::sys(&perf::nfs::machine_name(), uid, gid)?,
+    };
+    let cfg = perf::deleg::HoldConfig {
+        target: base.target.clone(),
+        version: base.version,
+        cred,
+        export: a.export.clone(),
+        file: a.file.clone(),
+        create: a.create,
+        duration: base.duration,
+        timeout: base.timeout,
+        ignore_recalls: a.ignore_recalls,
+    };
+    let rep = match base.fabric {
+        FabricKind::Shm => perf::deleg::hold(&perf::engine::ShmMaker::default(), &cfg)?,
+        #[cfg(feature = "verbs")]
+        FabricKind::Verbs => perf::deleg::hold(&perf::engine::VerbsMaker::default(), &cfg)?,
+        _ => bail!("perf deleg runs over RPC-over-RDMA (--fabric shm or verbs)"),
+    };
+    let ms = |d: Option<Duration>| d.map_or("-".to_string(), |d| format!("{:.3} ms", d.as_secs_f64() * 1e3));
+    println!(
+        "delegations granted {} refused {}; recalls {} returned {} ignored {} probes {} other {} malformed {}",
+        rep.granted,
+        rep.refused,
+        rep.stats.recalls,
+        rep.stats.returned,
+        rep.stats.ignored,
+        rep.stats.probes,
+        rep.stats.other,
+        rep.stats.malformed
+    );
+    println!(
+        "CB_RECALL to DELEGRETURN reply: p50 {} p99 {} (n={}); final SEQUENCE flags {:#x}",
+        ms(rep.quantile(0.5)),
+        ms(rep.quantile(0.99)),
+        rep.recall_to_return.len(),
+        rep.final_flags
+    );
+    Ok(0)
+}
+
 fn write_file(path: &Path, text: &str) -> Result<()> {
     if let Some(d) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
@@ -562,6 +636,7 @@ fn main() -> Result<()> {
             run_and_report(&m.nfs.common, cfg)?
         }
         Cmd::Raw(a) => raw_cmd(a)?,
+        Cmd::Deleg(a) => deleg_cmd(a)?,
         Cmd::Compare(a) => compare(a)?,
     };
     std::process::exit(code);

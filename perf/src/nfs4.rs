@@ -151,8 +151,14 @@ pub fn encode_exchange_id(out: &mut [u8], xid: u32, cred: &Cred, owner: &[u8]) -
     Ok(w.len())
 }
 
+/// The callback program perf names in CREATE_SESSION.
+pub const CB_PROGRAM: u32 = 0x4000_0000;
+
 /// CREATE_SESSION asking for `slots` fore-channel slots of `max_bytes`
-/// requests and replies; no back channel use.
+/// requests and replies; with `flags` CREATE_SESSION4_FLAG_CONN_BACK_CHAN
+/// the connection carries the session's callbacks too (RFC 8881
+/// s18.36.3; one back-channel slot, AUTH_NONE).
+#[allow(clippy::too_many_arguments)]
 pub fn encode_create_session(
     out: &mut [u8],
     xid: u32,
@@ -161,13 +167,14 @@ pub fn encode_create_session(
     seq: u32,
     slots: u32,
     max_bytes: u32,
+    flags: u32,
 ) -> Result<usize, EncodeError> {
     let mut w = Writer::new(out);
     compound(&mut w, xid, cred, 1)?;
     w.put_u32(OP_CREATE_SESSION)?;
     w.put_u64(clientid)?;
     w.put_u32(seq)?;
-    w.put_u32(0)?;
+    w.put_u32(flags)?;
     // Fore channel: headerpad, request, response, cached response, ops,
     // requests, no RDMA IRD.
     for v in [0, max_bytes, max_bytes, 4096, 8, slots, 0] {
@@ -178,7 +185,7 @@ pub fn encode_create_session(
         w.put_u32(v)?;
     }
     // cb_program, one AUTH_NONE callback security parameter.
-    w.put_u32(0x4000_0000)?;
+    w.put_u32(CB_PROGRAM)?;
     w.put_u32(1)?;
     w.put_u32(rpc::AUTH_NONE)?;
     Ok(w.len())
@@ -195,8 +202,8 @@ pub fn encode_reclaim_complete(out: &mut [u8], xid: u32, cred: &Cred, s: &Slot) 
 }
 
 /// SEQUENCE, PUTROOTFH, LOOKUP of each component of `dir`, OPEN of `name`
-/// (read and write, deny none; created UNCHECKED with mode 0644 when
-/// `create`), GETFH, GETATTR of type and size.
+/// (`access`, an OPEN4_SHARE_ACCESS_* value, deny none; created UNCHECKED
+/// with mode 0644 when `create`), GETFH, GETATTR of type and size.
 #[allow(clippy::too_many_arguments)]
 pub fn encode_open(
     out: &mut [u8],
@@ -207,6 +214,7 @@ pub fn encode_open(
     dir: &str,
     name: &str,
     create: bool,
+    access: u32,
 ) -> Result<usize, EncodeError> {
     let parts: Vec<&str> = dir.split('/').filter(|c| !c.is_empty()).collect();
     let mut w = Writer::new(out);
@@ -219,7 +227,7 @@ pub fn encode_open(
     }
     w.put_u32(OP_OPEN)?;
     w.put_u32(0)?;
-    w.put_u32(OPEN4_SHARE_ACCESS_BOTH)?;
+    w.put_u32(access)?;
     w.put_u32(OPEN4_SHARE_DENY_NONE)?;
     w.put_u64(clientid)?;
     w.put_opaque_var(b"perf-open-owner")?;
@@ -241,6 +249,30 @@ pub fn encode_open(
     w.put_u32(OP_GETATTR)?;
     w.put_u32(1)?;
     w.put_u32((1 << FATTR4_TYPE) | (1 << FATTR4_SIZE))?;
+    Ok(w.len())
+}
+
+/// SEQUENCE, PUTFH, then DELEGRETURN (RFC 8881 s18.6) or CLOSE (s18.2,
+/// `op`) of stateid `sid`.
+pub fn encode_fh_stateid_op(
+    out: &mut [u8],
+    xid: u32,
+    cred: &Cred,
+    s: &Slot,
+    fh: &[u8],
+    op: u32,
+    sid: &Stateid,
+) -> Result<usize, EncodeError> {
+    let mut w = Writer::new(out);
+    compound(&mut w, xid, cred, 3)?;
+    sequence(&mut w, s)?;
+    w.put_u32(OP_PUTFH)?;
+    w.put_opaque_var(fh)?;
+    w.put_u32(op)?;
+    if op == OP_CLOSE {
+        w.put_u32(0)?;
+    }
+    put_stateid(&mut w, sid)?;
     Ok(w.len())
 }
 
@@ -338,6 +370,15 @@ pub fn parse_create_session(reply: &[u8], xid: Option<u32>) -> Result<([u8; NFS4
     Ok((sid, slots))
 }
 
+/// The NULL COMPOUND's `sr_status_flags` (SEQ4_STATUS_*, RFC 8881
+/// s18.46.3).
+pub fn parse_sequence_flags(reply: &[u8], xid: Option<u32>) -> Result<u32, ReplyError> {
+    let (_, mut r) = results(reply, xid)?;
+    op_res(&mut r, OP_SEQUENCE)?;
+    r.skip(SEQUENCE_RES_BYTES - 4, "sequence")?;
+    Ok(r.u32("sr_status_flags")?)
+}
+
 /// SEQUENCE's status alone (RECLAIM_COMPLETE and such).
 pub fn parse_status(reply: &[u8], xid: Option<u32>) -> Result<(), ReplyError> {
     let (status, mut r) = results(reply, xid)?;
@@ -355,6 +396,54 @@ pub struct Opened {
     pub stateid: Stateid,
     pub ftype: u32,
     pub size: u64,
+    /// The delegation granted with it (OPEN_DELEGATE_READ or _WRITE) and
+    /// its type.
+    pub deleg: Option<(u32, Stateid)>,
+}
+
+/// Skip an `nfsace4` (type, flag, mask, who).
+fn skip_ace(r: &mut Reader<'_>) -> Result<(), ReplyError> {
+    r.skip(12, "nfsace4")?;
+    r.opaque_var(NFS4_OPAQUE_LIMIT, "who")?;
+    Ok(())
+}
+
+/// `open_delegation4` (RFC 8881 s18.16.2): the delegation's type and
+/// stateid when one was granted.
+fn open_delegation(r: &mut Reader<'_>) -> Result<Option<(u32, Stateid)>, ReplyError> {
+    let t = r.u32("delegation")?;
+    let stateid = |r: &mut Reader<'_>| -> Result<Stateid, ReplyError> {
+        let seqid = r.u32("stateid")?;
+        let mut other = [0u8; NFS4_OTHER_SIZE];
+        other.copy_from_slice(r.bytes(NFS4_OTHER_SIZE, "stateid")?);
+        Ok(Stateid { seqid, other })
+    };
+    match t {
+        OPEN_DELEGATE_NONE => Ok(None),
+        OPEN_DELEGATE_NONE_EXT => {
+            let why = r.u32("ond_why")?;
+            if why == WND4_CONTENTION || why == WND4_RESOURCE {
+                r.bool("ond_server_will_push_deleg")?;
+            }
+            Ok(None)
+        }
+        OPEN_DELEGATE_READ => {
+            let s = stateid(r)?;
+            r.bool("recall")?;
+            skip_ace(r)?;
+            Ok(Some((t, s)))
+        }
+        OPEN_DELEGATE_WRITE => {
+            let s = stateid(r)?;
+            r.bool("recall")?;
+            // nfs_space_limit4: NFS_LIMIT_SIZE (a size) or NFS_LIMIT_BLOCKS
+            // (blocks and block size): 12 bytes with the discriminant.
+            r.skip(12, "space_limit")?;
+            skip_ace(r)?;
+            Ok(Some((t, s)))
+        }
+        _ => Err(ReplyError::Bad("unknown delegation type")),
+    }
 }
 
 /// The results of [`encode_open`] for a `dir` of `components` components.
@@ -376,9 +465,7 @@ pub fn parse_open(reply: &[u8], xid: Option<u32>, components: usize) -> Result<O
         return Err(ReplyError::Bad("attrset too long"));
     }
     r.skip(4 * n as usize, "attrset")?;
-    if r.u32("delegation")? != OPEN_DELEGATE_NONE {
-        return Err(ReplyError::Bad("a delegation perf does not handle"));
-    }
+    let deleg = open_delegation(&mut r)?;
     op_res(&mut r, OP_GETFH)?;
     let fh = r.opaque_var(NFS4_FHSIZE, "fh")?.to_vec();
     op_res(&mut r, OP_GETATTR)?;
@@ -395,5 +482,6 @@ pub fn parse_open(reply: &[u8], xid: Option<u32>, components: usize) -> Result<O
         stateid: Stateid { seqid, other },
         ftype,
         size,
+        deleg,
     })
 }

@@ -95,7 +95,7 @@ pub fn setup<C: CompoundCaller>(s: &mut C, wl: &mut Workload, cfg: &RunConfig) -
         let r = s
             .compound(
                 &b,
-                |buf| nfs4::encode_create_session(buf, 0, &cred, clientid, cs_seq, slots, max_bytes),
+                |buf| nfs4::encode_create_session(buf, 0, &cred, clientid, cs_seq, slots, max_bytes, 0),
                 |v, xid| nfs4::parse_create_session(v, Some(xid)),
             )
             .map_err(nfs_err("CREATE_SESSION"));
@@ -127,7 +127,10 @@ pub fn setup<C: CompoundCaller>(s: &mut C, wl: &mut Workload, cfg: &RunConfig) -
         let o = s
             .compound(
                 &b,
-                |buf| nfs4::encode_open(buf, 0, &cred, &sl, clientid, &n.export, &n.file, n.create),
+                |buf| {
+                    let both = proto::nfs4::OPEN4_SHARE_ACCESS_BOTH;
+                    nfs4::encode_open(buf, 0, &cred, &sl, clientid, &n.export, &n.file, n.create, both)
+                },
                 |v, xid| nfs4::parse_open(v, Some(xid), parts),
             )
             .map_err(|e| match e {

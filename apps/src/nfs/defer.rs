@@ -20,7 +20,9 @@
 //!
 //! Metadata procedures offloaded to the helper pool ([`super::offload`])
 //! are deferred too; their completions come from the pool, not from a
-//! channel, and are merged in [`Deferred::poll_ready`].
+//! channel, and are merged in [`Deferred::poll_ready`]. So are NFSv3 Calls
+//! held for a delegation recall ([`super::delegwait`]), which no I/O
+//! completes.
 //!
 //! Synchronous I/O on a channel (a Call that may not be deferred: the TCP
 //! path, or a full table) waits for its own completion only
@@ -54,6 +56,9 @@ enum Source {
     Channel(usize),
     /// The helper pool ([`super::offload`]).
     Pool,
+    /// No I/O: the Call waits for a delegation recall
+    /// ([`super::delegwait`]) and runs again from the start.
+    Wait,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -80,6 +85,9 @@ pub(crate) struct Resumed {
     /// The completion of the Call's earlier deferred I/O, when it was
     /// deferred twice ([`Deferred::submit_after`]).
     pub prev: Option<IoDone>,
+    /// It waited for a delegation recall, not for I/O: it runs again as
+    /// new ([`Deferred::submit_wait`]).
+    pub waited: bool,
 }
 
 /// One core's deferred Calls.
@@ -170,6 +178,28 @@ impl Deferred {
     pub fn submit_to_pool(&mut self, token: DeferToken, reply: &mut ReplyBuilder<'_>) {
         self.record(token, Source::Pool, Attr::default(), None);
         reply.defer();
+    }
+
+    /// Record a Call held for a delegation recall under `token` and defer
+    /// `reply`; [`Deferred::wake`] completes it. The caller checked
+    /// [`Deferred::has_room`].
+    pub fn submit_wait(&mut self, token: DeferToken, reply: &mut ReplyBuilder<'_>) {
+        self.record(token, Source::Wait, Attr::default(), None);
+        reply.defer();
+    }
+
+    /// The Call of `token`, held for a recall, may run again.
+    pub fn wake(&mut self, token: DeferToken) {
+        if let Some(p) = self
+            .pending
+            .iter_mut()
+            .find(|p| p.source == Source::Wait && p.done.is_none() && p.token == token)
+        {
+            p.done = Some(IoDone {
+                tag: token.0,
+                ..IoDone::default()
+            });
+        }
     }
 
     /// The helper pool finished the Call of `token`.
@@ -297,6 +327,7 @@ impl Deferred {
             done: p.done?,
             pre: p.pre,
             prev: p.prev,
+            waited: p.source == Source::Wait,
         })
     }
 

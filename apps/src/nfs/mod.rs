@@ -78,6 +78,7 @@ use crate::server::stats::{self, ProcStats};
 
 pub mod auth;
 pub(crate) mod defer;
+pub(crate) mod delegwait;
 pub mod drc;
 pub mod export;
 mod mount;
@@ -357,6 +358,11 @@ pub(crate) enum Fail {
     /// [`ServiceError::Busy`], so the engine runs it again later instead of
     /// answering NFS3ERR_JUKEBOX.
     Busy,
+    /// The Call (one the engine may defer) conflicts with NFSv4 delegations
+    /// on this file, recalled now: it is held until they are returned or
+    /// revoked ([`delegwait`]), or answered NFS3ERR_JUKEBOX when no more
+    /// can be held.
+    Recalled(crate::nfs4::state::FileKey),
 }
 
 impl From<DecodeError> for Fail {
@@ -409,6 +415,8 @@ pub(crate) struct CoreState {
     pub v4_suspended: crate::nfs4::suspend::Suspended,
     /// Calls on the helper pool.
     pub offload: offload::CoreOffload,
+    /// NFSv3 Calls held for a delegation recall.
+    pub delegwait: delegwait::DelegWaits,
 }
 
 /// One core's NFS and MOUNT service. Owns the core's I/O channels, so it is
@@ -478,6 +486,7 @@ impl NfsService {
                 v4: crate::nfs4::Nfs4Stats::default(),
                 v4_suspended: Default::default(),
                 offload: offload::CoreOffload::default(),
+                delegwait: Default::default(),
             },
             scratch: Vec::new(),
             reads_in_call,
@@ -609,6 +618,7 @@ impl Service for NfsService {
     fn poll_deferred(&mut self, ready: &mut [DeferToken]) -> usize {
         let st = &mut self.st;
         st.offload.poll(&mut st.deferred);
+        st.delegwait.poll(&self.shared.v4, &mut st.deferred);
         st.deferred.poll_ready(&mut st.channels, ready)
     }
 
@@ -621,7 +631,8 @@ impl Service for NfsService {
         reply: &mut ReplyBuilder<'_>,
     ) -> Result<(), ServiceError> {
         let r = self.st.deferred.take(token).ok_or(ServiceError::Reject)?;
-        if !self.st.offload.begin_resume(token) {
+        // A Call held for a recall runs as new.
+        if !r.waited && !self.st.offload.begin_resume(token) {
             self.st.deferred.resumed = Some(r);
         }
         let t0 = self.procs.resumed(token.0);
@@ -635,6 +646,7 @@ impl Service for NfsService {
 
     fn cancel(&mut self, token: DeferToken) {
         let _ = self.st.deferred.take(token);
+        self.st.delegwait.cancel(token);
         let _ = self.procs.resumed(token.0);
         self.st.v4_suspended.cancel(&self.shared.v4, token);
         if let Some(s) = self.st.offload.cancel(token) {
@@ -643,8 +655,12 @@ impl Service for NfsService {
     }
 
     /// NFSv4 callbacks ready on a connection of this core: one atomic
-    /// load ([`crate::nfs4::callback`]).
+    /// load ([`crate::nfs4::callback`]). Called on every turn of the core's
+    /// loop, so the delegation revocation timer runs here too (one more
+    /// atomic load while no recall is outstanding;
+    /// [`crate::nfs4::state::V4State::revoke_overdue`]).
     fn has_backward_calls(&self) -> bool {
+        self.shared.v4.revoke_overdue();
         self.shared.v4.cb.has_calls(self.st.core)
     }
 
@@ -918,6 +934,14 @@ impl NfsService {
                 _ => Err(Fail::System),
             }
         };
+        // A Call held for a recall: deferred here, or NFS3ERR_JUKEBOX.
+        let res = match res {
+            Err(Fail::Recalled(file)) => match c.token {
+                Some(t) if st.delegwait.hold(&shared.v4, t, file, &mut st.deferred, reply) => Ok(0),
+                _ => Err(Fail::Nfs(p::NFS3ERR_JUKEBOX)),
+            },
+            r => r,
+        };
         // Replies with an NFS result (success or an nfsstat3) are kept;
         // RPC-level errors such as SYSTEM_ERR may not recur and are not.
         let keep = matches!(res, Ok(_) | Err(Fail::Nfs(_)));
@@ -956,7 +980,7 @@ impl NfsService {
                         st.stats.auth_errors += 1;
                         ReplyHeader::denied(xid, RejectedReply::AuthError(why))
                     }
-                    Fail::Nfs(_) | Fail::System | Fail::Busy => accepted(AcceptedReply::SystemErr),
+                    Fail::Nfs(_) | Fail::System | Fail::Busy | Fail::Recalled(_) => accepted(AcceptedReply::SystemErr),
                 };
                 reply_header(reply, &h)
             }

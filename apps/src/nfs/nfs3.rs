@@ -281,16 +281,16 @@ pub(crate) fn call(
     }
 }
 
-/// A change to a regular file through NFSv3 recalls the NFSv4 read
-/// delegations on it (crate::nfs4::deleg) and is answered NFS3ERR_JUKEBOX
-/// until they are returned or revoked: the client retries. (Holding the
-/// Call instead would need the engine to be woken by DELEGRETURN; a
-/// [`ServiceError::Busy`](dataplane::service::ServiceError) retry would
-/// hold every backend-busy Call behind it.)
-fn v4_delegations(sh: &NfsShared, ex: usize, fh: &FileHandle) -> Result<(), Fail> {
-    sh.v4
-        .deleg_conflict(&(ex, *fh), None)
-        .map_err(|_| Fail::Nfs(NFS3ERR_JUKEBOX))
+/// A change to a regular file through NFSv3 recalls the NFSv4
+/// delegations on it (crate::nfs4::deleg); until they are returned or
+/// revoked the Call is held ([`Fail::Recalled`], [`super::delegwait`])
+/// when the engine lets it be deferred, and answered NFS3ERR_JUKEBOX
+/// otherwise (the client retries).
+fn v4_delegations(sh: &NfsShared, c: &Call<'_>, ex: usize, fh: &FileHandle) -> Result<(), Fail> {
+    sh.v4.deleg_conflict(&(ex, *fh), None).map_err(|_| match c.token {
+        Some(_) => Fail::Recalled((ex, *fh)),
+        None => Fail::Nfs(NFS3ERR_JUKEBOX),
+    })
 }
 
 /// The file `name` in `dir` when it is a regular file (one a delegation
@@ -333,7 +333,7 @@ fn setattr(sh: &NfsShared, c: &Call<'_>, reply: &mut ReplyBuilder<'_>, base: usi
     let args = SetattrArgs::decode(&mut Reader::new(c.args))?;
     let o = resolve(sh, c, args.object)?;
     if args.attrs.size.is_some() {
-        v4_delegations(sh, o.ex, &o.fh)?;
+        v4_delegations(sh, c, o.ex, &o.fh)?;
     }
     let (b, id) = (backend(sh, &o), fsid(sh, &o));
     let ro = read_only(sh, &o);
@@ -693,7 +693,7 @@ fn write(
     // Not when resuming after the write's I/O (it was checked before).
     let resuming = matches!((c.token, st.deferred.resumed), (Some(t), Some(r)) if r.token == t);
     if !resuming {
-        v4_delegations(sh, o.ex, &o.fh)?;
+        v4_delegations(sh, c, o.ex, &o.fh)?;
     }
     let id = fsid(sh, &o);
     let bi = sh.exports[o.ex].backend;
@@ -1049,7 +1049,7 @@ fn remove(sh: &NfsShared, c: &Call<'_>, reply: &mut ReplyBuilder<'_>, base: usiz
     }
     let (b, id) = (backend(sh, &o), fsid(sh, &o));
     if let Some(f) = regular_in(b, &o.fh, args.name) {
-        v4_delegations(sh, o.ex, &f)?;
+        v4_delegations(sh, c, o.ex, &f)?;
     }
     let mut check = |p: &DirPre<'_>| -> Result<crate::backend::Owner, u32> {
         let pre = &p.dir;
@@ -1101,7 +1101,7 @@ fn rename(sh: &NfsShared, c: &Call<'_>, reply: &mut ReplyBuilder<'_>, base: usiz
     let (b, id) = (backend(sh, &from), fsid(sh, &from));
     for (d, n) in [(&from.fh, args.from.name), (&to.fh, args.to.name)] {
         if let Some(f) = regular_in(b, d, n) {
-            v4_delegations(sh, from.ex, &f)?;
+            v4_delegations(sh, c, from.ex, &f)?;
         }
     }
     let caller = &from.caller;
@@ -1184,7 +1184,7 @@ fn link(sh: &NfsShared, c: &Call<'_>, reply: &mut ReplyBuilder<'_>, base: usize)
         return Err(Fail::Nfs(NFS3ERR_ROFS));
     }
     let (b, id) = (backend(sh, &dir), fsid(sh, &dir));
-    v4_delegations(sh, file.ex, &file.fh)?;
+    v4_delegations(sh, c, file.ex, &file.fh)?;
     let fa = b.getattr(&file.fh)?;
     let mut check = |p: &DirPre<'_>| -> Result<crate::backend::Owner, u32> {
         let pre = &p.dir;

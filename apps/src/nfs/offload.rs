@@ -209,6 +209,7 @@ fn helper(inner: &Inner) {
         offload: CoreOffload::default(),
         v4: crate::nfs4::Nfs4Stats::default(),
         v4_suspended: Default::default(),
+        delegwait: Default::default(),
     };
     loop {
         let job = {

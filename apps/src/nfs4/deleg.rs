@@ -8,7 +8,12 @@
 //! ([`super::callback`]), the client did not say it wants none
 //! (OPEN4_SHARE_ACCESS_WANT_NO_DELEG; RFC 8881 s18.16.3), no other client
 //! has the file open for writing (or denies reading), no recall of the
-//! file is in progress, and the bounds allow ([`MAX_DELEGS`],
+//! file is in progress or ended less than [`REGRANT_AFTER_RECALL`] ago
+//! (otherwise the holder, reopening at once after its DELEGRETURN, would
+//! be granted a new delegation before the conflicting client's retry
+//! arrives, and that client could be sent back to wait again and again;
+//! the Linux server blocks recently recalled files the same way), and the
+//! bounds allow ([`MAX_DELEGS`],
 //! [`MAX_DELEGS_PER_CLIENT`]). A client that asked (a `WANT_*` bit) and
 //! gets none hears why (OPEN_DELEGATE_NONE_EXT with a `WND4_*` reason).
 //! Write delegations are not granted (WND4_CONTENTION to a client that
@@ -18,12 +23,21 @@
 //! WRITE, SETATTR of the size, REMOVE, RENAME or LINK of the file, through
 //! NFSv4 or NFSv3. Each delegation of another client on the file is then
 //! recalled (once; the CB_RECALL goes on the holder's backchannel) and the
-//! conflicting operation is answered NFS4ERR_DELAY (NFSv3:
-//! NFS3ERR_JUKEBOX) until every such delegation is returned or revoked.
+//! conflicting operation is answered NFS4ERR_DELAY until every such
+//! delegation is returned or revoked. An NFSv3 one is held until then
+//! ([`crate::nfs::delegwait`]; NFS3ERR_JUKEBOX when it cannot be, over TCP
+//! or past the bound).
 //! A holder whose lease expired loses its state to the conflict, as a
-//! courtesy client does (see [`super::state`]). Revocation is checked when
-//! a conflicting operation retries: a recall older than one lease is
-//! revoked, the holder's SEQUENCE then carries
+//! courtesy client does (see [`super::state`]).
+//!
+//! A delegation not returned within one lease of its recall is revoked
+//! (RFC 8881 s10.2.1), by time: [`V4State::revoke_overdue`] runs on every
+//! turn of each core's loop (from the service's `has_backward_calls`; one
+//! atomic load while no recall is outstanding, and a clock read while one
+//! is), so the conflicting operation's retry, or an NFSv3 Call held for
+//! the recall ([`crate::nfs::delegwait`]), proceeds without waiting for a
+//! Call to notice. A conflicting operation that retries checks the same
+//! rule. The holder's SEQUENCE then carries
 //! SEQ4_STATUS_RECALLABLE_STATE_REVOKED, the stateid is
 //! NFS4ERR_DELEG_REVOKED until FREE_STATEID (or DELEGRETURN, which also
 //! answers NFS4ERR_DELEG_REVOKED) takes it away.
@@ -40,6 +54,13 @@ use super::state::{FileKey, Tables, V4State};
 pub const MAX_DELEGS: usize = 4096;
 /// Delegations one client may hold.
 pub const MAX_DELEGS_PER_CLIENT: usize = 256;
+/// How long after a recall no delegation is granted on the file (the
+/// lease, when that is shorter): long enough for the conflicting client's
+/// retry, which NFS4ERR_DELAY makes wait about a second or less.
+pub const REGRANT_AFTER_RECALL: std::time::Duration = std::time::Duration::from_secs(30);
+/// Recently recalled files remembered; beyond it the oldest is forgotten
+/// (its file may then be delegated again early: a bound, not a rule).
+pub const MAX_RECENT_RECALLS: usize = 1024;
 
 /// One delegation.
 #[derive(Debug, Clone)]
@@ -130,6 +151,18 @@ impl V4State {
             return no(WND4_RESOURCE);
         }
         let mut t = self.lock_tables();
+        let now = Instant::now();
+        let cooldown = REGRANT_AFTER_RECALL.min(self.lease());
+        while t
+            .recent_recalls
+            .front()
+            .is_some_and(|(_, at)| now.saturating_duration_since(*at) >= cooldown)
+        {
+            t.recent_recalls.pop_front();
+        }
+        if t.recent_recalls.iter().any(|(f, _)| *f == file) {
+            return no(WND4_CONTENTION);
+        }
         let contended = t.opens.iter().any(|o| {
             o.file == file
                 && o.client != client
@@ -206,7 +239,12 @@ impl V4State {
                     );
                     t.delegs[i].recalled = Some(now);
                     self.deleg_stats.recalled();
+                    if t.recent_recalls.len() >= MAX_RECENT_RECALLS {
+                        t.recent_recalls.pop_front();
+                    }
+                    t.recent_recalls.push_back((*file, now));
                     self.cb.queue(holder, &session, cb);
+                    self.rearm(t);
                     held = true;
                 }
                 Some(at) if now.saturating_duration_since(at) > lease => self.revoke(t, i),
@@ -231,6 +269,66 @@ impl V4State {
             c.flags
                 .fetch_or(SEQ4_STATUS_RECALLABLE_STATE_REVOKED, Ordering::Relaxed);
         }
+        self.deleg_gen.fetch_add(1, Ordering::Release);
+        self.rearm(t);
+    }
+
+    /// The revocation timer: revoke every delegation recalled more than a
+    /// lease ago and not returned (RFC 8881 s10.2.1). Called on each turn
+    /// of every core's loop; while no recall is outstanding it is one
+    /// atomic load, while one is a clock read, and it takes the tables
+    /// only once one is due.
+    pub fn revoke_overdue(&self) {
+        let due = self.revoke_due_ms.load(Ordering::Relaxed);
+        if due == u64::MAX || self.stamp() < due {
+            return;
+        }
+        let mut t = self.lock_tables();
+        let now = Instant::now();
+        let lease = self.lease();
+        let mut i = 0;
+        while i < t.delegs.len() {
+            let d = &t.delegs[i];
+            if !d.revoked && d.recalled.is_some_and(|at| now.saturating_duration_since(at) > lease) {
+                self.revoke(&mut t, i);
+            }
+            i += 1;
+        }
+        self.rearm(&t);
+    }
+
+    /// Recompute when the revocation timer is next due: a millisecond
+    /// after a lease from the oldest outstanding recall.
+    pub(super) fn rearm(&self, t: &Tables) {
+        let lease_ms = self.lease().as_millis() as u64;
+        let due = t
+            .delegs
+            .iter()
+            .filter(|d| !d.revoked)
+            .filter_map(|d| d.recalled)
+            .map(|at| self.stamp_of(at).saturating_add(lease_ms + 1))
+            .min()
+            .unwrap_or(u64::MAX);
+        self.revoke_due_ms.store(due, Ordering::Relaxed);
+    }
+
+    /// Delegations returned, revoked or dropped so far (Calls waiting for a
+    /// recall look again when it moves).
+    pub fn deleg_generation(&self) -> u64 {
+        self.deleg_gen.load(Ordering::Acquire)
+    }
+
+    /// Whether a delegation of another client than `client` (`None`:
+    /// NFSv3) on `file` is still held, recall or not. Takes the tables only
+    /// when a delegation exists.
+    pub fn deleg_held(&self, file: &FileKey, client: Option<u64>) -> bool {
+        if self.deleg_count.load(Ordering::Relaxed) == 0 {
+            return false;
+        }
+        let t = self.lock_tables();
+        t.delegs
+            .iter()
+            .any(|d| &d.file == file && Some(d.client) != client && !d.revoked)
     }
 
     /// Delegation `i` goes; the client's "revoked" flag is cleared when it
@@ -238,6 +336,10 @@ impl V4State {
     pub(super) fn remove_deleg(&self, t: &mut Tables, i: usize) {
         let d = t.delegs.remove(i);
         self.deleg_count.store(t.delegs.len(), Ordering::Relaxed);
+        self.deleg_gen.fetch_add(1, Ordering::Release);
+        if d.recalled.is_some() {
+            self.rearm(t);
+        }
         if d.revoked && !t.delegs.iter().any(|o| o.client == d.client && o.revoked) {
             if let Some(c) = t.clients.iter().find(|c| c.id == d.client) {
                 c.flags
@@ -250,6 +352,8 @@ impl V4State {
     pub(super) fn drop_client_delegs(&self, t: &mut Tables, client: u64) {
         t.delegs.retain(|d| d.client != client);
         self.deleg_count.store(t.delegs.len(), Ordering::Relaxed);
+        self.deleg_gen.fetch_add(1, Ordering::Release);
+        self.rearm(t);
     }
 
     /// Find a delegation stateid (seqid 0 or 1).

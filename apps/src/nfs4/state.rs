@@ -213,6 +213,10 @@ pub(super) struct Tables {
     pub grace: Grace,
     /// Delegations, held and revoked ([`super::deleg`]).
     pub delegs: Vec<Deleg>,
+    /// Files whose delegations were recalled lately, oldest first: no new
+    /// one is granted on them for a while ([`super::deleg`]), at most
+    /// [`super::deleg::MAX_RECENT_RECALLS`].
+    pub recent_recalls: std::collections::VecDeque<(FileKey, std::time::Instant)>,
     /// Lock owners waiting for a blocking lock ([`super::lock`]).
     pub waiters: Vec<Waiter>,
     next_client: u32,
@@ -253,6 +257,14 @@ pub struct V4State {
     pub(super) deleg_count: std::sync::atomic::AtomicUsize,
     /// Delegation and recall counters ([`super::deleg_stats`]).
     pub(super) deleg_stats: super::deleg_stats::DelegStats,
+    /// When the next recalled delegation is due for revocation, as a
+    /// renewal stamp (`u64::MAX`: none is recalled); see
+    /// [`V4State::revoke_overdue`].
+    pub(super) revoke_due_ms: AtomicU64,
+    /// Bumped whenever a delegation is returned, revoked or dropped, so
+    /// Calls waiting for one ([`crate::nfs::delegwait`]) look again only
+    /// then.
+    pub(super) deleg_gen: AtomicU64,
 }
 
 impl V4State {
@@ -282,6 +294,8 @@ impl V4State {
             delegations: std::sync::atomic::AtomicBool::new(true),
             deleg_count: std::sync::atomic::AtomicUsize::new(0),
             deleg_stats: Default::default(),
+            revoke_due_ms: AtomicU64::new(u64::MAX),
+            deleg_gen: AtomicU64::new(0),
         }
     }
 
@@ -391,8 +405,13 @@ impl V4State {
     }
 
     /// Now as a renewal stamp.
-    fn stamp(&self) -> u64 {
+    pub(super) fn stamp(&self) -> u64 {
         self.start.elapsed().as_millis() as u64
+    }
+
+    /// `at` as a renewal stamp.
+    pub(super) fn stamp_of(&self, at: Instant) -> u64 {
+        at.saturating_duration_since(self.start).as_millis() as u64
     }
 
     /// Whether the stamp `renewed` is older than the lease at `now`.

@@ -567,6 +567,15 @@ pub trait Fabric {
 
     /// Interrupt mode: the caller woke up; undo what arming told peers.
     fn disarm_wakeup(&mut self) {}
+
+    /// Posted work that this provider executes over several polls is under
+    /// way (shm copies a large RDMA Read or Write a slice per poll): the
+    /// caller's loop should count the turn busy and poll again, not spin
+    /// down or sleep. The default: never (a NIC progresses its work without
+    /// being polled).
+    fn progressing(&self) -> bool {
+        false
+    }
 }
 
 pub mod wake;

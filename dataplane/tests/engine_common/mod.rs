@@ -31,10 +31,15 @@ pub struct Pools {
 /// (cores 1 to `max_conns`, each with its own per-core cache) with `inline`
 /// byte receive buffers.
 pub fn pools(inline: usize, credits: u32, max_conns: u32) -> Pools {
+    pools_with_data(inline, credits, max_conns, 64 * 1024)
+}
+
+/// [`pools`] with data buffers of `data_bytes` (a multiple of 4096).
+pub fn pools_with_data(inline: usize, credits: u32, max_conns: u32, data_bytes: usize) -> Pools {
     let mut plan = PoolPlan::new(1 + max_conns.max(1) as usize);
     let recv = plan.add_class("recv", inline, 8).unwrap();
     let send = plan.add_class("send", 8192, 8).unwrap();
-    let data = plan.add_class("data", 64 * 1024, 4).unwrap();
+    let data = plan.add_class("data", data_bytes, 4).unwrap();
     let srq = (credits * max_conns) as u64;
     // Responder: SRQ receives + receives held by requests; send + head per
     // request slot, which keeps them (a connection's share of slots is its

@@ -11,6 +11,9 @@
 //! carries one more operation: CB_RECALL (s20.2) or CB_NOTIFY_LOCK
 //! (s20.11).
 //!
+//! The client's side, for perf and tests: [`decode_cb_call`] reads a
+//! callback Call, [`encode_cb_compound_reply`] answers it.
+//!
 //! The reply is peer input: the tag is bounded by [`MAX_TAG_BYTES`], the
 //! result count by [`MAX_CB_RESULTS`] (we send two operations, a client
 //! answers at most as many), and an operation number we did not send is
@@ -236,9 +239,192 @@ impl<'a> CbCompoundRes<'a> {
     }
 }
 
+/// Referring call lists in a CB_SEQUENCE we read (RFC 8881 s20.9.1), and
+/// calls per list: a client bound, the server sends none.
+pub const MAX_REFERRING_LISTS: u32 = 16;
+pub const MAX_REFERRING_CALLS: u32 = 64;
+
+/// A callback Call as the client reads it: CB_NULL, or a CB_COMPOUND whose
+/// first operation is CB_SEQUENCE and whose second, when there is one, is
+/// CB_RECALL or CB_NOTIFY_LOCK (`Err(opnum)` for any other: the client
+/// answers it NFS4ERR_NOTSUPP or NFS4ERR_OP_ILLEGAL).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CbCall<'a> {
+    Null,
+    Compound {
+        /// `minorversion` of CB_COMPOUND4args.
+        minorversion: u32,
+        /// CB_SEQUENCE4args (its referring call lists skipped).
+        seq: CbSequence,
+        op: Option<Result<CbOp<'a>, u32>>,
+    },
+}
+
+/// Decode a callback Call (the whole RPC message, peer input) the way a
+/// client does: its XID and what it asks. Only the callback program's
+/// version 1 ([`NFS4_CALLBACK_VERSION`]); the program number is the
+/// client's own choice and is not checked here. At most [`MAX_CB_RESULTS`]
+/// operations, lists and tags bounded, nothing allocated, trailing bytes
+/// refused.
+pub fn decode_cb_call(msg: &[u8]) -> Result<(u32, CbCall<'_>), DecodeError> {
+    let (h, at) = CallHeader::decode(msg)?;
+    let mut r = Reader::new(msg);
+    r.skip(at, "call header")?;
+    if h.vers != NFS4_CALLBACK_VERSION {
+        return Err(r.error(DecodeErrorKind::BadDiscriminant { value: h.vers }, "vers"));
+    }
+    let call = match h.proc_ {
+        CB_NULL => CbCall::Null,
+        CB_COMPOUND => {
+            r.string(MAX_TAG_BYTES, "tag")?;
+            let minorversion = r.u32("minorversion")?;
+            r.u32("callback_ident")?;
+            let n = r.count(MAX_CB_RESULTS, 8, "argarray")?;
+            if n == 0 || r.u32("argop")? != OP_CB_SEQUENCE {
+                return Err(r.error(DecodeErrorKind::Invalid { value: n }, "CB_SEQUENCE first"));
+            }
+            let mut sessionid = [0u8; NFS4_SESSIONID_SIZE];
+            sessionid.copy_from_slice(r.bytes(NFS4_SESSIONID_SIZE, "csa_sessionid")?);
+            let seq = CbSequence {
+                sessionid,
+                sequenceid: r.u32("csa_sequenceid")?,
+                slotid: r.u32("csa_slotid")?,
+                highest_slotid: r.u32("csa_highest_slotid")?,
+                cachethis: r.bool("csa_cachethis")?,
+            };
+            // referring_call_list4: a session id, then (sequence id, slot id)s.
+            let lists = r.count(MAX_REFERRING_LISTS, NFS4_SESSIONID_SIZE + 4, "csa_referring_call_lists")?;
+            for _ in 0..lists {
+                r.skip(NFS4_SESSIONID_SIZE, "rcl_sessionid")?;
+                let calls = r.count(MAX_REFERRING_CALLS, 8, "rcl_referring_calls")?;
+                r.skip(8 * calls as usize, "rcl_referring_calls")?;
+            }
+            let op = if n > 1 {
+                Some(match r.u32("argop")? {
+                    OP_CB_RECALL => {
+                        let seqid = r.u32("stateid")?;
+                        let mut other = [0u8; NFS4_OTHER_SIZE];
+                        other.copy_from_slice(r.bytes(NFS4_OTHER_SIZE, "stateid")?);
+                        Ok(CbOp::Recall {
+                            stateid: Stateid { seqid, other },
+                            truncate: r.bool("truncate")?,
+                            fh: r.opaque_var(NFS4_FHSIZE, "fh")?,
+                        })
+                    }
+                    OP_CB_NOTIFY_LOCK => Ok(CbOp::NotifyLock {
+                        fh: r.opaque_var(NFS4_FHSIZE, "cnla_fh")?,
+                        clientid: r.u64("clientid")?,
+                        owner: r.opaque_var(NFS4_OPAQUE_LIMIT, "owner")?,
+                    }),
+                    // Not ours to parse: the rest is left unread.
+                    other => {
+                        return Ok((
+                            h.xid,
+                            CbCall::Compound {
+                                minorversion,
+                                seq,
+                                op: Some(Err(other)),
+                            },
+                        ))
+                    }
+                })
+            } else {
+                None
+            };
+            CbCall::Compound { minorversion, seq, op }
+        }
+        p => return Err(r.error(DecodeErrorKind::BadDiscriminant { value: p }, "proc")),
+    };
+    if r.remaining() != 0 {
+        return Err(r.error(
+            DecodeErrorKind::Invalid {
+                value: r.remaining() as u32,
+            },
+            "CB_COMPOUND4args",
+        ));
+    }
+    Ok((h.xid, call))
+}
+
+/// The client's Reply to CB_COMPOUND (RFC 8881 s20.9.2): CB_SEQUENCE's
+/// result for `seq` (one slot, the one asked), then `op`'s number and
+/// `status` when there is a second operation. The overall status is
+/// `status`. Returns its length in `out`.
+pub fn encode_cb_compound_reply(
+    xid: u32,
+    seq: &CbSequence,
+    op: Option<u32>,
+    status: u32,
+    out: &mut [u8],
+) -> Result<usize, EncodeError> {
+    let n = rpc::encode_success_reply_none(xid, out).ok_or(EncodeError::BufferTooSmall { needed: 24 })?;
+    let mut w = Writer::new(&mut out[n..]);
+    w.put_u32(status)?;
+    w.put_opaque_var(b"")?;
+    w.put_u32(1 + u32::from(op.is_some()))?;
+    w.put_u32(OP_CB_SEQUENCE)?;
+    w.put_u32(NFS4_OK)?;
+    w.put_bytes(&seq.sessionid)?;
+    w.put_u32(seq.sequenceid)?;
+    w.put_u32(seq.slotid)?;
+    w.put_u32(seq.slotid)?;
+    w.put_u32(seq.slotid)?;
+    if let Some(opnum) = op {
+        w.put_u32(opnum)?;
+        w.put_u32(status)?;
+    }
+    Ok(n + w.len())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What the server encodes, the client decodes, and its Reply decodes
+    /// back on the server; every cut of the Call is refused.
+    #[test]
+    fn cb_call_round_trip() {
+        let seq = CbSequence {
+            sessionid: SID,
+            sequenceid: 3,
+            slotid: 0,
+            highest_slotid: 0,
+            cachethis: false,
+        };
+        let sid = Stateid {
+            seqid: 1,
+            other: [7; NFS4_OTHER_SIZE],
+        };
+        let op = CbOp::Recall {
+            stateid: sid,
+            truncate: false,
+            fh: b"fh-bytes",
+        };
+        let mut b = [0u8; 512];
+        let n = encode_cb_compound(9, 0x4000_0000, 2, &CbSec::None, &seq, &op, &mut b).unwrap();
+        let (xid, c) = decode_cb_call(&b[..n]).unwrap();
+        assert_eq!(xid, 9);
+        assert_eq!(
+            c,
+            CbCall::Compound {
+                minorversion: 2,
+                seq,
+                op: Some(Ok(op))
+            }
+        );
+        for cut in 0..n {
+            assert!(decode_cb_call(&b[..cut]).is_err(), "cut {cut}");
+        }
+        let k = encode_cb_null(10, 1, &CbSec::None, &mut b).unwrap();
+        assert_eq!(decode_cb_call(&b[..k]).unwrap(), (10, CbCall::Null));
+        let mut out = [0u8; 256];
+        let m = encode_cb_compound_reply(9, &seq, Some(OP_CB_RECALL), NFS4_OK, &mut out).unwrap();
+        let (h, at) = rpc::decode_reply(&out[..m]).unwrap();
+        assert!(h.is_success());
+        let r = CbCompoundRes::decode(&out[at..m]).unwrap();
+        assert_eq!(r.op, Some((OP_CB_RECALL, NFS4_OK)));
+        assert_eq!(r.sequence.unwrap().unwrap().sequenceid, 3);
+    }
 
     fn words(w: &[u32]) -> Vec<u8> {
         w.iter().flat_map(|x| x.to_be_bytes()).collect()

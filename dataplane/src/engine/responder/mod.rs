@@ -14,7 +14,8 @@
 //! - `wr_id`s carry a tag and an index (+ a generation for requests): never a
 //!   pointer. Completions are polled in fixed batches of [`CQ_BATCH`]; a turn
 //!   that posted RDMA Reads polls once more at its end, so Reads that a
-//!   provider completes at post (shm) do not wait a turn of the core's loop.
+//!   provider completes at post (shm, up to its copy slice) do not wait a
+//!   turn of the core's loop.
 //! - All memory comes from the [`mempool::Mempool`] registered once with the
 //!   fabric; the hot path never registers memory, and nothing is allocated per
 //!   request (request slots, queues and maps are sized at construction).
@@ -863,7 +864,9 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
             self.reads_posted_this_turn = 0;
             work += self.poll_completions();
         }
-        work
+        // A provider still executing posted work (shm's sliced copies)
+        // needs the next turn soon: the turn was not idle.
+        work + usize::from(self.fabric.progressing())
     }
 
     /// Poll one batch of completions (at most [`CQ_BATCH`]) and handle each;

@@ -27,10 +27,14 @@
 //!   Send waits for a receive): a Send pops the peer's next descriptor, gathers
 //!   the local SGEs into that buffer (in the peer's region, mapped here) and
 //!   pushes the delivery entry; an RDMA Write / Read is a `memcpy` into / out
-//!   of the peer's region after the key and bounds checks. Work requests of a
-//!   QP execute and complete in posting order, so a Send is ordered after the
-//!   Writes posted before it, and the delivery ring's Release store publishes
-//!   the Writes' bytes together with the Send.
+//!   of the peer's region after the key and bounds checks, in slices of at
+//!   most [`ShmConfig::copy_slice_bytes`] per connection per poll (each
+//!   slice after the same checks), so one connection's 1 MiB chunk does not
+//!   hold up the other connections' messages: it completes with its last
+//!   slice. Work requests of a QP execute and complete in posting order, so
+//!   a Send is ordered after the Writes posted before it, and the delivery
+//!   ring's Release store publishes the Writes' bytes together with the
+//!   Send.
 //! - **Direct placement**: since the peer's registered regions are mapped here,
 //!   [`Fabric::remote_window`] hands out the memory an RDMA Write to a segment
 //!   would write (same key and bounds checks; only on an established
@@ -103,8 +107,9 @@
 //! `poll_cq` progresses every connection bound to the CQ (a few atomic loads
 //! each when idle), so its cost is linear in the connections on that CQ.
 //! `QpConfig::max_inline`, `max_rdma_reads` and `retry_count` are accepted and
-//! ignored: copies are synchronous (a Read is complete when it completes) and
-//! there is no lossy transport to retry over.
+//! ignored: copies are made by this process (a Read is complete when it
+//! completes) and there is no lossy transport to retry over. A poll copies
+//! at most [`ShmConfig::copy_slice_bytes`] of RDMA data per connection.
 //!
 //! # Trust
 //!
@@ -165,7 +170,7 @@ use crate::fabric::{
 };
 use crate::queue::GenSlab as Slab;
 
-pub use conn::{file_layout, Layout};
+pub use conn::{file_layout, Layout, COPY_SLICE_BYTES};
 pub use wire::MAX_REGIONS;
 
 /// Largest CQ / SRQ depth accepted.
@@ -223,6 +228,12 @@ pub struct ShmConfig {
     /// the chunks of the Calls one requester connection may have in flight
     /// at once. At most [`window::MAX_WINDOWS`].
     pub max_windows: u32,
+    /// Most bytes of RDMA Read and Write data one connection copies per
+    /// poll ([`COPY_SLICE_BYTES`], the default, says why): a larger work
+    /// request is copied over successive polls, interleaved with the other
+    /// connections' work, and completes when its last byte is copied.
+    /// Positive; `u32::MAX` copies every work request in one go.
+    pub copy_slice_bytes: u32,
 }
 
 /// [`ShmConfig::recv_prefetch_bytes`] for RPC engines: four cache lines hold
@@ -258,6 +269,7 @@ impl Default for ShmConfig {
             recv_prefetch_bytes: 0,
             recv_slot_bytes: 64 << 10,
             max_windows: 1024,
+            copy_slice_bytes: COPY_SLICE_BYTES,
         }
     }
 }
@@ -327,6 +339,10 @@ pub struct ShmFabric {
     /// Our doorbell, passed to every peer (`doorbell`); `None` if no
     /// eventfd could be had (the fabric then never arms).
     bell: Option<doorbell::Bell>,
+    /// Some connection has send work the next poll executes (a Read or
+    /// Write copied in slices): [`Fabric::progressing`]. Set by posts,
+    /// recomputed by every progress of the connections.
+    progressing: bool,
 }
 
 fn io_err(op: &'static str) -> impl FnOnce(std::io::Error) -> FabricError {
@@ -354,6 +370,9 @@ impl ShmFabric {
                 window::MAX_WINDOWS
             )));
         }
+        if cfg.copy_slice_bytes == 0 {
+            return Err(FabricError::Other("copy_slice_bytes must be positive".into()));
+        }
         if cfg.srq_window == 0 || cfg.srq_window > cfg.max_ring_depth {
             return Err(FabricError::Other("srq_window must be in 1..=max_ring_depth".into()));
         }
@@ -372,6 +391,7 @@ impl ShmFabric {
             fds_in: Vec::with_capacity(sock::MAX_FDS),
             next_cm_sweep: Instant::now(),
             bell: doorbell::Bell::new().ok(),
+            progressing: false,
             cfg,
         })
     }
@@ -472,7 +492,7 @@ impl ShmFabric {
             events,
             ..
         } = self;
-        let mut reap = false;
+        let (mut reap, mut pending) = (false, false);
         let mut k = 0;
         while k < cqs[qi].conns.len() {
             let ci = cqs[qi].conns[k];
@@ -480,9 +500,13 @@ impl ShmFabric {
             let id = ConnId(conns.id_of(ci));
             let Some(c) = conns.get_mut(ci) else { continue };
             let srq = c.srq.map(|s| &mut srqs[s]);
+            c.new_turn(cfg);
             c.progress(id, &mut cqs[qi], srq, regions, cfg, events);
             reap |= c.finished() && c.terminal_delivered;
+            pending |= c.sends_pending();
         }
+        // One CQ's connections (the engines use one CQ per fabric).
+        self.progressing = pending;
         if reap {
             let list: Vec<usize> = self.cqs[qi].conns.clone();
             for ci in list {
@@ -631,6 +655,7 @@ impl Fabric for ShmFabric {
         let srq = c.srq.map(|s| &mut srqs[s]);
         let cq = c.cq;
         c.post_send(conn, wr, &mut cqs[cq], srq, regions, cfg, events);
+        self.progressing |= c.sends_pending();
         Ok(())
     }
 
@@ -706,6 +731,12 @@ impl Fabric for ShmFabric {
 
     fn disarm_wakeup(&mut self) {
         self.do_disarm_wakeup()
+    }
+
+    /// A Read or Write is being copied in slices, or other send work waits
+    /// for the next poll ([`ShmConfig::copy_slice_bytes`]).
+    fn progressing(&self) -> bool {
+        self.progressing
     }
 }
 
