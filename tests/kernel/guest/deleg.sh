@@ -16,8 +16,8 @@
 #      A reads B's data (checksums);
 #   3. the same with B on vers=3 as the writer (its WRITE waits for the
 #      recall: NFS3ERR_JUKEBOX until A returned the delegation);
-#   4. $DELEG_ROUNDS rounds of A opening the file (a new delegation) and B
-#      overwriting it (a recall): the target's recall-to-DELEGRETURN time,
+#   4. $DELEG_ROUNDS rounds of A opening a file (a delegation) and B
+#      overwriting it (a recall), a file per round: the target's recall-to-DELEGRETURN time,
 #      p50 and p99, into $OUT/recall-latency.txt.
 # Results go to /host/out/deleg-<role>/ (checks.txt).
 set -uo pipefail
@@ -96,6 +96,11 @@ PY
     mkdir -p $B/deleg
     head -c 1M /dev/urandom >/tmp/v0
     check "deleg: B writes the file" cp /tmp/v0 $F
+    # part 3 and each round on a file of its own: the target grants no
+    # delegation on a file it recalled one from lately (deleg.rs,
+    # REGRANT_AFTER_RECALL)
+    cp /tmp/v0 $B/deleg/f3
+    for i in $(seq 1 "$DELEG_ROUNDS"); do echo start >$B/deleg/r$i; done
     signal server-ready "$(sha /tmp/v0)"
 
     # 2. B's vers=4.2 write recalls A's delegation
@@ -131,7 +136,7 @@ PY
             head -c 1M /dev/urandom >/tmp/v2
             t=$(now)
             check "deleg: B (vers=3) writes the file A holds a delegation on" \
-                timeout 300 dd if=/tmp/v2 of=$B3/deleg/f bs=1M conv=fsync,notrunc status=none
+                timeout 300 dd if=/tmp/v2 of=$B3/deleg/f3 bs=1M conv=fsync,notrunc status=none
             note "deleg: B's vers=3 write took $(elapsed "$t") s"
             read -r r1 a1 rv <<<"$(nfs4_stat recalls returned_after_recall revoked)"
             check_eq "deleg: B's NFSv3 WRITE recalled A's delegation (recalls $r0 -> $r1)" "$((r1 - r0))" 1
@@ -151,7 +156,7 @@ PY
     read -r a0 <<<"$(nfs4_stat returned_after_recall)"
     for i in $(seq 1 "$DELEG_ROUNDS"); do
         await "a-$i" 120 || break
-        printf 'round %d\n' "$i" >$F
+        printf 'round %d\n' "$i" >$B/deleg/r$i
         signal "b-$i"
     done
     await rounds-done 120
@@ -224,19 +229,19 @@ exec 3<&-
 signal a-read
 # 3.
 if await b3-ready 300; then
-    signal a-holds2 "$(sha "$F")"
+    signal a-holds2 "$(sha $A/deleg/f3)"
     if await b-wrote2 400; then
-        check_eq "deleg: A reads B's vers=3 write (checksum)" "$(sha "$F")" "$(said b-wrote2)"
+        check_eq "deleg: A reads B's vers=3 write (checksum)" "$(sha $A/deleg/f3)" "$(said b-wrote2)"
     fi
 fi
 signal a-read2
 # 4.
 bad=0
 for i in $(seq 1 "$DELEG_ROUNDS"); do
-    cat "$F" >/dev/null
+    cat $A/deleg/r$i >/dev/null
     signal "a-$i"
     await "b-$i" 120 || { bad=$((bad + 1)); break; }
-    [ "$(cat "$F")" = "round $i" ] || bad=$((bad + 1))
+    [ "$(cat $A/deleg/r$i)" = "round $i" ] || bad=$((bad + 1))
 done
 signal rounds-done
 check_eq "deleg: $DELEG_ROUNDS rounds: A read each of B's overwrites" "$bad" 0
