@@ -187,6 +187,8 @@ struct CbCall {
     seq: Option<([u8; 16], u32)>,
     /// The second operation and its arguments' bytes.
     op: Option<(u32, Vec<u8>)>,
+    /// CB_COMPOUND's minor version.
+    minor: u32,
 }
 
 fn pull(svc: &Svc, conn: u32) -> Option<CbCall> {
@@ -208,11 +210,12 @@ fn decode_cb(buf: &[u8]) -> CbCall {
         auth_flavor: h.cred.flavor,
         seq: None,
         op: None,
+        minor: 0,
     };
     if h.proc_ == 1 {
         let mut r = Reader::new(&buf[at..n]);
         assert_eq!(r.opaque_var(64, "tag").unwrap(), b"");
-        assert_eq!(r.u32("minor").unwrap(), 1);
+        cb.minor = r.u32("minor").unwrap();
         assert_eq!(r.u32("ident").unwrap(), 0);
         assert_eq!(r.u32("numops").unwrap(), 2);
         assert_eq!(r.u32("op").unwrap(), OP_CB_SEQUENCE);
@@ -514,6 +517,119 @@ fn backchannel_recall_unanswered_is_revoked_after_the_lease() {
     assert_eq!(r.status, NFS4_OK);
     assert_eq!(status_flags(&mut a), 0, "flag cleared with the last revoked delegation");
     assert_eq!(sh.v4().delegations(), 0);
+}
+
+/// A CB_COMPOUND carries the minor version of the holder's session: 1
+/// for a 4.1 client, 2 for a 4.2 one (the Linux client finds the session
+/// of a CB_SEQUENCE by it, and a 4.2 mount answered a recall that said 1
+/// with NFS4ERR_BADSESSION: the delegation was revoked, not returned; seen
+/// in the VM, tests/kernel/guest/deleg.sh).
+#[test]
+fn backchannel_cb_compound_carries_the_sessions_minor_version() {
+    let (_s, _sh, svc) = setup();
+    let (_a, mut b, dir, o) = holder(&svc);
+    assert_eq!(
+        open_in(&mut b, &dir, "f", OPEN4_SHARE_ACCESS_WRITE, false).unwrap_err(),
+        NFS4ERR_DELAY
+    );
+    let cb = pull(&svc, 1).expect("CB_RECALL");
+    assert_eq!(recall_of(&cb), (o.deleg.1.unwrap(), o.fh.clone()));
+    assert_eq!(cb.minor, 1, "a 4.1 session");
+    answer(&svc, 1, &cb, NFS4_OK);
+
+    svc.borrow_mut().backward_channel(ConnId(3), Some(CHAN));
+    let mut c = V4::new(link(&svc, 3), "client-c");
+    c.minor = 2;
+    bc_session(&mut c);
+    let probe = pull(&svc, 3).expect("CB_NULL probe");
+    answer(&svc, 3, &probe, NFS4_OK);
+    let dir_c = c.walk("/b").unwrap();
+    let w = open_in(&mut b, &dir, "g", OPEN4_SHARE_ACCESS_BOTH, true).unwrap();
+    assert_eq!(b.seq(&[putfh(&w.fh), close(&w.sid)]).status, NFS4_OK);
+    let oc = open_in(&mut c, &dir_c, "g", OPEN4_SHARE_ACCESS_READ, false).unwrap();
+    assert_eq!(oc.deleg.0, OPEN_DELEGATE_READ, "C (4.2) holds a read delegation");
+    assert_eq!(
+        open_in(&mut b, &dir, "g", OPEN4_SHARE_ACCESS_WRITE, false).unwrap_err(),
+        NFS4ERR_DELAY
+    );
+    let cb = pull(&svc, 3).expect("CB_RECALL to C");
+    recall_of(&cb);
+    assert_eq!(cb.minor, 2, "a 4.2 session's CB_COMPOUND says 2");
+}
+
+/// The statistics' "nfs4" section (`rpcrdma-target stats --json`)
+/// counts what the delegations went through: a grant, a recall sent and
+/// answered, the DELEGRETURN with its recall-to-return time; then a second
+/// grant whose recall is never answered and is revoked after the lease.
+#[test]
+fn backchannel_stats_count_grants_recalls_returns_and_revocations() {
+    let (_s, sh, svc) = setup();
+    let (mut a, mut b, dir, o) = holder(&svc);
+    let ds = o.deleg.1.unwrap();
+    let v = sh.v4().stats_json();
+    assert_eq!(
+        (v["delegations_held"].as_u64(), v["delegations_granted"].as_u64()),
+        (Some(1), Some(1)),
+        "{v:#}"
+    );
+    assert_eq!(v["recalls"], 0);
+    assert_eq!(
+        open_in(&mut b, &dir, "f", OPEN4_SHARE_ACCESS_WRITE, false).unwrap_err(),
+        NFS4ERR_DELAY
+    );
+    let cb = pull(&svc, 1).expect("CB_RECALL");
+    recall_of(&cb);
+    std::thread::sleep(Duration::from_millis(20));
+    answer(&svc, 1, &cb, NFS4_OK);
+    assert_eq!(delegreturn(&mut a, &o.fh, &ds), NFS4_OK);
+    let v = sh.v4().stats_json();
+    assert_eq!(v["delegations_held"], 0, "{v:#}");
+    assert_eq!(v["recalls"], 1);
+    assert_eq!(v["returned_after_recall"], 1);
+    assert_eq!(v["returned_unrecalled"], 0);
+    assert_eq!(v["revoked"], 0);
+    assert_eq!(v["callbacks"]["recalls_sent"], 1);
+    assert_eq!(v["callbacks"]["recalls_answered"], 1);
+    let lat = &v["recall_to_return_us"];
+    assert_eq!(lat["samples"], 1);
+    let (p50, max) = (lat["p50"].as_f64().unwrap(), lat["max"].as_f64().unwrap());
+    assert!(
+        max >= 20_000.0 && p50 >= max,
+        "recall to return took the 20 ms slept: {lat}"
+    );
+    // B is done; A reads again (once no delegation is granted so soon
+    // after a recall: the lease, shortened here) and gets a new delegation,
+    // which B's next write recalls; A never answers and loses it after the
+    // lease.
+    let w = open_in(&mut b, &dir, "f", OPEN4_SHARE_ACCESS_WRITE, false).unwrap();
+    assert_eq!(b.seq(&[putfh(&w.fh), close(&w.sid)]).status, NFS4_OK);
+    sh.v4().set_lease(Duration::from_millis(200));
+    for _ in 0..5 {
+        std::thread::sleep(Duration::from_millis(60));
+        status_flags(&mut a);
+        b.seq(&[]);
+    }
+    let o2 = open_in(&mut a, &dir, "f", OPEN4_SHARE_ACCESS_READ, false).unwrap();
+    assert_eq!(o2.deleg.0, OPEN_DELEGATE_READ);
+    assert_eq!(
+        open_in(&mut b, &dir, "f", OPEN4_SHARE_ACCESS_WRITE, false).unwrap_err(),
+        NFS4ERR_DELAY
+    );
+    assert!(pull(&svc, 1).is_some(), "the second CB_RECALL");
+    for _ in 0..6 {
+        std::thread::sleep(Duration::from_millis(60));
+        status_flags(&mut a);
+        b.seq(&[]);
+    }
+    open_in(&mut b, &dir, "f", OPEN4_SHARE_ACCESS_WRITE, false).expect("revoked: B opens");
+    let v = sh.v4().stats_json();
+    assert_eq!(v["delegations_granted"], 2, "{v:#}");
+    assert_eq!(v["recalls"], 2);
+    assert_eq!(v["revoked"], 1);
+    assert_eq!(v["delegations_held"], 1, "revoked, not yet freed");
+    assert_eq!(v["callbacks"]["recalls_sent"], 2);
+    assert_eq!(v["callbacks"]["recalls_answered"], 1);
+    assert_eq!(v["recall_to_return_us"]["samples"], 1, "a revocation is no return");
 }
 
 /// The backchannel connection goes while the recall is in flight: A's

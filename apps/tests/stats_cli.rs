@@ -97,6 +97,9 @@ fn stats_command_reads_the_running_target() {
     assert_eq!(nfs_tcp["calls"], CALLS, "{doc:#}");
     assert_eq!(nfs_tcp["conns_accepted"], 1);
     assert_eq!(doc["cores"].as_array().map(Vec::len), Some(1), "{doc:#}");
+    // issue 23: the delegation counters are there (none granted over TCP NULLs)
+    assert_eq!(doc["nfs4"]["delegations_held"], 0, "{doc:#}");
+    assert_eq!(doc["nfs4"]["callbacks"]["recalls_sent"], 0, "{doc:#}");
 
     let out = stats_cmd(&file, &[]);
     assert!(out.status.success());

@@ -8,14 +8,23 @@
 # Exit status: 0 pass, 1 a check failed, 3 the VM could not be had.
 # Before the one-guest run, unless NFS4_STEPS leaves out "tshark", a
 # two-guest run (softroce-vm.sh pair -p, tests/kernel/guest/pair.sh with
-# NFS_VERS=4.2 PAIR_TCP=1) captures the wire for tshark4.sh.
+# NFS_VERS=4.2 PAIR_TCP=1) captures the wire for tshark4.sh; when it
+# names "deleg" (not by default: about 12 minutes under TCG), another
+# two-guest run (tests/kernel/guest/deleg.sh:
+# client A in the second guest holds a read delegation, client B in the
+# server's guest writes, vers=4.2 then vers=3; $NFS4_DELEG_ROUNDS recalls
+# timed) captures the recalls for tshark_cb.sh. The recall-to-DELEGRETURN
+# time and the delegations on/off figures are printed at the end.
 # Env: NFS4_MOUNTS ("4.1/tcp 4.1/rdma 4.2/rdma 4.2/tcp default/rdma default/tcp";
 #      "default": no vers= option, which must land on 4.2), NFS4_BACKENDS
 #      ("mem uring": the target's backend, each in turn), NFS4_STEPS
 #      ("matrix tshark restart locks nconnect"; add "fio" for the comparison
-#      with the Linux server, about 4 minutes a round; see guest/nfs4.sh),
+#      with the Linux server, about 4 minutes a round, and "deleg" for
+#      delegations recalled over RDMA and their figures; see guest/nfs4.sh),
 #      NFS4_FIO_ROUNDS (1), NFS4_FIO_SECONDS (5: each fio job and perf run),
 #      NFS4_RESTART_FILES (16: 4 MiB files of the restart step's writer),
+#      NFS4_DELEG_ROUNDS (40: recalls timed by the deleg step),
+#      NFS4_DELEG_FIO_SECONDS (10: each job of the delegations on/off figures),
 #      SOFTROCE_VM, VMLAB_CACHE, CARGO_TARGET_DIR. Run under the shared VM lock:
 #      flock /tmp/rpcrdma-vm.lock bash tests/kernel/nfs4.sh
 set -euo pipefail
@@ -46,6 +55,7 @@ STEPS=${NFS4_STEPS:-matrix tshark restart locks nconnect}
     echo "NFS4_FIO_ROUNDS=${NFS4_FIO_ROUNDS:-1}"
     echo "export FIO_SECONDS=${NFS4_FIO_SECONDS:-5} PERF_SECONDS=${NFS4_FIO_SECONDS:-5}"
     echo "export NFS4_RESTART_FILES=${NFS4_RESTART_FILES:-16}"
+    echo "export DELEG_FIO_SECONDS=${NFS4_DELEG_FIO_SECONDS:-10}"
 } >>"$STAGE/env.sh"
 pair_rc=0
 if [[ " $STEPS " == *" tshark "* ]]; then
@@ -58,19 +68,38 @@ if [[ " $STEPS " == *" tshark "* ]]; then
     [ -s "$STAGE/out/pair-client/checks.txt" ] || unavailable "the client guest of the pair never ran its script (log: $STAGE/pair.log)"
     echo "PAIR_PCAP=pair4.pcap" >>"$STAGE/env.sh"
 fi
+deleg_rc=0
+if [[ " $STEPS " == *" deleg "* ]]; then
+    # two kernel clients, A (second guest, over the wire) and B (the
+    # server's guest); the recalls to A are captured
+    for role in server client; do
+        printf '#!/bin/sh\nDELEG_ROUNDS=%s exec bash /host/guest/deleg.sh %s\n' "${NFS4_DELEG_ROUNDS:-40}" $role >"$STAGE/deleg-$role.sh"
+    done
+    bash "$VM" pair -c 2 -s "$STAGE" -p "$STAGE/out/deleg.pcap" "$STAGE/deleg-server.sh" "$STAGE/deleg-client.sh" 2>&1 |
+        tr -d '\r' >"$STAGE/deleg.log" || deleg_rc=${PIPESTATUS[0]}
+    grep -hE "^(not )?ok" "$STAGE"/out/deleg-*/checks.txt 2>/dev/null || true
+    [ -s "$STAGE/out/deleg-client/checks.txt" ] || unavailable "the client guest of the deleg pair never ran its script (log: $STAGE/deleg.log)"
+    echo "DELEG_PCAP=deleg.pcap" >>"$STAGE/env.sh"
+fi
 printf '#!/bin/sh\nexec bash /host/guest/nfs4.sh\n' >"$STAGE/nfs4.sh"
 rc=0
 bash "$VM" run -m 3072 -s "$STAGE" -f "$STAGE/nfs4.sh" 2>&1 | tr -d '\r' | tee "$STAGE/nfs4.log" || rc=${PIPESTATUS[0]}
 grep -q 'vmlab-init: ready' "$STAGE/nfs4.log" || { echo "kernel-nfs4: VM UNAVAILABLE: no guest came up"; exit 3; }
 checks=$STAGE/all-checks.txt
-cat "$STAGE"/out/checks.txt "$STAGE"/out/pair-*/checks.txt 2>/dev/null >"$checks" || true
+cat "$STAGE"/out/checks.txt "$STAGE"/out/pair-*/checks.txt "$STAGE"/out/deleg-*/checks.txt 2>/dev/null >"$checks" || true
 [ -f "$STAGE/out/v42/table.txt" ] && cat "$STAGE/out/v42/table.txt"
+for f in "$STAGE/out/deleg-server/recall-latency.txt" "$STAGE/out/ours/deleg-fio.txt"; do
+    [ -f "$f" ] && sed "s/^/deleg figures: /" "$f"
+done
 echo "checks: $(grep -c '^ok' "$checks" || true) ok, $(grep -c '^not ok' "$checks" || true) not ok"
 grep '^not ok' "$checks" || true
 # every step asked for must have reported
 need=()
 [[ " $STEPS " == *" matrix "* ]] && need+=("mount ")
 [[ " $STEPS " == *" tshark "* ]] && need+=("pair: umount" "pair tcp: umount" "pair4: malformed frames")
+[[ " $STEPS " == *" deleg "* ]] && need+=("deleg: A reads B's vers=4.2 write" "deleg: A reads B's vers=3 write"
+    "deleg: ${NFS4_DELEG_ROUNDS:-40} rounds: A returned" "deleg-pcap: malformed frames" "deleg-pcap: CB_COMPOUND with CB_RECALL"
+    "deleg fio: GETATTR" "deleg open-read-close: GETATTR")
 [[ " $STEPS " == *" restart "* ]] && need+=("restart vers=4.2 rdma: all ")
 [[ " $STEPS " == *" locks "* ]] && need+=("locks vers=4.1 rdma: as many cases" "locks vers=4.2 rdma: as many cases")
 [[ " $STEPS " == *" nconnect "* ]] && need+=("nconnect=4 vers=4.1 rdma: every transport" "nconnect=4 vers=4.2 rdma: every transport"
@@ -80,6 +109,6 @@ missing=0
 for n in "${need[@]}"; do
     grep -qE "^(not )?ok - $n" "$checks" || { echo "no result for '$n'"; missing=1; }
 done
-[ "$rc" = 0 ] && [ "$pair_rc" = 0 ] && [ $missing = 0 ] && ! grep -q '^not ok' "$checks" ||
-    { echo "kernel-nfs4: FAIL (guest exit $rc, pair exit $pair_rc)"; exit 1; }
+[ "$rc" = 0 ] && [ "$pair_rc" = 0 ] && [ "$deleg_rc" = 0 ] && [ $missing = 0 ] && ! grep -q '^not ok' "$checks" ||
+    { echo "kernel-nfs4: FAIL (guest exit $rc, pair exit $pair_rc, deleg pair exit $deleg_rc)"; exit 1; }
 echo "kernel-nfs4: PASS"

@@ -125,6 +125,8 @@ type Queued = (Cb, Option<u32>);
 struct Chan {
     session: SessionId,
     client: u64,
+    /// The minor version the session was created with (CB_COMPOUND's).
+    minor: u32,
     program: u32,
     sec: OwnedSec,
     /// The client asked for a backchannel (so its absence is reported).
@@ -182,6 +184,26 @@ pub struct CbStats {
     pub faults: AtomicU64,
     /// Callbacks dropped: queue full, or no backchannel at all.
     pub dropped: AtomicU64,
+    /// CB_RECALLs handed to the transport (retries included).
+    pub recalls_sent: AtomicU64,
+    /// CB_RECALL Replies that said NFS4_OK.
+    pub recalls_answered: AtomicU64,
+}
+
+impl CbStats {
+    /// The counters as JSON (`rpcrdma-target stats`).
+    pub fn json(&self) -> serde_json::Value {
+        let l = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        serde_json::json!({
+            "calls": l(&self.calls),
+            "replies": l(&self.replies),
+            "unmatched": l(&self.unmatched),
+            "faults": l(&self.faults),
+            "dropped": l(&self.dropped),
+            "recalls_sent": l(&self.recalls_sent),
+            "recalls_answered": l(&self.recalls_answered),
+        })
+    }
 }
 
 /// The server's backchannels.
@@ -238,6 +260,7 @@ impl Callbacks {
         &self,
         session: SessionId,
         client: u64,
+        minor: u32,
         program: u32,
         sec: OwnedSec,
         max_call_bytes: u32,
@@ -253,6 +276,7 @@ impl Callbacks {
         t.chans.push(Chan {
             session,
             client,
+            minor,
             program,
             sec,
             wanted: conn.is_some(),
@@ -393,6 +417,7 @@ impl Callbacks {
                 Cb::Recall { stateid, fh } => cb::encode_cb_compound(
                     x,
                     c.program,
+                    c.minor,
                     &sec,
                     &seq,
                     &CbOp::Recall {
@@ -405,6 +430,7 @@ impl Callbacks {
                 Cb::NotifyLock { fh, clientid, owner } => cb::encode_cb_compound(
                     x,
                     c.program,
+                    c.minor,
                     &sec,
                     &seq,
                     &CbOp::NotifyLock {
@@ -421,6 +447,9 @@ impl Callbacks {
                         c.seq = s;
                     }
                     c.retrying = retry_seq.is_some();
+                    if matches!(cb, Cb::Recall { .. }) {
+                        self.stats.recalls_sent.fetch_add(1, Ordering::Relaxed);
+                    }
                     c.in_flight = Some((x, (cb, used)));
                     self.stats.calls.fetch_add(1, Ordering::Relaxed);
                     break Some(n);
@@ -466,7 +495,13 @@ impl Callbacks {
                 Cb::Null => off == msg.len(),
                 _ => match CbCompoundRes::decode(&msg[off..]) {
                     Ok(r) => match r.sequence {
-                        Some(Ok(s)) => s.sessionid == c.session && Some(s.sequenceid) == used,
+                        Some(Ok(s)) => {
+                            let ok = s.sessionid == c.session && Some(s.sequenceid) == used;
+                            if ok && r.status == NFS4_OK && matches!(cb, Cb::Recall { .. }) {
+                                self.stats.recalls_answered.fetch_add(1, Ordering::Relaxed);
+                            }
+                            ok
+                        }
                         // A retry (after a rebind) of a call the client
                         // had run: it did what was asked (RFC 8881
                         // s2.10.6.1.3).
@@ -548,8 +583,8 @@ mod tests {
         let cb = Callbacks::new(7);
         let (c0, c1) = ((0, ConnId(5)), (1, ConnId(5)));
         let flags = || Arc::new(AtomicU32::new(0));
-        cb.register(sid(1), 1, 9, OwnedSec::None, 4096, Some(c0), flags());
-        cb.register(sid(2), 2, 9, OwnedSec::None, 4096, Some(c1), flags());
+        cb.register(sid(1), 1, 1, 9, OwnedSec::None, 4096, Some(c0), flags());
+        cb.register(sid(2), 2, 2, 9, OwnedSec::None, 4096, Some(c1), flags());
         assert!(!cb.has_calls(0) && !cb.has_calls(1), "not announced yet");
         cb.transport(c0, Some(CH));
         cb.transport(c1, Some(CH));

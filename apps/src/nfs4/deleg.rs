@@ -115,6 +115,19 @@ impl V4State {
         self.lock_tables().delegs.len()
     }
 
+    /// The delegation and recall counters.
+    pub fn deleg_stats(&self) -> &super::deleg_stats::DelegStats {
+        &self.deleg_stats
+    }
+
+    /// The "nfs4" section of the statistics: delegations, recalls and the
+    /// backchannel's counters. Takes no lock.
+    pub fn stats_json(&self) -> serde_json::Value {
+        let mut v = self.deleg_stats.json(self.deleg_count.load(Ordering::Relaxed));
+        v["callbacks"] = self.cb.stats.json();
+        v
+    }
+
     /// After an OPEN of `file` with `share_access` succeeded: a read
     /// delegation, or why none (see the module's rules).
     pub(super) fn offer_read(
@@ -188,6 +201,7 @@ impl V4State {
             revoked: false,
         });
         self.deleg_count.store(t.delegs.len(), Ordering::Relaxed);
+        self.deleg_stats.granted();
         Offer::Read(Stateid { seqid: 1, other })
     }
 
@@ -231,6 +245,7 @@ impl V4State {
                         },
                     );
                     t.delegs[i].recalled = Some(now);
+                    self.deleg_stats.recalled();
                     if t.recent_recalls.len() >= MAX_RECENT_RECALLS {
                         t.recent_recalls.pop_front();
                     }
@@ -255,6 +270,7 @@ impl V4State {
     fn revoke(&self, t: &mut Tables, i: usize) {
         let d = &mut t.delegs[i];
         d.revoked = true;
+        self.deleg_stats.revoked();
         let client = d.client;
         if let Some(c) = t.clients.iter().find(|c| c.id == client) {
             c.flags
@@ -376,6 +392,7 @@ impl V4State {
         if d.revoked {
             return Err(NFS4ERR_DELEG_REVOKED);
         }
+        self.deleg_stats.returned(d.recalled.map(|at| at.elapsed()));
         self.remove_deleg(&mut t, i);
         Ok(())
     }

@@ -74,6 +74,7 @@ use crate::nfs::{CoreState, NfsShared, MAX_ASSEMBLED_CALL_BYTES, REPLY_HEADER_BY
 pub mod attr;
 pub mod callback;
 pub mod deleg;
+pub mod deleg_stats;
 pub mod fh;
 pub mod grace;
 pub mod lock;
@@ -156,6 +157,8 @@ pub(crate) struct Ctx<'c> {
     pub token: Option<DeferToken>,
     /// The connection the Call came on (a backchannel binds to it).
     pub conn: Option<callback::ConnKey>,
+    /// The COMPOUND's minor version (CREATE_SESSION gives it to the session).
+    pub minor: u32,
 }
 
 /// Operations that may come without SEQUENCE when they are alone (RFC 8881
@@ -338,6 +341,7 @@ pub(crate) fn call(
         err_body: 0,
         token: view.defer_token(),
         conn: Some((st.core, view.conn)),
+        minor: ca.minorversion,
     };
     let mut status = NFS4_OK;
     let mut numres = 0u32;

@@ -277,6 +277,7 @@ pub(super) fn run(
                 program: cb_program,
                 sec: super::callback::OwnedSec::of(cb_sec),
                 conn: cx.conn,
+                minorversion: cx.minor,
             };
             let r = sh.v4.create_session_cb(clientid, sequence, &fore, &back, &cb)?;
             let mut w = w_at(reply, at, limit);

@@ -116,8 +116,10 @@ pub(crate) fn run_on_helper(
         last: state.last,
         err_body: 0,
         token: None,
-        // The operations run here (`wanted`) never bind a connection.
+        // The operations run here (`wanted`) never bind a connection, nor
+        // create a session.
         conn: None,
+        minor: 1,
     };
     // The operation acts as its caller (`ops::real_of` names it) and no
     // longer than this job: the helper thread runs other Calls next.

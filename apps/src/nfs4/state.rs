@@ -164,6 +164,8 @@ pub struct SessionCb {
     pub sec: OwnedSec,
     /// The connection CREATE_SESSION came on (none: a test without one).
     pub conn: Option<ConnKey>,
+    /// The COMPOUND's minor version: the session's, which its CB_COMPOUNDs carry.
+    pub minorversion: u32,
 }
 
 impl Default for SessionCb {
@@ -173,6 +175,7 @@ impl Default for SessionCb {
             program: 0,
             sec: OwnedSec::None,
             conn: None,
+            minorversion: 1,
         }
     }
 }
@@ -254,6 +257,8 @@ pub struct V4State {
     /// Delegations in the table, so a change to a file looks at them only
     /// when there are some.
     pub(super) deleg_count: std::sync::atomic::AtomicUsize,
+    /// Delegation and recall counters ([`super::deleg_stats`]).
+    pub(super) deleg_stats: super::deleg_stats::DelegStats,
     /// When the next recalled delegation is due for revocation, as a
     /// renewal stamp (`u64::MAX`: none is recalled); see
     /// [`V4State::revoke_overdue`].
@@ -291,6 +296,7 @@ impl V4State {
             delegations: std::sync::atomic::AtomicBool::new(true),
             regrant_ms: std::sync::atomic::AtomicU64::new(super::deleg::REGRANT_AFTER_RECALL.as_millis() as u64),
             deleg_count: std::sync::atomic::AtomicUsize::new(0),
+            deleg_stats: Default::default(),
             revoke_due_ms: AtomicU64::new(u64::MAX),
             deleg_gen: AtomicU64::new(0),
         }
@@ -677,6 +683,7 @@ impl V4State {
         self.cb.register(
             sid,
             clientid,
+            cb.minorversion,
             cb.program,
             cb.sec.clone(),
             back.maxrequestsize,

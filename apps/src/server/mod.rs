@@ -346,6 +346,7 @@ impl Target {
             )),
             tcp: tcp.iter().map(|t| (t.local_addr(), t.stats_arc())).collect(),
             epoch,
+            nfs: Some(shared.clone()),
         };
         let path = stats::socket_path(&cfg);
         let stats = match StatsServer::start(&path, sources) {

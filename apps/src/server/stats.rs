@@ -503,7 +503,7 @@ impl Publisher {
 // ---------------------------------------------------------------------------
 
 /// Latency percentiles of a row's buckets, in microseconds.
-fn percentiles(b: &[u64]) -> Value {
+pub(crate) fn percentiles(b: &[u64]) -> Value {
     let n: u64 = b.iter().sum();
     let q = |p: f64| -> f64 {
         if n == 0 {
@@ -562,6 +562,9 @@ pub struct Sources {
     pub pool: Option<(&'static Mempool, Vec<(&'static str, ClassId)>)>,
     pub tcp: Vec<(std::net::SocketAddr, Arc<TcpStats>)>,
     pub epoch: Instant,
+    /// The services' shared state, for the "nfs4" section (delegations,
+    /// recalls, callbacks).
+    pub nfs: Option<Arc<crate::nfs::NfsShared>>,
 }
 
 /// The JSON document the socket serves. Stats thread.
@@ -631,6 +634,7 @@ pub fn snapshot_json(src: &Sources) -> Value {
         "total": core_section(&total, now_ns.max(total[0])),
         "pools": pools,
         "tcp": tcp,
+        "nfs4": src.nfs.as_ref().map(|n| n.v4().stats_json()),
     })
 }
 
@@ -924,6 +928,19 @@ pub fn render_table(doc: &Value, prev: Option<(&Value, f64)>) -> String {
             u(&t["conns_evicted"]),
             u(&t["idle_timeouts"]) + u(&t["record_timeouts"]) + u(&t["write_timeouts"]),
             u(&t["bad_records"]),
+        );
+    }
+    let v4 = &doc["nfs4"];
+    if v4.is_object() {
+        out += &format!(
+            "nfs4: delegations held={} granted={} recalls={} returned={} revoked={} recall->return p50={}us p99={}us\n",
+            u(&v4["delegations_held"]),
+            u(&v4["delegations_granted"]),
+            u(&v4["recalls"]),
+            u(&v4["returned_after_recall"]),
+            u(&v4["revoked"]),
+            v4["recall_to_return_us"]["p50"].as_f64().unwrap_or(0.0),
+            v4["recall_to_return_us"]["p99"].as_f64().unwrap_or(0.0),
         );
     }
     out

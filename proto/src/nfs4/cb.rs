@@ -114,12 +114,16 @@ pub fn encode_cb_null(xid: u32, prog: u32, sec: &CbSec<'_>, out: &mut [u8]) -> R
     Ok(w.len())
 }
 
-/// CB_COMPOUND with CB_SEQUENCE and `op` (empty tag, minor version 1,
-/// `callback_ident` 0 as RFC 8881 s20.1 has it for 4.1). Returns its
-/// length in `out`.
+/// CB_COMPOUND with CB_SEQUENCE and `op` (empty tag, `callback_ident` 0
+/// as RFC 8881 s20.1 has it for 4.1). `minorversion` is the minor version
+/// of the client's session (1 or 2): a client may refuse a callback of
+/// another (the Linux client looks the session up by it and answers
+/// CB_SEQUENCE of a 4.2 mount NFS4ERR_BADSESSION when it says 1). Returns
+/// its length in `out`.
 pub fn encode_cb_compound(
     xid: u32,
     prog: u32,
+    minorversion: u32,
     sec: &CbSec<'_>,
     seq: &CbSequence,
     op: &CbOp<'_>,
@@ -128,7 +132,7 @@ pub fn encode_cb_compound(
     let mut w = Writer::new(out);
     header(&mut w, xid, prog, CB_COMPOUND, sec)?;
     w.put_opaque_var(b"")?;
-    w.put_u32(1)?;
+    w.put_u32(minorversion)?;
     w.put_u32(0)?;
     w.put_u32(2)?;
     w.put_u32(OP_CB_SEQUENCE)?;
@@ -397,13 +401,13 @@ mod tests {
             fh: b"fh-bytes",
         };
         let mut b = [0u8; 512];
-        let n = encode_cb_compound(9, 0x4000_0000, &CbSec::None, &seq, &op, &mut b).unwrap();
+        let n = encode_cb_compound(9, 0x4000_0000, 2, &CbSec::None, &seq, &op, &mut b).unwrap();
         let (xid, c) = decode_cb_call(&b[..n]).unwrap();
         assert_eq!(xid, 9);
         assert_eq!(
             c,
             CbCall::Compound {
-                minorversion: 1,
+                minorversion: 2,
                 seq,
                 op: Some(Ok(op))
             }
@@ -463,6 +467,7 @@ mod tests {
         let n = encode_cb_compound(
             5,
             0x4000_0000,
+            1,
             &CbSec::None,
             &seq,
             &CbOp::Recall {
@@ -486,6 +491,7 @@ mod tests {
             assert!(encode_cb_compound(
                 5,
                 1,
+                1,
                 &CbSec::None,
                 &seq,
                 &CbOp::Recall {
@@ -500,6 +506,7 @@ mod tests {
         let n = encode_cb_compound(
             6,
             9,
+            2,
             &CbSec::None,
             &seq,
             &CbOp::NotifyLock {
@@ -510,6 +517,8 @@ mod tests {
             &mut b,
         )
         .unwrap();
+        // tag "", then the minor version asked for
+        assert_eq!(&b[40..48], &words(&[0, 2])[..], "minor version 2");
         let tail = &b[n - 28..n];
         let mut want = words(&[OP_CB_NOTIFY_LOCK, 4]);
         want.extend_from_slice(&[7; 4]);

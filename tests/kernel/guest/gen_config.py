@@ -37,7 +37,11 @@ if os.environ.get("TARGET_BACKEND") == "uring":
 # TARGET_NFS4_STATE_DIR: NFSv4 client records there (restart with reclaim,
 # tests/kernel/guest/nfs4_state.sh).
 if os.environ.get("TARGET_NFS4_STATE_DIR"):
-    cfg["nfs4"] = {"state_dir": os.environ["TARGET_NFS4_STATE_DIR"]}
+    cfg.setdefault("nfs4", {})["state_dir"] = os.environ["TARGET_NFS4_STATE_DIR"]
+# TARGET_DELEGATIONS=0: nfs4.delegations off (the deleg step's comparison,
+# tests/kernel/guest/nfs4_deleg.sh); on by default.
+if os.environ.get("TARGET_DELEGATIONS") == "0":
+    cfg.setdefault("nfs4", {})["delegations"] = False
 net = str(ipaddress.ip_network(ip + "/24", strict=False))
 cfg["exports"] = [
     dict(cfg["exports"][0], path="/export", backend="mem0", clients=[net], read_only=False, root_squash=False)

@@ -6,7 +6,7 @@
 # version in /proc/mounts, then a small workload (a file written and read
 # back, directories, a rename, a symlink, a hard link, removal) and the
 # unmount. Then the target stops and must have answered every Call.
-# Then, per $NFS4_STEPS (all by default but fio):
+# Then, per $NFS4_STEPS (all by default but deleg and fio):
 #   tshark    dissects the two-guest capture of a vers=4.2 mount over RDMA
 #             and over TCP (tshark4.sh, when $PAIR_PCAP is there);
 #   restart   the target killed mid-write, the client reclaims, no data lost;
@@ -14,6 +14,10 @@
 #   nconnect  nconnect=4 with vers=4.1 and 4.2 over RDMA
 #             (the last three: nfs4_state.sh, one target on `uring` with
 #             nfs4.state_dir);
+#   deleg     issue 23: the two-guest capture of deleg.sh (two clients, a
+#             read delegation recalled over RDMA) dissected (tshark_cb.sh,
+#             when $DELEG_PCAP is there); a read-mostly job with
+#             delegations on and off (nfs4_deleg.sh);
 #   fio       vers=4.2 over RDMA against the Linux server, fio and perf side
 #             by side, $NFS4_FIO_ROUNDS rounds (nfs4_compare.sh).
 # Exits non-zero when a check failed. Settings come from /host/env.sh.
@@ -24,6 +28,7 @@ export OUT=/host/out BIN=/host/bin
 . "$G/lib.sh"
 . "$G/servers.sh"
 . "$G/nfs4_state.sh"
+. "$G/nfs4_deleg.sh"
 mkdir -p "$OUT/ours"
 : "${NFS4_MOUNTS:=4.1/tcp 4.1/rdma 4.2/rdma 4.2/tcp default/rdma default/tcp}"
 : "${NFS4_BACKENDS:=mem uring}"
@@ -112,6 +117,19 @@ if has_step tshark; then
     else
         flunk "tshark: no two-guest capture (PAIR_PCAP unset)"
     fi
+fi
+
+# Delegations (issue 23): the capture of the two-guest recall run, then
+# the read-mostly job with them on and off (one target on mem each time).
+if has_step deleg; then
+    if [ -n "${DELEG_PCAP:-}" ]; then
+        bash "$G/tshark_cb.sh" "$OUT/$DELEG_PCAP" 10.0.2.15 deleg-pcap
+    else
+        flunk "deleg: no two-guest capture (DELEG_PCAP unset)"
+    fi
+    export TARGET_BACKEND=mem
+    nfs4_deleg_fio
+    unset TARGET_BACKEND
 fi
 
 # State through the kernel client: one target on uring with client records.

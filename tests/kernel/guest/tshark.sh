@@ -11,30 +11,22 @@
 # its single pass dissects a READ reply before joining the RDMA Write data
 # that preceded it and then flags correct replies as malformed.
 set -uo pipefail
-. "$(dirname "$0")/lib.sh"
+G=$(cd "$(dirname "$0")" && pwd)
+. "$G/lib.sh"
+. "$G/tshark_lib.sh"
 
 PCAP=$1
 SIP=$2
 TAG=$3
-if [ ! -s "$PCAP" ]; then
-    flunk "$TAG: capture $PCAP exists"
-    exit 1
-fi
-FIELDS=$OUT/$TAG-tshark-fields.tsv
-rc=0
-# MOUNT goes over TCP to port 20048 from a privileged port the client picks;
-# when that is 862 (TWAMP-Control's), tshark took the stream for TWAMP and
-# called the MOUNT reply malformed. Decode 20048 as RPC, and no TWAMP.
-tshark -2 -n -r "$PCAP" --disable-protocol twamp.control -d tcp.port==20048,rpc \
-    -T fields -E occurrence=a -E aggregator=, \
-    -e frame.number -e ip.src -e infiniband.bth.opcode -e rpcordma.msg_type -e rpc.msgtyp -e rpc.xid \
-    -e rpc.program -e nfs.procedure_v3 -e _ws.malformed -e _ws.expert.severity >"$FIELDS" 2>"$OUT/$TAG-tshark.err" || rc=$?
-check_eq "$TAG: tshark $(tshark --version 2>/dev/null | head -1 | awk '{print $3}') reads the capture ($(stat -c %s "$PCAP") bytes)" "$rc" 0
+tshark_fields "$PCAP" "$TAG" infiniband.bth.opcode rpcordma.msg_type rpc.msgtyp rpc.xid rpc.program \
+    nfs.procedure_v3 || exit 1
 
-python3 - "$FIELDS" "$SIP" "$TAG" "$CHECKS" <<'PY'
+python3 - "$FIELDS" "$SIP" "$TAG" "$CHECKS" "$G" <<'PY'
 import collections, sys
 
 fields, sip, tag, checks = sys.argv[1:5]
+sys.path.insert(0, sys.argv[5])
+from tshark_common import Capture, Results, vals
 OPS = {4: "SEND_ONLY", 6: "RDMA_WRITE_FIRST", 7: "RDMA_WRITE_MIDDLE", 8: "RDMA_WRITE_LAST",
        10: "RDMA_WRITE_ONLY", 12: "RDMA_READ_REQUEST", 13: "RDMA_READ_RESPONSE_FIRST",
        14: "RDMA_READ_RESPONSE_MIDDLE", 15: "RDMA_READ_RESPONSE_LAST", 16: "RDMA_READ_RESPONSE_ONLY",
@@ -42,28 +34,16 @@ OPS = {4: "SEND_ONLY", 6: "RDMA_WRITE_FIRST", 7: "RDMA_WRITE_MIDDLE", 8: "RDMA_W
 PROCS = ["NULL", "GETATTR", "SETATTR", "LOOKUP", "ACCESS", "READLINK", "READ", "WRITE", "CREATE", "MKDIR",
          "SYMLINK", "MKNOD", "REMOVE", "RMDIR", "RENAME", "LINK", "READDIR", "READDIRPLUS", "FSSTAT",
          "FSINFO", "PATHCONF", "COMMIT"]
-PI_ERROR = 0x800000  # epan/proto.h expert severity
 
-def vals(s):
-    return [v for v in s.split(",") if v != ""]
-
-frames = 0
 opcodes = collections.Counter()
 reply_kinds = collections.Counter()
 procs = collections.Counter()
 calls, answered = set(), set()
 rpcrdma_from_server = 0
-malformed, errors = [], []
-for line in open(fields):
-    f = (line.rstrip("\n").split("\t") + [""] * 10)[:10]
-    num, src, op, rmsg, msgtyp, xid, prog, proc, malf, sev = f
-    frames += 1
+cap = Capture(fields, 6)
+for num, src, (op, rmsg, msgtyp, xid, prog, proc) in cap.rows():
     for o in vals(op):
         opcodes[(src, int(o))] += 1
-    if malf:
-        malformed.append(num)
-    if any(int(s) >= PI_ERROR for s in vals(sev)):
-        errors.append(num)
     if not op:
         continue  # not RoCE (MOUNT and rpcbind over TCP, ARP, ...)
     if rmsg and src == sip:
@@ -85,30 +65,21 @@ for line in open(fields):
             if name in PROCS:
                 procs[name] += 1
 
-print("%s: %d frames; InfiniBand opcodes per sender:" % (tag, frames))
+print("%s: %d frames; InfiniBand opcodes per sender:" % (tag, cap.frames))
 for (src, o), n in sorted(opcodes.items(), key=lambda kv: (kv[0][0], -kv[1])):
     print("  %-12s %-28s %7d" % (src, OPS.get(o, "opcode %d" % o), n))
 print("RPC replies from %s inside RPC-over-RDMA (header type, procedure, replies):" % sip)
 for (kind, name), n in sorted(reply_kinds.items()):
     print("  %-10s %-14s %6d" % (kind, name, n))
 
-results = []
-def check(ok, what):
-    results.append(("ok - " if ok else "not ok - ") + "%s: %s" % (tag, what))
-
-check(rpcrdma_from_server > 0 and len(answered) > 0,
-      "the server's frames are dissected as RPC-over-RDMA carrying RPC replies (%d frames, %d replies)"
-      % (rpcrdma_from_server, len(answered)))
+res = Results(tag, checks)
+res.check(rpcrdma_from_server > 0 and len(answered) > 0,
+          "the server's frames are dissected as RPC-over-RDMA carrying RPC replies (%d frames, %d replies)"
+          % (rpcrdma_from_server, len(answered)))
 for p in ("READ", "WRITE", "GETATTR", "READDIRPLUS"):
-    check(procs[p] > 0, "NFSv3 %s replies dissected inside RPC-over-RDMA (%d)" % (p, procs[p]))
-missing = sorted(calls - answered)
-check(not missing, "RPC calls without a dissected reply (%d of %d calls)%s"
-      % (len(missing), len(calls), (": xids " + " ".join(missing[:5])) if missing else ""))
-check(not malformed, "malformed frames (%d)%s" % (len(malformed), (": frames " + " ".join(malformed[:10])) if malformed else ""))
-check(not errors, "frames with expert-info errors (%d)%s" % (len(errors), (": frames " + " ".join(errors[:10])) if errors else ""))
-with open(checks, "a") as f:
-    for r in results:
-        print(r)
-        f.write(r + "\n")
+    res.check(procs[p] > 0, "NFSv3 %s replies dissected inside RPC-over-RDMA (%d)" % (p, procs[p]))
+res.answered(calls, answered)
+res.frames(cap)
+res.write()
 PY
 [ $? = 0 ] || flunk "$TAG: the capture analysis ran"

@@ -12,28 +12,22 @@
 # Prints the COMPOUND replies per operation and transport. Two passes (-2),
 # as tests/kernel/guest/tshark.sh explains.
 set -uo pipefail
-. "$(dirname "$0")/lib.sh"
+G=$(cd "$(dirname "$0")" && pwd)
+. "$G/lib.sh"
+. "$G/tshark_lib.sh"
 
 PCAP=$1
 SIP=$2
 TAG=$3
-if [ ! -s "$PCAP" ]; then
-    flunk "$TAG: capture $PCAP exists"
-    exit 1
-fi
-FIELDS=$OUT/$TAG-tshark-fields.tsv
-rc=0
-tshark -2 -n -r "$PCAP" --disable-protocol twamp.control \
-    -T fields -E occurrence=a -E aggregator=, \
-    -e frame.number -e ip.src -e infiniband.bth.opcode -e tcp.srcport -e rpcordma.msg_type -e rpc.msgtyp \
-    -e rpc.xid -e rpc.program -e rpc.programversion -e nfs.procedure_v4 -e nfs.minorversion -e nfs.opcode \
-    -e _ws.malformed -e _ws.expert.severity >"$FIELDS" 2>"$OUT/$TAG-tshark.err" || rc=$?
-check_eq "$TAG: tshark $(tshark --version 2>/dev/null | head -1 | awk '{print $3}') reads the capture ($(stat -c %s "$PCAP") bytes)" "$rc" 0
+tshark_fields "$PCAP" "$TAG" infiniband.bth.opcode tcp.srcport rpcordma.msg_type rpc.msgtyp rpc.xid rpc.program \
+    rpc.programversion nfs.procedure_v4 nfs.minorversion nfs.opcode || exit 1
 
-python3 - "$FIELDS" "$SIP" "$TAG" "$CHECKS" <<'PY'
+python3 - "$FIELDS" "$SIP" "$TAG" "$CHECKS" "$G" <<'PY'
 import collections, sys
 
 fields, sip, tag, checks = sys.argv[1:5]
+sys.path.insert(0, sys.argv[5])
+from tshark_common import Capture, Results, vals
 # RFC 8881 s18 / RFC 7862 s15 operation numbers
 OPS = {3: "ACCESS", 4: "CLOSE", 5: "COMMIT", 6: "CREATE", 9: "GETATTR", 10: "GETFH", 11: "LINK", 12: "LOCK",
        13: "LOCKT", 14: "LOCKU", 15: "LOOKUP", 16: "LOOKUPP", 18: "OPEN", 22: "PUTFH", 24: "PUTROOTFH",
@@ -41,25 +35,13 @@ OPS = {3: "ACCESS", 4: "CLOSE", 5: "COMMIT", 6: "CREATE", 9: "GETATTR", 10: "GET
        34: "SETATTR", 38: "WRITE", 42: "EXCHANGE_ID", 43: "CREATE_SESSION", 44: "DESTROY_SESSION",
        52: "SECINFO_NO_NAME", 53: "SEQUENCE", 57: "DESTROY_CLIENTID", 58: "RECLAIM_COMPLETE",
        59: "ALLOCATE", 67: "DEALLOCATE", 69: "SEEK", 60: "COPY"}
-PI_ERROR = 0x800000  # epan/proto.h expert severity
 
-def vals(s):
-    return [v for v in s.split(",") if v != ""]
-
-frames = 0
-malformed, errors = [], []
 calls, answered = set(), set()
 replies = collections.Counter()        # transport -> COMPOUND replies
 minor_calls = collections.Counter()    # minor version of COMPOUND calls
 ops = collections.Counter()            # (transport, op) in the server's frames
-for line in open(fields):
-    f = (line.rstrip("\n").split("\t") + [""] * 14)[:14]
-    num, src, bth, tsport, rmsg, msgtyp, xid, prog, pvers, proc, minor, opc, malf, sev = f
-    frames += 1
-    if malf:
-        malformed.append(num)
-    if any(int(s) >= PI_ERROR for s in vals(sev)):
-        errors.append(num)
+cap = Capture(fields, 10)
+for num, src, (bth, tsport, rmsg, msgtyp, xid, prog, pvers, proc, minor, opc) in cap.rows():
     if bth:
         xport = "rdma"
     elif "2049" in vals(tsport) or src != sip:
@@ -84,29 +66,20 @@ for line in open(fields):
             ops[(xport, OPS.get(int(o), "op %s" % o))] += 1
 
 print("%s: %d frames; NFSv4 COMPOUND replies: %s; COMPOUND calls by minor version: %s"
-      % (tag, frames, dict(replies), dict(minor_calls)))
+      % (tag, cap.frames, dict(replies), dict(minor_calls)))
 print("operation results in the server's frames (transport, op, count):")
 for (x, o), n in sorted(ops.items()):
     print("  %-5s %-18s %6d" % (x, o, n))
 
-results = []
-def check(ok, what):
-    results.append(("ok - " if ok else "not ok - ") + "%s: %s" % (tag, what))
-
-check(not malformed, "malformed frames (%d)%s" % (len(malformed), (": frames " + " ".join(malformed[:10])) if malformed else ""))
-check(not errors, "frames with expert-info errors (%d)%s" % (len(errors), (": frames " + " ".join(errors[:10])) if errors else ""))
-check(replies["rdma"] > 0, "NFSv4 COMPOUND replies dissected inside RPC-over-RDMA (%d)" % replies["rdma"])
-check(replies["tcp"] > 0, "NFSv4 COMPOUND replies dissected over TCP (%d)" % replies["tcp"])
-check(minor_calls["2"] > 0 and set(minor_calls) == {"2"},
-      "every COMPOUND call is minor version 2 (%s)" % dict(minor_calls))
+res = Results(tag, checks)
+res.frames(cap)
+res.check(replies["rdma"] > 0, "NFSv4 COMPOUND replies dissected inside RPC-over-RDMA (%d)" % replies["rdma"])
+res.check(replies["tcp"] > 0, "NFSv4 COMPOUND replies dissected over TCP (%d)" % replies["tcp"])
+res.check(minor_calls["2"] > 0 and set(minor_calls) == {"2"},
+          "every COMPOUND call is minor version 2 (%s)" % dict(minor_calls))
 for o in ("SEQUENCE", "EXCHANGE_ID", "CREATE_SESSION", "OPEN", "READ", "WRITE", "READDIR", "READLINK"):
-    check(ops[("rdma", o)] > 0, "%s results dissected inside RPC-over-RDMA (%d)" % (o, ops[("rdma", o)]))
-missing = sorted(calls - answered)
-check(not missing, "RPC calls without a dissected reply (%d of %d calls)%s"
-      % (len(missing), len(calls), (": xids " + " ".join(missing[:5])) if missing else ""))
-with open(checks, "a") as f:
-    for r in results:
-        print(r)
-        f.write(r + "\n")
+    res.check(ops[("rdma", o)] > 0, "%s results dissected inside RPC-over-RDMA (%d)" % (o, ops[("rdma", o)]))
+res.answered(calls, answered)
+res.write()
 PY
 [ $? = 0 ] || flunk "$TAG: the capture analysis ran"
