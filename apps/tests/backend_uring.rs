@@ -462,7 +462,10 @@ fn own_io_workers() -> Vec<Vec<usize>> {
 /// flushes it (work the kernel hands to the ring's io-wq workers); returns
 /// the channel's registered set and the CPUs its workers may run on. `None`
 /// when the host has a single CPU (or CPU 0 is not ours).
-fn io_workers_of_core_on_cpu0(off_cores: bool) -> Option<(Option<Vec<usize>>, Vec<Vec<usize>>)> {
+/// What a channel registered, and the allowed CPUs of each of its workers.
+type Workers = (Option<Vec<usize>>, Vec<Vec<usize>>);
+
+fn io_workers_of_core_on_cpu0(off_cores: bool) -> Option<Workers> {
     // SAFETY: cpu_set_t is plain data; all zeros is the empty set.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
     // SAFETY: `set` is a cpu_set_t of the size passed.
