@@ -71,7 +71,8 @@ pub fn max_workers(queue_depth: u32, cpus: usize) -> u32 {
 /// The CPUs the workers of a channel may use: `allowed` without the
 /// reactor's CPUs and without `own` (the opening thread's CPUs when it is
 /// pinned to fewer than `allowed`); failing that, `allowed` without the io
-/// cores' CPUs and `own`; `None` when that is empty too. Sorted.
+/// cores' CPUs and `own`; `None` when that is empty too, or is all of
+/// `allowed` (nothing to keep the workers off). Sorted.
 pub(crate) fn worker_cpus(allowed: &[usize], cores: &CoreCpus, own: &[usize]) -> Option<Vec<usize>> {
     let pinned = !own.is_empty() && allowed.iter().any(|c| !own.contains(c));
     let own: &[usize] = if pinned { own } else { &[] };
@@ -85,12 +86,13 @@ pub(crate) fn worker_cpus(allowed: &[usize], cores: &CoreCpus, own: &[usize]) ->
         v.dedup();
         v
     };
+    let useful = |v: &Vec<usize>| !v.is_empty() && allowed.iter().any(|c| !v.contains(c));
     let free = without(&cores.reactor);
-    if !free.is_empty() {
+    if useful(&free) {
         return Some(free);
     }
     let off_io = without(&cores.io);
-    (!off_io.is_empty()).then_some(off_io)
+    useful(&off_io).then_some(off_io)
 }
 
 /// Apply `policy` to the calling thread's io-wq through `ring` (created on
@@ -119,7 +121,7 @@ pub(crate) fn place(ring: &IoUring, policy: &IoWorkerPolicy, queue_depth: u32, c
             tracing::debug!(
                 core,
                 allowed = ?policy.allowed,
-                "uring: io-wq affinity left unset: every allowed CPU runs an io core"
+                "uring: io-wq affinity left unset: no allowed CPU is free of io cores, or none needs avoiding"
             );
             None
         }
@@ -183,8 +185,9 @@ mod tests {
         assert_eq!(worker_cpus(&[0], &cores(&[], &[]), &[0]), None);
         // No core list: the opening thread's own CPU when it is pinned ...
         assert_eq!(worker_cpus(&all, &CoreCpus::default(), &[0]), Some(vec![1, 2, 3]));
-        // ... and nothing when it is not.
-        assert_eq!(worker_cpus(&all, &CoreCpus::default(), &all), Some(all.to_vec()));
+        // ... and nothing when it is not, or there is one CPU.
+        assert_eq!(worker_cpus(&all, &CoreCpus::default(), &all), None);
+        assert_eq!(worker_cpus(&[0], &CoreCpus::default(), &[]), None);
     }
 
     #[test]
