@@ -419,9 +419,132 @@ fn open_from_config() {
         path: path.to_str().unwrap().into(),
         queue_depth: 16,
         o_direct: true,
+        iowq_off_cores: true,
     };
     let b = rpcrdma_apps::backend::open(&cfg).unwrap();
     assert_eq!(b.kind(), "uring");
     create_file(&*b, &b.root(), b"via-config");
     assert!(path.join("via-config").exists());
+}
+
+/// CPUs in a `Cpus_allowed_list` ("0-2,5").
+fn parse_cpu_list(s: &str) -> Vec<usize> {
+    let mut out = Vec::new();
+    for part in s.trim().split(',').filter(|p| !p.is_empty()) {
+        match part.split_once('-') {
+            Some((a, b)) => out.extend(a.parse::<usize>().unwrap()..=b.parse::<usize>().unwrap()),
+            None => out.push(part.parse().unwrap()),
+        }
+    }
+    out
+}
+
+/// The allowed CPUs of the calling thread's io-wq workers (`iou-wrk-<tid>`).
+fn own_io_workers() -> Vec<Vec<usize>> {
+    // SAFETY: plain system call.
+    let tid = unsafe { libc::gettid() };
+    let want = format!("iou-wrk-{tid}");
+    let mut found = Vec::new();
+    for t in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+        let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+        if comm.trim() != want {
+            continue;
+        }
+        let status = std::fs::read_to_string(t.path().join("status")).unwrap_or_default();
+        if let Some(l) = status.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:")) {
+            found.push(parse_cpu_list(l));
+        }
+    }
+    found
+}
+
+/// A `uring` backend whose core runs on CPU 0 writes 16 MiB buffered and
+/// flushes it (work the kernel hands to the ring's io-wq workers); returns
+/// the channel's registered set and the CPUs its workers may run on. `None`
+/// when the host has a single CPU (or CPU 0 is not ours).
+/// What a channel registered, and the allowed CPUs of each of its workers.
+type Workers = (Option<Vec<usize>>, Vec<Vec<usize>>);
+
+fn io_workers_of_core_on_cpu0(off_cores: bool) -> Option<Workers> {
+    // SAFETY: cpu_set_t is plain data; all zeros is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `set` is a cpu_set_t of the size passed.
+    let r = unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
+    assert_eq!(r, 0);
+    // SAFETY: reads within the set.
+    let allowed: Vec<usize> = (0..libc::CPU_SETSIZE as usize)
+        .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
+        .collect();
+    if allowed.len() < 2 || !allowed.contains(&0) {
+        eprintln!("skipped: needs CPU 0 and at least one other CPU (allowed: {allowed:?})");
+        return None;
+    }
+    let dir = temp();
+    // Buffered (no O_DIRECT), so the writes go through the page cache.
+    let b = UringBackend::open("iowq", &dir.0.join("export"), DEPTH, false)
+        .unwrap()
+        .with_io_workers(
+            off_cores,
+            rpcrdma_apps::backend::uring::CoreCpus {
+                reactor: vec![0],
+                io: vec![0],
+            },
+        );
+    let b = Arc::new(b);
+    let (fh, _) = create_file(&*b, &b.root(), b"big");
+    let t = std::thread::spawn(move || {
+        // SAFETY: cpu_set_t is plain data; all zeros is the empty set.
+        let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+        // SAFETY: CPU 0 is within the set.
+        unsafe { libc::CPU_SET(0, &mut set) };
+        // SAFETY: pins the calling thread, as a core thread pins itself.
+        let r = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
+        assert_eq!(r, 0);
+        let mut ch = b.open_uring_channel(0).unwrap();
+        let registered = ch.io_worker_cpus().map(<[usize]>::to_vec);
+        let data = pattern(1 << 20, 21);
+        for i in 0..16u64 {
+            let (n, _) = write_sync(&mut ch, &fh, i << 20, &data, Stable::Unstable).unwrap();
+            assert_eq!(n, 1 << 20);
+        }
+        // A flush always runs on a worker.
+        rpcrdma_apps::backend::flush_sync(&mut ch, &fh).unwrap();
+        // Workers outlive their work by seconds, not this thread: look now.
+        let workers = own_io_workers();
+        (registered, workers)
+    });
+    let out = t.join().unwrap();
+    drop(dir);
+    Some(out)
+}
+
+/// Issue 21 item 5: the kernel's io-wq worker that copies a buffered write
+/// (or runs an fsync) for a core's ring may not run on the core's CPU, where
+/// it would pre-empt the reactor thread and every other client's READ.
+#[test]
+fn nfs_safety_iowq_workers_stay_off_the_core_cpu() {
+    let Some((registered, workers)) = io_workers_of_core_on_cpu0(true) else {
+        return;
+    };
+    let registered = registered.expect("an io-wq affinity is registered");
+    assert!(!registered.contains(&0), "registered {registered:?}");
+    assert!(!workers.is_empty(), "the flush ran on no io-wq worker of this thread");
+    for w in &workers {
+        assert!(
+            !w.is_empty() && !w.contains(&0),
+            "an io-wq worker may run on CPU 0: {w:?}"
+        );
+    }
+}
+
+/// The same with `iowq_off_cores` off: the kernel lets the worker run on the
+/// core's CPU (what the test above would see without the registration).
+#[test]
+fn nfs_safety_iowq_workers_on_the_core_cpu_when_disabled() {
+    let Some((registered, workers)) = io_workers_of_core_on_cpu0(false) else {
+        return;
+    };
+    assert_eq!(registered, None);
+    assert!(!workers.is_empty(), "the flush ran on no io-wq worker of this thread");
+    assert!(workers.iter().any(|w| w.contains(&0)), "workers {workers:?}");
 }

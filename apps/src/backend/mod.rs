@@ -908,9 +908,20 @@ fn wait_one(ch: &mut dyn IoChannel, tag: u64) -> FsResult<IoDone> {
     }
 }
 
-/// Open the backend `cfg` describes. Called once per backend at start-up, on
-/// the thread that builds the target (before any core runs).
+/// Open the backend `cfg` describes, outside a target ([`open_for`] with no
+/// cores).
 pub fn open(cfg: &crate::config::BackendConfig) -> Result<std::sync::Arc<dyn Backend>, FsError> {
+    open_for(cfg, &uring::CoreCpus::default())
+}
+
+/// Open the backend `cfg` describes for a reactor whose cores run on
+/// `cores` (where a `uring` backend keeps its io-wq workers away from).
+/// Called once per backend at start-up, on the thread that builds the
+/// target (before any core runs or pins itself).
+pub fn open_for(
+    cfg: &crate::config::BackendConfig,
+    cores: &uring::CoreCpus,
+) -> Result<std::sync::Arc<dyn Backend>, FsError> {
     use crate::config::BackendConfig;
     match cfg {
         BackendConfig::Mem { name, size_bytes } => Ok(std::sync::Arc::new(mem::MemBackend::new(name, *size_bytes)?)),
@@ -919,12 +930,11 @@ pub fn open(cfg: &crate::config::BackendConfig) -> Result<std::sync::Arc<dyn Bac
             path,
             queue_depth,
             o_direct,
-        } => Ok(std::sync::Arc::new(uring::UringBackend::open(
-            name,
-            std::path::Path::new(path),
-            *queue_depth,
-            *o_direct,
-        )?)),
+            iowq_off_cores,
+        } => Ok(std::sync::Arc::new(
+            uring::UringBackend::open(name, std::path::Path::new(path), *queue_depth, *o_direct)?
+                .with_io_workers(*iowq_off_cores, cores.clone()),
+        )),
         BackendConfig::Nvme {
             name,
             devices,

@@ -69,7 +69,10 @@ use io_uring::{opcode, types, IoUring};
 use super::creds::{self, Acting};
 use super::personality::Personalities;
 
+mod iowq;
 mod sync;
+
+pub use iowq::CoreCpus;
 
 use super::{
     Attr, Backend, CreateHow, DirChange, DirChanged, DirEntry, DirPre, FileHandle, FileType, FsError, FsResult, FsStat,
@@ -666,6 +669,7 @@ pub struct UringBackend {
     shared: Arc<Shared>,
     queue_depth: u32,
     o_direct: bool,
+    iowq: iowq::IoWorkerPolicy,
 }
 
 impl fmt::Debug for UringBackend {
@@ -674,6 +678,7 @@ impl fmt::Debug for UringBackend {
             .field("name", &self.name)
             .field("queue_depth", &self.queue_depth)
             .field("o_direct", &self.o_direct)
+            .field("iowq", &self.iowq)
             .field("root", &self.shared.root_fh)
             .finish()
     }
@@ -734,7 +739,20 @@ impl UringBackend {
             shared: Arc::new(shared),
             queue_depth,
             o_direct,
+            iowq: iowq::IoWorkerPolicy::new(true),
         })
+    }
+
+    /// Where the channels' io-wq workers go (see the `iowq` module): with
+    /// `off_cores` (the default), on the CPUs of the process's allowed set
+    /// (taken at [`UringBackend::open`]) that run none of `cores`, or failing
+    /// that none of the io cores, and never on the CPU a channel's thread is
+    /// pinned to; without it, where the kernel puts them (the submitting
+    /// core's CPU, as a rule). Call before the channels are opened.
+    pub fn with_io_workers(mut self, off_cores: bool, cores: CoreCpus) -> UringBackend {
+        self.iowq.off_cores = off_cores;
+        self.iowq.cores = cores;
+        self
     }
 
     /// The name from the configuration.
@@ -746,8 +764,10 @@ impl UringBackend {
     /// Call once per core, on that core.
     pub fn open_uring_channel(&self, core: usize) -> FsResult<UringChannel> {
         let ring = IoUring::new(self.queue_depth).map_err(|e| FsError::from_io(&e))?;
+        let io_worker_cpus = iowq::place(&ring, &self.iowq, self.queue_depth, core);
         let depth = self.queue_depth as usize;
         Ok(UringChannel {
+            io_worker_cpus,
             shared: self.shared.clone(),
             ring,
             core,
@@ -1539,6 +1559,8 @@ struct Slot {
 pub struct UringChannel {
     shared: Arc<Shared>,
     ring: IoUring,
+    /// The io-wq affinity registered for this channel's thread, if any.
+    io_worker_cpus: Option<Vec<usize>>,
     core: usize,
     o_direct: bool,
     slots: Vec<Option<Slot>>,
@@ -1560,6 +1582,7 @@ impl fmt::Debug for UringChannel {
             .field("depth", &self.slots.len())
             .field("in_flight", &self.in_flight())
             .field("cached_fds", &self.cache.len())
+            .field("io_worker_cpus", &self.io_worker_cpus)
             .field("stats", &self.stats)
             .finish()
     }
@@ -1573,6 +1596,13 @@ impl UringChannel {
     /// Counters since the channel was opened. Runs on the channel's core.
     pub fn stats(&self) -> UringChannelStats {
         self.stats
+    }
+
+    /// The CPUs this channel's thread registered for its io-wq workers;
+    /// `None` when the affinity was left unset (the option is off, no CPU
+    /// is free of io cores, or the kernel refused it).
+    pub fn io_worker_cpus(&self) -> Option<&[usize]> {
+        self.io_worker_cpus.as_deref()
     }
 
     /// After a remove or rename through the backend: mark stale the cached

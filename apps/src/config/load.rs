@@ -643,15 +643,21 @@ impl Walker {
                 })
             }
             Kind::Uring => {
-                self.deny_unknown(p, m, &["type", "name", "path", "queue_depth", "o_direct"]);
+                self.deny_unknown(
+                    p,
+                    m,
+                    &["type", "name", "path", "queue_depth", "o_direct", "iowq_off_cores"],
+                );
                 let path = self.req(p, m, "path", Walker::string);
                 let qd = self.opt(p, m, "queue_depth", default_queue_depth(), Walker::u32);
                 let o_direct = self.opt(p, m, "o_direct", true, Walker::boolean);
+                let iowq_off_cores = self.opt(p, m, "iowq_off_cores", true, Walker::boolean);
                 Some(BackendConfig::Uring {
                     name: name?,
                     path: path?,
                     queue_depth: qd?,
                     o_direct: o_direct?,
+                    iowq_off_cores: iowq_off_cores?,
                 })
             }
             Kind::Nvme => {

@@ -351,6 +351,10 @@ pub enum BackendConfig {
         /// Use O_DIRECT for aligned data I/O (default `true`).
         #[serde(default = "default_true")]
         o_direct: bool,
+        /// Keep the kernel's io-wq workers (buffered writes, fsync) off the
+        /// cores' CPUs (default `true`; docs/BACKENDS.md).
+        #[serde(default = "default_true")]
+        iowq_off_cores: bool,
     },
     /// NVMe namespaces, partitions or image files, exported as the files of a
     /// flat directory; I/O through io_uring NVMe passthrough on `/dev/ngXnY`

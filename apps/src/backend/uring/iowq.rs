@@ -1,0 +1,210 @@
+//! Where a channel's io-wq workers run, and how many there may be.
+//!
+//! The kernel completes what io_uring cannot do without blocking (a buffered
+//! write it cannot finish under `IOCB_NOWAIT`, every `IORING_OP_FSYNC`) on
+//! the submitting task's io-wq worker threads (`iou-wrk-<tid>`). Left alone,
+//! the scheduler wakes them on the submitter's CPU, which for a channel is
+//! the io core's own pinned CPU: a 1 MiB buffered write then spends its
+//! 100 µs-1.5 ms page-cache copy there and pre-empts the reactor thread, and
+//! every other client of the core waits for it (issue 21 item 5).
+//!
+//! A channel therefore registers its task's io-wq affinity
+//! (`IORING_REGISTER_IOWQ_AFF`, Linux 5.14) to the CPUs of the process's
+//! allowed set that run no reactor core; when every allowed CPU runs a
+//! core, to those that run no io core (the admin cores', mostly idle); when
+//! none remain (one CPU, or only io cores), it leaves the affinity unset.
+//! It also bounds the task's io-wq workers (`IORING_REGISTER_IOWQ_MAX_WORKERS`,
+//! Linux 5.15) with [`max_workers`]. Both settings belong to the task (the
+//! core thread), not to the ring: every ring the thread submits to shares
+//! them. A kernel without either registration keeps its defaults (logged at
+//! debug level).
+
+use io_uring::IoUring;
+
+/// The CPUs of the reactor's cores, given to the backend at start-up so its
+/// channels keep io-wq workers off them. Empty lists are allowed (a backend
+/// used outside a target): a channel still avoids the CPUs its own thread is
+/// pinned to.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CoreCpus {
+    /// CPUs of every core (io and admin).
+    pub reactor: Vec<usize>,
+    /// CPUs of the io cores (a subset of `reactor`).
+    pub io: Vec<usize>,
+}
+
+/// Where a backend's channels put their io-wq workers.
+#[derive(Clone, Debug)]
+pub(crate) struct IoWorkerPolicy {
+    /// Register the io-wq affinity at all (the `iowq_off_cores` option).
+    pub off_cores: bool,
+    /// The process's allowed CPUs when the backend was opened (before the
+    /// core threads pinned themselves).
+    pub allowed: Vec<usize>,
+    /// The reactor's cores.
+    pub cores: CoreCpus,
+}
+
+impl IoWorkerPolicy {
+    /// The policy with the calling thread's allowed CPUs as the process's.
+    pub fn new(off_cores: bool) -> IoWorkerPolicy {
+        IoWorkerPolicy {
+            off_cores,
+            allowed: thread_cpus().unwrap_or_default(),
+            cores: CoreCpus::default(),
+        }
+    }
+}
+
+/// Largest io-wq worker count per kind (bounded: regular files; unbounded:
+/// anything else, which this backend never submits) for a ring of
+/// `queue_depth` entries whose workers may use `cpus` CPUs: one worker per
+/// four ring entries (most I/O completes without a worker: reads take the
+/// page cache's async path, `O_DIRECT` goes to the device, and buffered
+/// writes to one file are serialised by the kernel on one worker anyway), at
+/// most four per CPU (the kernel's own default bound), at least one.
+pub fn max_workers(queue_depth: u32, cpus: usize) -> u32 {
+    let per_cpu = u32::try_from(cpus.saturating_mul(4)).unwrap_or(u32::MAX);
+    (queue_depth / 4).min(per_cpu).max(1)
+}
+
+/// The CPUs the workers of a channel may use: `allowed` without the
+/// reactor's CPUs and without `own` (the opening thread's CPUs when it is
+/// pinned to fewer than `allowed`); failing that, `allowed` without the io
+/// cores' CPUs and `own`; `None` when that is empty too, or is all of
+/// `allowed` (nothing to keep the workers off). Sorted.
+pub(crate) fn worker_cpus(allowed: &[usize], cores: &CoreCpus, own: &[usize]) -> Option<Vec<usize>> {
+    let pinned = !own.is_empty() && allowed.iter().any(|c| !own.contains(c));
+    let own: &[usize] = if pinned { own } else { &[] };
+    let without = |avoid: &[usize]| -> Vec<usize> {
+        let mut v: Vec<usize> = allowed
+            .iter()
+            .copied()
+            .filter(|c| !avoid.contains(c) && !own.contains(c))
+            .collect();
+        v.sort_unstable();
+        v.dedup();
+        v
+    };
+    let useful = |v: &Vec<usize>| !v.is_empty() && allowed.iter().any(|c| !v.contains(c));
+    let free = without(&cores.reactor);
+    if useful(&free) {
+        return Some(free);
+    }
+    let off_io = without(&cores.io);
+    useful(&off_io).then_some(off_io)
+}
+
+/// Apply `policy` to the calling thread's io-wq through `ring` (created on
+/// this thread). Returns the CPUs registered, `None` when the affinity was
+/// left unset. Failures of the kernel (too old) are logged, not returned:
+/// the channel works either way.
+pub(crate) fn place(ring: &IoUring, policy: &IoWorkerPolicy, queue_depth: u32, core: usize) -> Option<Vec<usize>> {
+    let own = thread_cpus().unwrap_or_default();
+    let set = if policy.off_cores {
+        worker_cpus(&policy.allowed, &policy.cores, &own)
+    } else {
+        None
+    };
+    let registered = match (&set, policy.off_cores) {
+        (Some(cpus), _) => match ring.submitter().register_iowq_aff(&cpu_set(cpus)) {
+            Ok(()) => {
+                tracing::debug!(core, ?cpus, "uring: io-wq workers kept off the reactor's CPUs");
+                set.clone()
+            }
+            Err(e) => {
+                tracing::debug!(core, ?cpus, error = %e, "uring: io-wq affinity not registered");
+                None
+            }
+        },
+        (None, true) => {
+            tracing::debug!(
+                core,
+                allowed = ?policy.allowed,
+                "uring: io-wq affinity left unset: no allowed CPU is free of io cores, or none needs avoiding"
+            );
+            None
+        }
+        (None, false) => None,
+    };
+    let cpus = registered.as_ref().map_or(policy.allowed.len(), Vec::len);
+    let n = max_workers(queue_depth, cpus.max(1));
+    let mut max = [n, n];
+    if let Err(e) = ring.submitter().register_iowq_max_workers(&mut max) {
+        tracing::debug!(core, error = %e, "uring: io-wq worker bound not registered");
+    }
+    registered
+}
+
+/// The calling thread's allowed CPUs.
+pub(crate) fn thread_cpus() -> Option<Vec<usize>> {
+    // SAFETY: cpu_set_t is plain data; all zeros is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `set` is a valid cpu_set_t of the size passed.
+    let r = unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
+    if r != 0 {
+        return None;
+    }
+    // SAFETY: CPU_ISSET reads the set within its size (CPU_SETSIZE).
+    Some(
+        (0..libc::CPU_SETSIZE as usize)
+            .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
+            .collect(),
+    )
+}
+
+fn cpu_set(cpus: &[usize]) -> libc::cpu_set_t {
+    // SAFETY: cpu_set_t is plain data; all zeros is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    for &c in cpus.iter().filter(|&&c| c < libc::CPU_SETSIZE as usize) {
+        // SAFETY: `c` is below CPU_SETSIZE, within the set.
+        unsafe { libc::CPU_SET(c, &mut set) };
+    }
+    set
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cores(reactor: &[usize], io: &[usize]) -> CoreCpus {
+        CoreCpus {
+            reactor: reactor.to_vec(),
+            io: io.to_vec(),
+        }
+    }
+
+    #[test]
+    fn workers_avoid_reactor_then_io_cores() {
+        let all = [0, 1, 2, 3];
+        assert_eq!(worker_cpus(&all, &cores(&[0, 1], &[1]), &[1]), Some(vec![2, 3]));
+        // Every CPU runs a core: the admin core's CPU.
+        assert_eq!(worker_cpus(&[0, 1], &cores(&[0, 1], &[1]), &[1]), Some(vec![0]));
+        // Only io cores: nothing left.
+        assert_eq!(worker_cpus(&[0, 1], &cores(&[0, 1], &[0, 1]), &[1]), None);
+        assert_eq!(worker_cpus(&[0], &cores(&[], &[]), &[0]), None);
+        // No core list: the opening thread's own CPU when it is pinned ...
+        assert_eq!(worker_cpus(&all, &CoreCpus::default(), &[0]), Some(vec![1, 2, 3]));
+        // ... and nothing when it is not, or there is one CPU.
+        assert_eq!(worker_cpus(&all, &CoreCpus::default(), &all), None);
+        assert_eq!(worker_cpus(&[0], &CoreCpus::default(), &[]), None);
+    }
+
+    #[test]
+    fn worker_bound_follows_depth_and_cpus() {
+        assert_eq!(max_workers(64, 1), 4);
+        assert_eq!(max_workers(64, 8), 16);
+        assert_eq!(max_workers(1, 8), 1);
+        assert_eq!(max_workers(4096, 2), 8);
+    }
+
+    #[test]
+    fn cpu_set_round_trip() {
+        let set = cpu_set(&[0, 3, 5000]);
+        // SAFETY: reads within the set.
+        let got: Vec<usize> = (0..libc::CPU_SETSIZE as usize)
+            .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
+            .collect();
+        assert_eq!(got, vec![0, 3]);
+    }
+}
