@@ -21,7 +21,15 @@
 #      ("matrix tshark restart locks nconnect"; add "fio" for the comparison
 #      with the Linux server, about 4 minutes a round, and "deleg" for
 #      delegations recalled over RDMA and their figures; see guest/nfs4.sh),
-#      NFS4_FIO_ROUNDS (1), NFS4_FIO_SECONDS (5: each fio job and perf run),
+#      NFS4_FIO_ROUNDS (1: rounds of the fio step; in one boot the two
+#      servers alternate, the pair's order flipping each round, and the table
+#      gives per-row medians, ratios of medians, every round's ratio and the
+#      Linux server's spread over its own rounds as the noise floor; use 3 or
+#      more for a figure), NFS4_FIO_SECONDS (5: each fio job and perf run),
+#      NFS4_FIO_PERF (1; 0: the fio step runs fio only, no perf rows),
+#      NFS4_FIO_BACKEND (mem: ours' backend in the fio step; the Linux
+#      server's export is a tmpfs), NFS4_SPIN_US (5000: ours once more with
+#      cores spinning that long before they block, qd-1 rows; 0: skip),
 #      NFS4_RESTART_FILES (16: 4 MiB files of the restart step's writer),
 #      NFS4_DELEG_ROUNDS (40: recalls timed by the deleg step),
 #      NFS4_DELEG_FIO_SECONDS (10: each job of the delegations on/off figures),
@@ -54,6 +62,7 @@ STEPS=${NFS4_STEPS:-matrix tshark restart locks nconnect}
     echo "NFS4_STEPS='$STEPS'"
     echo "NFS4_FIO_ROUNDS=${NFS4_FIO_ROUNDS:-1}"
     echo "export FIO_SECONDS=${NFS4_FIO_SECONDS:-5} PERF_SECONDS=${NFS4_FIO_SECONDS:-5}"
+    echo "export NFS4_FIO_PERF=${NFS4_FIO_PERF:-1} NFS4_FIO_BACKEND=${NFS4_FIO_BACKEND:-mem} NFS4_SPIN_US=${NFS4_SPIN_US:-5000}"
     echo "export NFS4_RESTART_FILES=${NFS4_RESTART_FILES:-16}"
     echo "export DELEG_FIO_SECONDS=${NFS4_DELEG_FIO_SECONDS:-10}"
 } >>"$STAGE/env.sh"
