@@ -365,7 +365,7 @@ pub(crate) enum Fail {
     /// on this file, recalled now: it is held until they are returned or
     /// revoked ([`delegwait`]), or answered NFS3ERR_JUKEBOX when no more
     /// can be held.
-    Recalled(crate::nfs4::state::FileKey),
+    Recalled(crate::nfs4::state::FileKey, crate::nfs4::deleg::Conflict),
 }
 
 impl From<DecodeError> for Fail {
@@ -939,8 +939,8 @@ impl NfsService {
         };
         // A Call held for a recall: deferred here, or NFS3ERR_JUKEBOX.
         let res = match res {
-            Err(Fail::Recalled(file)) => match c.token {
-                Some(t) if st.delegwait.hold(&shared.v4, t, file, &mut st.deferred, reply) => Ok(0),
+            Err(Fail::Recalled(file, kind)) => match c.token {
+                Some(t) if st.delegwait.hold(&shared.v4, t, (file, kind), &mut st.deferred, reply) => Ok(0),
                 _ => Err(Fail::Nfs(p::NFS3ERR_JUKEBOX)),
             },
             r => r,
@@ -983,7 +983,7 @@ impl NfsService {
                         st.stats.auth_errors += 1;
                         ReplyHeader::denied(xid, RejectedReply::AuthError(why))
                     }
-                    Fail::Nfs(_) | Fail::System | Fail::Busy | Fail::Recalled(_) => accepted(AcceptedReply::SystemErr),
+                    Fail::Nfs(_) | Fail::System | Fail::Busy | Fail::Recalled(..) => accepted(AcceptedReply::SystemErr),
                 };
                 reply_header(reply, &h)
             }

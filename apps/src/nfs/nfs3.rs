@@ -19,6 +19,7 @@ use super::auth::{access_bits, Caller, Cred, MAY_EXEC, MAY_READ, MAY_WRITE};
 use super::export::{split_fh, FhError};
 use super::xdr::*;
 use super::{Call, CoreState, Fail, NfsShared};
+use crate::nfs4::deleg::Conflict;
 use crate::backend::creds;
 use crate::backend::{
     Attr, Backend, CreateHow, DirChange, DirEntry, DirPre, FileHandle, FileType, FsError, FsResult, IoDesc, IoDone,
@@ -287,8 +288,21 @@ pub(crate) fn call(
 /// when the engine lets it be deferred, and answered NFS3ERR_JUKEBOX
 /// otherwise (the client retries).
 fn v4_delegations(sh: &NfsShared, c: &Call<'_>, ex: usize, fh: &FileHandle) -> Result<(), Fail> {
-    sh.v4.deleg_conflict(&(ex, *fh), None).map_err(|_| match c.token {
-        Some(_) => Fail::Recalled((ex, *fh)),
+    v4_conflict(sh, c, ex, fh, Conflict::Change)
+}
+
+/// A look at a file's data or attributes through NFSv3 (READ, GETATTR,
+/// SETATTR of anything but the size) recalls the NFSv4 write delegations
+/// on it, held as [`v4_delegations`] holds a change: the holder may have
+/// cached writes (RFC 8881 s10.4). One atomic load while no write
+/// delegation exists.
+fn v4_write_delegations(sh: &NfsShared, c: &Call<'_>, ex: usize, fh: &FileHandle) -> Result<(), Fail> {
+    v4_conflict(sh, c, ex, fh, Conflict::Read)
+}
+
+fn v4_conflict(sh: &NfsShared, c: &Call<'_>, ex: usize, fh: &FileHandle, kind: Conflict) -> Result<(), Fail> {
+    sh.v4.deleg_conflict_as(&(ex, *fh), None, kind).map_err(|_| match c.token {
+        Some(_) => Fail::Recalled((ex, *fh), kind),
         None => Fail::Nfs(NFS3ERR_JUKEBOX),
     })
 }
@@ -322,6 +336,7 @@ fn getattr(
 ) -> Result<usize, Fail> {
     let fh = nfs_fh3(&mut Reader::new(c.args), "object")?;
     let o = resolve(sh, c, fh)?;
+    v4_write_delegations(sh, c, o.ex, &o.fh)?;
     let a = attr_now(sh, st, &o)?;
     let mut w = out(reply, base);
     w.put_u32(NFS3_OK)?;
@@ -334,6 +349,8 @@ fn setattr(sh: &NfsShared, c: &Call<'_>, reply: &mut ReplyBuilder<'_>, base: usi
     let o = resolve(sh, c, args.object)?;
     if args.attrs.size.is_some() {
         v4_delegations(sh, c, o.ex, &o.fh)?;
+    } else {
+        v4_write_delegations(sh, c, o.ex, &o.fh)?;
     }
     let (b, id) = (backend(sh, &o), fsid(sh, &o));
     let ro = read_only(sh, &o);
@@ -524,6 +541,9 @@ fn read(
     // Resuming this Call after its deferred read: its result, and the
     // attributes it was checked against (one backend call fewer).
     let resumed = st.deferred.resumed_for(c.token);
+    if resumed.is_none() {
+        v4_write_delegations(sh, c, o.ex, &o.fh)?;
+    }
     if resumed.is_none() && open_off_core(sh, st, c, &o, reply) {
         return Ok(0);
     }
