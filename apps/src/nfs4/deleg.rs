@@ -144,6 +144,11 @@ impl V4State {
             .store(d.as_millis().min(u64::MAX as u128) as u64, Ordering::Relaxed);
     }
 
+    /// Write delegations held or revoked-and-not-freed. No lock.
+    pub fn write_delegations(&self) -> usize {
+        self.write_deleg_count.load(Ordering::Relaxed)
+    }
+
     pub fn delegations(&self) -> usize {
         self.lock_tables().delegs.len()
     }
