@@ -13,7 +13,8 @@
 # two-guest run (tests/kernel/guest/deleg.sh:
 # client A in the second guest holds a read delegation, client B in the
 # server's guest writes, vers=4.2 then vers=3; $NFS4_DELEG_ROUNDS recalls
-# timed) captures the recalls for tshark_cb.sh. The recall-to-DELEGRETURN
+# timed; then A writes under a write delegation and B reads, vers=4.2 then
+# vers=3) captures the recalls for tshark_cb.sh. The recall-to-DELEGRETURN
 # time and the delegations on/off figures are printed at the end.
 # Env: NFS4_MOUNTS ("4.1/tcp 4.1/rdma 4.2/rdma 4.2/tcp default/rdma default/tcp";
 #      "default": no vers= option, which must land on 4.2), NFS4_BACKENDS
@@ -99,7 +100,9 @@ need=()
 [[ " $STEPS " == *" tshark "* ]] && need+=("pair: umount" "pair tcp: umount" "pair4: malformed frames")
 [[ " $STEPS " == *" deleg "* ]] && need+=("deleg: A reads B's vers=4.2 write" "deleg: A reads B's vers=3 write"
     "deleg: ${NFS4_DELEG_ROUNDS:-40} rounds: A returned" "deleg-pcap: malformed frames" "deleg-pcap: CB_COMPOUND with CB_RECALL"
-    "deleg fio: GETATTR" "deleg open-read-close: GETATTR")
+    "deleg fio: GETATTR" "deleg open-read-close: GETATTR"
+    "deleg write: B reads exactly what A wrote under its write delegation, vers=4.2"
+    "deleg write: B reads exactly what A wrote under its write delegation, vers=3")
 [[ " $STEPS " == *" restart "* ]] && need+=("restart vers=4.2 rdma: all ")
 [[ " $STEPS " == *" locks "* ]] && need+=("locks vers=4.1 rdma: as many cases" "locks vers=4.2 rdma: as many cases")
 [[ " $STEPS " == *" nconnect "* ]] && need+=("nconnect=4 vers=4.1 rdma: every transport" "nconnect=4 vers=4.2 rdma: every transport"
