@@ -26,6 +26,7 @@
 #      NFS4_RESTART_FILES (16: 4 MiB files of the restart step's writer),
 #      NFS4_DELEG_ROUNDS (40: recalls timed by the deleg step),
 #      NFS4_DELEG_FIO_SECONDS (10: each job of the delegations on/off figures),
+#      NFS4_DELEG_FIO_PAIRS (3: on/off pairs of those figures, in one boot),
 #      SOFTROCE_VM, VMLAB_CACHE, CARGO_TARGET_DIR. Run under the shared VM lock:
 #      flock /tmp/rpcrdma-vm.lock bash tests/kernel/nfs4.sh
 set -euo pipefail
@@ -56,7 +57,7 @@ STEPS=${NFS4_STEPS:-matrix tshark restart locks nconnect}
     echo "NFS4_FIO_ROUNDS=${NFS4_FIO_ROUNDS:-1}"
     echo "export FIO_SECONDS=${NFS4_FIO_SECONDS:-5} PERF_SECONDS=${NFS4_FIO_SECONDS:-5}"
     echo "export NFS4_RESTART_FILES=${NFS4_RESTART_FILES:-16}"
-    echo "export DELEG_FIO_SECONDS=${NFS4_DELEG_FIO_SECONDS:-10}"
+    echo "export DELEG_FIO_SECONDS=${NFS4_DELEG_FIO_SECONDS:-10} DELEG_FIO_PAIRS=${NFS4_DELEG_FIO_PAIRS:-3}"
 } >>"$STAGE/env.sh"
 pair_rc=0
 if [[ " $STEPS " == *" tshark "* ]]; then
