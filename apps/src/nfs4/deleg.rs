@@ -1,34 +1,63 @@
-//! Read delegations (RFC 8881 s10.2, s10.4): granted by OPEN, recalled
-//! with CB_RECALL when another client (or NFSv3) is about to change the
-//! file, returned with DELEGRETURN, revoked when not returned within a
-//! lease of the recall.
+//! Read and write delegations (RFC 8881 s10.2, s10.4): granted by OPEN,
+//! recalled with CB_RECALL when another client (or NFSv3) is about to use
+//! the file in a way the delegation does not allow, returned with
+//! DELEGRETURN, revoked when not returned within a lease of the recall.
 //!
-//! OPEN grants OPEN_DELEGATE_READ when `nfs4.delegations` is on, the open
-//! is for reading only, the session's backchannel is up
-//! ([`super::callback`]), the client did not say it wants none
-//! (OPEN4_SHARE_ACCESS_WANT_NO_DELEG; RFC 8881 s18.16.3), no other client
-//! has the file open for writing (or denies reading), no recall of the
-//! file is in progress or ended less than [`REGRANT_AFTER_RECALL`] ago
-//! (otherwise the holder, reopening at once after its DELEGRETURN, would
-//! be granted a new delegation before the conflicting client's retry
-//! arrives, and that client could be sent back to wait again and again;
-//! the Linux server blocks recently recalled files the same way), and the
-//! bounds allow ([`MAX_DELEGS`],
-//! [`MAX_DELEGS_PER_CLIENT`]). A client that asked (a `WANT_*` bit) and
-//! gets none hears why (OPEN_DELEGATE_NONE_EXT with a `WND4_*` reason).
-//! Write delegations are not granted (WND4_CONTENTION to a client that
-//! wants only one).
+//! OPEN grants one ([`V4State::offer`]) when `nfs4.delegations` is on, the
+//! session's backchannel is up ([`super::callback`]), the client did not
+//! say it wants none (OPEN4_SHARE_ACCESS_WANT_NO_DELEG; RFC 8881
+//! s18.16.3), no recall of the file is in progress or ended less than
+//! [`REGRANT_AFTER_RECALL`] ago (otherwise the holder, reopening at once
+//! after its DELEGRETURN, would be granted a new delegation before the
+//! conflicting client's retry arrives, and that client could be sent back
+//! to wait again and again; the Linux server blocks recently recalled
+//! files the same way), and the bounds allow ([`MAX_DELEGS`],
+//! [`MAX_DELEGS_PER_CLIENT`]). Its type follows the open:
+//! - an open for reading only gets OPEN_DELEGATE_READ, unless another
+//!   client has the file open for writing (or denying reads) or holds a
+//!   write delegation on it;
+//! - an open for writing (WRITE or BOTH) gets OPEN_DELEGATE_WRITE when no
+//!   other client has the file open at all or holds any delegation on it,
+//!   and the backend's change attribute is consistent
+//!   (`Backend::consistent_change`, docs/BACKENDS.md; WND4_WRITE_DELEG_NOT_SUPP_FTYPE
+//!   otherwise). Its reply carries a space limit (NFS_LIMIT_SIZE: the size
+//!   plus [`WRITE_DELEG_GROWTH_BYTES`], or the free space when less) and an
+//!   ACE of what the mode bits allow every class (s18.16.1). A client's own
+//!   read delegation is not upgraded (WND4_NOT_SUPP_UPGRADE).
 //!
-//! A conflict: another client's OPEN for writing (or denying reading),
-//! WRITE, SETATTR of the size, REMOVE, RENAME or LINK of the file, through
-//! NFSv4 or NFSv3. Each delegation of another client on the file is then
-//! recalled (once; the CB_RECALL goes on the holder's backchannel) and the
-//! conflicting operation is answered NFS4ERR_DELAY until every such
-//! delegation is returned or revoked. An NFSv3 one is held until then
-//! ([`crate::nfs::delegwait`]; NFS3ERR_JUKEBOX when it cannot be, over TCP
-//! or past the bound).
-//! A holder whose lease expired loses its state to the conflict, as a
-//! courtesy client does (see [`super::state`]).
+//! A client asking for a type (WANT_READ_DELEG, WANT_WRITE_DELEG) that is
+//! not the one its open's access gets hears WND4_CONTENTION; WANT_ANY_DELEG
+//! takes the open's type. A client that asked (any `WANT_*` bit) and gets
+//! none hears why (OPEN_DELEGATE_NONE_EXT with a `WND4_*` reason); one that
+//! did not, OPEN_DELEGATE_NONE. A client that holds one and opens again
+//! gets the same stateid (s10.4.4). A write delegation's stateid reads,
+//! writes and sets the size; a read one's only reads (s9.1.3).
+//!
+//! Conflicts ([`Conflict`]), from another client, or NFSv3:
+//! - a change ([`Conflict::Change`]: an OPEN for writing or denying reads,
+//!   WRITE, SETATTR of the size, an OPEN that truncates, REMOVE, RENAME or
+//!   LINK of the file, ALLOCATE, DEALLOCATE, COPY's destination) recalls
+//!   every delegation on the file;
+//! - a look ([`Conflict::Read`]: any OPEN, READ, GETATTR or VERIFY asking
+//!   for the size, change, space used or times, SETATTR of anything else,
+//!   SEEK, COPY's source; NFSv3 READ, GETATTR, SETATTR) recalls a write
+//!   delegation only: there is no CB_GETATTR here (s10.4.3), so the holder
+//!   is made to flush and return, as the Linux server did before it had
+//!   CB_GETATTR. READDIR's attributes of a delegated file are not a
+//!   conflict (they may be stale while it is held).
+//! The holder's own operations never conflict. Each conflicting
+//! delegation is recalled (once; the CB_RECALL goes on the holder's
+//! backchannel) and the operation is answered NFS4ERR_DELAY until every
+//! such delegation is returned or revoked. An NFSv3 one is held until then
+//! ([`crate::nfs::delegwait`]; NFS3ERR_JUKEBOX when it cannot be: over TCP,
+//! past the bound, or an NFSv3 READ whose data buffer may be the
+//! requester's own memory). A read costs one atomic load while no write
+//! delegation exists. A holder whose lease expired loses its state to the
+//! conflict, as a courtesy client does (see [`super::state`]).
+//!
+//! On a recall the holder flushes what it cached (its WRITEs with the
+//! delegation's stateid are its own) and may reopen under the delegation
+//! (CLAIM_DELEGATE_CUR, CLAIM_DELEG_CUR_FH) before its DELEGRETURN.
 //!
 //! A delegation not returned within one lease of its recall is revoked
 //! (RFC 8881 s10.2.1), by time: [`V4State::revoke_overdue`] runs on every
@@ -40,7 +69,12 @@
 //! rule. The holder's SEQUENCE then carries
 //! SEQ4_STATUS_RECALLABLE_STATE_REVOKED, the stateid is
 //! NFS4ERR_DELEG_REVOKED until FREE_STATEID (or DELEGRETURN, which also
-//! answers NFS4ERR_DELEG_REVOKED) takes it away.
+//! answers NFS4ERR_DELEG_REVOKED) takes it away; a revoked write
+//! delegation's cached writes are lost to its holder (s10.4.1).
+//!
+//! The counters ([`super::deleg_stats`]) count write delegations apart as
+//! well (`write_delegations_held`, `write_delegations_granted`,
+//! `write_recalls`, `write_returned`, `write_revoked`).
 
 use std::sync::atomic::Ordering;
 use std::time::Instant;
