@@ -1699,7 +1699,10 @@ fn backchannel_write_deleg_granted_on_write_open() {
     ]);
     assert_eq!(r.status, NFS4_OK, "SETATTR of the size with the delegation's stateid");
     a.write(&o.fh, &o.sid, 4, FILE_SYNC4, b"!").unwrap();
-    assert!(!svc.borrow().has_backward_calls(), "the holder's own operations recall nothing");
+    assert!(
+        !svc.borrow().has_backward_calls(),
+        "the holder's own operations recall nothing"
+    );
     let j = sh.v4().stats_json();
     assert_eq!(j["write_delegations_held"], 1);
     assert_eq!(j["write_delegations_granted"], 1);
@@ -1789,7 +1792,10 @@ fn write_deleg_recalled_by(look: Look) {
             Look::Read => b.read(&o.fh, &Stateid::ANONYMOUS, 0, 64).map(|(_, d)| d),
             Look::OpenRead => {
                 let r = open_in(b, &dir, "f", OPEN4_SHARE_ACCESS_READ, false)?;
-                assert_eq!(r.deleg.0, OPEN_DELEGATE_NONE, "{look:?}: no delegation right after a recall");
+                assert_eq!(
+                    r.deleg.0, OPEN_DELEGATE_NONE,
+                    "{look:?}: no delegation right after a recall"
+                );
                 b.read(&r.fh, &r.sid, 0, 64).map(|(_, d)| d)
             }
         }
@@ -1814,7 +1820,10 @@ fn write_deleg_recalled_by(look: Look) {
             stateid(e, &ds);
         }),
     ]);
-    assert_eq!(r.status, NFS4_OK, "{look:?}: CLAIM_DELEG_CUR_FH after a write delegation");
+    assert_eq!(
+        r.status, NFS4_OK,
+        "{look:?}: CLAIM_DELEG_CUR_FH after a write delegation"
+    );
     answer(&svc, 1, &cb, NFS4_OK);
     assert_eq!(delegreturn(&mut a, &o.fh, &ds), NFS4_OK);
     let after = size_change(&mut b, &o.fh).unwrap();
@@ -1885,7 +1894,11 @@ fn backchannel_write_deleg_unanswered_is_revoked_after_the_lease() {
         assert_eq!(status_flags(&mut a), 0, "renewed, not yet revoked");
         b.seq(&[]);
     }
-    assert_eq!(size_change(&mut b, &o.fh).unwrap().0, 0, "revoked: B's GETATTR proceeds");
+    assert_eq!(
+        size_change(&mut b, &o.fh).unwrap().0,
+        0,
+        "revoked: B's GETATTR proceeds"
+    );
     assert_eq!(status_flags(&mut a), SEQ4_STATUS_RECALLABLE_STATE_REVOKED);
     assert_eq!(
         a.write(&o.fh, &ds, 0, FILE_SYNC4, b"late").unwrap_err(),
@@ -1960,7 +1973,11 @@ fn backchannel_write_deleg_v3_read_and_getattr_held_until_return_over_shm() {
             assert!(c.t.cli.poll_completion().is_none(), "v{v}: answered before DELEGRETURN");
             a.t.srv = c.t.srv.take();
             // The flush of A's cached writes, then the return.
-            let data: &[u8] = if round == 0 { b"written by A" } else { b"written by A, twice" };
+            let data: &[u8] = if round == 0 {
+                b"written by A"
+            } else {
+                b"written by A, twice"
+            };
             a.write(&o.fh, &ds, 0, FILE_SYNC4, data).unwrap();
             assert_eq!(delegreturn(&mut a, &o.fh, &ds), NFS4_OK);
             c.t.srv = a.t.srv.take();
@@ -1997,7 +2014,11 @@ fn backchannel_write_deleg_v3_read_and_getattr_held_until_return_over_shm() {
         while srv.connections() > 0 && t0.elapsed() < Duration::from_secs(10) {
             srv.poll();
         }
-        assert_eq!(srv.shutdown(100_000), Default::default(), "v{v}: responder buffers held");
+        assert_eq!(
+            srv.shutdown(100_000),
+            Default::default(),
+            "v{v}: responder buffers held"
+        );
         drop(srv);
         for class in [p.recv, p.send, p.data] {
             assert_eq!(p.pool.stats(class).unwrap().in_use, 0, "v{v}: class {class:?} leaked");

@@ -2,7 +2,9 @@
 //! recalled (issue 23).
 //!
 //! An NFSv3 WRITE, SETATTR of the size, REMOVE, RENAME or LINK of a file an
-//! NFSv4 client holds a delegation on recalls it ([`crate::nfs4::deleg`]).
+//! NFSv4 client holds a delegation on recalls it, and so does a READ,
+//! GETATTR or other SETATTR of a file under a write delegation
+//! ([`crate::nfs4::deleg`]).
 //! NFSv3 has no way to say "later" but NFS3ERR_JUKEBOX (RFC 1813 s2.6),
 //! after which the Linux client waits five seconds before it retries,
 //! while a client answers a recall in a round trip or two. So a Call the

@@ -19,12 +19,12 @@ use super::auth::{access_bits, Caller, Cred, MAY_EXEC, MAY_READ, MAY_WRITE};
 use super::export::{split_fh, FhError};
 use super::xdr::*;
 use super::{Call, CoreState, Fail, NfsShared};
-use crate::nfs4::deleg::Conflict;
 use crate::backend::creds;
 use crate::backend::{
     Attr, Backend, CreateHow, DirChange, DirEntry, DirPre, FileHandle, FileType, FsError, FsResult, IoDesc, IoDone,
     IoOp, NodeKind, SetAttr, SetTime, Stable, FH_MAX_BYTES, NAME_MAX_BYTES, PATH_MAX_BYTES,
 };
+use crate::nfs4::deleg::Conflict;
 use proto::rpc::AuthStat;
 
 /// `PATHCONF3resok.linkmax`.
@@ -301,10 +301,12 @@ fn v4_write_delegations(sh: &NfsShared, c: &Call<'_>, ex: usize, fh: &FileHandle
 }
 
 fn v4_conflict(sh: &NfsShared, c: &Call<'_>, ex: usize, fh: &FileHandle, kind: Conflict) -> Result<(), Fail> {
-    sh.v4.deleg_conflict_as(&(ex, *fh), None, kind).map_err(|_| match c.token {
-        Some(_) => Fail::Recalled((ex, *fh), kind),
-        None => Fail::Nfs(NFS3ERR_JUKEBOX),
-    })
+    sh.v4
+        .deleg_conflict_as(&(ex, *fh), None, kind)
+        .map_err(|_| match c.token {
+            Some(_) => Fail::Recalled((ex, *fh), kind),
+            None => Fail::Nfs(NFS3ERR_JUKEBOX),
+        })
 }
 
 /// The file `name` in `dir` when it is a regular file (one a delegation

@@ -45,6 +45,7 @@
 //!   is made to flush and return, as the Linux server did before it had
 //!   CB_GETATTR. READDIR's attributes of a delegated file are not a
 //!   conflict (they may be stale while it is held).
+//!
 //! The holder's own operations never conflict. Each conflicting
 //! delegation is recalled (once; the CB_RECALL goes on the holder's
 //! backchannel) and the operation is answered NFS4ERR_DELAY until every
@@ -617,8 +618,12 @@ mod tests {
     fn write_open_gets_a_write_delegation() {
         let s = V4State::new(8, 1 << 20);
         let a = client(&s, b"a", 1);
-        let Offer::Write(w) = open(&s, a, file(1), RW) else { panic!("no write delegation") };
-        let Offer::Read(r) = open(&s, a, file(2), RD) else { panic!("no read delegation") };
+        let Offer::Write(w) = open(&s, a, file(1), RW) else {
+            panic!("no write delegation")
+        };
+        let Offer::Read(r) = open(&s, a, file(2), RD) else {
+            panic!("no read delegation")
+        };
         assert_eq!(s.check_io(&w, &file(1), true), Ok(()));
         assert_eq!(s.check_io(&w, &file(1), false), Ok(()));
         assert_eq!(s.check_io(&r, &file(2), true), Err(NFS4ERR_OPENMODE));
@@ -627,10 +632,17 @@ mod tests {
         let st = s.deleg_stats();
         assert_eq!((st.granted.load(Relaxed), st.granted_write.load(Relaxed)), (2, 1));
         let j = s.stats_json();
-        assert_eq!((j["delegations_held"].as_u64(), j["write_delegations_held"].as_u64()), (Some(2), Some(1)));
+        assert_eq!(
+            (j["delegations_held"].as_u64(), j["write_delegations_held"].as_u64()),
+            (Some(2), Some(1))
+        );
         // The same client asking again gets the same one.
         assert_eq!(open(&s, a, file(1), RW), Offer::Write(w));
-        assert_eq!(open(&s, a, file(1), RD), Offer::Write(w), "a read open under a write delegation");
+        assert_eq!(
+            open(&s, a, file(1), RD),
+            Offer::Write(w),
+            "a read open under a write delegation"
+        );
     }
 
     /// No write delegation while another client has the file open (for
@@ -659,7 +671,13 @@ mod tests {
         // got past the recall) gets no read delegation.
         assert!(matches!(open(&s, a, file(3), RW), Offer::Write(_)));
         assert_eq!(
-            s.offer(b.0, &b.1, file(3), b"fh", facts(RD | OPEN4_SHARE_ACCESS_WANT_READ_DELEG)),
+            s.offer(
+                b.0,
+                &b.1,
+                file(3),
+                b"fh",
+                facts(RD | OPEN4_SHARE_ACCESS_WANT_READ_DELEG)
+            ),
             Offer::NoneExt(WND4_CONTENTION)
         );
         // A's own read delegation on file 4, then A opens it for writing.
@@ -691,8 +709,14 @@ mod tests {
                 },
             )
         };
-        assert_eq!(ask(OPEN4_SHARE_ACCESS_WANT_NO_DELEG, true), Offer::NoneExt(WND4_NOT_WANTED));
-        assert_eq!(ask(OPEN4_SHARE_ACCESS_WANT_CANCEL, true), Offer::NoneExt(WND4_CANCELLED));
+        assert_eq!(
+            ask(OPEN4_SHARE_ACCESS_WANT_NO_DELEG, true),
+            Offer::NoneExt(WND4_NOT_WANTED)
+        );
+        assert_eq!(
+            ask(OPEN4_SHARE_ACCESS_WANT_CANCEL, true),
+            Offer::NoneExt(WND4_CANCELLED)
+        );
         assert_eq!(
             ask(OPEN4_SHARE_ACCESS_WANT_READ_DELEG, true),
             Offer::NoneExt(WND4_CONTENTION),
@@ -737,7 +761,9 @@ mod tests {
     fn reads_recall_write_delegations_only() {
         let s = V4State::new(8, 1 << 20);
         let (a, b) = (client(&s, b"a", 1), client(&s, b"b", 2));
-        let Offer::Write(w) = open(&s, a, file(1), RW) else { panic!("no write delegation") };
+        let Offer::Write(w) = open(&s, a, file(1), RW) else {
+            panic!("no write delegation")
+        };
         assert!(matches!(open(&s, a, file(2), RD), Offer::Read(_)));
         assert_eq!(s.deleg_conflict_as(&file(1), Some(a.0), Conflict::Read), Ok(()));
         assert_eq!(s.deleg_conflict_as(&file(1), Some(a.0), Conflict::Change), Ok(()));
@@ -775,8 +801,13 @@ mod tests {
     fn unreturned_write_delegation_is_revoked() {
         let s = V4State::new(8, 1 << 20).with_lease(std::time::Duration::from_millis(50));
         let (a, b) = (client(&s, b"a", 1), client(&s, b"b", 2));
-        let Offer::Write(w) = open(&s, a, file(1), RW) else { panic!("no write delegation") };
-        assert_eq!(s.deleg_conflict_as(&file(1), Some(b.0), Conflict::Read), Err(NFS4ERR_DELAY));
+        let Offer::Write(w) = open(&s, a, file(1), RW) else {
+            panic!("no write delegation")
+        };
+        assert_eq!(
+            s.deleg_conflict_as(&file(1), Some(b.0), Conflict::Read),
+            Err(NFS4ERR_DELAY)
+        );
         let t0 = Instant::now();
         let mut seq = 0;
         let mut out = [0u8; 512];
@@ -785,10 +816,17 @@ mod tests {
             seq += 1;
             s.sequence(&a.1, seq, 0, false, &mut out).unwrap();
             s.sequence_done(&a.1, 0, None);
-            assert_eq!(s.check_io(&w, &file(1), true), Ok(()), "held until the lease has passed");
+            assert_eq!(
+                s.check_io(&w, &file(1), true),
+                Ok(()),
+                "held until the lease has passed"
+            );
             std::thread::sleep(std::time::Duration::from_millis(5));
             if t0.elapsed() < std::time::Duration::from_millis(40) {
-                assert_eq!(s.deleg_conflict_as(&file(1), Some(b.0), Conflict::Read), Err(NFS4ERR_DELAY));
+                assert_eq!(
+                    s.deleg_conflict_as(&file(1), Some(b.0), Conflict::Read),
+                    Err(NFS4ERR_DELAY)
+                );
             }
         }
         s.revoke_overdue();

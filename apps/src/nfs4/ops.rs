@@ -1196,9 +1196,7 @@ fn write_deleg_terms(cx: &Ctx<'_>, o: &Real) -> (u64, u32) {
     // Granted already: without the attributes, no room and no ACE.
     let Ok(a) = b.getattr(&o.fh) else { return (0, 0) };
     let free = b.fsstat().map(|f| f.avail_bytes).unwrap_or(0);
-    let limit = a
-        .size
-        .saturating_add(free.min(super::deleg::WRITE_DELEG_GROWTH_BYTES));
+    let limit = a.size.saturating_add(free.min(super::deleg::WRITE_DELEG_GROWTH_BYTES));
     let all = if b.enforces_permissions() {
         0
     } else {

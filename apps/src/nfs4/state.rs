@@ -1032,7 +1032,11 @@ impl V4State {
                 if &d.file != file {
                     return Err(NFS4ERR_BAD_STATEID);
                 }
-                return if write && !d.write { Err(NFS4ERR_OPENMODE) } else { Ok(()) };
+                return if write && !d.write {
+                    Err(NFS4ERR_OPENMODE)
+                } else {
+                    Ok(())
+                };
             }
             Found::Open(i) => &t.opens[i],
             Found::Lock(i) => {
