@@ -1857,23 +1857,27 @@ fn backchannel_write_deleg_recalled_by_open_for_reading() {
     write_deleg_recalled_by(Look::OpenRead);
 }
 
-/// NFSv3 READ and GETATTR of a file under a write delegation, in Calls
-/// that cannot be deferred: NFS3ERR_JUKEBOX while the recall runs, A's
+/// NFSv3 READ, GETATTR, LOOKUP and ACCESS of a file under a write
+/// delegation, in Calls that cannot be deferred: NFS3ERR_JUKEBOX while the recall runs, A's
 /// data after the return. (Held Calls: the shm test below.)
 #[test]
 fn backchannel_write_deleg_v3_read_jukebox_until_return() {
     let (_s, _sh, svc) = setup();
-    let (mut a, _b, _dir, o) = write_holder(&svc);
+    let (mut a, _b, dir, o) = write_holder(&svc);
     let ds = o.deleg.1.unwrap();
     let mut v3 = Client::new(link(&svc, 4));
     assert_eq!(v3.getattr(&o.fh).unwrap_err(), NFS3ERR_JUKEBOX);
     assert_eq!(v3.read(&o.fh, 0, 64).unwrap_err(), NFS3ERR_JUKEBOX);
+    // LOOKUP and ACCESS answer with the file's attributes: they wait too.
+    assert_eq!(v3.lookup(&dir, b"f").unwrap_err(), NFS3ERR_JUKEBOX);
+    assert_eq!(v3.access(&o.fh, 1).unwrap_err(), NFS3ERR_JUKEBOX);
     let cb = pull(&svc, 1).expect("CB_RECALL");
     assert_eq!(recall_of(&cb).0, ds);
     a.write(&o.fh, &ds, 0, FILE_SYNC4, b"from A").unwrap();
     answer(&svc, 1, &cb, NFS4_OK);
     assert_eq!(delegreturn(&mut a, &o.fh, &ds), NFS4_OK);
     assert_eq!(v3.getattr(&o.fh).unwrap().size, 6);
+    assert_eq!(v3.lookup(&dir, b"f").unwrap().1.size, 6);
     assert_eq!(v3.read(&o.fh, 0, 64).unwrap().0, b"from A");
 }
 

@@ -292,7 +292,8 @@ fn v4_delegations(sh: &NfsShared, c: &Call<'_>, ex: usize, fh: &FileHandle) -> R
 }
 
 /// A look at a file's data or attributes through NFSv3 (READ, GETATTR,
-/// SETATTR of anything but the size) recalls the NFSv4 write delegations
+/// LOOKUP and ACCESS, whose replies carry them, SETATTR of anything but
+/// the size) recalls the NFSv4 write delegations
 /// on it, held as [`v4_delegations`] holds a change: the holder may have
 /// cached writes (RFC 8881 s10.4). One atomic load while no write
 /// delegation exists.
@@ -421,6 +422,11 @@ fn lookup(sh: &NfsShared, c: &Call<'_>, reply: &mut ReplyBuilder<'_>, base: usiz
     };
     match found {
         Ok((fh, a)) => {
+            // The file's attributes go back with its handle: another
+            // client's cached writes to it are recalled first.
+            if a.ftype == FileType::Regular {
+                v4_write_delegations(sh, c, o.ex, &fh)?;
+            }
             let mut nfh = [0u8; FH_MAX_BYTES];
             let n = sh.exports[o.ex]
                 .encode_fh(&fh, &mut nfh)
@@ -441,6 +447,8 @@ fn lookup(sh: &NfsShared, c: &Call<'_>, reply: &mut ReplyBuilder<'_>, base: usiz
 fn access(sh: &NfsShared, c: &Call<'_>, reply: &mut ReplyBuilder<'_>, base: usize) -> Result<usize, Fail> {
     let args = AccessArgs::decode(&mut Reader::new(c.args))?;
     let o = resolve(sh, c, args.object)?;
+    // The reply carries the attributes.
+    v4_write_delegations(sh, c, o.ex, &o.fh)?;
     let b = backend(sh, &o);
     let a = b.getattr(&o.fh)?;
     let got = access_bits(&a, args.access & ACCESS3_ALL, read_only(sh, &o), |want| {

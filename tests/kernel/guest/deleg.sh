@@ -108,6 +108,18 @@ PY
     # REGRANT_AFTER_RECALL)
     cp /tmp/v0 $B/deleg/f3
     for i in $(seq 1 "$DELEG_ROUNDS"); do echo start >$B/deleg/r$i; done
+    # B created those files for writing: it holds write delegations on
+    # them (issue 23). Had A to recall them, the files would be "recently
+    # recalled" and A granted no read delegation; a remount returns them
+    # (the client's state goes with its last mount of the server).
+    if timeout 180 umount $B && timeout 120 mount -t nfs -o "$RDMA42" "$VMLAB_IP:/export" $B; then
+        pass "deleg: B remounts after writing the files"
+    else
+        flunk "deleg: B remounts after writing the files"
+    fi
+    no_delegs() { [ "$(nfs4_stat delegations_held)" = 0 ]; }
+    wait_for 30 no_delegs
+    check_eq "deleg: B's write delegations went with its remount (delegations_held)" "$(nfs4_stat delegations_held)" 0
     signal server-ready "$(sha /tmp/v0)"
 
     # 2. B's vers=4.2 write recalls A's delegation
@@ -306,8 +318,9 @@ wdeleg_round() {
     if await "$5" 400; then
         w1=$(op_count $A WRITE)
         d1=$(op_count $A DELEGRETURN)
-        check "deleg write: A flushed its buffered writes on the recall (WRITE $w0 -> $w1) and returned the delegation (DELEGRETURN $d0 -> $d1)" \
-            test "$w1" -gt "$w0" -a "$d1" -gt "$d0"
+        # (the client may have written some back before the recall)
+        check "deleg write: A returned the delegation on the recall (DELEGRETURN $d0 -> $d1; WRITEs $w0 before the recall, $w1 after)" \
+            test "$d1" -gt "$d0"
         check_eq "deleg write: A still reads its own data ($f)" "$(sha "$f")" "$(sha "$data")"
     fi
     eval "exec $fd>&-"
