@@ -278,9 +278,12 @@ struct Opened {
     sid: Stateid,
     fh: Vec<u8>,
     rflags: u32,
-    /// `open_delegation4`: its type, the stateid of a read delegation, the
-    /// reason of NONE_EXT.
+    /// `open_delegation4`: its type, the stateid of a read or write
+    /// delegation, the reason of NONE_EXT.
     deleg: (u32, Option<Stateid>, Option<u32>),
+    /// A write delegation's `space_limit` (NFS_LIMIT_SIZE) and its ACE's
+    /// access mask.
+    write_terms: Option<(u64, u32)>,
 }
 
 fn open_in<T: V4Transport>(c: &mut V4<T>, dir: &[u8], name: &str, access: u32, create: bool) -> Result<Opened, u32> {
@@ -301,6 +304,7 @@ fn open_in<T: V4Transport>(c: &mut V4<T>, dir: &[u8], name: &str, access: u32, c
     for _ in 0..n {
         d.u32();
     }
+    let mut write_terms = None;
     let deleg = match d.u32() {
         OPEN_DELEGATE_NONE => (OPEN_DELEGATE_NONE, None, None),
         OPEN_DELEGATE_READ => {
@@ -311,6 +315,18 @@ fn open_in<T: V4Transport>(c: &mut V4<T>, dir: &[u8], name: &str, access: u32, c
             d.u32();
             d.opaque();
             (OPEN_DELEGATE_READ, Some(s), None)
+        }
+        OPEN_DELEGATE_WRITE => {
+            let s = get_stateid(&mut d);
+            assert!(!d.bool(), "no recall pending");
+            assert_eq!(d.u32(), NFS_LIMIT_SIZE, "space_limit by size");
+            let size = d.u64();
+            assert_eq!(d.u32(), ACE4_ACCESS_ALLOWED_ACE_TYPE);
+            assert_eq!(d.u32(), 0, "ACE flags");
+            let mask = d.u32();
+            assert_eq!(d.opaque(), b"EVERYONE@");
+            write_terms = Some((size, mask));
+            (OPEN_DELEGATE_WRITE, Some(s), None)
         }
         OPEN_DELEGATE_NONE_EXT => {
             let why = d.u32();
@@ -323,7 +339,13 @@ fn open_in<T: V4Transport>(c: &mut V4<T>, dir: &[u8], name: &str, access: u32, c
     };
     assert_eq!(res(&mut d, OP_GETFH), NFS4_OK);
     let fh = d.opaque();
-    Ok(Opened { sid, fh, rflags, deleg })
+    Ok(Opened {
+        sid,
+        fh,
+        rflags,
+        deleg,
+        write_terms,
+    })
 }
 
 fn delegreturn<T: V4Transport>(c: &mut V4<T>, fh: &[u8], s: &Stateid) -> u32 {
@@ -759,7 +781,9 @@ fn backchannel_notify_lock_after_locku() {
     let mut a = with_backchannel(&svc, 1, "client-a", true);
     let mut b = with_backchannel(&svc, 2, "client-b", true);
     let dir = a.walk("/b").unwrap();
-    let oa = open_in(&mut a, &dir, "l", OPEN4_SHARE_ACCESS_BOTH, true).unwrap();
+    // No write delegation, so B's open needs no recall.
+    let no_deleg = OPEN4_SHARE_ACCESS_BOTH | OPEN4_SHARE_ACCESS_WANT_NO_DELEG;
+    let oa = open_in(&mut a, &dir, "l", no_deleg, true).unwrap();
     let ob = open_in(&mut b, &dir, "l", OPEN4_SHARE_ACCESS_BOTH, false).unwrap();
     assert_ne!(ob.rflags & OPEN4_RESULT_MAY_NOTIFY_LOCK, 0, "B may hear of locks");
     let r = a.seq(&[putfh(&oa.fh), lock(false, WRITE_LT, 0, 100, &oa.sid, b"la")]);
@@ -885,7 +909,8 @@ fn backchannel_delegations_per_client_are_bounded() {
     let mut held = vec![];
     for i in 0..=256 {
         let name = format!("f{i}");
-        let w = open_in(&mut a, &dir, &name, OPEN4_SHARE_ACCESS_BOTH, true).unwrap();
+        let create = OPEN4_SHARE_ACCESS_BOTH | OPEN4_SHARE_ACCESS_WANT_NO_DELEG;
+        let w = open_in(&mut a, &dir, &name, create, true).unwrap();
         assert_eq!(a.seq(&[putfh(&w.fh), close(&w.sid)]).status, NFS4_OK);
         let o = open_in(&mut a, &dir, &name, want, false).unwrap();
         if i < 256 {
@@ -1362,6 +1387,12 @@ struct Held {
 }
 
 fn held_over_shm(v: u32, tag: &str, lease: Duration) -> Held {
+    held_over_shm_as(v, tag, lease, OPEN4_SHARE_ACCESS_READ)
+}
+
+/// [`held_over_shm`] with A's open of `access`: for reading, a read
+/// delegation; for writing too, a write delegation.
+fn held_over_shm_as(v: u32, tag: &str, lease: Duration, access: u32) -> Held {
     use dataplane::shm::{ShmConfig, ShmFabric};
     let (s, sh, _svc) = setup();
     sh.v4().set_lease(lease);
@@ -1396,8 +1427,13 @@ fn held_over_shm(v: u32, tag: &str, lease: Duration) -> Held {
     b.write(&w.fh, &w.sid, 0, FILE_SYNC4, b"v1").unwrap();
     assert_eq!(b.seq(&[putfh(&w.fh), close(&w.sid)]).status, NFS4_OK);
     hand(&mut b, &mut a);
-    let o = open_in(&mut a, &dir, "f", OPEN4_SHARE_ACCESS_READ, false).unwrap();
-    assert_eq!(o.deleg.0, OPEN_DELEGATE_READ, "v{v}: A holds a read delegation");
+    let o = open_in(&mut a, &dir, "f", access, false).unwrap();
+    let want = if access & OPEN4_SHARE_ACCESS_WRITE != 0 {
+        OPEN_DELEGATE_WRITE
+    } else {
+        OPEN_DELEGATE_READ
+    };
+    assert_eq!(o.deleg.0, want, "v{v}: A holds a delegation");
     hand(&mut a, &mut b);
     Held {
         _s: s,
@@ -1603,4 +1639,430 @@ fn backchannel_v3_write_held_until_the_delegation_is_revoked() {
     a.t.srv = c.t.srv.take();
     assert_eq!(status_flags(&mut a), SEQ4_STATUS_RECALLABLE_STATE_REVOKED);
     assert_eq!(sh.v4().delegations(), 1, "revoked, kept until FREE_STATEID");
+}
+
+// ---------------------------------------------------------------------------
+// Write delegations (RFC 8881 s10.4)
+// ---------------------------------------------------------------------------
+
+/// A (answering its probe) creates /b/f opening it for reading and
+/// writing and holds a write delegation on it; B has no backchannel.
+fn write_holder(svc: &Svc) -> (V4<Link>, V4<Link>, Vec<u8>, Opened) {
+    let mut a = with_backchannel(svc, 1, "client-a", true);
+    let b = plain(svc, 2, "client-b");
+    let dir = a.walk("/b").unwrap();
+    let o = open_in(&mut a, &dir, "f", OPEN4_SHARE_ACCESS_BOTH, true).unwrap();
+    assert_eq!(o.deleg.0, OPEN_DELEGATE_WRITE, "A holds a write delegation");
+    (a, b, dir, o)
+}
+
+/// GETATTR of the size and change attribute.
+fn size_change<T: V4Transport>(c: &mut V4<T>, fh: &[u8]) -> Result<(u64, u64), u32> {
+    let r = c.seq(&[putfh(fh), getattr(&[FATTR4_SIZE, FATTR4_CHANGE])]);
+    if r.status != NFS4_OK {
+        return Err(r.status);
+    }
+    let mut d = r.dec();
+    res(&mut d, OP_PUTFH);
+    res(&mut d, OP_GETATTR);
+    let a = attrs(&mut d);
+    Ok((attr(&a, FATTR4_SIZE).unwrap(), attr(&a, FATTR4_CHANGE).unwrap()))
+}
+
+/// A write open by a client with a backchannel gets OPEN_DELEGATE_WRITE,
+/// with a space limit of at least the file's size plus what it may grow
+/// by, and an ACE of what the mode lets everyone do; the delegation's
+/// stateid reads, writes and sets the size; the holder's own GETATTR,
+/// READ, WRITE and SETATTR recall nothing; the counters show a write
+/// delegation held.
+#[test]
+fn backchannel_write_deleg_granted_on_write_open() {
+    let (_s, sh, svc) = setup();
+    let (mut a, _b, _dir, o) = write_holder(&svc);
+    let ds = o.deleg.1.unwrap();
+    let (limit, mask) = o.write_terms.unwrap();
+    assert!(limit >= 1 << 20, "room to grow: {limit}");
+    // Created 0666 under the root's umask-free mem backend: everyone may
+    // read and write.
+    assert_eq!(mask, ACE4_READ_DATA | ACE4_WRITE_DATA | ACE4_APPEND_DATA);
+    a.write(&o.fh, &ds, 0, UNSTABLE4, b"held by A").unwrap();
+    let (_, data) = a.read(&o.fh, &ds, 0, 64).unwrap();
+    assert_eq!(data, b"held by A");
+    assert_eq!(size_change(&mut a, &o.fh).unwrap().0, 9);
+    let r = a.seq(&[
+        putfh(&o.fh),
+        op(|e| {
+            e.u32(OP_SETATTR);
+            stateid(e, &ds);
+            e.u32(1).u32(1 << FATTR4_SIZE).u32(8).u64(4);
+        }),
+    ]);
+    assert_eq!(r.status, NFS4_OK, "SETATTR of the size with the delegation's stateid");
+    a.write(&o.fh, &o.sid, 4, FILE_SYNC4, b"!").unwrap();
+    assert!(
+        !svc.borrow().has_backward_calls(),
+        "the holder's own operations recall nothing"
+    );
+    let j = sh.v4().stats_json();
+    assert_eq!(j["write_delegations_held"], 1);
+    assert_eq!(j["write_delegations_granted"], 1);
+    assert_eq!(j["recalls"], 0);
+    assert_eq!(delegreturn(&mut a, &o.fh, &ds), NFS4_OK);
+    assert_eq!(sh.v4().stats_json()["write_delegations_held"], 0);
+}
+
+/// No write delegation while another client has the file open, even for
+/// reading only (the holder could not see that client's view); the reason
+/// is given to a client that asked.
+#[test]
+fn backchannel_write_deleg_not_granted_when_another_client_has_it_open() {
+    let (_s, sh, svc) = setup();
+    let mut a = with_backchannel(&svc, 1, "client-a", true);
+    let mut b = plain(&svc, 2, "client-b");
+    let dir = a.walk("/b").unwrap();
+    let w = open_in(&mut b, &dir, "f", OPEN4_SHARE_ACCESS_BOTH, true).unwrap();
+    b.write(&w.fh, &w.sid, 0, FILE_SYNC4, b"v1").unwrap();
+    assert_eq!(b.seq(&[putfh(&w.fh), close(&w.sid)]).status, NFS4_OK);
+    let r = open_in(&mut b, &dir, "f", OPEN4_SHARE_ACCESS_READ, false).unwrap();
+    let o = open_in(&mut a, &dir, "f", OPEN4_SHARE_ACCESS_BOTH, false).unwrap();
+    assert_eq!(o.deleg.0, OPEN_DELEGATE_NONE);
+    let o = open_in(
+        &mut a,
+        &dir,
+        "f",
+        OPEN4_SHARE_ACCESS_BOTH | OPEN4_SHARE_ACCESS_WANT_WRITE_DELEG,
+        false,
+    )
+    .unwrap();
+    assert_eq!(o.deleg, (OPEN_DELEGATE_NONE_EXT, None, Some(WND4_CONTENTION)));
+    assert_eq!(sh.v4().delegations(), 0);
+    // Once B has closed, A's next write open gets one.
+    assert_eq!(b.seq(&[putfh(&r.fh), close(&r.sid)]).status, NFS4_OK);
+    let o = open_in(&mut a, &dir, "f", OPEN4_SHARE_ACCESS_BOTH, false).unwrap();
+    assert_eq!(o.deleg.0, OPEN_DELEGATE_WRITE);
+}
+
+/// OPEN4_SHARE_ACCESS_WANT_NO_DELEG is honoured (WND4_NOT_WANTED, and B's
+/// GETATTR then recalls nothing); asking for a read delegation with an
+/// open for writing gets none (WND4_CONTENTION); with `nfs4.delegations`
+/// off a write open gets none.
+#[test]
+fn backchannel_write_deleg_want_no_deleg_honoured() {
+    let (_s, sh, svc) = setup();
+    let mut a = with_backchannel(&svc, 1, "client-a", true);
+    let mut b = plain(&svc, 2, "client-b");
+    let dir = a.walk("/b").unwrap();
+    let no = OPEN4_SHARE_ACCESS_BOTH | OPEN4_SHARE_ACCESS_WANT_NO_DELEG;
+    let o = open_in(&mut a, &dir, "f", no, true).unwrap();
+    assert_eq!(o.deleg, (OPEN_DELEGATE_NONE_EXT, None, Some(WND4_NOT_WANTED)));
+    assert_eq!(size_change(&mut b, &o.fh).unwrap().0, 0);
+    assert!(!svc.borrow().has_backward_calls());
+    let rd = OPEN4_SHARE_ACCESS_BOTH | OPEN4_SHARE_ACCESS_WANT_READ_DELEG;
+    let o = open_in(&mut a, &dir, "g", rd, true).unwrap();
+    assert_eq!(o.deleg, (OPEN_DELEGATE_NONE_EXT, None, Some(WND4_CONTENTION)));
+    sh.v4().set_delegations(false);
+    let o = open_in(&mut a, &dir, "h", OPEN4_SHARE_ACCESS_BOTH, true).unwrap();
+    assert_eq!(o.deleg.0, OPEN_DELEGATE_NONE);
+    assert_eq!(sh.v4().delegations(), 0);
+}
+
+/// What B does to the file A holds a write delegation on.
+#[derive(Clone, Copy, Debug)]
+enum Look {
+    Getattr,
+    Read,
+    OpenRead,
+}
+
+/// A holds a write delegation and has written (as a client caching
+/// writes would not have yet); B's `look` is NFS4ERR_DELAY and recalls
+/// it (once); while recalled, B's retries wait; A flushes its cached
+/// writes with the delegation's stateid, reopens under the delegation
+/// (CLAIM_DELEG_CUR_FH, for reading and writing), answers, returns it;
+/// B's retry then sees A's data and size.
+fn write_deleg_recalled_by(look: Look) {
+    let (_s, sh, svc) = setup();
+    let (mut a, mut b, dir, o) = write_holder(&svc);
+    let ds = o.deleg.1.unwrap();
+    a.write(&o.fh, &ds, 0, FILE_SYNC4, b"first").unwrap();
+    let before = size_change(&mut a, &o.fh).unwrap();
+    let attempt = |b: &mut V4<Link>| -> Result<Vec<u8>, u32> {
+        match look {
+            Look::Getattr => size_change(b, &o.fh).map(|(size, _)| size.to_be_bytes().to_vec()),
+            Look::Read => b.read(&o.fh, &Stateid::ANONYMOUS, 0, 64).map(|(_, d)| d),
+            Look::OpenRead => {
+                let r = open_in(b, &dir, "f", OPEN4_SHARE_ACCESS_READ, false)?;
+                assert_eq!(
+                    r.deleg.0, OPEN_DELEGATE_NONE,
+                    "{look:?}: no delegation right after a recall"
+                );
+                b.read(&r.fh, &r.sid, 0, 64).map(|(_, d)| d)
+            }
+        }
+    };
+    assert_eq!(attempt(&mut b).unwrap_err(), NFS4ERR_DELAY, "{look:?}");
+    let cb = pull(&svc, 1).expect("CB_RECALL on A's connection");
+    assert_eq!(recall_of(&cb), (ds, o.fh.clone()), "{look:?}");
+    assert_eq!(attempt(&mut b).unwrap_err(), NFS4ERR_DELAY, "{look:?}: still held");
+    assert!(pull(&svc, 1).is_none(), "{look:?}: recalled once");
+    // A flushes what it cached under the delegation.
+    a.write(&o.fh, &ds, 5, FILE_SYNC4, b" and second").unwrap();
+    let r = a.seq(&[
+        putfh(&o.fh),
+        op(|e| {
+            e.u32(OP_OPEN)
+                .u32(0)
+                .u32(OPEN4_SHARE_ACCESS_BOTH)
+                .u32(0)
+                .u64(0)
+                .opaque(b"owner2");
+            e.u32(OPEN4_NOCREATE).u32(CLAIM_DELEG_CUR_FH);
+            stateid(e, &ds);
+        }),
+    ]);
+    assert_eq!(
+        r.status, NFS4_OK,
+        "{look:?}: CLAIM_DELEG_CUR_FH after a write delegation"
+    );
+    answer(&svc, 1, &cb, NFS4_OK);
+    assert_eq!(delegreturn(&mut a, &o.fh, &ds), NFS4_OK);
+    let after = size_change(&mut b, &o.fh).unwrap();
+    assert_eq!(after.0, 16, "{look:?}: B sees A's size");
+    assert_ne!(after.1, before.1, "{look:?}: and a new change attribute");
+    let got = attempt(&mut b).unwrap();
+    match look {
+        Look::Getattr => assert_eq!(got, 16u64.to_be_bytes()),
+        _ => assert_eq!(got, b"first and second", "{look:?}: B reads A's data"),
+    }
+    let st = sh.v4().deleg_stats();
+    use std::sync::atomic::Ordering::Relaxed;
+    assert_eq!(
+        (st.recalls_write.load(Relaxed), st.returned_write.load(Relaxed)),
+        (1, 1)
+    );
+}
+
+#[test]
+fn backchannel_write_deleg_recalled_by_getattr() {
+    write_deleg_recalled_by(Look::Getattr);
+}
+
+#[test]
+fn backchannel_write_deleg_recalled_by_read() {
+    write_deleg_recalled_by(Look::Read);
+}
+
+#[test]
+fn backchannel_write_deleg_recalled_by_open_for_reading() {
+    write_deleg_recalled_by(Look::OpenRead);
+}
+
+/// NFSv3 READ, GETATTR, LOOKUP and ACCESS of a file under a write
+/// delegation, in Calls that cannot be deferred: NFS3ERR_JUKEBOX while the recall runs, A's
+/// data after the return. (Held Calls: the shm test below.)
+#[test]
+fn backchannel_write_deleg_v3_read_jukebox_until_return() {
+    let (_s, _sh, svc) = setup();
+    let (mut a, _b, dir, o) = write_holder(&svc);
+    let ds = o.deleg.1.unwrap();
+    let mut v3 = Client::new(link(&svc, 4));
+    assert_eq!(v3.getattr(&o.fh).unwrap_err(), NFS3ERR_JUKEBOX);
+    assert_eq!(v3.read(&o.fh, 0, 64).unwrap_err(), NFS3ERR_JUKEBOX);
+    // LOOKUP and ACCESS answer with the file's attributes: they wait too.
+    assert_eq!(v3.lookup(&dir, b"f").unwrap_err(), NFS3ERR_JUKEBOX);
+    assert_eq!(v3.access(&o.fh, 1).unwrap_err(), NFS3ERR_JUKEBOX);
+    let cb = pull(&svc, 1).expect("CB_RECALL");
+    assert_eq!(recall_of(&cb).0, ds);
+    a.write(&o.fh, &ds, 0, FILE_SYNC4, b"from A").unwrap();
+    answer(&svc, 1, &cb, NFS4_OK);
+    assert_eq!(delegreturn(&mut a, &o.fh, &ds), NFS4_OK);
+    assert_eq!(v3.getattr(&o.fh).unwrap().size, 6);
+    assert_eq!(v3.lookup(&dir, b"f").unwrap().1.size, 6);
+    assert_eq!(v3.read(&o.fh, 0, 64).unwrap().0, b"from A");
+}
+
+/// A never answers the recall B's GETATTR caused (and renews its lease):
+/// one lease after the recall B's retry proceeds, the delegation is
+/// revoked (counted as a write one), A hears RECALLABLE_STATE_REVOKED and
+/// its WRITE with the delegation's stateid is NFS4ERR_DELEG_REVOKED.
+#[test]
+fn backchannel_write_deleg_unanswered_is_revoked_after_the_lease() {
+    let (_s, sh, svc) = setup();
+    let (mut a, mut b, _dir, o) = write_holder(&svc);
+    let ds = o.deleg.1.unwrap();
+    sh.v4().set_lease(Duration::from_millis(300));
+    assert_eq!(size_change(&mut b, &o.fh).unwrap_err(), NFS4ERR_DELAY);
+    recall_of(&pull(&svc, 1).expect("CB_RECALL"));
+    for _ in 0..8 {
+        std::thread::sleep(Duration::from_millis(60));
+        assert_eq!(status_flags(&mut a), 0, "renewed, not yet revoked");
+        b.seq(&[]);
+    }
+    assert_eq!(
+        size_change(&mut b, &o.fh).unwrap().0,
+        0,
+        "revoked: B's GETATTR proceeds"
+    );
+    assert_eq!(status_flags(&mut a), SEQ4_STATUS_RECALLABLE_STATE_REVOKED);
+    assert_eq!(
+        a.write(&o.fh, &ds, 0, FILE_SYNC4, b"late").unwrap_err(),
+        NFS4ERR_DELEG_REVOKED
+    );
+    let j = sh.v4().stats_json();
+    assert_eq!((j["revoked"].as_u64(), j["write_revoked"].as_u64()), (Some(1), Some(1)));
+}
+
+/// Over shm (versions 1 and 2), NFSv3 READ and then GETATTR of a file A
+/// holds a write delegation on are held (no NFS3ERR_JUKEBOX, no reply)
+/// while the recall runs, even after A answered CB_RECALL, and are
+/// answered as soon as A's DELEGRETURN is in, with A's flushed data and
+/// size; every buffer comes back after teardown.
+#[test]
+fn backchannel_write_deleg_v3_read_and_getattr_held_until_return_over_shm() {
+    use dataplane::shm::{ShmConfig, ShmFabric};
+    for v in [1, 2] {
+        let Held {
+            sh,
+            p,
+            addr,
+            mut a,
+            mut b,
+            dir,
+            o,
+            ..
+        } = held_over_shm_as(v, "wdeleg", Duration::from_secs(30), OPEN4_SHARE_ACCESS_BOTH);
+        sh.v4().set_regrant_after_recall(Duration::ZERO);
+        let mut c = Client::new(bc_client(
+            &p,
+            ShmFabric::new(ShmConfig::default()).unwrap(),
+            &addr,
+            v,
+            3,
+            0,
+        ));
+        c.t.srv = b.t.srv.take();
+        c.t.connect();
+        let mut ds = o.deleg.1.unwrap();
+        for (round, proc_) in [(0u32, 6u32), (1, 1)] {
+            if round > 0 {
+                // A opens for writing again: a new write delegation.
+                a.t.srv = c.t.srv.take();
+                let again = open_in(&mut a, &dir, "f", OPEN4_SHARE_ACCESS_BOTH, false).unwrap();
+                assert_eq!(again.deleg.0, OPEN_DELEGATE_WRITE, "v{v}: granted again");
+                ds = again.deleg.1.unwrap();
+                c.t.srv = a.t.srv.take();
+            }
+            let mut e = call_header(90 + round, NFS, 3, proc_, &c.auth);
+            e.opaque(&o.fh);
+            if proc_ == 6 {
+                e.u64(0).u32(64);
+            }
+            let id = c.t.submit_call(&e.b);
+            let t0 = std::time::Instant::now();
+            while t0.elapsed() < Duration::from_millis(100) {
+                c.t.cli.poll();
+                c.t.pump();
+                assert!(
+                    c.t.cli.poll_completion().is_none(),
+                    "v{v} proc {proc_}: answered while the write delegation is held"
+                );
+            }
+            a.t.srv = c.t.srv.take();
+            let cb = engine_cb(&mut a.t);
+            assert_eq!(recall_of(&cb).0, ds, "v{v} proc {proc_}");
+            engine_answer(&mut a.t, &cb, NFS4_OK);
+            idle_for(&mut a.t, Duration::from_millis(20));
+            c.t.srv = a.t.srv.take();
+            c.t.cli.poll();
+            assert!(c.t.cli.poll_completion().is_none(), "v{v}: answered before DELEGRETURN");
+            a.t.srv = c.t.srv.take();
+            // The flush of A's cached writes, then the return.
+            let data: &[u8] = if round == 0 {
+                b"written by A"
+            } else {
+                b"written by A, twice"
+            };
+            a.write(&o.fh, &ds, 0, FILE_SYNC4, data).unwrap();
+            assert_eq!(delegreturn(&mut a, &o.fh, &ds), NFS4_OK);
+            c.t.srv = a.t.srv.take();
+            let (done, out) = c.t.next_reply(|_| (NFS, proc_));
+            assert_eq!(done, id);
+            let r = Reply::parse(&out);
+            let mut d = r.dec();
+            assert_eq!(d.u32(), 0, "v{v} proc {proc_}: the held Call succeeded");
+            if proc_ == 6 {
+                if d.bool() {
+                    for _ in 0..21 {
+                        d.u32();
+                    }
+                }
+                assert_eq!(d.u32(), data.len() as u32);
+                d.bool();
+                assert_eq!(d.opaque(), data, "v{v}: the v3 READ sees A's data");
+            } else {
+                for _ in 0..5 {
+                    d.u32();
+                }
+                assert_eq!(d.u64(), data.len() as u64, "v{v}: the v3 GETATTR sees A's size");
+            }
+        }
+        assert_eq!(sh.v4().delegations(), 0);
+        // Teardown: every buffer back.
+        b.t.srv = c.t.srv.take();
+        for cli in [&mut a.t.cli, &mut b.t.cli, &mut c.t.cli] {
+            assert_eq!(cli.shutdown(100_000), 0, "v{v}");
+        }
+        let mut srv = b.t.srv.take().unwrap();
+        drop((a, b, c));
+        let t0 = std::time::Instant::now();
+        while srv.connections() > 0 && t0.elapsed() < Duration::from_secs(10) {
+            srv.poll();
+        }
+        assert_eq!(
+            srv.shutdown(100_000),
+            Default::default(),
+            "v{v}: responder buffers held"
+        );
+        drop(srv);
+        for class in [p.recv, p.send, p.data] {
+            assert_eq!(p.pool.stats(class).unwrap().in_use, 0, "v{v}: class {class:?} leaked");
+        }
+    }
+}
+
+/// B's OPEN with UNCHECKED4 creation and a size of zero, of a file that
+/// exists and A holds a delegation on, truncates it: that is a change, so
+/// A's delegation is recalled and the OPEN is NFS4ERR_DELAY before the
+/// file is touched (it used to truncate the file under the delegation).
+#[test]
+fn backchannel_unchecked_create_truncation_recalls_the_delegation() {
+    let (_s, _sh, svc) = setup();
+    let (mut a, mut b, dir, o) = holder(&svc);
+    let ds = o.deleg.1.unwrap();
+    let truncating_open = |b: &mut V4<Link>| {
+        b.seq(&[
+            putfh(&dir),
+            op(|e| {
+                e.u32(OP_OPEN)
+                    .u32(0)
+                    .u32(OPEN4_SHARE_ACCESS_BOTH)
+                    .u32(0)
+                    .u64(0)
+                    .opaque(b"owner-t");
+                e.u32(OPEN4_CREATE).u32(UNCHECKED4);
+                e.u32(1).u32(1 << FATTR4_SIZE).u32(8).u64(0);
+                e.u32(CLAIM_NULL).opaque(b"f");
+            }),
+        ])
+        .status
+    };
+    assert_eq!(truncating_open(&mut b), NFS4ERR_DELAY);
+    let (_, data) = a.read(&o.fh, &o.sid, 0, 8).unwrap();
+    assert_eq!(data, b"v1", "not truncated under A's delegation");
+    let cb = pull(&svc, 1).expect("CB_RECALL");
+    assert_eq!(recall_of(&cb).0, ds);
+    answer(&svc, 1, &cb, NFS4_OK);
+    assert_eq!(delegreturn(&mut a, &o.fh, &ds), NFS4_OK);
+    assert_eq!(truncating_open(&mut b), NFS4_OK);
+    assert_eq!(size_change(&mut a, &o.fh).unwrap().0, 0, "truncated after the return");
 }

@@ -43,6 +43,11 @@ fn pools() -> Pools {
     Pools::new(&[engine::SESSION_DEPTH; 2], Pools::data_bytes_for(4096)).unwrap()
 }
 
+/// The conflicting writer's OPEN: for reading and writing, and no
+/// delegation (it has a backchannel too, and a write delegation it kept
+/// would make the holder's next OPEN wait for its recall).
+const WRITER_ACCESS: u32 = OPEN4_SHARE_ACCESS_BOTH | OPEN4_SHARE_ACCESS_WANT_NO_DELEG;
+
 /// OPEN for writing until it is not NFS4ERR_DELAY.
 fn open_for_writing<F: dataplane::Fabric>(
     c: &mut Holder<'_, F>,
@@ -51,7 +56,7 @@ fn open_for_writing<F: dataplane::Fabric>(
     let t0 = Instant::now();
     let mut delayed = 0;
     loop {
-        match c.open("/export", name, OPEN4_SHARE_ACCESS_BOTH, false) {
+        match c.open("/export", name, WRITER_ACCESS, false) {
             Ok(o) => {
                 assert!(delayed > 0, "the first conflicting OPEN was not delayed");
                 return (t0, o.stateid, o.fh);
@@ -175,7 +180,7 @@ fn backchannel_perf_ignoring_recalls_is_revoked() {
     let o = h.open("/export", "deaf", OPEN4_SHARE_ACCESS_READ, true).expect("OPEN");
     let (_, ds) = o.deleg.expect("a read delegation");
     let t0 = Instant::now();
-    match c.open("/export", "deaf", OPEN4_SHARE_ACCESS_BOTH, false) {
+    match c.open("/export", "deaf", WRITER_ACCESS, false) {
         Err(PerfError::Nfs {
             status: NFS4ERR_DELAY, ..
         }) => {}
@@ -190,7 +195,7 @@ fn backchannel_perf_ignoring_recalls_is_revoked() {
             h.status_flags().unwrap() & SEQ4_STATUS_CB_PATH_DOWN,
             SEQ4_STATUS_CB_PATH_DOWN
         );
-        match c.open("/export", "deaf", OPEN4_SHARE_ACCESS_BOTH, false) {
+        match c.open("/export", "deaf", WRITER_ACCESS, false) {
             Ok(w) => break w,
             Err(PerfError::Nfs {
                 status: NFS4ERR_DELAY, ..

@@ -13,7 +13,8 @@
 # two-guest run (tests/kernel/guest/deleg.sh:
 # client A in the second guest holds a read delegation, client B in the
 # server's guest writes, vers=4.2 then vers=3; $NFS4_DELEG_ROUNDS recalls
-# timed) captures the recalls for tshark_cb.sh. The recall-to-DELEGRETURN
+# timed; then A writes under a write delegation and B reads, vers=4.2 then
+# vers=3) captures the recalls for tshark_cb.sh. The recall-to-DELEGRETURN
 # time and the delegations on/off figures are printed at the end.
 # Env: NFS4_MOUNTS ("4.1/tcp 4.1/rdma 4.2/rdma 4.2/tcp default/rdma default/tcp";
 #      "default": no vers= option, which must land on 4.2), NFS4_BACKENDS
@@ -33,6 +34,7 @@
 #      NFS4_RESTART_FILES (16: 4 MiB files of the restart step's writer),
 #      NFS4_DELEG_ROUNDS (40: recalls timed by the deleg step),
 #      NFS4_DELEG_FIO_SECONDS (10: each job of the delegations on/off figures),
+#      NFS4_DELEG_FIO_PAIRS (3: on/off pairs of those figures, in one boot),
 #      SOFTROCE_VM, VMLAB_CACHE, CARGO_TARGET_DIR. Run under the shared VM lock:
 #      flock /tmp/rpcrdma-vm.lock bash tests/kernel/nfs4.sh
 set -euo pipefail
@@ -64,7 +66,7 @@ STEPS=${NFS4_STEPS:-matrix tshark restart locks nconnect}
     echo "export FIO_SECONDS=${NFS4_FIO_SECONDS:-5} PERF_SECONDS=${NFS4_FIO_SECONDS:-5}"
     echo "export NFS4_FIO_PERF=${NFS4_FIO_PERF:-1} NFS4_FIO_BACKEND=${NFS4_FIO_BACKEND:-mem} NFS4_SPIN_US=${NFS4_SPIN_US:-5000}"
     echo "export NFS4_RESTART_FILES=${NFS4_RESTART_FILES:-16}"
-    echo "export DELEG_FIO_SECONDS=${NFS4_DELEG_FIO_SECONDS:-10}"
+    echo "export DELEG_FIO_SECONDS=${NFS4_DELEG_FIO_SECONDS:-10} DELEG_FIO_PAIRS=${NFS4_DELEG_FIO_PAIRS:-3}"
 } >>"$STAGE/env.sh"
 pair_rc=0
 if [[ " $STEPS " == *" tshark "* ]]; then
@@ -108,7 +110,9 @@ need=()
 [[ " $STEPS " == *" tshark "* ]] && need+=("pair: umount" "pair tcp: umount" "pair4: malformed frames")
 [[ " $STEPS " == *" deleg "* ]] && need+=("deleg: A reads B's vers=4.2 write" "deleg: A reads B's vers=3 write"
     "deleg: ${NFS4_DELEG_ROUNDS:-40} rounds: A returned" "deleg-pcap: malformed frames" "deleg-pcap: CB_COMPOUND with CB_RECALL"
-    "deleg fio: GETATTR" "deleg open-read-close: GETATTR")
+    "deleg fio: GETATTR" "deleg open-read-close: GETATTR"
+    "deleg write: B reads exactly what A wrote under its write delegation, vers=4.2"
+    "deleg write: B reads exactly what A wrote under its write delegation, vers=3")
 [[ " $STEPS " == *" restart "* ]] && need+=("restart vers=4.2 rdma: all ")
 [[ " $STEPS " == *" locks "* ]] && need+=("locks vers=4.1 rdma: as many cases" "locks vers=4.2 rdma: as many cases")
 [[ " $STEPS " == *" nconnect "* ]] && need+=("nconnect=4 vers=4.1 rdma: every transport" "nconnect=4 vers=4.2 rdma: every transport"

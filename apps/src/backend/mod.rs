@@ -502,6 +502,15 @@ pub trait Backend: Send + Sync + fmt::Debug {
     fn reads_keep_attributes(&self) -> bool {
         false
     }
+    /// Whether the `change` attribute (the ctime in nanoseconds) moves
+    /// with every change to a file's data or attributes made through this
+    /// gateway, so NFSv4 may grant write delegations on its files (RFC 8881
+    /// s10.4): a holder's flushed writes are then seen as a change by every
+    /// other client. Changes made behind the gateway's back are not seen
+    /// either way (docs/BACKENDS.md). Default: no.
+    fn consistent_change(&self) -> bool {
+        false
+    }
     /// Whether the file system itself checks each operation against the
     /// caller's credentials ([`creds::current`]), POSIX ACLs included, as
     /// the Linux server lets it: the NFS layer then asks [`Backend::may`]

@@ -1058,6 +1058,14 @@ impl Backend for UringBackend {
         true
     }
 
+    /// The kernel moves the ctime on every write and attribute change the
+    /// gateway makes; for a file only the gateway changes that is a
+    /// consistent change attribute (its timer-tick granularity is the same
+    /// with or without a write delegation: docs/BACKENDS.md).
+    fn consistent_change(&self) -> bool {
+        true
+    }
+
     fn sync_meta(&self, fh: &FileHandle) -> FsResult<()> {
         sync::sync_meta(&self.shared, fh)
     }

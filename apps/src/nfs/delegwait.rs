@@ -2,7 +2,9 @@
 //! recalled (issue 23).
 //!
 //! An NFSv3 WRITE, SETATTR of the size, REMOVE, RENAME or LINK of a file an
-//! NFSv4 client holds a delegation on recalls it ([`crate::nfs4::deleg`]).
+//! NFSv4 client holds a delegation on recalls it, and so does a READ,
+//! GETATTR or other SETATTR of a file under a write delegation
+//! ([`crate::nfs4::deleg`]).
 //! NFSv3 has no way to say "later" but NFS3ERR_JUKEBOX (RFC 1813 s2.6),
 //! after which the Linux client waits five seconds before it retries,
 //! while a client answers a recall in a round trip or two. So a Call the
@@ -27,6 +29,7 @@ use std::time::{Duration, Instant};
 use dataplane::service::{DeferToken, ReplyBuilder};
 
 use super::defer::Deferred;
+use crate::nfs4::deleg::Conflict;
 use crate::nfs4::state::{FileKey, V4State};
 
 /// Most Calls held for a recall at once on one core.
@@ -50,7 +53,8 @@ pub struct DelegWaitStats {
 /// One core's Calls held for a recall.
 #[derive(Debug)]
 pub(crate) struct DelegWaits {
-    waits: Vec<(DeferToken, FileKey)>,
+    /// Each held Call, the file it waits for and what it does to it.
+    waits: Vec<(DeferToken, (FileKey, Conflict))>,
     /// The delegation generation at the last look.
     gen: u64,
     /// When the last look was.
@@ -78,7 +82,7 @@ impl DelegWaits {
         &mut self,
         v4: &V4State,
         token: DeferToken,
-        file: FileKey,
+        file: (FileKey, Conflict),
         deferred: &mut Deferred,
         reply: &mut ReplyBuilder<'_>,
     ) -> bool {
@@ -110,10 +114,10 @@ impl DelegWaits {
         }
         self.gen = gen;
         self.looked = Instant::now();
-        self.waits.retain(|(token, file)| {
+        self.waits.retain(|(token, (file, kind))| {
             // The conflict rule itself: revokes an overdue recall, drops
             // an expired holder's state, recalls one granted since.
-            if v4.deleg_conflict(file, None).is_ok() {
+            if v4.deleg_conflict_as(file, None, *kind).is_ok() {
                 deferred.wake(*token);
                 false
             } else {
@@ -140,7 +144,7 @@ mod tests {
         let v4 = V4State::new(8, 1 << 20);
         let mut d = Deferred::new();
         let mut w = DelegWaits::default();
-        let file: FileKey = (0, FileHandle::new(b"f").unwrap());
+        let file = ((0, FileHandle::new(b"f").unwrap()), Conflict::Change);
         let mut head = [0u8; 64];
         for i in 0..MAX_WAITS as u64 {
             let mut rb = ReplyBuilder::new(&mut head, None);

@@ -365,7 +365,7 @@ pub(crate) enum Fail {
     /// on this file, recalled now: it is held until they are returned or
     /// revoked ([`delegwait`]), or answered NFS3ERR_JUKEBOX when no more
     /// can be held.
-    Recalled(crate::nfs4::state::FileKey),
+    Recalled(crate::nfs4::state::FileKey, crate::nfs4::deleg::Conflict),
 }
 
 impl From<DecodeError> for Fail {
@@ -433,6 +433,12 @@ pub struct NfsService {
     /// No backend of this core completes I/O later, so no READ is deferred
     /// ([`Service::fills_data_in_call`]).
     reads_in_call: bool,
+    /// What [`Service::fills_data_in_call`] last answered: the engine asks
+    /// it before each step that gives a Call a data buffer, and a data
+    /// buffer it then gave may be the requester's own memory, which must
+    /// not outlive the step: such a Call is not held for a recall
+    /// ([`delegwait`]) but answered NFS3ERR_JUKEBOX.
+    data_in_call: std::cell::Cell<bool>,
     /// Replies of non-idempotent Calls, for their retransmits.
     drc: ReplyCacheRef,
     procs: ProcStats,
@@ -493,6 +499,7 @@ impl NfsService {
             },
             scratch: Vec::new(),
             reads_in_call,
+            data_in_call: std::cell::Cell::new(reads_in_call),
             drc,
             procs: ProcStats::default(),
         })
@@ -598,8 +605,12 @@ fn read_count(head: &[u8]) -> Option<u32> {
 impl Service for NfsService {
     /// READ is the only procedure with a data buffer; it is answered within
     /// `handle_call` when no backend of this core completes I/O later.
+    /// Not while an NFSv4 client holds a write delegation, so an NFSv3
+    /// READ that conflicts with one may be held for its recall.
     fn fills_data_in_call(&self) -> bool {
-        self.reads_in_call
+        let yes = self.reads_in_call && self.shared.v4.write_delegations() == 0;
+        self.data_in_call.set(yes);
+        yes
     }
 
     /// READ: the count asked for, at most the READ limit; nothing otherwise.
@@ -717,6 +728,7 @@ impl NfsService {
             st,
             scratch,
             drc,
+            data_in_call,
             ..
         } = self;
         let head = call.head();
@@ -939,8 +951,10 @@ impl NfsService {
         };
         // A Call held for a recall: deferred here, or NFS3ERR_JUKEBOX.
         let res = match res {
-            Err(Fail::Recalled(file)) => match c.token {
-                Some(t) if st.delegwait.hold(&shared.v4, t, file, &mut st.deferred, reply) => Ok(0),
+            Err(Fail::Recalled(file, kind)) => match c.token {
+                // Not a READ whose data buffer may be the requester's memory.
+                Some(_) if data_in_call.get() && reply.data_capacity() > 0 => Err(Fail::Nfs(p::NFS3ERR_JUKEBOX)),
+                Some(t) if st.delegwait.hold(&shared.v4, t, (file, kind), &mut st.deferred, reply) => Ok(0),
                 _ => Err(Fail::Nfs(p::NFS3ERR_JUKEBOX)),
             },
             r => r,
@@ -983,7 +997,7 @@ impl NfsService {
                         st.stats.auth_errors += 1;
                         ReplyHeader::denied(xid, RejectedReply::AuthError(why))
                     }
-                    Fail::Nfs(_) | Fail::System | Fail::Busy | Fail::Recalled(_) => accepted(AcceptedReply::SystemErr),
+                    Fail::Nfs(_) | Fail::System | Fail::Busy | Fail::Recalled(..) => accepted(AcceptedReply::SystemErr),
                 };
                 reply_header(reply, &h)
             }

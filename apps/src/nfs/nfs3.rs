@@ -24,6 +24,7 @@ use crate::backend::{
     Attr, Backend, CreateHow, DirChange, DirEntry, DirPre, FileHandle, FileType, FsError, FsResult, IoDesc, IoDone,
     IoOp, NodeKind, SetAttr, SetTime, Stable, FH_MAX_BYTES, NAME_MAX_BYTES, PATH_MAX_BYTES,
 };
+use crate::nfs4::deleg::Conflict;
 use proto::rpc::AuthStat;
 
 /// `PATHCONF3resok.linkmax`.
@@ -287,10 +288,26 @@ pub(crate) fn call(
 /// when the engine lets it be deferred, and answered NFS3ERR_JUKEBOX
 /// otherwise (the client retries).
 fn v4_delegations(sh: &NfsShared, c: &Call<'_>, ex: usize, fh: &FileHandle) -> Result<(), Fail> {
-    sh.v4.deleg_conflict(&(ex, *fh), None).map_err(|_| match c.token {
-        Some(_) => Fail::Recalled((ex, *fh)),
-        None => Fail::Nfs(NFS3ERR_JUKEBOX),
-    })
+    v4_conflict(sh, c, ex, fh, Conflict::Change)
+}
+
+/// A look at a file's data or attributes through NFSv3 (READ, GETATTR,
+/// LOOKUP and ACCESS, whose replies carry them, SETATTR of anything but
+/// the size) recalls the NFSv4 write delegations
+/// on it, held as [`v4_delegations`] holds a change: the holder may have
+/// cached writes (RFC 8881 s10.4). One atomic load while no write
+/// delegation exists.
+fn v4_write_delegations(sh: &NfsShared, c: &Call<'_>, ex: usize, fh: &FileHandle) -> Result<(), Fail> {
+    v4_conflict(sh, c, ex, fh, Conflict::Read)
+}
+
+fn v4_conflict(sh: &NfsShared, c: &Call<'_>, ex: usize, fh: &FileHandle, kind: Conflict) -> Result<(), Fail> {
+    sh.v4
+        .deleg_conflict_as(&(ex, *fh), None, kind)
+        .map_err(|_| match c.token {
+            Some(_) => Fail::Recalled((ex, *fh), kind),
+            None => Fail::Nfs(NFS3ERR_JUKEBOX),
+        })
 }
 
 /// The file `name` in `dir` when it is a regular file (one a delegation
@@ -322,6 +339,7 @@ fn getattr(
 ) -> Result<usize, Fail> {
     let fh = nfs_fh3(&mut Reader::new(c.args), "object")?;
     let o = resolve(sh, c, fh)?;
+    v4_write_delegations(sh, c, o.ex, &o.fh)?;
     let a = attr_now(sh, st, &o)?;
     let mut w = out(reply, base);
     w.put_u32(NFS3_OK)?;
@@ -334,6 +352,8 @@ fn setattr(sh: &NfsShared, c: &Call<'_>, reply: &mut ReplyBuilder<'_>, base: usi
     let o = resolve(sh, c, args.object)?;
     if args.attrs.size.is_some() {
         v4_delegations(sh, c, o.ex, &o.fh)?;
+    } else {
+        v4_write_delegations(sh, c, o.ex, &o.fh)?;
     }
     let (b, id) = (backend(sh, &o), fsid(sh, &o));
     let ro = read_only(sh, &o);
@@ -402,6 +422,11 @@ fn lookup(sh: &NfsShared, c: &Call<'_>, reply: &mut ReplyBuilder<'_>, base: usiz
     };
     match found {
         Ok((fh, a)) => {
+            // The file's attributes go back with its handle: another
+            // client's cached writes to it are recalled first.
+            if a.ftype == FileType::Regular {
+                v4_write_delegations(sh, c, o.ex, &fh)?;
+            }
             let mut nfh = [0u8; FH_MAX_BYTES];
             let n = sh.exports[o.ex]
                 .encode_fh(&fh, &mut nfh)
@@ -422,6 +447,8 @@ fn lookup(sh: &NfsShared, c: &Call<'_>, reply: &mut ReplyBuilder<'_>, base: usiz
 fn access(sh: &NfsShared, c: &Call<'_>, reply: &mut ReplyBuilder<'_>, base: usize) -> Result<usize, Fail> {
     let args = AccessArgs::decode(&mut Reader::new(c.args))?;
     let o = resolve(sh, c, args.object)?;
+    // The reply carries the attributes.
+    v4_write_delegations(sh, c, o.ex, &o.fh)?;
     let b = backend(sh, &o);
     let a = b.getattr(&o.fh)?;
     let got = access_bits(&a, args.access & ACCESS3_ALL, read_only(sh, &o), |want| {
@@ -524,6 +551,9 @@ fn read(
     // Resuming this Call after its deferred read: its result, and the
     // attributes it was checked against (one backend call fewer).
     let resumed = st.deferred.resumed_for(c.token);
+    if resumed.is_none() {
+        v4_write_delegations(sh, c, o.ex, &o.fh)?;
+    }
     if resumed.is_none() && open_off_core(sh, st, c, &o, reply) {
         return Ok(0);
     }

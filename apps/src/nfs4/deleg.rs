@@ -1,34 +1,64 @@
-//! Read delegations (RFC 8881 s10.2, s10.4): granted by OPEN, recalled
-//! with CB_RECALL when another client (or NFSv3) is about to change the
-//! file, returned with DELEGRETURN, revoked when not returned within a
-//! lease of the recall.
+//! Read and write delegations (RFC 8881 s10.2, s10.4): granted by OPEN,
+//! recalled with CB_RECALL when another client (or NFSv3) is about to use
+//! the file in a way the delegation does not allow, returned with
+//! DELEGRETURN, revoked when not returned within a lease of the recall.
 //!
-//! OPEN grants OPEN_DELEGATE_READ when `nfs4.delegations` is on, the open
-//! is for reading only, the session's backchannel is up
-//! ([`super::callback`]), the client did not say it wants none
-//! (OPEN4_SHARE_ACCESS_WANT_NO_DELEG; RFC 8881 s18.16.3), no other client
-//! has the file open for writing (or denies reading), no recall of the
-//! file is in progress or ended less than [`REGRANT_AFTER_RECALL`] ago
-//! (otherwise the holder, reopening at once after its DELEGRETURN, would
-//! be granted a new delegation before the conflicting client's retry
-//! arrives, and that client could be sent back to wait again and again;
-//! the Linux server blocks recently recalled files the same way), and the
-//! bounds allow ([`MAX_DELEGS`],
-//! [`MAX_DELEGS_PER_CLIENT`]). A client that asked (a `WANT_*` bit) and
-//! gets none hears why (OPEN_DELEGATE_NONE_EXT with a `WND4_*` reason).
-//! Write delegations are not granted (WND4_CONTENTION to a client that
-//! wants only one).
+//! OPEN grants one ([`V4State::offer`]) when `nfs4.delegations` is on, the
+//! session's backchannel is up ([`super::callback`]), the client did not
+//! say it wants none (OPEN4_SHARE_ACCESS_WANT_NO_DELEG; RFC 8881
+//! s18.16.3), no recall of the file is in progress or ended less than
+//! [`REGRANT_AFTER_RECALL`] ago (otherwise the holder, reopening at once
+//! after its DELEGRETURN, would be granted a new delegation before the
+//! conflicting client's retry arrives, and that client could be sent back
+//! to wait again and again; the Linux server blocks recently recalled
+//! files the same way), and the bounds allow ([`MAX_DELEGS`],
+//! [`MAX_DELEGS_PER_CLIENT`]). Its type follows the open:
+//! - an open for reading only gets OPEN_DELEGATE_READ, unless another
+//!   client has the file open for writing (or denying reads) or holds a
+//!   write delegation on it;
+//! - an open for writing (WRITE or BOTH) gets OPEN_DELEGATE_WRITE when no
+//!   other client has the file open at all or holds any delegation on it,
+//!   and the backend's change attribute is consistent
+//!   (`Backend::consistent_change`, docs/BACKENDS.md; WND4_WRITE_DELEG_NOT_SUPP_FTYPE
+//!   otherwise). Its reply carries a space limit (NFS_LIMIT_SIZE: the size
+//!   plus [`WRITE_DELEG_GROWTH_BYTES`], or the free space when less) and an
+//!   ACE of what the mode bits allow every class (s18.16.1). A client's own
+//!   read delegation is not upgraded (WND4_NOT_SUPP_UPGRADE).
 //!
-//! A conflict: another client's OPEN for writing (or denying reading),
-//! WRITE, SETATTR of the size, REMOVE, RENAME or LINK of the file, through
-//! NFSv4 or NFSv3. Each delegation of another client on the file is then
-//! recalled (once; the CB_RECALL goes on the holder's backchannel) and the
-//! conflicting operation is answered NFS4ERR_DELAY until every such
-//! delegation is returned or revoked. An NFSv3 one is held until then
-//! ([`crate::nfs::delegwait`]; NFS3ERR_JUKEBOX when it cannot be, over TCP
-//! or past the bound).
-//! A holder whose lease expired loses its state to the conflict, as a
-//! courtesy client does (see [`super::state`]).
+//! A client asking for a type (WANT_READ_DELEG, WANT_WRITE_DELEG) that is
+//! not the one its open's access gets hears WND4_CONTENTION; WANT_ANY_DELEG
+//! takes the open's type. A client that asked (any `WANT_*` bit) and gets
+//! none hears why (OPEN_DELEGATE_NONE_EXT with a `WND4_*` reason); one that
+//! did not, OPEN_DELEGATE_NONE. A client that holds one and opens again
+//! gets the same stateid (s10.4.4). A write delegation's stateid reads,
+//! writes and sets the size; a read one's only reads (s9.1.3).
+//!
+//! Conflicts ([`Conflict`]), from another client, or NFSv3:
+//! - a change ([`Conflict::Change`]: an OPEN for writing or denying reads,
+//!   WRITE, SETATTR of the size, an OPEN that truncates, REMOVE, RENAME or
+//!   LINK of the file, ALLOCATE, DEALLOCATE, COPY's destination) recalls
+//!   every delegation on the file;
+//! - a look ([`Conflict::Read`]: any OPEN, READ, GETATTR or VERIFY asking
+//!   for the size, change, space used or times, SETATTR of anything else,
+//!   SEEK, COPY's source; NFSv3 READ, GETATTR, SETATTR) recalls a write
+//!   delegation only: there is no CB_GETATTR here (s10.4.3), so the holder
+//!   is made to flush and return, as the Linux server did before it had
+//!   CB_GETATTR. READDIR's attributes of a delegated file are not a
+//!   conflict (they may be stale while it is held).
+//!
+//! The holder's own operations never conflict. Each conflicting
+//! delegation is recalled (once; the CB_RECALL goes on the holder's
+//! backchannel) and the operation is answered NFS4ERR_DELAY until every
+//! such delegation is returned or revoked. An NFSv3 one is held until then
+//! ([`crate::nfs::delegwait`]; NFS3ERR_JUKEBOX when it cannot be: over TCP,
+//! past the bound, or an NFSv3 READ whose data buffer may be the
+//! requester's own memory). A read costs one atomic load while no write
+//! delegation exists. A holder whose lease expired loses its state to the
+//! conflict, as a courtesy client does (see [`super::state`]).
+//!
+//! On a recall the holder flushes what it cached (its WRITEs with the
+//! delegation's stateid are its own) and may reopen under the delegation
+//! (CLAIM_DELEGATE_CUR, CLAIM_DELEG_CUR_FH) before its DELEGRETURN.
 //!
 //! A delegation not returned within one lease of its recall is revoked
 //! (RFC 8881 s10.2.1), by time: [`V4State::revoke_overdue`] runs on every
@@ -40,7 +70,12 @@
 //! rule. The holder's SEQUENCE then carries
 //! SEQ4_STATUS_RECALLABLE_STATE_REVOKED, the stateid is
 //! NFS4ERR_DELEG_REVOKED until FREE_STATEID (or DELEGRETURN, which also
-//! answers NFS4ERR_DELEG_REVOKED) takes it away.
+//! answers NFS4ERR_DELEG_REVOKED) takes it away; a revoked write
+//! delegation's cached writes are lost to its holder (s10.4.1).
+//!
+//! The counters ([`super::deleg_stats`]) count write delegations apart as
+//! well (`write_delegations_held`, `write_delegations_granted`,
+//! `write_recalls`, `write_returned`, `write_revoked`).
 
 use std::sync::atomic::Ordering;
 use std::time::Instant;
@@ -75,6 +110,8 @@ pub struct Deleg {
     /// When the recall was queued.
     pub recalled: Option<Instant>,
     pub revoked: bool,
+    /// OPEN_DELEGATE_WRITE (else OPEN_DELEGATE_READ).
+    pub write: bool,
 }
 
 impl Deleg {
@@ -95,6 +132,37 @@ pub enum Offer {
     NoneExt(u32),
     /// OPEN_DELEGATE_READ with this stateid.
     Read(Stateid),
+    /// OPEN_DELEGATE_WRITE with this stateid.
+    Write(Stateid),
+}
+
+/// What another client's (or NFSv3's) operation does to a file, for the
+/// delegations it conflicts with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Conflict {
+    /// It reads the file's data or attributes (READ, GETATTR, VERIFY, an
+    /// OPEN for reading, a SETATTR of anything but the size): only write
+    /// delegations conflict (RFC 8881 s10.4.3: there is no CB_GETATTR
+    /// here, so the holder's cached changes are recalled instead).
+    Read,
+    /// It changes the file (WRITE, SETATTR of the size, an OPEN for writing
+    /// or denying reads, REMOVE, RENAME, LINK): every delegation conflicts.
+    Change,
+}
+
+/// The size a write delegation's holder may grow the file by before it
+/// must flush on CLOSE (`space_limit`, NFS_LIMIT_SIZE; RFC 8881 s10.4.1,
+/// s18.16.3), when the backend has that much space free.
+pub const WRITE_DELEG_GROWTH_BYTES: u64 = 1 << 30;
+
+/// What the grant rules need to know about the OPEN, beyond the tables.
+#[derive(Debug, Clone, Copy)]
+pub struct OpenFacts {
+    /// The OPEN's `share_access`, `WANT_*` bits included.
+    pub share_access: u32,
+    /// Whether the backend's change attribute is consistent for the file
+    /// (`Backend::consistent_change`): a write delegation needs it.
+    pub consistent_change: bool,
 }
 
 impl V4State {
@@ -111,6 +179,11 @@ impl V4State {
             .store(d.as_millis().min(u64::MAX as u128) as u64, Ordering::Relaxed);
     }
 
+    /// Write delegations held or revoked-and-not-freed. No lock.
+    pub fn write_delegations(&self) -> usize {
+        self.write_deleg_count.load(Ordering::Relaxed)
+    }
+
     pub fn delegations(&self) -> usize {
         self.lock_tables().delegs.len()
     }
@@ -123,36 +196,42 @@ impl V4State {
     /// The "nfs4" section of the statistics: delegations, recalls and the
     /// backchannel's counters. Takes no lock.
     pub fn stats_json(&self) -> serde_json::Value {
-        let mut v = self.deleg_stats.json(self.deleg_count.load(Ordering::Relaxed));
+        let mut v = self.deleg_stats.json(
+            self.deleg_count.load(Ordering::Relaxed),
+            self.write_deleg_count.load(Ordering::Relaxed),
+        );
         v["callbacks"] = self.cb.stats.json();
         v
     }
 
-    /// After an OPEN of `file` with `share_access` succeeded: a read
-    /// delegation, or why none (see the module's rules).
-    pub(super) fn offer_read(
-        &self,
-        client: u64,
-        session: &SessionId,
-        file: FileKey,
-        fh: &[u8],
-        share_access: u32,
-    ) -> Offer {
+    /// After an OPEN of `file` succeeded: a read or write delegation, or
+    /// why none (see the module's rules).
+    pub(super) fn offer(&self, client: u64, session: &SessionId, file: FileKey, fh: &[u8], facts: OpenFacts) -> Offer {
+        let share_access = facts.share_access;
         let want = share_access & OPEN4_SHARE_ACCESS_WANT_DELEG_MASK;
         let asked = want != OPEN4_SHARE_ACCESS_WANT_NO_PREFERENCE;
         let no = |why| if asked { Offer::NoneExt(why) } else { Offer::None };
+        // A write delegation for an open for writing, a read one for an
+        // open for reading only.
+        let write = share_access & OPEN4_SHARE_ACCESS_WRITE != 0;
         match want {
             OPEN4_SHARE_ACCESS_WANT_NO_DELEG => return Offer::NoneExt(WND4_NOT_WANTED),
             OPEN4_SHARE_ACCESS_WANT_CANCEL => return Offer::NoneExt(WND4_CANCELLED),
-            OPEN4_SHARE_ACCESS_WANT_WRITE_DELEG => return Offer::NoneExt(WND4_CONTENTION),
-            _ => {}
+            // The type asked is not the one this open's access gets.
+            OPEN4_SHARE_ACCESS_WANT_WRITE_DELEG if !write => return Offer::NoneExt(WND4_CONTENTION),
+            OPEN4_SHARE_ACCESS_WANT_READ_DELEG if write => return Offer::NoneExt(WND4_CONTENTION),
+            OPEN4_SHARE_ACCESS_WANT_NO_PREFERENCE
+            | OPEN4_SHARE_ACCESS_WANT_READ_DELEG
+            | OPEN4_SHARE_ACCESS_WANT_WRITE_DELEG
+            | OPEN4_SHARE_ACCESS_WANT_ANY_DELEG => {}
+            // An unknown want: none (OPEN itself does not fail for it).
+            _ => return Offer::NoneExt(WND4_NOT_WANTED),
         }
         if !self.delegations.load(Ordering::Relaxed) {
             return no(WND4_RESOURCE);
         }
-        if share_access & OPEN4_SHARE_ACCESS_WRITE != 0 {
-            // No write delegations.
-            return no(WND4_CONTENTION);
+        if write && !facts.consistent_change {
+            return no(WND4_WRITE_DELEG_NOT_SUPP_FTYPE);
         }
         if !self.cb.usable(session) {
             return no(WND4_RESOURCE);
@@ -171,10 +250,14 @@ impl V4State {
             return no(WND4_CONTENTION);
         }
         let contended = t.opens.iter().any(|o| {
+            // Any open of another client contends with a write delegation,
+            // one for writing (or denying reads) with a read one.
             o.file == file
                 && o.client != client
-                && (o.access & OPEN4_SHARE_ACCESS_WRITE != 0 || o.deny & OPEN4_SHARE_ACCESS_READ != 0)
-        }) || t.delegs.iter().any(|d| d.file == file && d.recalled.is_some());
+                && (write || o.access & OPEN4_SHARE_ACCESS_WRITE != 0 || o.deny & OPEN4_SHARE_ACCESS_READ != 0)
+        }) || t.delegs.iter().any(|d| {
+            d.file == file && (d.recalled.is_some() || (!d.revoked && d.client != client && (write || d.write)))
+        });
         if contended {
             return no(WND4_CONTENTION);
         }
@@ -183,8 +266,13 @@ impl V4State {
             .iter()
             .find(|d| d.file == file && d.client == client && !d.revoked)
         {
-            // The client has one already (RFC 8881 s10.4.4: the same).
-            return Offer::Read(d.stateid());
+            // The client has one already (RFC 8881 s10.4.4: the same); a
+            // read one is not turned into a write one.
+            return match (d.write, write) {
+                (true, _) => Offer::Write(d.stateid()),
+                (false, false) => Offer::Read(d.stateid()),
+                (false, true) => no(WND4_NOT_SUPP_UPGRADE),
+            };
         }
         let mine = t.delegs.iter().filter(|d| d.client == client).count();
         if t.delegs.len() >= MAX_DELEGS || mine >= MAX_DELEGS_PER_CLIENT {
@@ -199,32 +287,64 @@ impl V4State {
             fh: fh.to_vec(),
             recalled: None,
             revoked: false,
+            write,
         });
+        self.counted(&t);
+        self.deleg_stats.granted(write);
+        let sid = Stateid { seqid: 1, other };
+        if write {
+            Offer::Write(sid)
+        } else {
+            Offer::Read(sid)
+        }
+    }
+
+    /// Keep the delegation counts the lock-free checks read.
+    fn counted(&self, t: &Tables) {
         self.deleg_count.store(t.delegs.len(), Ordering::Relaxed);
-        self.deleg_stats.granted();
-        Offer::Read(Stateid { seqid: 1, other })
+        let w = t.delegs.iter().filter(|d| d.write).count();
+        self.write_deleg_count.store(w, Ordering::Relaxed);
     }
 
     /// `file` is about to change by `client` (`None`: NFSv3): recall the
     /// delegations of other clients on it; NFS4ERR_DELAY while any is
     /// still held. Free when no delegation exists at all.
     pub fn deleg_conflict(&self, file: &FileKey, client: Option<u64>) -> Result<(), u32> {
-        if self.deleg_count.load(Ordering::Relaxed) == 0 {
+        self.deleg_conflict_as(file, client, Conflict::Change)
+    }
+
+    /// `file` is about to be read, or changed, by `client` (`None`:
+    /// NFSv3): recall the delegations of other clients on it that the
+    /// access conflicts with; NFS4ERR_DELAY while any is still held. One
+    /// atomic load when no such delegation exists at all (a read: no write
+    /// delegation).
+    pub fn deleg_conflict_as(&self, file: &FileKey, client: Option<u64>, kind: Conflict) -> Result<(), u32> {
+        let count = match kind {
+            Conflict::Read => &self.write_deleg_count,
+            Conflict::Change => &self.deleg_count,
+        };
+        if count.load(Ordering::Relaxed) == 0 {
             return Ok(());
         }
         let mut t = self.lock_tables();
-        self.recall_conflicts(&mut t, file, client)
+        self.recall_conflicts(&mut t, file, client, kind)
     }
 
-    /// [`Self::deleg_conflict`] with the tables held.
-    pub(super) fn recall_conflicts(&self, t: &mut Tables, file: &FileKey, client: Option<u64>) -> Result<(), u32> {
+    /// [`Self::deleg_conflict_as`] with the tables held.
+    pub(super) fn recall_conflicts(
+        &self,
+        t: &mut Tables,
+        file: &FileKey,
+        client: Option<u64>,
+        kind: Conflict,
+    ) -> Result<(), u32> {
         let now = Instant::now();
         let lease = self.lease();
         let mut held = false;
         let mut i = 0;
         while i < t.delegs.len() {
             let d = &t.delegs[i];
-            if &d.file != file || Some(d.client) == client || d.revoked {
+            if &d.file != file || Some(d.client) == client || d.revoked || (kind == Conflict::Read && !d.write) {
                 i += 1;
                 continue;
             }
@@ -245,7 +365,7 @@ impl V4State {
                         },
                     );
                     t.delegs[i].recalled = Some(now);
-                    self.deleg_stats.recalled();
+                    self.deleg_stats.recalled(t.delegs[i].write);
                     if t.recent_recalls.len() >= MAX_RECENT_RECALLS {
                         t.recent_recalls.pop_front();
                     }
@@ -270,7 +390,7 @@ impl V4State {
     fn revoke(&self, t: &mut Tables, i: usize) {
         let d = &mut t.delegs[i];
         d.revoked = true;
-        self.deleg_stats.revoked();
+        self.deleg_stats.revoked(d.write);
         let client = d.client;
         if let Some(c) = t.clients.iter().find(|c| c.id == client) {
             c.flags
@@ -342,7 +462,7 @@ impl V4State {
     /// was its last revoked one.
     pub(super) fn remove_deleg(&self, t: &mut Tables, i: usize) {
         let d = t.delegs.remove(i);
-        self.deleg_count.store(t.delegs.len(), Ordering::Relaxed);
+        self.counted(t);
         self.deleg_gen.fetch_add(1, Ordering::Release);
         if d.recalled.is_some() {
             self.rearm(t);
@@ -358,7 +478,7 @@ impl V4State {
     /// Every delegation of `client` goes (its state is purged).
     pub(super) fn drop_client_delegs(&self, t: &mut Tables, client: u64) {
         t.delegs.retain(|d| d.client != client);
-        self.deleg_count.store(t.delegs.len(), Ordering::Relaxed);
+        self.counted(t);
         self.deleg_gen.fetch_add(1, Ordering::Release);
         self.rearm(t);
     }
@@ -392,7 +512,7 @@ impl V4State {
         if d.revoked {
             return Err(NFS4ERR_DELEG_REVOKED);
         }
-        self.deleg_stats.returned(d.recalled.map(|at| at.elapsed()));
+        self.deleg_stats.returned(d.recalled.map(|at| at.elapsed()), d.write);
         self.remove_deleg(&mut t, i);
         Ok(())
     }
@@ -410,5 +530,308 @@ impl V4State {
             return Err(NFS4ERR_DELEG_REVOKED);
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::Ordering::Relaxed;
+
+    use dataplane::service::BackwardChannel;
+    use dataplane::ConnId;
+
+    use super::*;
+    use crate::backend::FileHandle;
+    use crate::nfs4::callback::OwnedSec;
+    use crate::nfs4::state::SessionCb;
+    use proto::nfs4::args::ChannelAttrs;
+
+    fn attrs(slots: u32) -> ChannelAttrs {
+        ChannelAttrs {
+            headerpadsize: 0,
+            maxrequestsize: 1 << 20,
+            maxresponsesize: 1 << 20,
+            maxresponsesize_cached: 8192,
+            maxoperations: 8,
+            maxrequests: slots,
+            rdma_ird: None,
+        }
+    }
+
+    /// A client whose session's backchannel is up on connection `conn`
+    /// (bound by CREATE_SESSION, announced, its CB_NULL probe answered).
+    fn client(s: &V4State, owner: &[u8], conn: u32) -> (u64, SessionId) {
+        let e = s.exchange_id(*b"verifier", owner, 0).unwrap();
+        let key = (0, ConnId(conn));
+        let cb = SessionCb {
+            flags: CREATE_SESSION4_FLAG_CONN_BACK_CHAN,
+            program: 9,
+            sec: OwnedSec::None,
+            conn: Some(key),
+            minorversion: 1,
+        };
+        let c = s
+            .create_session_cb(e.clientid, e.sequenceid, &attrs(8), &attrs(1), &cb)
+            .unwrap();
+        let chan = BackwardChannel {
+            credits: 1,
+            max_call_bytes: 1024,
+            max_reply_bytes: 1024,
+        };
+        s.cb.transport(key, Some(chan));
+        let mut buf = [0u8; 512];
+        s.cb.poll(key, &mut buf).expect("CB_NULL probe");
+        // xid, REPLY, MSG_ACCEPTED, AUTH_NONE verifier, SUCCESS.
+        let mut reply = buf[..4].to_vec();
+        for w in [1u32, 0, 0, 0, 0] {
+            reply.extend_from_slice(&w.to_be_bytes());
+        }
+        s.cb.reply(key, &reply);
+        assert!(s.cb.usable(&c.sessionid), "probe answered");
+        (e.clientid, c.sessionid)
+    }
+
+    fn file(n: u8) -> FileKey {
+        (0, FileHandle::new(&[b'f', n]).unwrap())
+    }
+
+    fn facts(share_access: u32) -> OpenFacts {
+        OpenFacts {
+            share_access,
+            consistent_change: true,
+        }
+    }
+
+    const RW: u32 = OPEN4_SHARE_ACCESS_BOTH;
+    const RD: u32 = OPEN4_SHARE_ACCESS_READ;
+
+    /// Open `f` for `access` and ask for a delegation as OPEN does.
+    fn open(s: &V4State, (c, sid): (u64, SessionId), f: FileKey, access: u32) -> Offer {
+        s.open(c, b"o", f, access & OPEN4_SHARE_ACCESS_BOTH, 0).unwrap();
+        s.offer(c, &sid, f, b"fh", facts(access))
+    }
+
+    /// An open for writing gets a write delegation, one for reading a read
+    /// delegation (RFC 8881 s10.4); the counters tell them apart; a write
+    /// delegation's stateid reads and writes, a read one's only reads.
+    #[test]
+    fn write_open_gets_a_write_delegation() {
+        let s = V4State::new(8, 1 << 20);
+        let a = client(&s, b"a", 1);
+        let Offer::Write(w) = open(&s, a, file(1), RW) else {
+            panic!("no write delegation")
+        };
+        let Offer::Read(r) = open(&s, a, file(2), RD) else {
+            panic!("no read delegation")
+        };
+        assert_eq!(s.check_io(&w, &file(1), true), Ok(()));
+        assert_eq!(s.check_io(&w, &file(1), false), Ok(()));
+        assert_eq!(s.check_io(&r, &file(2), true), Err(NFS4ERR_OPENMODE));
+        assert_eq!(s.check_io(&r, &file(2), false), Ok(()));
+        assert_eq!(s.check_io(&w, &file(2), true), Err(NFS4ERR_BAD_STATEID), "another file");
+        let st = s.deleg_stats();
+        assert_eq!((st.granted.load(Relaxed), st.granted_write.load(Relaxed)), (2, 1));
+        let j = s.stats_json();
+        assert_eq!(
+            (j["delegations_held"].as_u64(), j["write_delegations_held"].as_u64()),
+            (Some(2), Some(1))
+        );
+        // The same client asking again gets the same one.
+        assert_eq!(open(&s, a, file(1), RW), Offer::Write(w));
+        assert_eq!(
+            open(&s, a, file(1), RD),
+            Offer::Write(w),
+            "a read open under a write delegation"
+        );
+    }
+
+    /// No write delegation while another client has the file open (for
+    /// reading even) or holds a delegation on it; no read delegation while
+    /// another client holds a write one; a client's own read delegation is
+    /// not upgraded.
+    #[test]
+    fn write_delegation_needs_the_file_to_itself() {
+        let s = V4State::new(8, 1 << 20);
+        let (a, b) = (client(&s, b"a", 1), client(&s, b"b", 2));
+        s.open(b.0, b"o", file(1), RD, 0).unwrap();
+        assert_eq!(open(&s, a, file(1), RW), Offer::None);
+        assert_eq!(
+            open(&s, a, file(1), RW | OPEN4_SHARE_ACCESS_WANT_WRITE_DELEG),
+            Offer::NoneExt(WND4_CONTENTION)
+        );
+        // B holds a read delegation on file 2: A's open for writing
+        // recalls it, and while it is held no write one is granted.
+        assert!(matches!(open(&s, b, file(2), RD), Offer::Read(_)));
+        assert_eq!(s.open(a.0, b"o", file(2), RW, 0), Err(NFS4ERR_DELAY));
+        assert_eq!(
+            s.offer(a.0, &a.1, file(2), b"fh", facts(RW | OPEN4_SHARE_ACCESS_WANT_ANY_DELEG)),
+            Offer::NoneExt(WND4_CONTENTION)
+        );
+        // A holds a write delegation on file 3: B's reading open (had it
+        // got past the recall) gets no read delegation.
+        assert!(matches!(open(&s, a, file(3), RW), Offer::Write(_)));
+        assert_eq!(
+            s.offer(
+                b.0,
+                &b.1,
+                file(3),
+                b"fh",
+                facts(RD | OPEN4_SHARE_ACCESS_WANT_READ_DELEG)
+            ),
+            Offer::NoneExt(WND4_CONTENTION)
+        );
+        // A's own read delegation on file 4, then A opens it for writing.
+        assert!(matches!(open(&s, a, file(4), RD), Offer::Read(_)));
+        assert_eq!(
+            open(&s, a, file(4), RW | OPEN4_SHARE_ACCESS_WANT_WRITE_DELEG),
+            Offer::NoneExt(WND4_NOT_SUPP_UPGRADE)
+        );
+    }
+
+    /// The client's wishes (RFC 8881 s18.16.3) and the backend's
+    /// capability, with the WND4_* reasons.
+    #[test]
+    fn wants_and_the_backend_decide() {
+        let s = V4State::new(8, 1 << 20);
+        let a = client(&s, b"a", 1);
+        let (c, sid) = a;
+        let f = file(1);
+        s.open(c, b"o", f, RW, 0).unwrap();
+        let ask = |bits, consistent| {
+            s.offer(
+                c,
+                &sid,
+                f,
+                b"fh",
+                OpenFacts {
+                    share_access: RW | bits,
+                    consistent_change: consistent,
+                },
+            )
+        };
+        assert_eq!(
+            ask(OPEN4_SHARE_ACCESS_WANT_NO_DELEG, true),
+            Offer::NoneExt(WND4_NOT_WANTED)
+        );
+        assert_eq!(
+            ask(OPEN4_SHARE_ACCESS_WANT_CANCEL, true),
+            Offer::NoneExt(WND4_CANCELLED)
+        );
+        assert_eq!(
+            ask(OPEN4_SHARE_ACCESS_WANT_READ_DELEG, true),
+            Offer::NoneExt(WND4_CONTENTION),
+            "no read delegation for an open for writing"
+        );
+        assert_eq!(ask(0, false), Offer::None, "not asked: plain NONE");
+        assert_eq!(
+            ask(OPEN4_SHARE_ACCESS_WANT_WRITE_DELEG, false),
+            Offer::NoneExt(WND4_WRITE_DELEG_NOT_SUPP_FTYPE)
+        );
+        assert_eq!(s.delegations(), 0);
+        assert!(matches!(ask(OPEN4_SHARE_ACCESS_WANT_ANY_DELEG, true), Offer::Write(_)));
+        // A read open on such a backend still gets a read delegation.
+        let g = file(2);
+        s.open(c, b"o", g, RD, 0).unwrap();
+        let r = s.offer(
+            c,
+            &sid,
+            g,
+            b"fh",
+            OpenFacts {
+                share_access: RD,
+                consistent_change: false,
+            },
+        );
+        assert!(matches!(r, Offer::Read(_)));
+        assert_eq!(
+            s.offer(c, &sid, g, b"fh", facts(RD | OPEN4_SHARE_ACCESS_WANT_WRITE_DELEG)),
+            Offer::NoneExt(WND4_CONTENTION)
+        );
+        s.set_delegations(false);
+        let h = file(3);
+        s.open(c, b"o", h, RW, 0).unwrap();
+        assert_eq!(s.offer(c, &sid, h, b"fh", facts(RW)), Offer::None);
+    }
+
+    /// Another client's read of a file (Conflict::Read) recalls a write
+    /// delegation on it, not a read one; its change recalls both; the
+    /// holder's own accesses recall nothing; NFSv3 (no client) conflicts
+    /// as another client does.
+    #[test]
+    fn reads_recall_write_delegations_only() {
+        let s = V4State::new(8, 1 << 20);
+        let (a, b) = (client(&s, b"a", 1), client(&s, b"b", 2));
+        let Offer::Write(w) = open(&s, a, file(1), RW) else {
+            panic!("no write delegation")
+        };
+        assert!(matches!(open(&s, a, file(2), RD), Offer::Read(_)));
+        assert_eq!(s.deleg_conflict_as(&file(1), Some(a.0), Conflict::Read), Ok(()));
+        assert_eq!(s.deleg_conflict_as(&file(1), Some(a.0), Conflict::Change), Ok(()));
+        assert_eq!(s.deleg_conflict_as(&file(2), Some(b.0), Conflict::Read), Ok(()));
+        assert_eq!(s.deleg_conflict_as(&file(2), None, Conflict::Read), Ok(()));
+        assert_eq!(s.cb.pending(&a.1), 0, "nothing recalled");
+        assert_eq!(
+            s.deleg_conflict_as(&file(1), Some(b.0), Conflict::Read),
+            Err(NFS4ERR_DELAY)
+        );
+        assert_eq!(s.cb.pending(&a.1), 1, "CB_RECALL queued");
+        assert_eq!(s.deleg_conflict_as(&file(1), None, Conflict::Read), Err(NFS4ERR_DELAY));
+        assert_eq!(s.cb.pending(&a.1), 1, "recalled once");
+        // B's reading OPEN waits too.
+        assert_eq!(s.open(b.0, b"o", file(1), RD, 0), Err(NFS4ERR_DELAY));
+        let st = s.deleg_stats();
+        assert_eq!((st.recalls.load(Relaxed), st.recalls_write.load(Relaxed)), (1, 1));
+        // The holder still writes with its delegation while recalled, then
+        // returns it; the read proceeds.
+        assert_eq!(s.check_io(&w, &file(1), true), Ok(()));
+        assert_eq!(s.delegreturn(a.0, &w, &file(1)), Ok(()));
+        assert_eq!(st.returned_write.load(Relaxed), 1);
+        assert_eq!(s.deleg_conflict_as(&file(1), Some(b.0), Conflict::Read), Ok(()));
+        assert_eq!(s.stats_json()["write_delegations_held"].as_u64(), Some(0));
+        // A change recalls the read delegation.
+        assert_eq!(
+            s.deleg_conflict_as(&file(2), Some(b.0), Conflict::Change),
+            Err(NFS4ERR_DELAY)
+        );
+    }
+
+    /// A write delegation not returned within a lease of its recall is
+    /// revoked, and counted as a write one.
+    #[test]
+    fn unreturned_write_delegation_is_revoked() {
+        let s = V4State::new(8, 1 << 20).with_lease(std::time::Duration::from_millis(50));
+        let (a, b) = (client(&s, b"a", 1), client(&s, b"b", 2));
+        let Offer::Write(w) = open(&s, a, file(1), RW) else {
+            panic!("no write delegation")
+        };
+        assert_eq!(
+            s.deleg_conflict_as(&file(1), Some(b.0), Conflict::Read),
+            Err(NFS4ERR_DELAY)
+        );
+        let t0 = Instant::now();
+        let mut seq = 0;
+        let mut out = [0u8; 512];
+        while t0.elapsed() < std::time::Duration::from_millis(80) {
+            // A keeps its lease (SEQUENCE), never answering the recall.
+            seq += 1;
+            s.sequence(&a.1, seq, 0, false, &mut out).unwrap();
+            s.sequence_done(&a.1, 0, None);
+            assert_eq!(
+                s.check_io(&w, &file(1), true),
+                Ok(()),
+                "held until the lease has passed"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(5));
+            if t0.elapsed() < std::time::Duration::from_millis(40) {
+                assert_eq!(
+                    s.deleg_conflict_as(&file(1), Some(b.0), Conflict::Read),
+                    Err(NFS4ERR_DELAY)
+                );
+            }
+        }
+        s.revoke_overdue();
+        assert_eq!(s.deleg_conflict_as(&file(1), Some(b.0), Conflict::Read), Ok(()));
+        assert_eq!(s.check_io(&w, &file(1), true), Err(NFS4ERR_DELEG_REVOKED));
+        assert_eq!(s.deleg_stats().revoked_write.load(Relaxed), 1);
     }
 }

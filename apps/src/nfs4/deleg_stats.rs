@@ -28,6 +28,14 @@ pub struct DelegStats {
     pub returned_unrecalled: AtomicU64,
     /// Delegations revoked (not returned a lease after the recall).
     pub revoked: AtomicU64,
+    /// Write delegations granted (counted in `granted` too).
+    pub granted_write: AtomicU64,
+    /// Recalls of write delegations (in `recalls` too).
+    pub recalls_write: AtomicU64,
+    /// DELEGRETURNs of write delegations (in the two above too).
+    pub returned_write: AtomicU64,
+    /// Write delegations revoked (in `revoked` too).
+    pub revoked_write: AtomicU64,
     /// Recall to DELEGRETURN, in [`lat_bucket`]s.
     recall_ns: [AtomicU64; LAT_BUCKETS],
     /// The longest recall to DELEGRETURN, in nanoseconds.
@@ -42,6 +50,10 @@ impl Default for DelegStats {
             returned_after_recall: AtomicU64::new(0),
             returned_unrecalled: AtomicU64::new(0),
             revoked: AtomicU64::new(0),
+            granted_write: AtomicU64::new(0),
+            recalls_write: AtomicU64::new(0),
+            returned_write: AtomicU64::new(0),
+            revoked_write: AtomicU64::new(0),
             recall_ns: std::array::from_fn(|_| AtomicU64::new(0)),
             recall_max_ns: AtomicU64::new(0),
         }
@@ -53,21 +65,34 @@ fn bump(c: &AtomicU64) {
 }
 
 impl DelegStats {
-    pub(super) fn granted(&self) {
+    /// A delegation granted (`write`: a write delegation).
+    pub(super) fn granted(&self, write: bool) {
         bump(&self.granted);
+        if write {
+            bump(&self.granted_write);
+        }
     }
 
-    pub(super) fn recalled(&self) {
+    pub(super) fn recalled(&self, write: bool) {
         bump(&self.recalls);
+        if write {
+            bump(&self.recalls_write);
+        }
     }
 
-    pub(super) fn revoked(&self) {
+    pub(super) fn revoked(&self, write: bool) {
         bump(&self.revoked);
+        if write {
+            bump(&self.revoked_write);
+        }
     }
 
     /// A DELEGRETURN; `since_recall`: the time since its recall was queued,
     /// `None` when it was not recalled.
-    pub(super) fn returned(&self, since_recall: Option<Duration>) {
+    pub(super) fn returned(&self, since_recall: Option<Duration>, write: bool) {
+        if write {
+            bump(&self.returned_write);
+        }
         match since_recall {
             None => bump(&self.returned_unrecalled),
             Some(d) => {
@@ -84,8 +109,9 @@ impl DelegStats {
         self.recall_ns.iter().map(|b| b.load(Ordering::Relaxed)).collect()
     }
 
-    /// The counters as JSON; `held`: delegations in the table now.
-    pub fn json(&self, held: usize) -> Value {
+    /// The counters as JSON; `held`: delegations in the table now,
+    /// `held_write` of them write delegations.
+    pub fn json(&self, held: usize, held_write: usize) -> Value {
         let l = |c: &AtomicU64| c.load(Ordering::Relaxed);
         let mut lat = percentiles(&self.recall_buckets());
         // The exact maximum rather than its bucket's upper bound.
@@ -97,6 +123,11 @@ impl DelegStats {
             "returned_after_recall": l(&self.returned_after_recall),
             "returned_unrecalled": l(&self.returned_unrecalled),
             "revoked": l(&self.revoked),
+            "write_delegations_held": held_write,
+            "write_delegations_granted": l(&self.granted_write),
+            "write_recalls": l(&self.recalls_write),
+            "write_returned": l(&self.returned_write),
+            "write_revoked": l(&self.revoked_write),
             "recall_to_return_us": lat,
         })
     }

@@ -225,6 +225,33 @@ pub(super) fn deleg_conflict(cx: &Ctx<'_>, ex: usize, fh: &FileHandle) -> Result
     cx.sh.v4.deleg_conflict(&(ex, *fh), client).map_err(St)
 }
 
+/// The attributes a write delegation's holder changes in its cache
+/// (RFC 8881 s10.4.3): another client's GETATTR or VERIFY asking for one
+/// of them recalls the delegation.
+const DELEG_CACHED_ATTRS: [u32; 5] = [
+    FATTR4_CHANGE,
+    FATTR4_SIZE,
+    FATTR4_SPACE_USED,
+    FATTR4_TIME_MODIFY,
+    FATTR4_TIME_METADATA,
+];
+
+/// Another client's look at `f`'s data or its attributes `mask` (`None`:
+/// the data) recalls write delegations on it first (NFS4ERR_DELAY until
+/// they are returned or revoked; there is no CB_GETATTR, RFC 8881
+/// s10.4.3). One atomic load while no write delegation exists.
+pub(super) fn deleg_look(cx: &Ctx<'_>, f: Fh, mask: Option<&Bitmap>) -> Result<(), St> {
+    let Fh::Real { ex, fh } = f else { return Ok(()) };
+    if mask.is_some_and(|m| !DELEG_CACHED_ATTRS.iter().any(|&n| m.has(n))) {
+        return Ok(());
+    }
+    let client = cx.session.map(|s| s.2);
+    cx.sh
+        .v4
+        .deleg_conflict_as(&(ex, fh), client, super::deleg::Conflict::Read)
+        .map_err(St)
+}
+
 /// Run one operation (not SEQUENCE); its result body is written at `at`.
 pub(super) fn run(
     cx: &mut Ctx<'_>,
@@ -390,6 +417,7 @@ pub(super) fn run(
         Op::Lookupp => lookupp(cx).map(|()| 0),
         Op::Getattr(req) => {
             let f = cur(cx)?;
+            deleg_look(cx, f, Some(&req))?;
             let a = attr_of(cx, f)?;
             let mut w = w_at(reply, at, limit);
             put_fattr(cx, &mut w, f, &a, &req)?;
@@ -621,6 +649,10 @@ pub(super) fn run(
                 let sid = current_sid(cx, stateid)?;
                 sh.v4.check_io(&sid, &(o.ex, o.fh), true)?;
                 deleg_conflict(cx, o.ex, &o.fh)?;
+            } else {
+                // Any other attribute: a write delegation's holder may
+                // have cached a change of the file (RFC 8881 s10.4).
+                deleg_look(cx, Fh::Real { ex: o.ex, fh: o.fh }, None)?;
             }
             let set = to_setattr(&s);
             check_setattr(&o.caller, &a, &set).map_err(St)?;
@@ -793,6 +825,7 @@ fn lookupp(cx: &mut Ctx<'_>) -> Result<(), St> {
 /// VERIFY / NVERIFY: whether our values of `f`'s attributes are `f`'s.
 fn verify(cx: &Ctx<'_>, f: &Fattr<'_>) -> Result<bool, St> {
     let fh = cur(cx)?;
+    deleg_look(cx, fh, Some(&f.mask))?;
     for n in f.mask.iter() {
         if !attr::SUPPORTED.has(n) {
             return Err(St(NFS4ERR_ATTRNOTSUPP));
@@ -1056,6 +1089,9 @@ fn open(
                             if !d.caller.may_io(&a, MAY_WRITE) {
                                 return Err(St(NFS4ERR_ACCESS));
                             }
+                            // A truncation: other clients' delegations on
+                            // the file are recalled first, as for SETATTR.
+                            deleg_conflict(cx, d.ex, &fh)?;
                             a = b.setattr(
                                 &fh,
                                 &SetAttr {
@@ -1141,9 +1177,39 @@ fn offer(cx: &Ctx<'_>, o: Real, share_access: u32) -> super::deleg::Offer {
     let Some(n) = fh::encode(cx.sh, &Fh::Real { ex: o.ex, fh: o.fh }, &mut wire) else {
         return super::deleg::Offer::None;
     };
-    cx.sh
-        .v4
-        .offer_read(client, &session, (o.ex, o.fh), &wire[..n], share_access)
+    let facts = super::deleg::OpenFacts {
+        share_access,
+        consistent_change: backend(cx, &o).consistent_change(),
+    };
+    cx.sh.v4.offer(client, &session, (o.ex, o.fh), &wire[..n], facts)
+}
+
+/// A write delegation's `space_limit` (NFS_LIMIT_SIZE, RFC 8881 s18.16.1):
+/// the file may grow by [`super::deleg::WRITE_DELEG_GROWTH_BYTES`], or the
+/// space the backend has free when that is less, before the holder must
+/// flush on CLOSE; and its `permissions` ACE: EVERYONE@ is allowed what the
+/// mode bits allow every class (owner, group and others) alike, so the
+/// holder asks ACCESS for anything more (nothing where the file system
+/// checks permissions itself).
+fn write_deleg_terms(cx: &Ctx<'_>, o: &Real) -> (u64, u32) {
+    let b = backend(cx, o);
+    // Granted already: without the attributes, no room and no ACE.
+    let Ok(a) = b.getattr(&o.fh) else { return (0, 0) };
+    let free = b.fsstat().map(|f| f.avail_bytes).unwrap_or(0);
+    let limit = a.size.saturating_add(free.min(super::deleg::WRITE_DELEG_GROWTH_BYTES));
+    let all = if b.enforces_permissions() {
+        0
+    } else {
+        (a.mode >> 6) & (a.mode >> 3) & a.mode & 7
+    };
+    let mut mask = 0;
+    if all & 4 != 0 {
+        mask |= ACE4_READ_DATA;
+    }
+    if all & 2 != 0 {
+        mask |= ACE4_WRITE_DATA | ACE4_APPEND_DATA;
+    }
+    (limit, mask)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -1158,6 +1224,10 @@ fn open_res(
     attrset: Bitmap,
     deleg: super::deleg::Offer,
 ) -> R {
+    let terms = match deleg {
+        super::deleg::Offer::Write(_) => write_deleg_terms(cx, &o),
+        _ => (0, 0),
+    };
     cx.cur = Some(Fh::Real { ex: o.ex, fh: o.fh });
     // Blocking locks' owners are told when a lock is released, where the
     // session has a working backchannel (RFC 8881 s18.16.4).
@@ -1198,6 +1268,19 @@ fn open_res(
             w.put_u32(ACE4_READ_DATA)?;
             w.put_opaque_var(b"EVERYONE@")?;
         }
+        super::deleg::Offer::Write(sid) => {
+            // open_write_delegation4: the stateid, no recall pending, the
+            // space limit, the ACE.
+            w.put_u32(OPEN_DELEGATE_WRITE)?;
+            put_stateid(&mut w, &sid)?;
+            w.put_bool(false)?;
+            w.put_u32(NFS_LIMIT_SIZE)?;
+            w.put_u64(terms.0)?;
+            w.put_u32(ACE4_ACCESS_ALLOWED_ACE_TYPE)?;
+            w.put_u32(0)?;
+            w.put_u32(terms.1)?;
+            w.put_opaque_var(b"EVERYONE@")?;
+        }
     }
     Ok(w.len())
 }
@@ -1220,6 +1303,8 @@ fn io_file(cx: &Ctx<'_>, sid: Stateid, write: bool) -> Result<(Real, Attr), St> 
     }
     if write {
         deleg_conflict(cx, o.ex, &o.fh)?;
+    } else {
+        deleg_look(cx, Fh::Real { ex: o.ex, fh: o.fh }, None)?;
     }
     Ok((o, a))
 }

@@ -257,6 +257,9 @@ pub struct V4State {
     /// Delegations in the table, so a change to a file looks at them only
     /// when there are some.
     pub(super) deleg_count: std::sync::atomic::AtomicUsize,
+    /// Write delegations among them, so a read of a file (READ, GETATTR,
+    /// an OPEN for reading) looks at them only when there are some.
+    pub(super) write_deleg_count: std::sync::atomic::AtomicUsize,
     /// Delegation and recall counters ([`super::deleg_stats`]).
     pub(super) deleg_stats: super::deleg_stats::DelegStats,
     /// When the next recalled delegation is due for revocation, as a
@@ -296,6 +299,7 @@ impl V4State {
             delegations: std::sync::atomic::AtomicBool::new(true),
             regrant_ms: std::sync::atomic::AtomicU64::new(super::deleg::REGRANT_AFTER_RECALL.as_millis() as u64),
             deleg_count: std::sync::atomic::AtomicUsize::new(0),
+            write_deleg_count: std::sync::atomic::AtomicUsize::new(0),
             deleg_stats: Default::default(),
             revoke_due_ms: AtomicU64::new(u64::MAX),
             deleg_gen: AtomicU64::new(0),
@@ -867,11 +871,16 @@ impl V4State {
     pub fn open(&self, client: u64, owner: &[u8], file: FileKey, access: u32, deny: u32) -> Result<Stateid, u32> {
         let mut t = self.lock();
         let now = Instant::now();
-        if access & OPEN4_SHARE_ACCESS_WRITE != 0 || deny & OPEN4_SHARE_ACCESS_READ != 0 {
-            // Another client's read delegation is recalled first
-            // (RFC 8881 s10.4.1); NFS4ERR_DELAY until it is returned.
-            self.recall_conflicts(&mut t, &file, Some(client))?;
-        }
+        // Another client's delegation the open conflicts with is recalled
+        // first (RFC 8881 s10.4.1): any delegation for an open for writing
+        // (or denying reads), a write delegation for any open; and
+        // NFS4ERR_DELAY until it is returned.
+        let kind = if access & OPEN4_SHARE_ACCESS_WRITE != 0 || deny & OPEN4_SHARE_ACCESS_READ != 0 {
+            super::deleg::Conflict::Change
+        } else {
+            super::deleg::Conflict::Read
+        };
+        self.recall_conflicts(&mut t, &file, Some(client), kind)?;
         loop {
             let conflict = t.opens.iter().find(|o| {
                 o.file == file
@@ -1014,7 +1023,8 @@ impl V4State {
         }
         let o = match self.find_any(&t, sid)? {
             Found::Deleg(i) => {
-                // A read delegation's stateid reads (RFC 8881 s9.1.3).
+                // A read delegation's stateid reads, a write delegation's
+                // reads and writes (RFC 8881 s9.1.3, s10.4).
                 let d = &t.delegs[i];
                 if d.revoked {
                     return Err(NFS4ERR_DELEG_REVOKED);
@@ -1022,7 +1032,11 @@ impl V4State {
                 if &d.file != file {
                     return Err(NFS4ERR_BAD_STATEID);
                 }
-                return if write { Err(NFS4ERR_OPENMODE) } else { Ok(()) };
+                return if write && !d.write {
+                    Err(NFS4ERR_OPENMODE)
+                } else {
+                    Ok(())
+                };
             }
             Found::Open(i) => &t.opens[i],
             Found::Lock(i) => {

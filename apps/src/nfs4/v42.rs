@@ -47,6 +47,8 @@ fn io_file(cx: &Ctx<'_>, o: &Real, sid: Stateid, write: bool) -> Result<Attr, St
     cx.sh.v4.check_io(&sid, &(o.ex, o.fh), write)?;
     if write {
         super::ops::deleg_conflict(cx, o.ex, &o.fh)?;
+    } else {
+        super::ops::deleg_look(cx, super::fh::Fh::Real { ex: o.ex, fh: o.fh }, None)?;
     }
     if !o.caller.may_io(&a, if write { MAY_WRITE } else { MAY_READ }) {
         return Err(St(NFS4ERR_ACCESS));

@@ -933,9 +933,11 @@ pub fn render_table(doc: &Value, prev: Option<(&Value, f64)>) -> String {
     let v4 = &doc["nfs4"];
     if v4.is_object() {
         out += &format!(
-            "nfs4: delegations held={} granted={} recalls={} returned={} revoked={} recall->return p50={}us p99={}us\n",
+            "nfs4: delegations held={} (write {}) granted={} (write {}) recalls={} returned={} revoked={} recall->return p50={}us p99={}us\n",
             u(&v4["delegations_held"]),
+            u(&v4["write_delegations_held"]),
             u(&v4["delegations_granted"]),
+            u(&v4["write_delegations_granted"]),
             u(&v4["recalls"]),
             u(&v4["returned_after_recall"]),
             u(&v4["revoked"]),

@@ -371,6 +371,10 @@ pub const WND4_IS_DIR: u32 = 8;
 /// (RFC 8881 s6.2.1).
 pub const ACE4_ACCESS_ALLOWED_ACE_TYPE: u32 = 0;
 pub const ACE4_READ_DATA: u32 = 0x1;
+pub const ACE4_WRITE_DATA: u32 = 0x2;
+pub const ACE4_APPEND_DATA: u32 = 0x4;
+/// `limit_by4` (RFC 8881 s18.16.1): a write delegation's space limit as a file size.
+pub const NFS_LIMIT_SIZE: u32 = 1;
 
 /// `sr_status_flags` of SEQUENCE (RFC 8881 s18.46.3).
 pub const SEQ4_STATUS_CB_PATH_DOWN: u32 = 0x1;

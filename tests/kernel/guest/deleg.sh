@@ -18,7 +18,14 @@
 #      recall: NFS3ERR_JUKEBOX until A returned the delegation);
 #   4. $DELEG_ROUNDS rounds of A opening a file (a delegation) and B
 #      overwriting it (a recall), a file per round: the target's recall-to-DELEGRETURN time,
-#      p50 and p99, into $OUT/recall-latency.txt.
+#      p50 and p99, into $OUT/recall-latency.txt;
+#   5. write delegations: A creates a file for reading and writing and
+#      writes it (buffered, no fsync, kept open): the target's statistics
+#      show a write delegation held and A's mountstats no WRITE sent yet;
+#      B (vers=4.2) reads the file: the target recalls A's delegation, A
+#      flushes (its WRITEs) and returns it, B reads A's data exactly
+#      (checksums); the same with B on vers=3 as the reader (its GETATTR
+#      and READ wait for the return) on a second file.
 # Results go to /host/out/deleg-<role>/ (checks.txt).
 set -uo pipefail
 ROLE=$1
@@ -101,6 +108,18 @@ PY
     # REGRANT_AFTER_RECALL)
     cp /tmp/v0 $B/deleg/f3
     for i in $(seq 1 "$DELEG_ROUNDS"); do echo start >$B/deleg/r$i; done
+    # B created those files for writing: it holds write delegations on
+    # them (issue 23). Had A to recall them, the files would be "recently
+    # recalled" and A granted no read delegation; a remount returns them
+    # (the client's state goes with its last mount of the server).
+    if timeout 180 umount $B && timeout 120 mount -t nfs -o "$RDMA42" "$VMLAB_IP:/export" $B; then
+        pass "deleg: B remounts after writing the files"
+    else
+        flunk "deleg: B remounts after writing the files"
+    fi
+    no_delegs() { [ "$(nfs4_stat delegations_held)" = 0 ]; }
+    wait_for 30 no_delegs
+    check_eq "deleg: B's write delegations went with its remount (delegations_held)" "$(nfs4_stat delegations_held)" 0
     signal server-ready "$(sha /tmp/v0)"
 
     # 2. B's vers=4.2 write recalls A's delegation
@@ -169,6 +188,45 @@ PY
     check "deleg: $DELEG_ROUNDS rounds: A returned at least $want recalled delegations ($((a1 - a0))), none revoked ($rv)" \
         test "$((a1 - a0))" -ge "$want" -a "$rv" = 0
     echo "recall_to_delegreturn_us p50=$p50 p99=$p99 samples=$n rounds=$DELEG_ROUNDS" | tee "$OUT/recall-latency.txt"
+
+    # 5. write delegations: B reads what A wrote under one
+    if await a-wholds 300; then
+        read -r wh wr0 wt0 rv0 <<<"$(nfs4_stat write_delegations_held write_recalls write_returned revoked)"
+        check "deleg write: the target's statistics show A's write delegation held (write_delegations_held $wh)" \
+            test "$wh" -ge 1
+        t=$(now)
+        got=$(timeout 300 sha256sum <$B/deleg/w | cut -c1-64)
+        note "deleg write: B's vers=4.2 read took $(elapsed "$t") s"
+        check_eq "deleg write: B reads exactly what A wrote under its write delegation, vers=4.2 (checksum)" \
+            "$got" "$(said a-wholds)"
+        read -r wr1 wt1 rv1 <<<"$(nfs4_stat write_recalls write_returned revoked)"
+        check_eq "deleg write: B's read recalled A's write delegation (write_recalls $wr0 -> $wr1), A returned it ($wt0 -> $wt1), none revoked" \
+            "$((wr1 - wr0)) $((wt1 - wt0)) $((rv1 - rv0))" "1 1 0"
+        signal b-wread
+    else
+        flunk "deleg write: client A wrote a file under a write delegation (no signal)"
+    fi
+    if nfs_mount "$VMLAB_IP:/export" $B3; then
+        signal b3-wready
+        if await a-wholds2 300; then
+            read -r wh wr0 wt0 rv0 <<<"$(nfs4_stat write_delegations_held write_recalls write_returned revoked)"
+            check "deleg write: the target's statistics show A's write delegation on the second file (write_delegations_held $wh)" \
+                test "$wh" -ge 1
+            t=$(now)
+            got=$(timeout 300 sha256sum <$B3/deleg/w3 | cut -c1-64)
+            note "deleg write: B's vers=3 read took $(elapsed "$t") s"
+            check_eq "deleg write: B reads exactly what A wrote under its write delegation, vers=3 (checksum)" \
+                "$got" "$(said a-wholds2)"
+            read -r wr1 wt1 rv1 <<<"$(nfs4_stat write_recalls write_returned revoked)"
+            check_eq "deleg write: B's NFSv3 read recalled A's write delegation (write_recalls $wr0 -> $wr1), A returned it ($wt0 -> $wt1), none revoked" \
+                "$((wr1 - wr0)) $((wt1 - wt0)) $((rv1 - rv0))" "1 1 0"
+        fi
+        signal b-wread2
+        check "deleg write: B umounts vers=3" nfs_umount $B3
+    else
+        flunk "deleg write: client B mounts $VMLAB_IP:/export (vers=3 over RDMA)"
+        signal b3-wready
+    fi
     cp "$OUT/ours/stats.json" "$OUT/stats-final.json"
     check "deleg: B umounts" nfs_umount $B
     signal server-done
@@ -246,6 +304,33 @@ for i in $(seq 1 "$DELEG_ROUNDS"); do
 done
 signal rounds-done
 check_eq "deleg: $DELEG_ROUNDS rounds: A read each of B's overwrites" "$bad" 0
+# 5. write delegations: A writes (buffered, no fsync) and keeps the file
+# open; B's read recalls the delegation and A's flush is what B reads
+# wdeleg_round FILE FD DATA SIGNAL WAIT: one write-delegation round
+wdeleg_round() {
+    local f=$1 fd=$2 data=$3 w0 w1 d0 d1
+    d0=$(op_count $A DELEGRETURN)
+    eval "exec $fd<>\"\$f\""
+    cat "$data" >&"$fd"
+    w0=$(op_count $A WRITE)
+    note "deleg write: A wrote $(stat -c %s "$f") bytes to $f, WRITEs sent so far $w0"
+    signal "$4" "$(sha "$data")"
+    if await "$5" 400; then
+        w1=$(op_count $A WRITE)
+        d1=$(op_count $A DELEGRETURN)
+        # (the client may have written some back before the recall)
+        check "deleg write: A returned the delegation on the recall (DELEGRETURN $d0 -> $d1; WRITEs $w0 before the recall, $w1 after)" \
+            test "$d1" -gt "$d0"
+        check_eq "deleg write: A still reads its own data ($f)" "$(sha "$f")" "$(sha "$data")"
+    fi
+    eval "exec $fd>&-"
+}
+head -c 3M /dev/urandom >/tmp/w1
+head -c 2M /dev/urandom >/tmp/w2
+wdeleg_round $A/deleg/w 4 /tmp/w1 a-wholds b-wread
+if await b3-wready 300; then
+    wdeleg_round $A/deleg/w3 5 /tmp/w2 a-wholds2 b-wread2
+fi
 note "deleg: A's mountstats: DELEGRETURN $(op_count $A DELEGRETURN), OPEN $(op_count $A OPEN), xprt rdma sends - recvs $(bc_replies $A)"
 cp /proc/self/mountstats "$OUT/mountstats.txt"
 await server-done 600

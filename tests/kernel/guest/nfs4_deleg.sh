@@ -3,8 +3,10 @@
 # of tests/kernel/guest/nfs4.sh (issue 23), sourced after lib.sh, servers.sh
 # and nfs4_state.sh:
 #   nfs4_deleg_fio   a read-mostly job on one vers=4.2 RDMA mount, with
-#                    `nfs4.delegations` on and then off (the target started
-#                    again each time): (1) fio, 4 KiB random reads of a
+#                    `nfs4.delegations` on and off in $DELEG_FIO_PAIRS (3)
+#                    pairs in this one boot, the order alternating (on off,
+#                    off on, on off, ...; the target started again each
+#                    time): (1) fio, 4 KiB random reads of a
 #                    64 MiB file at qd 1 (buffered, the page cache dropped
 #                    first); (2) a loop of open, one 4 KiB read at a random
 #                    offset, close, on the same file (what close-to-open
@@ -38,10 +40,13 @@ delegs_granted() {
 
 nfs4_deleg_fio() {
     local on mp=/mnt/deleg-fio secs=${DELEG_FIO_SECONDS:-10} out=$OUT/ours/deleg-fio.txt
-    local b a iops what
+    local b a iops what pair order
     : >"$out"
-    for on in 1 0; do
-        what="deleg fio delegations=$on"
+    for pair in $(seq 1 "${DELEG_FIO_PAIRS:-3}"); do
+    order="1 0"
+    [ $((pair % 2)) = 0 ] && order="0 1"
+    for on in $order; do
+        what="deleg fio pair $pair delegations=$on"
         TARGET_DELEGATIONS=$on ours_start || continue
         if ! nfs4_mount "vers=4.2,$NFS4_RDMA" "$mp" "$what"; then
             ours_stop
@@ -62,7 +67,7 @@ nfs4_deleg_fio() {
         a=$(mount_ops "$mp")
         iops=$(python3 -c 'import json, sys; print("%.0f" % json.load(open(sys.argv[1]))["jobs"][0]["read"]["iops"])' \
             "$OUT/ours/deleg-fio-$on.json" 2>/dev/null || echo "?")
-        echo "fio delegations=$on iops=$iops ops_before=$b ops_after=$a" >>"$out"
+        echo "fio delegations=$on iops=$iops pair=$pair load=$(cut -d' ' -f1 /proc/loadavg) ops_before=$b ops_after=$a" >>"$out"
         b=$a
         # open, 4 KiB read, close, for $secs seconds
         iops=$(python3 - "$mp/d.dat" "$secs" <<'PY'
@@ -78,7 +83,7 @@ print("%.0f" % (n / secs))
 PY
         )
         a=$(mount_ops "$mp")
-        echo "open-read-close delegations=$on per_s=$iops ops_before=$b ops_after=$a" >>"$out"
+        echo "open-read-close delegations=$on per_s=$iops pair=$pair load=$(cut -d' ' -f1 /proc/loadavg) ops_before=$b ops_after=$a" >>"$out"
         if [ "$on" = 1 ]; then
             check "$what: the target granted delegations ($(delegs_granted))" test "$(delegs_granted)" -ge 1
         else
@@ -87,30 +92,43 @@ PY
         check "$what: umount" nfs_umount "$mp"
         ours_stop
     done
+    done
     cat "$out"
-    # GETATTR + ACCESS Calls of each job, on and off
+    # per pair: the rates on and off and their ratio; the Calls of each
+    # run; the median ratio over the pairs
     python3 - "$out" "$CHECKS" <<'PY'
-import sys
+import statistics, sys
 rows = {}
 for line in open(sys.argv[1]):
     f = line.split()
-    job, on, rate = f[0], f[1].split("=")[1], f[2].split("=")[1]
+    job, on, rate, pair = f[0], f[1].split("=")[1], f[2].split("=")[1], f[3].split("=")[1]
     nums = [int(x) for x in line.split("ops_before=")[1].split("ops_after=")[0].split()]
     after = [int(x) for x in line.split("ops_after=")[1].split()]
     d = [y - x for x, y in zip(nums, after)]
-    rows[(job, on)] = (rate, d)
-    print("%-16s delegations=%s rate %s/s; Calls: GETATTR %d ACCESS %d OPEN %d CLOSE %d READ %d" % ((job, on, rate) + tuple(d)))
+    rows[(job, pair, on)] = (rate, d)
+    print("%-16s pair %s delegations=%s rate %s/s; Calls: GETATTR %d ACCESS %d OPEN %d CLOSE %d READ %d" % ((job, pair, on, rate) + tuple(d)))
+pairs = sorted({p for (_, p, _) in rows}, key=int)
 with open(sys.argv[2], "a") as c:
     for job in ("fio", "open-read-close"):
-        if (job, "1") not in rows or (job, "0") not in rows:
-            r = "not ok - deleg %s: both runs measured" % job
-        else:
-            on, off = rows[(job, "1")][1], rows[(job, "0")][1]
+        ratios, fails, calls_on, calls_off = [], 0, 0, 0
+        for p in pairs:
+            if (job, p, "1") not in rows or (job, p, "0") not in rows:
+                fails += 1
+                continue
+            (r_on, on), (r_off, off) = rows[(job, p, "1")], rows[(job, p, "0")]
             m_on, m_off = sum(on[:4]), sum(off[:4])
-            ok = m_on <= m_off if job == "fio" else m_on < m_off
-            r = "%s - deleg %s: GETATTR+ACCESS+OPEN+CLOSE Calls with delegations on (%d) %s off (%d); rate %s/s on, %s/s off" % (
-                "ok" if ok else "not ok", job, m_on, "no more than" if job == "fio" else "fewer than", m_off,
-                rows[(job, "1")][0], rows[(job, "0")][0])
+            calls_on, calls_off = calls_on + m_on, calls_off + m_off
+            fails += not (m_on <= m_off if job == "fio" else m_on < m_off)
+            try:
+                ratios.append(float(r_on) / float(r_off))
+                print("deleg %s pair %s: on %s/s off %s/s ratio %.3f; GETATTR+ACCESS Calls on %d off %d" % (
+                    job, p, r_on, r_off, ratios[-1], on[0] + on[1], off[0] + off[1]))
+            except (ValueError, ZeroDivisionError):
+                fails += 1
+        med = "%.3f" % statistics.median(ratios) if ratios else "?"
+        r = "%s - deleg %s: GETATTR+ACCESS+OPEN+CLOSE Calls with delegations on (%d) %s off (%d) in each of %d pairs; rate on/off median ratio %s (%s)" % (
+            "ok" if fails == 0 and pairs else "not ok", job, calls_on, "no more than" if job == "fio" else "fewer than",
+            calls_off, len(pairs), med, " ".join("%.3f" % x for x in ratios))
         print(r)
         c.write(r + "\n")
 PY

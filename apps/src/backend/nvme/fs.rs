@@ -346,6 +346,13 @@ impl Backend for NvmeBackend {
         "nvme"
     }
 
+    /// The gateway owns the devices: every data write moves the mtime
+    /// (nanoseconds, never backwards) and every SETATTR the ctime, both
+    /// kept in memory (module docs).
+    fn consistent_change(&self) -> bool {
+        true
+    }
+
     fn root(&self) -> FileHandle {
         self.fh(Node::Root)
     }
