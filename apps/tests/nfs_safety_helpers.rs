@@ -96,7 +96,10 @@ fn assert_off_the_io_cpu(found: &[(String, Vec<usize>)], n: usize, admin: usize,
     assert!(found.len() >= n, "threads found: {found:?}");
     let allowed = thread_cpus().unwrap();
     for (name, cpus) in found {
-        assert!(!cpus.is_empty() && !cpus.contains(&io), "{name} may run on the io core's CPU {io}: {cpus:?}");
+        assert!(
+            !cpus.is_empty() && !cpus.contains(&io),
+            "{name} may run on the io core's CPU {io}: {cpus:?}"
+        );
         // The allowed CPUs without the cores' (admin and io), or with two
         // CPUs the admin core's.
         let want: Vec<usize> = match allowed.len() {
