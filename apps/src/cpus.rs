@@ -4,12 +4,15 @@
 //! (an fsync, `open_by_handle_at`, a record file's write) runs elsewhere: on
 //! the kernel's io-wq workers of a core's ring (`backend::uring`'s `iowq`),
 //! on the NFS helper pool (`nfs::offload`) and on the NFSv4 record writer
-//! (`nfs4::grace`). Each of these must stay off the io cores' CPUs, or it
-//! pre-empts the reactor there and every client of that core waits for it
-//! (issue 21 item 5). A thread spawned by a core thread inherits the core's
-//! pinning, so the pool and the writer set their own affinity when they
-//! start ([`OffCores::apply`]), to the set [`off_core_cpus`] computes — the
-//! same rule the io-wq registration uses.
+//! (`nfs4::grace`); NFS over TCP runs on its connection threads
+//! (`server::tcp`). Each must stay off the io cores' CPUs, or it pre-empts
+//! the reactor there and every client of that core waits for it (issue 21
+//! item 5). A thread spawned by a core thread inherits the core's pinning,
+//! and one spawned by the admin thread may run anywhere, so the pool, the
+//! writer, the TCP listener (whose connection threads inherit from it) and
+//! the statistics thread set their own affinity when they start
+//! ([`OffCores::apply`]), to the set [`off_core_cpus`] computes — the same
+//! rule the io-wq registration uses.
 
 /// The CPUs of the reactor's cores. Empty lists are allowed (a backend or
 /// service used outside a target).

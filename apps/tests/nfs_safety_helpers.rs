@@ -162,3 +162,53 @@ fn nfs_safety_nfs4_record_writer_stays_off_the_core_cpu() {
     assert_off_the_io_cpu(&found, 1, admin, io);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+fn shared_with_cores(admin: usize, io: usize) -> Arc<NfsShared> {
+    let mut ex = Ex::new("/export", "b0");
+    ex.root_squash = false;
+    let mut cfg = config(&["b0"], &[ex], DATA_BUF_BYTES as u32);
+    cfg.cores = vec![
+        CoreConfig {
+            cpu: admin as u32,
+            role: CoreRole::Admin,
+        },
+        CoreConfig {
+            cpu: io as u32,
+            role: CoreRole::Io,
+        },
+    ];
+    let b: Arc<dyn Backend> = Arc::new(MemBackend::new("b0", 1 << 24).unwrap());
+    NfsShared::new(&cfg, vec![("b0".into(), b)]).unwrap()
+}
+
+/// The TCP listener's thread and its connection threads (NFS over TCP, run
+/// on those threads), and the statistics socket's thread, started from an
+/// unpinned thread as the target starts them: off the io core's CPU. Before,
+/// they could run anywhere the process may, the io core's CPU included.
+#[test]
+fn nfs_safety_tcp_and_stats_threads_stay_off_the_core_cpu() {
+    let Some((admin, io)) = admin_and_io_cpus() else {
+        return;
+    };
+    let sh = shared_with_cores(admin, io);
+    let cfg = config(&["b0"], &[Ex::new("/export", "b0")], DATA_BUF_BYTES as u32);
+    let opts = rpcrdma_apps::server::tcp::TcpOptions::new(&cfg.listeners.tcp, 1 << 21, 1 << 20, 0);
+    let tcp = rpcrdma_apps::server::tcp::TcpServer::start("127.0.0.1:0".parse().unwrap(), sh.clone(), opts).unwrap();
+    let conn = std::net::TcpStream::connect(tcp.local_addr()).unwrap();
+    let path = std::env::temp_dir().join(format!("nfs-safety-helpers-{}.sock", std::process::id()));
+    let sources = rpcrdma_apps::server::stats::Sources {
+        cores: Default::default(),
+        pool: None,
+        tcp: Vec::new(),
+        epoch: std::time::Instant::now(),
+        nfs: Some(sh.clone()),
+    };
+    let mut stats = rpcrdma_apps::server::stats::StatsServer::start(&path, sources).unwrap();
+    let found = settled_threads("tcp-", 2, io);
+    assert!(found.iter().any(|(n, _)| n.starts_with("tcp-conn-")), "{found:?}");
+    assert_off_the_io_cpu(&found, 2, admin, io);
+    let found = settled_threads("stats", 1, io);
+    assert_off_the_io_cpu(&found, 1, admin, io);
+    stats.stop();
+    drop(conn);
+}

@@ -278,6 +278,12 @@ impl NfsShared {
             .get_or_init(|| offload::HelperPool::start(self.off_cores.clone()))
     }
 
+    /// Where the target's threads other than the cores run (the helper
+    /// pool, TCP connections, the statistics socket): off the cores' CPUs.
+    pub fn off_cores(&self) -> &crate::cpus::OffCores {
+        &self.off_cores
+    }
+
     /// Start the helper pool now if it is not running yet (a core starts it
     /// on its first offloaded Call); whether any helper runs. Its threads
     /// run off the io cores' CPUs ([`crate::cpus::OffCores`]) whichever

@@ -746,6 +746,11 @@ impl Drop for StatsServer {
 }
 
 fn serve(listener: UnixListener, src: Sources, stop: &AtomicBool) {
+    // Off the io cores' CPUs (a reader polling the socket must not take
+    // time from a reactor).
+    if let Some(n) = &src.nfs {
+        n.off_cores().apply();
+    }
     // Acquire: pairs with the Release store in `StatsServer::stop`.
     while !stop.load(Ordering::Acquire) {
         match listener.accept() {
