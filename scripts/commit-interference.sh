@@ -40,8 +40,26 @@
 #   B_DURING  all (default): B's window covers A1 and A2; commit: A1 runs
 #             first with B idle, then B's window (COMMIT_SECS) covers A2 alone,
 #             so B's figures are those of the COMMIT, not of A's WRITEs
-#   CLIENT_CPU / IO_CPU / ADMIN_CPU  CPUs (default 0 / 1 / 0)
+#   CLIENT_CPU / IO_CPU / ADMIN_CPU  CPUs (default 0 / 1 / 0); CLIENT_CPU
+#             is B's client's CPU
 #   A_CPU     client A's CPU (default CLIENT_CPU)
+#   B_IDLE_SLEEP_US  B's client's --idle-sleep-us (default 0: it spins)
+#
+# The layout: the target's admin core on ADMIN_CPU, its io core on IO_CPU;
+# the target's own blocking threads (io-wq workers of the core's ring, the
+# NFS helper pool) go to the allowed CPUs no core uses, or when there are
+# none to the admin core's CPU (apps/src/cpus.rs); the script prints the
+# CPUs each of the target's threads may use, read from /proc during round
+# 1's COMMIT. In reality A and B are other machines: on a host with few
+# CPUs, keep B's client off the io core's CPU (where it would take turns
+# with the reactor on every READ) and, if there is a CPU for it, off the
+# admin core's CPU too (where A's page-cache copies and fsync run).
+#
+# B's latency is also measured inside the target: its READ row's service
+# time (Call handed to the NFS service to reply built; one Call in 8 timed)
+# between snapshots taken at the start and end of each B window, free of
+# the clients' scheduling (but blind to a Call's wait before the service
+# takes it).
 #   OUT       keep the per-run JSON files in this directory
 #   NICE      run the target and both clients at this nice value (default 0;
 #             e.g. -10 on a host other work keeps busy, so that the host's
@@ -128,8 +146,20 @@ WINDOW=$((A1_SECS + COMMIT_SECS))
 b_load=(--size 4k --qd 1)
 [ "$B_RATE" != 0 ] && b_load=(--size 4k --qd 4 --rate "$B_RATE")
 b_run() { # NAME: B for WINDOW seconds after a 1 s warm-up
+    snap "$1-start"
     "${PERF_RUN[@]}" read "${common[@]}" --file b.dat --file-size 64M "${b_load[@]}" \
-        --duration "$WINDOW" --warmup 1 --cores "$CLIENT_CPU" --json "$WORK/$1.json" >"$WORK/$1.txt"
+        --duration "$WINDOW" --warmup 1 --idle-sleep-us "${B_IDLE_SLEEP_US:-0}" --cores "$CLIENT_CPU" \
+        --json "$WORK/$1.json" >"$WORK/$1.txt"
+    snap "$1-end"
+}
+snap() { # NAME: the target's statistics now
+    "$TARGET" -c "$WORK/cores.json" stats --json >"$WORK/snap-$1.json" 2>/dev/null || echo '{}' >"$WORK/snap-$1.json"
+}
+threads() { # where each of the target's threads may run (name: CPUs)
+    for t in /proc/"$TPID"/task/*; do
+        printf '%s: %s\n' "$(cat "$t/comm" 2>/dev/null)" \
+            "$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' "$t/status" 2>/dev/null)"
+    done | sort | uniq -c | sed 's/^ *//'
 }
 now() { date +%s.%N; }
 a1_run() { # ROUND: A's paced writes
@@ -138,6 +168,7 @@ a1_run() { # ROUND: A's paced writes
         --json "$WORK/a1-$1.json" >"$WORK/a1-$1.txt" 2>&1
 }
 a2_run() { # ROUND: A's COMMIT
+    [ "$1" = 1 ] && (sleep 0.2; threads >"$WORK/threads.txt") &
     "${PERF_RUN[@]}" write "${common[@]}" --file a.dat --file-size 1G --size 4k --qd 1 --count 2 --commit-every 4k \
         --warmup 0 --timeout 300 --idle-sleep-us 50 --cores "$A_CPU" --json "$WORK/a2-$1.json" >"$WORK/a2-$1.txt" 2>&1
 }
@@ -158,6 +189,8 @@ a_run() { # ROUND: A1 then A2; times: A1's start, A2's start, A2's end, B's wind
 "${PERF_RUN[@]}" write "${common[@]}" --file a.dat --file-size 1G --size 1M --qd 4 --seq --count 1025 \
     --commit-every 1G --warmup 0 --timeout 300 --cores "$A_CPU" >/dev/null
 echo "== $(date -u +%FT%TZ) uptime:$(uptime | sed 's/.*load average//'), nice $NICE"
+echo "== layout: admin core CPU $ADMIN_CPU, io core CPU $IO_CPU, B's client CPU $CLIENT_CPU, A's client CPU $A_CPU" \
+    "(host CPUs: $(nproc))"
 echo "== B: 4 KiB READ, $([ "$B_RATE" = 0 ] && echo "closed loop qd 1" || echo "open loop $B_RATE/s qd 4"), window ${WINDOW} s;" \
     "A: 1 GiB in $A_KIB KiB WRITEs at $A_MBPS MiB/s (about $A1_SECS s) then COMMIT; B during: $B_DURING; $ROUNDS rounds"
 # The target's counters, from its stats socket every 50 ms while SAMPLING
@@ -278,6 +311,53 @@ for r in range(1, rounds + 1):
           f"core during A's writes: {rate(a['core_w'][0])} READs, longest between snapshots {gap(a['core_w'][1])}; "
           f"during its COMMIT: {rate(a['core_c'][0])}, {gap(a['core_c'][1])}"
           + ("" if a["covered"] else " (A OUTLASTED B's WINDOW: raise COMMIT_SECS)"))
+def server_p99(name):
+    """The io core's READ service-time p99 (us) and samples between the
+    snapshots NAME-start and NAME-end (None when either is missing)."""
+    def rows(n):
+        try:
+            d = json.load(open(f"{w}/snap-{name}-{n}.json"))
+        except (OSError, ValueError):
+            return None
+        b = {}
+        for c in d.get("cores", []):
+            for p in c.get("procs", []):
+                if p["name"] == "READ":
+                    for hi, cnt in p.get("latency_buckets", []):
+                        b[hi] = b.get(hi, 0) + cnt
+        return b
+    a, z = rows("start"), rows("end")
+    if a is None or z is None:
+        return None, 0
+    diff = sorted((hi, z.get(hi, 0) - a.get(hi, 0)) for hi in z)
+    n = sum(c for _, c in diff)
+    if n == 0:
+        return None, 0
+    acc, want = 0, max(1, -(-99 * n // 100))
+    for hi, c in diff:
+        acc += c
+        if acc >= want:
+            return hi / 1e3, n
+    return None, n
+
+print(f"per pair (B alone, then B with A), p99 in us:")
+ratios, s_ratios = [], []
+for r in range(1, rounds + 1):
+    al, wa = rows["alone"][r - 1]["p99"], rows["with_a"][r - 1]["p99"]
+    (sa, na), (sw, nw) = server_p99(f"alone-{r}"), server_p99(f"with_a-{r}")
+    ratios.append(wa / al)
+    line = f"  pair {r}: client p99 alone {al:.1f}, with A {wa:.1f}, ratio {wa / al:.2f}x"
+    if sa and sw:
+        s_ratios.append(sw / sa)
+        line += f" | server READ service p99 alone {sa:.1f} ({na} timed), with A {sw:.1f} ({nw}), ratio {sw / sa:.2f}x"
+    print(line)
+alone99 = sorted(v["p99"] for v in rows["alone"])
+print(f"  client: median of per-pair p99 ratios {med(ratios):.2f}x (min {min(ratios):.2f}, max {max(ratios):.2f}); "
+      f"B-alone p99 spread {alone99[0]:.1f} .. {alone99[-1]:.1f} us (median {med(alone99):.1f})")
+if s_ratios:
+    sal = sorted(x for x in (server_p99(f"alone-{r}")[0] for r in range(1, rounds + 1)) if x)
+    print(f"  server: median of per-pair READ service p99 ratios {med(s_ratios):.2f}x "
+          f"(min {min(s_ratios):.2f}, max {max(s_ratios):.2f}); alone spread {sal[0]:.1f} .. {sal[-1]:.1f} us")
 print(f"medians of {rounds} rounds:")
 for q in keys:
     x, y = med(v[q] for v in rows["alone"]), med(v[q] for v in rows["with_a"])
@@ -314,4 +394,7 @@ try:
 except (OSError, ValueError):
     print("  target: stats unavailable")
 PY
+echo "the target's threads during round 1's COMMIT (count name: allowed CPUs):"
+sed 's/^/  /' "$WORK/threads.txt" 2>/dev/null || echo "  (not read)"
+echo "== end $(date -u +%FT%TZ) uptime:$(uptime | sed 's/.*load average//')"
 grep -E "engine totals|error" "$WORK/target.log" | tail -3 || true

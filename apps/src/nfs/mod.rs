@@ -84,6 +84,7 @@ pub mod export;
 mod mount;
 pub(crate) mod nfs3;
 mod offload;
+pub use offload::HELPER_THREADS;
 pub mod xdr;
 
 use auth::Cred;
@@ -138,6 +139,9 @@ pub struct NfsShared {
     /// Runs metadata procedures of blocking backends off the cores
     /// ([`offload`]); started on first use.
     helpers: std::sync::OnceLock<offload::HelperPool>,
+    /// Where the helper threads run: off the cores' CPUs (started by a core,
+    /// they would otherwise inherit its pinning).
+    off_cores: crate::cpus::OffCores,
 }
 
 /// A write verifier no other [`NfsShared`] of this or an earlier process had:
@@ -196,6 +200,7 @@ impl NfsShared {
                 "data pool buffers of {data_max} bytes are too small for READ/WRITE"
             ));
         }
+        let off_cores = crate::cpus::OffCores::new(crate::cpus::CoreCpus::of(cfg));
         let mut v4 = crate::nfs4::state::V4State::new(cfg.credits.max_per_connection, max_io);
         if let Some(dir) = &cfg.nfs4.state_dir {
             // Stable NFSv4 client records for the backends whose files
@@ -205,7 +210,8 @@ impl NfsShared {
                 .map(|(n, b)| (n.as_str(), matches!(b.kind(), "uring" | "nvme")))
                 .collect();
             let rec = crate::nfs4::grace::Records::open(std::path::Path::new(dir), &which)
-                .map_err(|e| format!("nfs4.state_dir {dir}: {e}"))?;
+                .map_err(|e| format!("nfs4.state_dir {dir}: {e}"))?
+                .with_off_cores(off_cores.clone());
             v4 = v4.with_records(rec);
         }
         v4.set_delegations(cfg.nfs4.delegations);
@@ -221,6 +227,7 @@ impl NfsShared {
             mounts: Mutex::new(VecDeque::new()),
             v4,
             helpers: std::sync::OnceLock::new(),
+            off_cores,
         }))
     }
 
@@ -267,7 +274,22 @@ impl NfsShared {
     }
 
     pub(crate) fn helpers(&self) -> &offload::HelperPool {
-        self.helpers.get_or_init(offload::HelperPool::start)
+        self.helpers
+            .get_or_init(|| offload::HelperPool::start(self.off_cores.clone()))
+    }
+
+    /// Where the target's threads other than the cores run (the helper
+    /// pool, TCP connections, the statistics socket): off the cores' CPUs.
+    pub fn off_cores(&self) -> &crate::cpus::OffCores {
+        &self.off_cores
+    }
+
+    /// Start the helper pool now if it is not running yet (a core starts it
+    /// on its first offloaded Call); whether any helper runs. Its threads
+    /// run off the io cores' CPUs ([`crate::cpus::OffCores`]) whichever
+    /// thread starts them. Any thread.
+    pub fn start_helpers(&self) -> bool {
+        self.helpers().is_running()
     }
 
     /// FSINFO `rtmax` and `wtmax`.

@@ -150,8 +150,11 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl HelperPool {
-    /// Start [`HELPER_THREADS`] threads. Any thread.
-    pub fn start() -> HelperPool {
+    /// Start [`HELPER_THREADS`] threads. Any thread: each helper first moves
+    /// itself to `cpus`' set, off the io cores' CPUs (a core that starts the
+    /// pool would otherwise hand it its own pinning, and a helper's fsync
+    /// would pre-empt the reactor there).
+    pub fn start(cpus: crate::cpus::OffCores) -> HelperPool {
         let inner = Arc::new(Inner {
             queue: Mutex::new(VecDeque::new()),
             cv: Condvar::new(),
@@ -160,9 +163,13 @@ impl HelperPool {
         let threads = (0..HELPER_THREADS)
             .filter_map(|i| {
                 let inner = inner.clone();
+                let cpus = cpus.clone();
                 std::thread::Builder::new()
                     .name(format!("nfs-helper-{i}"))
-                    .spawn(move || helper(&inner))
+                    .spawn(move || {
+                        cpus.apply();
+                        helper(&inner)
+                    })
                     .ok()
             })
             .collect::<Vec<_>>();

@@ -134,6 +134,9 @@ impl Record {
 pub struct Records {
     backends: Vec<Option<Arc<Record>>>,
     writer: Mutex<Option<mpsc::Sender<Arc<Record>>>>,
+    /// Where the writer thread runs (started by whichever thread first
+    /// needs it, a core's as a rule: it must not keep that core's pinning).
+    off_cores: crate::cpus::OffCores,
 }
 
 impl Records {
@@ -156,7 +159,15 @@ impl Records {
         Ok(Records {
             backends: v,
             writer: Mutex::new(None),
+            off_cores: crate::cpus::OffCores::default(),
         })
+    }
+
+    /// Run the writer thread on `cpus`' set (off the io cores' CPUs); by
+    /// default it keeps the affinity of the thread that starts it.
+    pub fn with_off_cores(mut self, cpus: crate::cpus::OffCores) -> Records {
+        self.off_cores = cpus;
+        self
     }
 
     /// The owners the records named at start-up (each once).
@@ -233,7 +244,9 @@ impl Records {
         let mut w = lock(&self.writer);
         if w.is_none() {
             let (tx, rx) = mpsc::channel::<Arc<Record>>();
+            let cpus = self.off_cores.clone();
             let spawned = std::thread::Builder::new().name("nfs4-records".into()).spawn(move || {
+                cpus.apply();
                 for rec in rx {
                     if let Err(e) = rec.write_now() {
                         eprintln!("nfs4: writing {}: {e}", rec.path.display());

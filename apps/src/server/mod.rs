@@ -199,10 +199,7 @@ type NamedBackends = Vec<(String, Arc<dyn Backend>)>;
 
 fn open_backends(cfg: &Config) -> Result<NamedBackends, TargetError> {
     let mut out = Vec::with_capacity(cfg.backends.len());
-    let cores = backend::uring::CoreCpus {
-        reactor: cfg.cores.iter().map(|c| c.cpu as usize).collect(),
-        io: cfg.io_cores().iter().map(|&i| cfg.cores[i].cpu as usize).collect(),
-    };
+    let cores = crate::cpus::CoreCpus::of(cfg);
     for b in &cfg.backends {
         let be = backend::open_for(b, &cores).map_err(|source| TargetError::Backend {
             name: b.name().to_string(),

@@ -522,6 +522,19 @@ pub(crate) fn percentiles(b: &[u64]) -> Value {
     json!({ "samples": n, "p50": q(0.5), "p90": q(0.9), "p99": q(0.99), "p999": q(0.999), "max": q(1.0) })
 }
 
+/// A row's non-empty latency buckets as `[highest ns, count]` pairs, so a
+/// reader can take the percentiles of the Calls between two snapshots
+/// (`scripts/commit-interference.sh` does).
+fn buckets(b: &[u64]) -> Value {
+    Value::Array(
+        b.iter()
+            .enumerate()
+            .filter(|(_, &c)| c > 0)
+            .map(|(i, &c)| json!([lat_bucket_high_ns(i), c]))
+            .collect(),
+    )
+}
+
 fn keyed(keys: &[&str], words: &[u64]) -> Value {
     let mut m = Map::new();
     for (k, v) in keys.iter().zip(words) {
@@ -543,6 +556,7 @@ fn core_section(w: &[u64], now_ns: u64) -> Value {
                 "bytes_in": c[2],
                 "bytes_out": c[3],
                 "latency_us": percentiles(&w[OFF_LAT + r * LAT_BUCKETS..OFF_LAT + (r + 1) * LAT_BUCKETS]),
+                "latency_buckets": buckets(&w[OFF_LAT + r * LAT_BUCKETS..OFF_LAT + (r + 1) * LAT_BUCKETS]),
             })
         })
         .collect();
@@ -732,6 +746,11 @@ impl Drop for StatsServer {
 }
 
 fn serve(listener: UnixListener, src: Sources, stop: &AtomicBool) {
+    // Off the io cores' CPUs (a reader polling the socket must not take
+    // time from a reactor).
+    if let Some(n) = &src.nfs {
+        n.off_cores().apply();
+    }
     // Acquire: pairs with the Release store in `StatsServer::stop`.
     while !stop.load(Ordering::Acquire) {
         match listener.accept() {
@@ -1063,5 +1082,15 @@ mod tests {
         let p50 = v["p50"].as_f64().unwrap();
         assert!((50.0..=63.0).contains(&p50), "{v}");
         assert!(v["max"].as_f64().unwrap() >= 100.0);
+        // The raw buckets: non-empty ones only, ascending, counts summing to
+        // the samples, each value within its bucket's bound.
+        let b = buckets(&ps.lat[6]);
+        let b = b.as_array().unwrap();
+        let total: u64 = b.iter().map(|x| x[1].as_u64().unwrap()).sum();
+        assert_eq!(total, 100);
+        let highs: Vec<u64> = b.iter().map(|x| x[0].as_u64().unwrap()).collect();
+        assert!(highs.windows(2).all(|w| w[0] < w[1]), "{highs:?}");
+        assert!(highs[0] >= 1000 && *highs.last().unwrap() >= 100_000, "{highs:?}");
+        assert!(b.iter().all(|x| x[1].as_u64().unwrap() > 0));
     }
 }

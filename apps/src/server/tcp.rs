@@ -208,7 +208,13 @@ impl TcpServer {
         let (stop2, stats2) = (stop.clone(), stats.clone());
         let thread = std::thread::Builder::new()
             .name(format!("tcp-{}", addr.port()))
-            .spawn(move || accept_loop(listener, shared, opts, stop2, stats2))?;
+            .spawn(move || {
+                // Off the io cores' CPUs, and so is every connection thread
+                // it spawns (they inherit it): a connection's NFS work and
+                // its backend's blocking calls must not pre-empt a reactor.
+                shared.off_cores().apply();
+                accept_loop(listener, shared, opts, stop2, stats2)
+            })?;
         Ok(TcpServer {
             addr,
             stop,

@@ -12,7 +12,9 @@
 //! (`IORING_REGISTER_IOWQ_AFF`, Linux 5.14) to the CPUs of the process's
 //! allowed set that run no reactor core; when every allowed CPU runs a
 //! core, to those that run no io core (the admin cores', mostly idle); when
-//! none remain (one CPU, or only io cores), it leaves the affinity unset.
+//! none remain (one CPU, or only io cores), it leaves the affinity unset
+//! (the rule is [`crate::cpus::off_core_cpus`], which the NFS helper pool's
+//! threads follow too).
 //! It also bounds the task's io-wq workers (`IORING_REGISTER_IOWQ_MAX_WORKERS`,
 //! Linux 5.15) with [`max_workers`]. Both settings belong to the task (the
 //! core thread), not to the ring: every ring the thread submits to shares
@@ -21,17 +23,8 @@
 
 use io_uring::IoUring;
 
-/// The CPUs of the reactor's cores, given to the backend at start-up so its
-/// channels keep io-wq workers off them. Empty lists are allowed (a backend
-/// used outside a target): a channel still avoids the CPUs its own thread is
-/// pinned to.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct CoreCpus {
-    /// CPUs of every core (io and admin).
-    pub reactor: Vec<usize>,
-    /// CPUs of the io cores (a subset of `reactor`).
-    pub io: Vec<usize>,
-}
+pub use crate::cpus::CoreCpus;
+use crate::cpus::{cpu_set, off_core_cpus, thread_cpus};
 
 /// Where a backend's channels put their io-wq workers.
 #[derive(Clone, Debug)]
@@ -68,33 +61,6 @@ pub fn max_workers(queue_depth: u32, cpus: usize) -> u32 {
     (queue_depth / 4).min(per_cpu).max(1)
 }
 
-/// The CPUs the workers of a channel may use: `allowed` without the
-/// reactor's CPUs and without `own` (the opening thread's CPUs when it is
-/// pinned to fewer than `allowed`); failing that, `allowed` without the io
-/// cores' CPUs and `own`; `None` when that is empty too, or is all of
-/// `allowed` (nothing to keep the workers off). Sorted.
-pub(crate) fn worker_cpus(allowed: &[usize], cores: &CoreCpus, own: &[usize]) -> Option<Vec<usize>> {
-    let pinned = !own.is_empty() && allowed.iter().any(|c| !own.contains(c));
-    let own: &[usize] = if pinned { own } else { &[] };
-    let without = |avoid: &[usize]| -> Vec<usize> {
-        let mut v: Vec<usize> = allowed
-            .iter()
-            .copied()
-            .filter(|c| !avoid.contains(c) && !own.contains(c))
-            .collect();
-        v.sort_unstable();
-        v.dedup();
-        v
-    };
-    let useful = |v: &Vec<usize>| !v.is_empty() && allowed.iter().any(|c| !v.contains(c));
-    let free = without(&cores.reactor);
-    if useful(&free) {
-        return Some(free);
-    }
-    let off_io = without(&cores.io);
-    useful(&off_io).then_some(off_io)
-}
-
 /// Apply `policy` to the calling thread's io-wq through `ring` (created on
 /// this thread). Returns the CPUs registered, `None` when the affinity was
 /// left unset. Failures of the kernel (too old) are logged, not returned:
@@ -102,7 +68,7 @@ pub(crate) fn worker_cpus(allowed: &[usize], cores: &CoreCpus, own: &[usize]) ->
 pub(crate) fn place(ring: &IoUring, policy: &IoWorkerPolicy, queue_depth: u32, core: usize) -> Option<Vec<usize>> {
     let own = thread_cpus().unwrap_or_default();
     let set = if policy.off_cores {
-        worker_cpus(&policy.allowed, &policy.cores, &own)
+        off_core_cpus(&policy.allowed, &policy.cores, &own)
     } else {
         None
     };
@@ -136,59 +102,9 @@ pub(crate) fn place(ring: &IoUring, policy: &IoWorkerPolicy, queue_depth: u32, c
     registered
 }
 
-/// The calling thread's allowed CPUs.
-pub(crate) fn thread_cpus() -> Option<Vec<usize>> {
-    // SAFETY: cpu_set_t is plain data; all zeros is the empty set.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: `set` is a valid cpu_set_t of the size passed.
-    let r = unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
-    if r != 0 {
-        return None;
-    }
-    // SAFETY: CPU_ISSET reads the set within its size (CPU_SETSIZE).
-    Some(
-        (0..libc::CPU_SETSIZE as usize)
-            .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
-            .collect(),
-    )
-}
-
-fn cpu_set(cpus: &[usize]) -> libc::cpu_set_t {
-    // SAFETY: cpu_set_t is plain data; all zeros is the empty set.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    for &c in cpus.iter().filter(|&&c| c < libc::CPU_SETSIZE as usize) {
-        // SAFETY: `c` is below CPU_SETSIZE, within the set.
-        unsafe { libc::CPU_SET(c, &mut set) };
-    }
-    set
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn cores(reactor: &[usize], io: &[usize]) -> CoreCpus {
-        CoreCpus {
-            reactor: reactor.to_vec(),
-            io: io.to_vec(),
-        }
-    }
-
-    #[test]
-    fn workers_avoid_reactor_then_io_cores() {
-        let all = [0, 1, 2, 3];
-        assert_eq!(worker_cpus(&all, &cores(&[0, 1], &[1]), &[1]), Some(vec![2, 3]));
-        // Every CPU runs a core: the admin core's CPU.
-        assert_eq!(worker_cpus(&[0, 1], &cores(&[0, 1], &[1]), &[1]), Some(vec![0]));
-        // Only io cores: nothing left.
-        assert_eq!(worker_cpus(&[0, 1], &cores(&[0, 1], &[0, 1]), &[1]), None);
-        assert_eq!(worker_cpus(&[0], &cores(&[], &[]), &[0]), None);
-        // No core list: the opening thread's own CPU when it is pinned ...
-        assert_eq!(worker_cpus(&all, &CoreCpus::default(), &[0]), Some(vec![1, 2, 3]));
-        // ... and nothing when it is not, or there is one CPU.
-        assert_eq!(worker_cpus(&all, &CoreCpus::default(), &all), None);
-        assert_eq!(worker_cpus(&[0], &CoreCpus::default(), &[]), None);
-    }
 
     #[test]
     fn worker_bound_follows_depth_and_cpus() {
@@ -196,15 +112,5 @@ mod tests {
         assert_eq!(max_workers(64, 8), 16);
         assert_eq!(max_workers(1, 8), 1);
         assert_eq!(max_workers(4096, 2), 8);
-    }
-
-    #[test]
-    fn cpu_set_round_trip() {
-        let set = cpu_set(&[0, 3, 5000]);
-        // SAFETY: reads within the set.
-        let got: Vec<usize> = (0..libc::CPU_SETSIZE as usize)
-            .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
-            .collect();
-        assert_eq!(got, vec![0, 3]);
     }
 }

@@ -1,0 +1,192 @@
+//! Which CPUs the target's own non-reactor threads may use.
+//!
+//! A reactor core's thread is pinned to its CPU and polls. Work that blocks
+//! (an fsync, `open_by_handle_at`, a record file's write) runs elsewhere: on
+//! the kernel's io-wq workers of a core's ring (`backend::uring`'s `iowq`),
+//! on the NFS helper pool (`nfs::offload`) and on the NFSv4 record writer
+//! (`nfs4::grace`); NFS over TCP runs on its connection threads
+//! (`server::tcp`). Each must stay off the io cores' CPUs, or it pre-empts
+//! the reactor there and every client of that core waits for it (issue 21
+//! item 5). A thread spawned by a core thread inherits the core's pinning,
+//! and one spawned by the admin thread may run anywhere, so the pool, the
+//! writer, the TCP listener (whose connection threads inherit from it) and
+//! the statistics thread set their own affinity when they start
+//! ([`OffCores::apply`]), to the set [`off_core_cpus`] computes — the same
+//! rule the io-wq registration uses.
+
+/// The CPUs of the reactor's cores. Empty lists are allowed (a backend or
+/// service used outside a target).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CoreCpus {
+    /// CPUs of every core (io and admin).
+    pub reactor: Vec<usize>,
+    /// CPUs of the io cores (a subset of `reactor`).
+    pub io: Vec<usize>,
+}
+
+impl CoreCpus {
+    /// The cores of a configuration.
+    pub fn of(cfg: &crate::config::Config) -> CoreCpus {
+        CoreCpus {
+            reactor: cfg.cores.iter().map(|c| c.cpu as usize).collect(),
+            io: cfg.io_cores().iter().map(|&i| cfg.cores[i].cpu as usize).collect(),
+        }
+    }
+}
+
+/// The CPUs that work kept off the cores may use: `allowed` without the
+/// reactor's CPUs and without `own` (a submitting thread's CPUs when it is
+/// pinned to fewer than `allowed`); failing that, `allowed` without the io
+/// cores' CPUs and `own` (the admin cores', mostly idle); `None` when that is
+/// empty too, or is all of `allowed` (nothing to keep off). Sorted.
+pub fn off_core_cpus(allowed: &[usize], cores: &CoreCpus, own: &[usize]) -> Option<Vec<usize>> {
+    let pinned = !own.is_empty() && allowed.iter().any(|c| !own.contains(c));
+    let own: &[usize] = if pinned { own } else { &[] };
+    let without = |avoid: &[usize]| -> Vec<usize> {
+        let mut v: Vec<usize> = allowed
+            .iter()
+            .copied()
+            .filter(|c| !avoid.contains(c) && !own.contains(c))
+            .collect();
+        v.sort_unstable();
+        v.dedup();
+        v
+    };
+    let useful = |v: &Vec<usize>| !v.is_empty() && allowed.iter().any(|c| !v.contains(c));
+    let free = without(&cores.reactor);
+    if useful(&free) {
+        return Some(free);
+    }
+    let off_io = without(&cores.io);
+    useful(&off_io).then_some(off_io)
+}
+
+/// Where a helper thread of the target runs: the process's allowed CPUs
+/// (taken when this is built, on the thread that starts the target, before
+/// the cores pin themselves) and the reactor's cores.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct OffCores {
+    allowed: Vec<usize>,
+    cores: CoreCpus,
+}
+
+impl OffCores {
+    /// With the calling thread's allowed CPUs as the process's.
+    pub fn new(cores: CoreCpus) -> OffCores {
+        OffCores {
+            allowed: thread_cpus().unwrap_or_default(),
+            cores,
+        }
+    }
+
+    /// The CPUs a helper thread may use: [`off_core_cpus`] of the allowed
+    /// set, or the whole allowed set when nothing can be (or need be) kept
+    /// off (it still undoes a core's pinning a spawned thread inherits).
+    /// Empty when the allowed set is unknown.
+    pub fn cpus(&self) -> Vec<usize> {
+        off_core_cpus(&self.allowed, &self.cores, &[]).unwrap_or_else(|| self.allowed.clone())
+    }
+
+    /// Set the calling thread's affinity to [`OffCores::cpus`]; nothing when
+    /// that is empty. Failures are logged: the thread works either way.
+    pub fn apply(&self) {
+        let cpus = self.cpus();
+        if cpus.is_empty() {
+            return;
+        }
+        if let Err(e) = set_thread_cpus(&cpus) {
+            tracing::debug!(?cpus, error = %e, "helper thread affinity not set");
+        }
+    }
+}
+
+/// The calling thread's allowed CPUs.
+pub fn thread_cpus() -> Option<Vec<usize>> {
+    // SAFETY: cpu_set_t is plain data; all zeros is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `set` is a valid cpu_set_t of the size passed.
+    let r = unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
+    if r != 0 {
+        return None;
+    }
+    // SAFETY: CPU_ISSET reads the set within its size (CPU_SETSIZE).
+    Some(
+        (0..libc::CPU_SETSIZE as usize)
+            .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
+            .collect(),
+    )
+}
+
+/// Restrict the calling thread to `cpus`.
+pub fn set_thread_cpus(cpus: &[usize]) -> std::io::Result<()> {
+    let set = cpu_set(cpus);
+    // SAFETY: `set` is a valid cpu_set_t of the size passed; 0 is this thread.
+    let r = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// `cpus` as a `cpu_set_t` (CPUs at or above `CPU_SETSIZE` left out).
+pub(crate) fn cpu_set(cpus: &[usize]) -> libc::cpu_set_t {
+    // SAFETY: cpu_set_t is plain data; all zeros is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    for &c in cpus.iter().filter(|&&c| c < libc::CPU_SETSIZE as usize) {
+        // SAFETY: `c` is below CPU_SETSIZE, within the set.
+        unsafe { libc::CPU_SET(c, &mut set) };
+    }
+    set
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cores(reactor: &[usize], io: &[usize]) -> CoreCpus {
+        CoreCpus {
+            reactor: reactor.to_vec(),
+            io: io.to_vec(),
+        }
+    }
+
+    #[test]
+    fn off_core_cpus_avoid_reactor_then_io_cores() {
+        let all = [0, 1, 2, 3];
+        assert_eq!(off_core_cpus(&all, &cores(&[0, 1], &[1]), &[1]), Some(vec![2, 3]));
+        // Every CPU runs a core: the admin core's CPU.
+        assert_eq!(off_core_cpus(&[0, 1], &cores(&[0, 1], &[1]), &[1]), Some(vec![0]));
+        // Only io cores: nothing left.
+        assert_eq!(off_core_cpus(&[0, 1], &cores(&[0, 1], &[0, 1]), &[1]), None);
+        assert_eq!(off_core_cpus(&[0], &cores(&[], &[]), &[0]), None);
+        // No core list: the opening thread's own CPU when it is pinned ...
+        assert_eq!(off_core_cpus(&all, &CoreCpus::default(), &[0]), Some(vec![1, 2, 3]));
+        // ... and nothing when it is not, or there is one CPU.
+        assert_eq!(off_core_cpus(&all, &CoreCpus::default(), &all), None);
+        assert_eq!(off_core_cpus(&[0], &CoreCpus::default(), &[]), None);
+    }
+
+    #[test]
+    fn helper_cpus_fall_back_to_the_allowed_set() {
+        let p = |allowed: &[usize], c: CoreCpus| OffCores {
+            allowed: allowed.to_vec(),
+            cores: c,
+        };
+        assert_eq!(p(&[0, 1, 2, 3], cores(&[0, 1], &[1])).cpus(), vec![2, 3]);
+        assert_eq!(p(&[0, 1], cores(&[0, 1], &[1])).cpus(), vec![0]);
+        // Only io cores: anywhere allowed (not the inherited core's CPU alone).
+        assert_eq!(p(&[0, 1], cores(&[0, 1], &[0, 1])).cpus(), vec![0, 1]);
+        assert_eq!(p(&[0, 1], CoreCpus::default()).cpus(), vec![0, 1]);
+        assert!(p(&[], cores(&[0], &[0])).cpus().is_empty());
+    }
+
+    #[test]
+    fn cpu_set_round_trip() {
+        let set = cpu_set(&[0, 3, 5000]);
+        // SAFETY: reads within the set.
+        let got: Vec<usize> = (0..libc::CPU_SETSIZE as usize)
+            .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
+            .collect();
+        assert_eq!(got, vec![0, 3]);
+    }
+}
