@@ -204,6 +204,12 @@ fn nfs_safety_tcp_and_stats_threads_stay_off_the_core_cpu() {
         nfs: Some(sh.clone()),
     };
     let mut stats = rpcrdma_apps::server::stats::StatsServer::start(&path, sources).unwrap();
+    // The connection's thread starts once the listener accepts: wait for it
+    // (under load that takes a while) before the placement is looked at.
+    let t0 = std::time::Instant::now();
+    while threads_named("tcp-conn-").is_empty() && t0.elapsed() < std::time::Duration::from_secs(20) {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
     let found = settled_threads("tcp-", 2, io);
     assert!(found.iter().any(|(n, _)| n.starts_with("tcp-conn-")), "{found:?}");
     assert_off_the_io_cpu(&found, 2, admin, io);
