@@ -72,8 +72,8 @@
 #      TARGET_IO_CPU (the guest CPU of the target's I/O core; admin on another),
 #      TARGET_AFFINITY (CPU list every target thread is moved to after start),
 #      RPCRDMA_WAIT (ppoll: the core's wait as a ppoll on its epoll),
-#      RPCRDMA_ARM_SENDS (0: a blocking core arms only its receive
-#      completions while no Call waits for a send-side one),
+#      RPCRDMA_ARM_SENDS (1: a blocking core arms its send completions too
+#      while no Call waits for one; by default it arms receives alone then),
 #      TARGET_SPIN_US, TARGET_MAX_SPIN_US, TARGET_MAX_WAIT_MS (spin_then_wait
 #      with these; TARGET_SPIN_US alone is a fixed spin),
 #      TARGET_IDLE_LOOPS, TARGET_MAX_SLEEP_US (spin_then_sleep instead: the
