@@ -65,7 +65,7 @@
 #      KINTEROP_VARIANT_main="TARGET_BIN=/host/bin/baseline/rpcrdma-target"),
 #      e.g. the issue 24 protocol, about 2 min per pass:
 #        KINTEROP_RATIOS_ONLY=1 KINTEROP_ROUNDS=3 KINTEROP_SERVERS="kernel ours ours-main"
-#      KINTEROP_SYSCALLS (0; 1: after each pass of ours, the target's system
+#      KINTEROP_SYSCALLS (0; 1: after each first-round pass of ours, its system
 #      calls per Call for NULL, READ 4 KiB and READ 1 MiB at qd 1 with strace
 #      -c, guest/syscalls.sh, out/<pass>/syscalls.txt),
 #      FIO_ONLY, PERF_ONLY (the fio / perf jobs to run, by name),

@@ -19,8 +19,8 @@
 # ROUNDS=N (KINTEROP_ROUNDS) runs the whole SERVERS list N times in turn,
 # round r's passes named "NAME.rR" (the first round's as given), and prints
 # the median ratios over the rounds (medians.py) into $OUT/medians.txt.
-# KINTEROP_SYSCALLS=1: after each pass of ours, the system calls per Call
-# at qd 1 (syscalls.sh, strace -c).
+# KINTEROP_SYSCALLS=1: after each pass of ours (first round only), the
+# system calls per Call at qd 1 (syscalls.sh, strace -c).
 set -uo pipefail
 G=$(cd "$(dirname "$0")" && pwd)
 export OUT=/host/out BIN=/host/bin
@@ -104,7 +104,7 @@ for s in "${passes[@]}"; do
         else
             note "$s: perf tool runs skipped (no binaries staged: KINTEROP_SERVERS without ours)"
         fi
-        if [[ $s == ours* && ${KINTEROP_SYSCALLS:-0} = 1 ]]; then
+        if [[ $s == ours* && $s == "$base" && ${KINTEROP_SYSCALLS:-0} = 1 ]]; then
             section "$s-syscalls" "$G/syscalls.sh" "$s" "$TARGET_PID"
         fi
         mountpoint -q "/mnt/$s" && { umount -f "/mnt/$s" || umount -l "/mnt/$s"; }
