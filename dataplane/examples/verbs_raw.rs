@@ -412,7 +412,9 @@ fn run(addr: &str) -> Result<(), String> {
             t,
         );
         wr.signaled = k != 1;
-        cli.f.post_send(conn_c, &wr).map_err(|e| format!("post chained write: {e}"))?;
+        cli.f
+            .post_send(conn_c, &wr)
+            .map_err(|e| format!("post chained write: {e}"))?;
         at += data.len() as u64;
     }
     check(

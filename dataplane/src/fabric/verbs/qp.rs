@@ -168,7 +168,11 @@ impl VerbsFabric {
         // What was staged goes out first, as it would have before the
         // failure without batching (a reply posted just before a local
         // disconnect); a refused chain fails the connection in there.
-        if self.conns.get(ci).is_some_and(|c| !c.staged.is_empty() && !c.terminal_queued) {
+        if self
+            .conns
+            .get(ci)
+            .is_some_and(|c| !c.staged.is_empty() && !c.terminal_queued)
+        {
             self.flush_conn(ci);
         }
         let Some(c) = self.conns.get_mut(ci) else { return };
@@ -365,11 +369,7 @@ impl VerbsFabric {
         let base = c.sq.len() - n;
         for k in 0..n {
             let last = k + 1 == n;
-            let next: *mut sys::ibv_send_wr = if last {
-                ptr::null_mut()
-            } else {
-                &mut c.staged[k + 1].wr
-            };
+            let next: *mut sys::ibv_send_wr = if last { ptr::null_mut() } else { &mut c.staged[k + 1].wr };
             let st = &mut c.staged[k];
             st.wr.next = next;
             if st.inline_len > 0 {
@@ -386,7 +386,10 @@ impl VerbsFabric {
             if last {
                 st.wr.send_flags |= sys::ibv_send_flags::IBV_SEND_SIGNALED.0;
             }
-            debug_assert!(!c.sq[base + k].internal, "staged requests are the consumer's, at the tail of sq");
+            debug_assert!(
+                !c.sq[base + k].internal,
+                "staged requests are the consumer's, at the tail of sq"
+            );
             c.sq[base + k].hw_signaled = last;
         }
         let mut bad: *mut sys::ibv_send_wr = ptr::null_mut();
