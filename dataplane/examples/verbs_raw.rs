@@ -395,8 +395,7 @@ fn run(addr: &str) -> Result<(), String> {
     println!("[4b] doorbell batching: three RDMA Writes staged, posted as one chain");
     // Into the window of step 4 (8192 bytes): a signaled Write, an
     // unsignaled one, a signaled one; one flush, one ibv_post_send. The
-    // device completes only the last (the others go unsignaled in the
-    // chain); the provider reports the first before it, and not the second.
+    // signaled ones are reported, in order; the unsignaled one is not.
     let before = cli.f.counts();
     let chunks = [pattern(8, 2048), pattern(9, 2048), pattern(10, 4096)];
     let mut at = 0u64;

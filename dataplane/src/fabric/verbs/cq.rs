@@ -21,26 +21,6 @@ impl VerbsFabric {
             if let Some(c) = self.conns.get_mut(i) {
                 let mut posted = None;
                 if send_side {
-                    // The requests posted unsignaled before this one (in
-                    // its chain) succeeded: RC completes a send queue in
-                    // order, and a failed one would have completed itself.
-                    // An error completion is the front request's own.
-                    while st.is_success() && c.sq.front().is_some_and(|e| !e.hw_signaled) {
-                        let Some(e) = c.sq.pop_front() else { break };
-                        if e.internal {
-                            c.sq_internal -= 1;
-                        }
-                        if e.signaled {
-                            self.made.push(Completion {
-                                wr_id: WrId(e.wr_id),
-                                status: WcStatus::Success,
-                                opcode: e.opcode,
-                                conn,
-                                byte_len: 0,
-                                invalidated_rkey: None,
-                            });
-                        }
-                    }
                     if let Some(e) = c.sq.pop_front() {
                         opcode = e.opcode;
                         report = e.signaled || !st.is_success();
@@ -121,27 +101,14 @@ impl VerbsFabric {
             if got <= 0 {
                 break;
             }
-            // Once a completion did not fit in `out` (the provider made
-            // some for unsignaled requests), the rest of the batch follows
-            // it into the CQ's provider-made queue, in order.
-            let mut spilled = false;
             for k in 0..got as usize {
                 let wc = self.wcs[k];
-                let c = self.translate(&wc, send_side, reap);
-                let made = std::mem::take(&mut self.made);
-                for c in made.iter().copied().chain(c) {
-                    if !spilled && n < out.len() {
-                        out[n] = c;
-                        n += 1;
-                    } else {
-                        spilled = true;
-                        self.cqs[qi].soft.push_back(c);
-                    }
+                if let Some(c) = self.translate(&wc, send_side, reap) {
+                    out[n] = c;
+                    n += 1;
                 }
-                self.made = made;
-                self.made.clear();
             }
-            if spilled || (got as usize) < want {
+            if (got as usize) < want {
                 break;
             }
         }

@@ -113,7 +113,6 @@ impl VerbsFabric {
             wcs: Box::new([wc_zero(); WC_BATCH]),
             last_wc_error: None,
             dirty: Vec::new(),
-            made: Vec::new(),
             armed: Vec::new(),
             counts: VerbsCounts::default(),
             cfg,

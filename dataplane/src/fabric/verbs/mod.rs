@@ -39,13 +39,14 @@
 //!   arming, window post or error on that QP, posts a connection's staged
 //!   requests as one linked chain: one `ibv_post_send`, which is one
 //!   system call on rxe and siw, for a reply's RDMA Writes and its Send
-//!   (doorbell batching). The last request of a chain is posted
-//!   *signaled*, the others not; a later completion on the QP tells that
-//!   they succeeded (RC completes a send queue in order) and the provider
-//!   reports them then, in order, when the consumer asked. The per-QP record
-//!   of outstanding sends (a FIFO) gives error completions their opcode and
-//!   tells when a dead QP is empty; a success of a request the consumer
-//!   posted unsignaled is dropped. Sends of at most the QP's
+//!   (doorbell batching). Every request is posted *signaled* (a request
+//!   posted unsignaled that succeeded leaves no completion, and once the QP
+//!   fails the device completes only those that had not: the FIFO below
+//!   could no longer tell which completion is whose); a success completion
+//!   of a request the consumer posted unsignaled is dropped. The per-QP
+//!   record of outstanding sends (a FIFO: RC completes a send queue in
+//!   order) gives error completions their opcode and tells when a dead QP
+//!   is empty. Sends of at most the QP's
 //!   `max_inline_data` bytes go `IBV_SEND_INLINE` (copied when the chain is
 //!   posted: the buffer is the consumer's until the completion anyway).
 //! - **Connection manager**: one event channel per fabric with its descriptor
@@ -269,13 +270,8 @@ struct SqEntry {
     /// Posted by the provider itself (a window bind or invalidation), not
     /// counted against the consumer's `send_depth`.
     internal: bool,
-    /// Posted `IBV_SEND_SIGNALED`: the device makes a completion for it. A
-    /// work request posted in a chain before another one of the same chain
-    /// is not (see `qp.rs`, doorbell batching); its success is known when
-    /// a later request of its QP completes (RC completes in order), and the
-    /// provider reports it then if the consumer asked.
-    hw_signaled: bool,
-    /// For the completion the provider makes of an unsignaled request.
+    /// The consumer's `wr_id`, for the Flushed completion of a request
+    /// that was staged and never posted.
     wr_id: u64,
 }
 
@@ -411,9 +407,6 @@ pub struct VerbsFabric {
     last_wc_error: Option<WcError>,
     /// Connection slots with staged send work requests.
     dirty: Vec<usize>,
-    /// Completions the provider made for unsignaled requests (scratch of
-    /// `poll_hw`).
-    made: Vec<Completion>,
     /// CQs whose notification was requested and whose event has not been
     /// read yet: (CQ index, send side). A CQ in it is armed still, and is
     /// not requested again (`wake.rs`).

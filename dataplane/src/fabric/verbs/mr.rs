@@ -88,7 +88,6 @@ impl VerbsFabric {
             signaled: false,
             opcode: WcOpcode::Send,
             internal: true,
-            hw_signaled: true,
             wr_id: INTERNAL_WR_ID.0,
         });
         c.sq_internal += 1;
@@ -135,7 +134,6 @@ impl VerbsFabric {
             signaled: false,
             opcode: WcOpcode::Send,
             internal: true,
-            hw_signaled: true,
             wr_id: INTERNAL_WR_ID.0,
         });
         c.sq_internal += 1;

@@ -331,7 +331,6 @@ impl VerbsFabric {
             signaled: wr.signaled,
             opcode: wc_op,
             internal: false,
-            hw_signaled: true,
             wr_id: wr.wr_id.0,
         });
         let full = c.staged.len() >= STAGE_MAX || (inline && !copied);
@@ -354,8 +353,8 @@ impl VerbsFabric {
 
     /// Posts connection slot `ci`'s staged send work requests as one chain
     /// (one `ibv_post_send`, one doorbell: on rxe and siw one system call
-    /// instead of one per request), every request but the last unsignaled
-    /// (`SqEntry::hw_signaled`). Requests the device refuses (and those after
+    /// instead of one per request), every request signaled (see the module
+    /// documentation). Requests the device refuses (and those after
     /// them) complete Flushed through the CQ's provider-made completions and
     /// the connection fails, as a refused post of one would have made the
     /// consumer end it.
@@ -367,6 +366,7 @@ impl VerbsFabric {
             return;
         }
         let base = c.sq.len() - n;
+        let signaled = sys::ibv_send_flags::IBV_SEND_SIGNALED.0;
         for k in 0..n {
             let last = k + 1 == n;
             let next: *mut sys::ibv_send_wr = if last { ptr::null_mut() } else { &mut c.staged[k + 1].wr };
@@ -383,14 +383,11 @@ impl VerbsFabric {
                 st.wr.num_sge = 1;
             }
             st.wr.sg_list = st.sges.as_mut_ptr();
-            if last {
-                st.wr.send_flags |= sys::ibv_send_flags::IBV_SEND_SIGNALED.0;
-            }
+            st.wr.send_flags |= signaled;
             debug_assert!(
                 !c.sq[base + k].internal,
                 "staged requests are the consumer's, at the tail of sq"
             );
-            c.sq[base + k].hw_signaled = last;
         }
         let mut bad: *mut sys::ibv_send_wr = ptr::null_mut();
         // SAFETY: `c.qp` is a live QP (a request is staged only on a QP that
@@ -411,12 +408,6 @@ impl VerbsFabric {
                 .unwrap_or_else(|| if bad.is_null() || ptr::eq(first, bad) { 0 } else { n })
         };
         self.counts.send_wrs += posted as u64;
-        if posted > 0 && posted < n {
-            // The last posted request must complete for the ones before it.
-            // It was posted unsignaled: the QP is failed below and its
-            // requests flush, each with a completion (errors always complete).
-            c.sq[base + posted - 1].hw_signaled = true;
-        }
         c.staged.clear();
         if posted < n {
             let conn = ConnId(self.conns.id_of(ci));
