@@ -47,8 +47,9 @@
 //!   record of outstanding sends (a FIFO: RC completes a send queue in
 //!   order) gives error completions their opcode and tells when a dead QP
 //!   is empty. Sends of at most the QP's
-//!   `max_inline_data` bytes go `IBV_SEND_INLINE` (copied when the chain is
-//!   posted: the buffer is the consumer's until the completion anyway).
+//!   `max_inline_data` bytes go `IBV_SEND_INLINE`; their bytes are the ones
+//!   at `post_send` (copied into the staged request, [`STAGE_INLINE`] at
+//!   most; a larger inline Send is posted at once).
 //! - **Connection manager**: one event channel per fabric with its descriptor
 //!   non-blocking, so [`Fabric::poll_cm`] never blocks; every event is copied
 //!   and acknowledged at once. Active side: `rdma_create_id` →
