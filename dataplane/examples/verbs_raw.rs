@@ -7,7 +7,9 @@
 //! 1. connect with private data and a reject carrying private data;
 //! 2. connect with private data both ways; receives posted before the QP exists;
 //! 3. Send/Recv with a two-SGE gather, an inline Send, and a Send back;
-//! 4. RDMA Write and RDMA Read, checked byte for byte;
+//! 4. RDMA Write and RDMA Read, checked byte for byte; three Writes posted
+//!    as one chain (one `ibv_post_send`), only the signaled ones reported,
+//!    in order;
 //! 5. Send with Invalidate of a Memory Window's rkey, seen by the receiver;
 //! 6. an RDMA Write with that (now invalid) rkey: RemoteAccess, then every
 //!    outstanding work request flushed and `Disconnected` on both sides, and
@@ -389,6 +391,59 @@ fn run(addr: &str) -> Result<(), String> {
         cli.bytes(0x5_0000, 8192) == &rdata[..],
         "read bytes match the server region",
     )?;
+
+    println!("[4b] doorbell batching: three RDMA Writes staged, posted as one chain");
+    // Into the window of step 4 (8192 bytes): a signaled Write, an
+    // unsignaled one, a signaled one; one flush, one ibv_post_send. The
+    // signaled ones are reported, in order; the unsignaled one is not.
+    let before = cli.f.counts();
+    let chunks = [pattern(8, 2048), pattern(9, 2048), pattern(10, 4096)];
+    let mut at = 0u64;
+    for (k, data) in chunks.iter().enumerate() {
+        cli.fill(0x1_8000 + at as usize, data);
+        let mut t = target;
+        t.offset += at;
+        t.length = data.len() as u32;
+        let mut wr = SendWr::new(
+            WrId::new(4, k as u64 + 1),
+            SendOp::RdmaWrite,
+            cli.buf(0x1_8000 + at, data.len() as u32),
+            t,
+        );
+        wr.signaled = k != 1;
+        cli.f
+            .post_send(conn_c, &wr)
+            .map_err(|e| format!("post chained write: {e}"))?;
+        at += data.len() as u64;
+    }
+    check(
+        cli.f.counts().post_send_calls == before.post_send_calls,
+        "nothing posted before the flush",
+    )?;
+    cli.f.flush();
+    let after = cli.f.counts();
+    check(
+        after.post_send_calls == before.post_send_calls + 1 && after.send_wrs == before.send_wrs + 3,
+        &format!("one ibv_post_send for three Writes: {before:?} -> {after:?}"),
+    )?;
+    wait(&mut srv, &mut cli, "the chain's completions", |_, c| {
+        c.wcs.iter().any(|w| w.wr_id == WrId::new(4, 3))
+    })?;
+    let order: Vec<WrId> = cli.wcs.iter().filter(|w| w.wr_id.tag() == 4).map(|w| w.wr_id).collect();
+    check(
+        order == [WrId::new(4, 1), WrId::new(4, 3)],
+        &format!("the signaled Writes complete, in order, the unsignaled one not: {order:?}"),
+    )?;
+    check(
+        cli.wcs
+            .iter()
+            .filter(|w| w.wr_id.tag() == 4)
+            .all(|w| w.status == WcStatus::Success && w.opcode == WcOpcode::RdmaWrite && w.conn == conn_c),
+        "chained Writes succeeded",
+    )?;
+    cli.wcs.retain(|w| w.wr_id.tag() != 4);
+    let joined: Vec<u8> = chunks.concat();
+    check(srv.bytes(0x2_0000, 8192) == &joined[..], "the chain's bytes landed")?;
 
     println!("[5] Send with Invalidate of a Memory Window rkey");
     let window = srv.buf(0x6_0000, 4096);

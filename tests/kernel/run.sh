@@ -53,11 +53,27 @@
 #      ("kernel-2") or variants of ours ("ours-NAME", each with the
 #      assignments in KINTEROP_VARIANT_NAME, e.g. "TARGET_IO_CPU=0", and a
 #      table of its own): configurations side by side in one boot,
+#      KINTEROP_ROUNDS (1; N runs the KINTEROP_SERVERS list N times in turn,
+#      round r's passes named NAME.rR, and prints per row the MEDIAN of the
+#      per-round ratios (each pass of ours against the kernel pass just
+#      before it), how many medians reach 1.0x and 2.0x, and the kernel's
+#      server against itself as the noise band: guest/medians.py,
+#      out/medians.txt; single ratios move by up to 3x run to run),
+#      KINTEROP_BASELINE_BIN (a directory holding another build's
+#      rpcrdma-target, e.g. main's, and optionally its cores.json, staged as
+#      /host/bin/baseline: run it as a variant with
+#      KINTEROP_VARIANT_main="TARGET_BIN=/host/bin/baseline/rpcrdma-target"),
+#      e.g. the issue 24 protocol, about 2 min per pass:
+#        KINTEROP_RATIOS_ONLY=1 KINTEROP_ROUNDS=3 KINTEROP_SERVERS="kernel ours ours-main"
+#      KINTEROP_SYSCALLS (0; 1: after each first-round pass of ours, its system
+#      calls per Call for NULL, READ 4 KiB and READ 1 MiB at qd 1 with strace
+#      -c, guest/syscalls.sh, out/<pass>/syscalls.txt),
+#      FIO_ONLY, PERF_ONLY (the fio / perf jobs to run, by name),
 #      TARGET_IO_CPU (the guest CPU of the target's I/O core; admin on another),
 #      TARGET_AFFINITY (CPU list every target thread is moved to after start),
 #      RPCRDMA_WAIT (ppoll: the core's wait as a ppoll on its epoll),
-#      RPCRDMA_ARM_SENDS (0: a blocking core arms only its receive
-#      completions while no Call waits for a send-side one),
+#      RPCRDMA_ARM_SENDS (1: a blocking core arms its send completions too
+#      while no Call waits for one; by default it arms receives alone then),
 #      TARGET_SPIN_US, TARGET_MAX_SPIN_US, TARGET_MAX_WAIT_MS (spin_then_wait
 #      with these; TARGET_SPIN_US alone is a fixed spin),
 #      TARGET_IDLE_LOOPS, TARGET_MAX_SLEEP_US (spin_then_sleep instead: the
@@ -105,6 +121,11 @@ if [ $with_ours = 1 ]; then
     cargo build --release --quiet -p rpcrdma-apps --bin rpcrdma-target -p rpcrdma-perf --bin perf ||
         fail "cargo build"
     cp "$BUILD_DIR/rpcrdma-target" "$BUILD_DIR/perf" "$STAGE/bin/"
+    if [ -n "${KINTEROP_BASELINE_BIN:-}" ]; then
+        mkdir -p "$STAGE/bin/baseline"
+        cp "$KINTEROP_BASELINE_BIN/rpcrdma-target" "$STAGE/bin/baseline/" || fail "KINTEROP_BASELINE_BIN has no rpcrdma-target"
+        [ ! -f "$KINTEROP_BASELINE_BIN/cores.json" ] || cp "$KINTEROP_BASELINE_BIN/cores.json" "$STAGE/bin/baseline/"
+    fi
 fi
 {
     echo "SERVERS='$SERVERS'"
@@ -113,7 +134,8 @@ fi
     echo "PERF_SECONDS=${KINTEROP_PERF_SECONDS:-5}"
     # tuning of the guest runs, passed through when set (see gen_config.py, perf.sh)
     for v in TARGET_SPIN_US TARGET_MAX_SPIN_US TARGET_MAX_WAIT_MS TARGET_IDLE_LOOPS TARGET_MAX_SLEEP_US PERF_IDLE_SLEEP_US \
-        KINTEROP_NCONNECT KINTEROP_FIO_TCP TARGET_IO_CPU TARGET_AFFINITY RPCRDMA_WAIT RPCRDMA_ARM_SENDS; do
+        KINTEROP_NCONNECT KINTEROP_FIO_TCP TARGET_IO_CPU TARGET_AFFINITY RPCRDMA_WAIT RPCRDMA_ARM_SENDS \
+        KINTEROP_ROUNDS KINTEROP_SYSCALLS FIO_ONLY PERF_ONLY; do
         [ -z "${!v:-}" ] || echo "export $v='${!v}'"
     done
     echo "RATIOS_ONLY=$RATIOS_ONLY"
@@ -211,6 +233,13 @@ for t in "$STAGE"/out/table-*.txt; do
     cat "$t"
 done
 [ -f "$STAGE/out/steps-table.txt" ] && cat "$STAGE/out/steps-table.txt"
+[ -f "$STAGE/out/medians.txt" ] && cat "$STAGE/out/medians.txt"
+for t in "$STAGE"/out/*/syscalls.txt; do
+    [ -f "$t" ] || continue
+    echo
+    echo "$(basename "$(dirname "$t")"):"
+    cat "$t"
+done
 echo "timings (s): $(cat "$STAGE/timings-host.txt" "$STAGE/out/timings.txt" 2>/dev/null | tr '\n' ' ')"
 echo "checks: $n_ok ok, $n_bad not ok"
 grep '^not ok' "$STAGE/all-checks.txt" || true

@@ -623,12 +623,15 @@ fn add_engine<F: Fabric + 'static>(
 
 /// Polls one engine on its core.
 /// Whether a blocking core arms its send-side completions even when no live
-/// Call waits for one: yes unless `RPCRDMA_ARM_SENDS=0` (receive-only
-/// arming, issue 24 item 1: an experiment for the Soft-RoCE guest, not
-/// shown to help there). Read once.
+/// Call waits for one: only with `RPCRDMA_ARM_SENDS=1`. By default a core
+/// arms receives alone then (issue 24 item 1): a reply's Send completing
+/// after the core blocked would wake it only to free the reply's buffers,
+/// which the next Call's wake-up does as well; under Soft-RoCE that
+/// wake-up was about one per READ at qd 1 (strace in the guest,
+/// docs/BENCHMARKS.md). Read once.
 fn arm_sends_always() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var_os("RPCRDMA_ARM_SENDS").is_none_or(|v| v != "0"))
+    *ON.get_or_init(|| std::env::var_os("RPCRDMA_ARM_SENDS").is_some_and(|v| v == "1"))
 }
 
 struct EnginePoller<F: Fabric> {
@@ -769,9 +772,8 @@ impl<F: Fabric> Poller for EnginePoller<F> {
             return Arm::Unsupported;
         }
         // Replies on the wire need no wake-up for their completions; RDMA
-        // Reads and flushes do. Receive-only arming is opt-in
-        // (`RPCRDMA_ARM_SENDS=0`): in the one kernel-suite run that
-        // compared it (docs/BENCHMARKS.md) it did not save wake-ups.
+        // Reads, flushes and Calls waiting for send slots do.
+        // `RPCRDMA_ARM_SENDS=1` arms send completions always (as before).
         let armed = if self.responder.waits_on_send_completions() || arm_sends_always() {
             self.responder.fabric().arm_wakeup()
         } else {

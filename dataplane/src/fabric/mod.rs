@@ -550,6 +550,19 @@ pub trait Fabric {
     /// Poll up to `out.len()` completions into `out`; returns how many. Never blocks.
     fn poll_cq(&mut self, cq: CqId, out: &mut [Completion]) -> usize;
 
+    /// Doorbell batching: hand the device now what [`Fabric::post_send`]
+    /// accepted. A provider may stage posted send work requests and post
+    /// each connection's as one chain (verbs: one `ibv_post_send`, a system
+    /// call on software devices, for a reply's RDMA Writes and Send); it
+    /// does so here, and by itself before it next polls a CQ, arms its
+    /// wake-ups, posts other work on that connection or fails it, so a
+    /// caller that never flushes only posts later. The engines call it at
+    /// the end of every turn. Ordering, completions and errors are as if
+    /// each request had been posted at its `post_send` (a refused chain
+    /// completes its requests Flushed and ends the connection). Default:
+    /// nothing to do (shm and sim execute or queue at `post_send`).
+    fn flush(&mut self) {}
+
     /// Interrupt mode (issue 24 item 1, see [`wake`]): the descriptors that
     /// become readable, once [`Fabric::arm_wakeup`] said yes, when a
     /// completion or CM event arrives. Fixed once the fabric listens.

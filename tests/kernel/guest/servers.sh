@@ -10,7 +10,9 @@
 # Env: BIN (staged binaries, default /host/bin), OUT, VMLAB_IP, OURS_TAG (the
 # name of ours' results and checks, "ours" unless a variant of it runs:
 # single.sh), TARGET_AFFINITY (CPU list: every target thread is moved there
-# after the start, with taskset, in place of the reactor's pinning).
+# after the start, with taskset, in place of the reactor's pinning),
+# TARGET_BIN (another rpcrdma-target binary, e.g. main's staged by run.sh's
+# KINTEROP_BASELINE_BIN; the cores.json beside it, if any, is its config).
 
 : "${BIN:=/host/bin}"
 GUEST_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -53,17 +55,19 @@ TARGET_PID=
 OURS_TAG=${OURS_TAG:-ours}
 ours_start() {
     local cfg=$OUT/$OURS_TAG/target.json log=$OUT/$OURS_TAG/target.log t
+    local tbin=${TARGET_BIN:-$BIN/rpcrdma-target} base=$BIN/cores.json
+    [ -f "$(dirname "$tbin")/cores.json" ] && base=$(dirname "$tbin")/cores.json
     mkdir -p "$OUT/$OURS_TAG"
     check_eq "$OURS_TAG: the staged binaries find all their libraries in the guest" \
-        "$(ldd "$BIN/rpcrdma-target" "$BIN/perf" 2>&1 | grep -c 'not found')" 0
-    if ! python3 "$GUEST_DIR/gen_config.py" "$BIN/cores.json" "$VMLAB_IP" >"$cfg"; then
+        "$(ldd "$tbin" "$BIN/perf" 2>&1 | grep -c 'not found')" 0
+    if ! python3 "$GUEST_DIR/gen_config.py" "$base" "$VMLAB_IP" >"$cfg"; then
         flunk "$OURS_TAG: generate the guest config from configs/cores.json"
         return 1
     fi
     pass "$OURS_TAG: generate the guest config from configs/cores.json"
-    check "$OURS_TAG: rpcrdma-target --check-config accepts it" "$BIN/rpcrdma-target" -c "$cfg" --check-config
+    check "$OURS_TAG: rpcrdma-target --check-config accepts it" "$tbin" -c "$cfg" --check-config
     t=$(now)
-    RUST_LOG=${RUST_LOG:-info} "$BIN/rpcrdma-target" -c "$cfg" >"$log" 2>&1 &
+    RUST_LOG=${RUST_LOG:-info} "$tbin" -c "$cfg" >"$log" 2>&1 &
     TARGET_PID=$!
     if wait_for 60 rdma_listening 20049 && wait_for 10 tcp_listening 20048; then
         pass "$OURS_TAG: rpcrdma-target listens on RDMA 20049 and MOUNT 20048/TCP ($(elapsed "$t") s)"

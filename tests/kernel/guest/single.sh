@@ -16,6 +16,11 @@
 # $VARIANT_NAME (space separated, e.g. "TARGET_IO_CPU=0 RPCRDMA_WAIT=ppoll")
 # in its environment, and gets its own table against the kernel's server
 # (table-ours-NAME.txt), so that configurations are compared in one boot.
+# ROUNDS=N (KINTEROP_ROUNDS) runs the whole SERVERS list N times in turn,
+# round r's passes named "NAME.rR" (the first round's as given), and prints
+# the median ratios over the rounds (medians.py) into $OUT/medians.txt.
+# KINTEROP_SYSCALLS=1: after each pass of ours (first round only), the
+# system calls per Call at qd 1 (syscalls.sh, strace -c).
 set -uo pipefail
 G=$(cd "$(dirname "$0")" && pwd)
 export OUT=/host/out BIN=/host/bin
@@ -46,9 +51,17 @@ if [ -n "${PAIR_PCAP:-}" ] && [ "$RATIOS_ONLY" != 1 ]; then
 fi
 [ "$RATIOS_ONLY" = 1 ] || section floor "$G/floor.sh"
 
-for s in $SERVERS; do
+ROUNDS=${KINTEROP_ROUNDS:-1}
+passes=()
+for ((r = 1; r <= ROUNDS; r++)); do
+    for s in $SERVERS; do
+        if [ $r = 1 ]; then passes+=("$s"); else passes+=("$s.r$r"); fi
+    done
+done
+for s in "${passes[@]}"; do
     variant=()
-    case $s in
+    base=${s%.r[0-9]*}
+    case $base in
     kernel | kernel-[0-9])
         start=knfsd_start stop=knfsd_stop
         unset MOUNT_PORT # the kernel's mountd is found through rpcbind
@@ -57,8 +70,8 @@ for s in $SERVERS; do
         start=ours_start stop=ours_stop
         unset MOUNT_PORT # ours registers with the rpcbind knfsd's start left running
         export OURS_TAG=$s
-        if [ "$s" != ours ]; then
-            vname=VARIANT_${s#ours-}
+        if [ "$base" != ours ]; then
+            vname=VARIANT_${base#ours-}
             read -ra variant <<<"${!vname:-}"
             note "$s: variant of ours with: ${variant[*]}"
         fi
@@ -91,6 +104,9 @@ for s in $SERVERS; do
         else
             note "$s: perf tool runs skipped (no binaries staged: KINTEROP_SERVERS without ours)"
         fi
+        if [[ $s == ours* && $s == "$base" && ${KINTEROP_SYSCALLS:-0} = 1 ]]; then
+            section "$s-syscalls" "$G/syscalls.sh" "$s" "$TARGET_PID"
+        fi
         mountpoint -q "/mnt/$s" && { umount -f "/mnt/$s" || umount -l "/mnt/$s"; }
     fi
     $stop
@@ -121,7 +137,11 @@ if [[ " $SERVERS " == *" kernel "* && " $SERVERS " == *" ours "* && $RATIOS_ONLY
 fi
 
 python3 "$G/report.py" "$OUT" | tee "$OUT/table.txt"
+if [ "$ROUNDS" -gt 1 ]; then
+    python3 "$G/medians.py" "$OUT" "${passes[@]}" | tee "$OUT/medians.txt"
+fi
 # every other pairing of a kernel pass with a pass of ours (or a variant)
+# (the first round's)
 for k in $SERVERS; do
     [[ $k == kernel* ]] || continue
     for o in $SERVERS; do

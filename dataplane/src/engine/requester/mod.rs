@@ -649,7 +649,10 @@ impl<'p, F: Fabric> Requester<'p, F> {
             self.refill_recvs();
         }
         work += super::poll_cm(self, false);
-        work + super::poll_completions(self)
+        work += super::poll_completions(self);
+        // Doorbell batching: what this turn posted goes to the device now.
+        self.fabric.flush();
+        work
     }
 
     /// Disconnect and return every buffer (calls, receives). Returns the calls

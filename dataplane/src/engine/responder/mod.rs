@@ -864,6 +864,10 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
             self.reads_posted_this_turn = 0;
             work += self.poll_completions();
         }
+        // What this turn posted goes to the device at once (doorbell
+        // batching: one post per connection for all its replies' Writes
+        // and Sends).
+        self.fabric.flush();
         // A provider still executing posted work (shm's sliced copies)
         // needs the next turn soon: the turn was not idle.
         work + usize::from(self.fabric.progressing())

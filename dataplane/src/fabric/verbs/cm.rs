@@ -272,6 +272,8 @@ impl VerbsFabric {
             windows: Vec::new(),
             free_mws: Vec::new(),
             rq_out: 0,
+            staged: Vec::with_capacity(qp.send_depth.min(STAGE_MAX as u32) as usize),
+            dirty: false,
             terminal_queued: false,
             terminal_delivered: false,
         };
@@ -362,6 +364,8 @@ impl VerbsFabric {
             windows: Vec::new(),
             free_mws: Vec::new(),
             rq_out: 0,
+            staged: Vec::with_capacity(qp.send_depth.min(STAGE_MAX as u32) as usize),
+            dirty: false,
             terminal_queued: false,
             terminal_delivered: false,
         };

@@ -177,6 +177,8 @@ impl VerbsFabric {
         if qi >= self.cqs.len() || out.is_empty() {
             return 0;
         }
+        // Staged sends go out before their completions are looked for.
+        self.flush_all();
         let mut n = 0;
         while n < out.len() {
             let Some(c) = self.cqs[qi].soft.pop_front() else { break };

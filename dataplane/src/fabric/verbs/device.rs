@@ -112,6 +112,9 @@ impl VerbsFabric {
             events: VecDeque::with_capacity(2 * cfg.max_conns as usize + cfg.max_pending_requests as usize),
             wcs: Box::new([wc_zero(); WC_BATCH]),
             last_wc_error: None,
+            dirty: Vec::new(),
+            armed: Vec::new(),
+            counts: VerbsCounts::default(),
             cfg,
         };
         let mut names = Vec::new();

@@ -33,12 +33,23 @@
 //!   both with `ibv_poll_cq` in batches of [`WC_BATCH`] (alternating which
 //!   comes first) after handing out provider-made completions (receives flushed
 //!   before their QP existed).
-//! - **Work requests**: `wr_id` is the [`WrId`] value. Every send-queue work
-//!   request is posted *signaled*; a success completion of a request the
-//!   consumer posted unsignaled is dropped. This keeps an exact per-QP record
-//!   of outstanding sends (a FIFO: RC completes a send queue in order), which
-//!   gives error completions their opcode and tells when a dead QP is empty.
-//!   Sends of at most the QP's `max_inline_data` bytes go `IBV_SEND_INLINE`.
+//! - **Work requests**: `wr_id` is the [`WrId`] value. [`Fabric::post_send`]
+//!   stages a request on its connection; [`Fabric::flush`] (the engines call
+//!   it at the end of every turn), or failing that the fabric's next poll,
+//!   arming, window post or error on that QP, posts a connection's staged
+//!   requests as one linked chain: one `ibv_post_send`, which is one
+//!   system call on rxe and siw, for a reply's RDMA Writes and its Send
+//!   (doorbell batching). Every request is posted *signaled* (a request
+//!   posted unsignaled that succeeded leaves no completion, and once the QP
+//!   fails the device completes only those that had not: the FIFO below
+//!   could no longer tell which completion is whose); a success completion
+//!   of a request the consumer posted unsignaled is dropped. The per-QP
+//!   record of outstanding sends (a FIFO: RC completes a send queue in
+//!   order) gives error completions their opcode and tells when a dead QP
+//!   is empty. Sends of at most the QP's
+//!   `max_inline_data` bytes go `IBV_SEND_INLINE`; their bytes are the ones
+//!   at `post_send` (copied into the staged request, [`STAGE_INLINE`] at
+//!   most; a larger inline Send is posted at once).
 //! - **Connection manager**: one event channel per fabric with its descriptor
 //!   non-blocking, so [`Fabric::poll_cm`] never blocks; every event is copied
 //!   and acknowledged at once. Active side: `rdma_create_id` →
@@ -251,19 +262,52 @@ enum State {
     Error,
 }
 
-/// A posted send-queue work request, in posting order.
+/// A posted (or staged) send-queue work request, in posting order.
 #[derive(Clone, Copy, Debug)]
 struct SqEntry {
+    /// The consumer asked for a completion ([`SendWr::signaled`]).
     signaled: bool,
     opcode: WcOpcode,
     /// Posted by the provider itself (a window bind or invalidation), not
     /// counted against the consumer's `send_depth`.
     internal: bool,
+    /// The consumer's `wr_id`, for the Flushed completion of a request
+    /// that was staged and never posted.
+    wr_id: u64,
+}
+
+/// A send work request staged for the connection's next chain post
+/// (doorbell batching, `qp.rs`): the request as it will be posted, its
+/// `next` and `sg_list` set when the chain is linked.
+struct Staged {
+    wr: sys::ibv_send_wr,
+    sges: [sys::ibv_sge; MAX_SGE],
+    /// An inline Send's bytes, copied at `post_send` as the device would
+    /// have (the caller may reuse the source at once); `inline_len` of them.
+    inline: [u8; STAGE_INLINE],
+    inline_len: u16,
+}
+
+impl std::fmt::Debug for Staged {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Staged")
+            .field("wr_id", &self.wr.wr_id)
+            .field("opcode", &self.wr.opcode)
+            .finish_non_exhaustive()
+    }
 }
 
 /// The `wr_id` of the provider's own work requests; an error completion
 /// of one reaches the consumer with it (tag 0xff, which no engine uses).
 pub const INTERNAL_WR_ID: WrId = WrId::new(0xff, WrId::INDEX_MAX);
+
+/// Most send work requests staged on one connection before they are posted
+/// as a chain without waiting for [`Fabric::flush`].
+pub const STAGE_MAX: usize = 32;
+
+/// Bytes of an inline Send a staged request holds (a larger inline Send is
+/// posted at once).
+pub const STAGE_INLINE: usize = 128;
 
 /// Send-queue room a QP has for the provider's own work requests (window
 /// binds and invalidations), per consumer send-queue entry.
@@ -295,6 +339,13 @@ struct Conn {
     free_mws: Vec<(*mut sys::ibv_mw, u32)>,
     /// Receives on the QP's own receive queue not completed yet.
     rq_out: u32,
+    /// Send work requests accepted by `post_send` and not yet handed to
+    /// the device (the tail of `sq`): posted as one chain, one doorbell,
+    /// by [`Fabric::flush`] or before the fabric next polls, arms, posts a
+    /// window operation on this QP or fails the connection.
+    staged: Vec<Staged>,
+    /// Listed in `VerbsFabric::dirty`.
+    dirty: bool,
     terminal_queued: bool,
     terminal_delivered: bool,
 }
@@ -355,6 +406,29 @@ pub struct VerbsFabric {
     /// The first error completion (not a flush) of the connection that
     /// failed last, for diagnostics ([`VerbsFabric::last_wc_error`]).
     last_wc_error: Option<WcError>,
+    /// Connection slots with staged send work requests.
+    dirty: Vec<usize>,
+    /// CQs whose notification was requested and whose event has not been
+    /// read yet: (CQ index, send side). A CQ in it is armed still, and is
+    /// not requested again (`wake.rs`).
+    armed: Vec<(usize, bool)>,
+    /// Counters of this fabric's own system calls (diagnostics, tests).
+    counts: VerbsCounts,
+}
+
+/// How often the verbs fabric entered the device driver on its data path:
+/// each is a system call on software devices (rxe, siw) and on some
+/// hardware. For diagnostics and the doorbell-batching tests.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct VerbsCounts {
+    /// `ibv_post_send` calls for consumer work (one per chain).
+    pub post_send_calls: u64,
+    /// Consumer send work requests posted.
+    pub send_wrs: u64,
+    /// `ibv_req_notify_cq` calls.
+    pub notify_requests: u64,
+    /// `ibv_get_cq_event` calls (including the one that found none).
+    pub event_reads: u64,
 }
 
 /// An error work completion as the device reported it, for diagnostics:
@@ -520,6 +594,12 @@ impl Fabric for VerbsFabric {
 
     fn poll_cq(&mut self, cq: CqId, out: &mut [Completion]) -> usize {
         self.do_poll_cq(cq, out)
+    }
+
+    /// Posts every connection's staged send work requests, one chain (one
+    /// `ibv_post_send`, one doorbell) per connection.
+    fn flush(&mut self) {
+        self.flush_all()
     }
 
     fn wake_fds(&self) -> Vec<std::os::fd::RawFd> {

@@ -21,6 +21,8 @@ impl VerbsFabric {
                 "exposing a region registered for local access",
             ));
         }
+        // Posted in order after what this QP has staged.
+        self.flush_conn(ci);
         let c = self.conns.get_mut(ci).ok_or(FabricError::NotConnected(conn))?;
         if !matches!(c.state, State::Established | State::Accepting) || c.qp.is_null() {
             return Err(FabricError::NotConnected(conn));
@@ -86,6 +88,7 @@ impl VerbsFabric {
             signaled: false,
             opcode: WcOpcode::Send,
             internal: true,
+            wr_id: INTERNAL_WR_ID.0,
         });
         c.sq_internal += 1;
         c.windows.push((rkey, mw));
@@ -103,6 +106,8 @@ impl VerbsFabric {
     /// no longer usable is left for the QP's teardown.
     pub(super) fn do_hide(&mut self, conn: ConnId, handle: u32) {
         let Some(ci) = self.conns.index(conn.0) else { return };
+        // Posted in order after what this QP has staged.
+        self.flush_conn(ci);
         let Some(c) = self.conns.get_mut(ci) else { return };
         let Some(p) = c.windows.iter().position(|w| w.0 == handle) else {
             return;
@@ -129,6 +134,7 @@ impl VerbsFabric {
             signaled: false,
             opcode: WcOpcode::Send,
             internal: true,
+            wr_id: INTERNAL_WR_ID.0,
         });
         c.sq_internal += 1;
         c.free_mws.push((mw, rkey));

@@ -165,6 +165,16 @@ impl VerbsFabric {
     /// (rewritten to the right kind for the connection's state).
     pub(super) fn fail(&mut self, ci: usize, terminal: CmEvent) {
         let id = ConnId(self.conns.id_of(ci));
+        // What was staged goes out first, as it would have before the
+        // failure without batching (a reply posted just before a local
+        // disconnect); a refused chain fails the connection in there.
+        if self
+            .conns
+            .get(ci)
+            .is_some_and(|c| !c.staged.is_empty() && !c.terminal_queued)
+        {
+            self.flush_conn(ci);
+        }
         let Some(c) = self.conns.get_mut(ci) else { return };
         if c.terminal_queued {
             return;
@@ -234,7 +244,9 @@ impl VerbsFabric {
         }
     }
 
-    /// [`Fabric::post_send`] for this provider.
+    /// [`Fabric::post_send`] for this provider: checks the request and
+    /// stages it on the connection (see [`VerbsFabric::flush_conn`]); a
+    /// connection with [`STAGE_MAX`] staged is flushed at once.
     pub(super) fn do_post_send(&mut self, conn: ConnId, wr: &SendWr) -> Result<(), FabricError> {
         let ci = self.conns.index(conn.0).ok_or(FabricError::NotConnected(conn))?;
         if wr.num_sge as usize > MAX_SGE {
@@ -259,7 +271,7 @@ impl VerbsFabric {
         let c = self.conns.get_mut(ci).ok_or(FabricError::NotConnected(conn))?;
         // After rdma_accept the QP is ready to send: the first Call may arrive
         // (and be answered) before the passive side sees ESTABLISHED.
-        if !matches!(c.state, State::Established | State::Accepting) {
+        if !matches!(c.state, State::Established | State::Accepting) || c.qp.is_null() {
             return Err(FabricError::NotConnected(conn));
         }
         if c.sq.len() - c.sq_internal as usize >= c.cfg.send_depth as usize {
@@ -273,18 +285,17 @@ impl VerbsFabric {
             SendOp::RdmaRead => (o::IBV_WR_RDMA_READ, WcOpcode::RdmaRead),
         };
         // SAFETY: ibv_send_wr is plain old data; zero is valid and every field
-        // the opcode uses is set below.
+        // the opcode uses is set below (`next` and `sg_list` when the chain
+        // is linked).
         let mut w: sys::ibv_send_wr = unsafe { std::mem::zeroed() };
         w.wr_id = wr.wr_id.0;
-        w.sg_list = sges.as_mut_ptr();
         w.num_sge = n as c_int;
         w.opcode = opcode;
-        let mut flags = sys::ibv_send_flags::IBV_SEND_SIGNALED.0;
         let is_send = matches!(wr.op, SendOp::Send | SendOp::SendWithInv { .. });
-        if is_send && total > 0 && total <= c.max_inline as u64 {
-            flags |= sys::ibv_send_flags::IBV_SEND_INLINE.0;
+        let inline = is_send && total > 0 && total <= c.max_inline as u64;
+        if inline {
+            w.send_flags = sys::ibv_send_flags::IBV_SEND_INLINE.0;
         }
-        w.send_flags = flags;
         match wr.op {
             SendOp::SendWithInv { rkey } => w.imm_data_invalidated_rkey_union.invalidated_rkey = rkey,
             SendOp::RdmaWrite | SendOp::RdmaRead => {
@@ -295,19 +306,134 @@ impl VerbsFabric {
             }
             SendOp::Send => {}
         }
-        let mut bad: *mut sys::ibv_send_wr = ptr::null_mut();
-        // SAFETY: `c.qp` is a live QP (Established); `w` and `sges` are valid
-        // for the call (the provider copies them, and inline data).
-        let rc = unsafe { sys::ibv_post_send(c.qp, &mut w, &mut bad) };
-        if rc != 0 {
-            return Err(post_err("ibv_post_send", rc));
+        let mut st = Staged {
+            wr: w,
+            sges,
+            inline: [0; STAGE_INLINE],
+            inline_len: 0,
+        };
+        // An inline Send's bytes are the ones at post time: copied now.
+        let copied = inline && total as usize <= STAGE_INLINE;
+        if copied {
+            let mut at = 0usize;
+            for sg in &sges[..n] {
+                let len = sg.length as usize;
+                // SAFETY: `sge` checked the buffer lies inside a region
+                // registered with this fabric (mapped for its lifetime); the
+                // total is at most STAGE_INLINE, the room in `st.inline`.
+                unsafe { ptr::copy_nonoverlapping(sg.addr as *const u8, st.inline.as_mut_ptr().add(at), len) };
+                at += len;
+            }
+            st.inline_len = at as u16;
         }
+        c.staged.push(st);
         c.sq.push_back(SqEntry {
             signaled: wr.signaled,
             opcode: wc_op,
             internal: false,
+            wr_id: wr.wr_id.0,
         });
+        let full = c.staged.len() >= STAGE_MAX || (inline && !copied);
+        if !c.dirty {
+            c.dirty = true;
+            self.dirty.push(ci);
+        }
+        if full {
+            self.flush_conn(ci);
+        }
         Ok(())
+    }
+
+    /// Posts every connection's staged send work requests.
+    pub(super) fn flush_all(&mut self) {
+        while let Some(ci) = self.dirty.pop() {
+            self.flush_conn(ci);
+        }
+    }
+
+    /// Posts connection slot `ci`'s staged send work requests as one chain
+    /// (one `ibv_post_send`, one doorbell: on rxe and siw one system call
+    /// instead of one per request), every request signaled (see the module
+    /// documentation). Requests the device refuses (and those after
+    /// them) complete Flushed through the CQ's provider-made completions and
+    /// the connection fails, as a refused post of one would have made the
+    /// consumer end it.
+    pub(super) fn flush_conn(&mut self, ci: usize) {
+        let Some(c) = self.conns.get_mut(ci) else { return };
+        c.dirty = false;
+        let n = c.staged.len();
+        if n == 0 {
+            return;
+        }
+        let base = c.sq.len() - n;
+        let signaled = sys::ibv_send_flags::IBV_SEND_SIGNALED.0;
+        for k in 0..n {
+            let last = k + 1 == n;
+            let next: *mut sys::ibv_send_wr = if last { ptr::null_mut() } else { &mut c.staged[k + 1].wr };
+            let st = &mut c.staged[k];
+            st.wr.next = next;
+            if st.inline_len > 0 {
+                // The provider copies inline data from the SGE's address
+                // (no key is checked).
+                st.sges[0] = sys::ibv_sge {
+                    addr: st.inline.as_ptr() as u64,
+                    length: u32::from(st.inline_len),
+                    lkey: 0,
+                };
+                st.wr.num_sge = 1;
+            }
+            st.wr.sg_list = st.sges.as_mut_ptr();
+            st.wr.send_flags |= signaled;
+            debug_assert!(
+                !c.sq[base + k].internal,
+                "staged requests are the consumer's, at the tail of sq"
+            );
+        }
+        let mut bad: *mut sys::ibv_send_wr = ptr::null_mut();
+        // SAFETY: `c.qp` is a live QP (a request is staged only on a QP that
+        // exists, and a failing connection flushes or discards before it
+        // leaves the ready states); the chain's `next` and `sg_list`
+        // pointers point into `c.staged`, which is not touched until the
+        // call returns (the provider copies requests and inline data).
+        let rc = unsafe { sys::ibv_post_send(c.qp, &mut c.staged[0].wr, &mut bad) };
+        self.counts.post_send_calls += 1;
+        let c = self.conns.get_mut(ci).expect("live");
+        let posted = if rc == 0 {
+            n
+        } else {
+            // The requests before `bad` were posted.
+            let first: *const sys::ibv_send_wr = &c.staged[0].wr;
+            (0..n)
+                .find(|&k| ptr::eq(&c.staged[k].wr, bad.cast_const()))
+                .unwrap_or_else(|| if bad.is_null() || ptr::eq(first, bad) { 0 } else { n })
+        };
+        self.counts.send_wrs += posted as u64;
+        c.staged.clear();
+        if posted < n {
+            let conn = ConnId(self.conns.id_of(ci));
+            self.discard_tail(ci, n - posted, conn);
+            self.fail(ci, CmEvent::Disconnected { conn });
+        }
+    }
+
+    /// The last `k` entries of slot `ci`'s send queue were never posted:
+    /// remove them, each reported Flushed through the CQ's provider-made
+    /// completions (in posting order).
+    fn discard_tail(&mut self, ci: usize, k: usize, conn: ConnId) {
+        let Some(c) = self.conns.get_mut(ci) else { return };
+        let cq = c.cq;
+        let at = c.sq.len() - k;
+        let tail: Vec<SqEntry> = c.sq.drain(at..).collect();
+        for e in tail {
+            self.cqs[cq].soft.push_back(Completion {
+                wr_id: WrId(e.wr_id),
+                status: WcStatus::Flushed,
+                opcode: e.opcode,
+                conn,
+                byte_len: 0,
+                invalidated_rkey: None,
+            });
+        }
     }
 
     /// [`Fabric::post_recv`] for this provider.

@@ -38,14 +38,18 @@ impl VerbsFabric {
     }
 
     /// Acknowledges every CQ event the channel holds (a CQ cannot be
-    /// destroyed with events unacknowledged).
+    /// destroyed with events unacknowledged). Only a CQ whose notification
+    /// was requested can have one (`armed`): reading stops when none is
+    /// left, so a wake-up by the one armed CQ costs one read, not a second
+    /// one that finds the channel empty.
     pub(super) fn ack_cq_events(&mut self) {
         if self.comp.is_null() {
             return;
         }
-        loop {
+        while !self.armed.is_empty() {
             let mut cq: *mut sys::ibv_cq = ptr::null_mut();
             let mut cq_ctx: *mut c_void = ptr::null_mut();
+            self.counts.event_reads += 1;
             // SAFETY: `self.comp` is our channel (non-blocking: returns -1
             // when empty); the out pointers are live locals.
             if unsafe { sys::ibv_get_cq_event(self.comp, &mut cq, &mut cq_ctx) } != 0 {
@@ -53,6 +57,14 @@ impl VerbsFabric {
             }
             // SAFETY: `cq` is the CQ the event was for, one of ours.
             unsafe { sys::ibv_ack_cq_events(cq, 1) };
+            let cqs = &self.cqs;
+            if let Some(p) = self
+                .armed
+                .iter()
+                .position(|&(i, send)| ptr::eq(if send { cqs[i].send } else { cqs[i].recv }, cq))
+            {
+                self.armed.swap_remove(p);
+            }
         }
     }
 
@@ -70,26 +82,38 @@ impl VerbsFabric {
         v
     }
 
-    /// Acknowledge what fired, then request the next completion of every
-    /// receive CQ, and of every send CQ when `sends` (a caller that waits
-    /// for none of its send-side completions leaves them unarmed, so that
-    /// a reply's Send completing after the core blocked does not wake it;
-    /// issue 24 item 1, opt-in: in one Soft-RoCE run it did not lower the
-    /// waits per Call).
+    /// Post what is staged, acknowledge what fired, then request the next
+    /// completion of every receive CQ, and of every send CQ when `sends` (a
+    /// caller that waits for none of its send-side completions leaves them
+    /// unarmed, so that a reply's Send completing after the core blocked
+    /// does not wake it). A CQ still armed from an earlier call (its event
+    /// not read yet: it has not fired) is not requested again.
     pub(super) fn do_arm_wakeup(&mut self, sends: bool) -> bool {
         if self.comp.is_null() || self.channel.is_null() {
             return false;
         }
+        self.flush_all();
         self.ack_cq_events();
-        for q in &self.cqs {
-            let send = sends.then_some(q.send);
-            for cq in [Some(q.recv), send].into_iter().flatten() {
+        for qi in 0..self.cqs.len() {
+            for send in [false, true] {
+                if (send && !sends) || self.armed.contains(&(qi, send)) {
+                    continue;
+                }
+                let cq = if send { self.cqs[qi].send } else { self.cqs[qi].recv };
+                self.counts.notify_requests += 1;
                 // SAFETY: `cq` is a live CQ of ours created on `self.comp`.
                 if unsafe { sys::ibv_req_notify_cq(cq, 0) } != 0 {
                     return false;
                 }
+                self.armed.push((qi, send));
             }
         }
         true
+    }
+
+    /// The fabric's own system-call counters (doorbell batching and
+    /// interrupt mode, issue 24 item 1).
+    pub fn counts(&self) -> VerbsCounts {
+        self.counts
     }
 }
