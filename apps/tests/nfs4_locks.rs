@@ -396,6 +396,74 @@ fn nfs4_restart_with_reclaim_through_the_engine_on_uring() {
     assert_eq!(got, b"before the restart");
 }
 
+/// A client that held a delegation when the target restarted reclaims its
+/// open with CLAIM_PREVIOUS naming the delegation's type (the Linux client
+/// does so for a file it wrote under a write delegation, then reclaims the
+/// locks it held locally under it). The delegation itself is not in the
+/// records, so the open is reclaimed with none (OPEN_DELEGATE_NONE, as the
+/// Linux server answers a delegation reclaim it refuses) rather than the
+/// whole reclaim refused: refused, the client lost its locks ("lost 1
+/// locks") in `tests/kernel/nfs4.sh`'s restart step once write delegations
+/// were granted.
+#[test]
+fn backchannel_delegation_reclaim_after_restart_reopens_the_file() {
+    let data = TempDir::new("nfs4-deleg-reclaim-data");
+    let state = TempDir::new("nfs4-deleg-reclaim-state");
+    let mut b = Ex::new("/b", "b0");
+    b.root_squash = false;
+    let mut cfg = config(&["b0"], &[b], MIB as u32);
+    cfg.nfs4.state_dir = Some(state.0.to_str().unwrap().to_string());
+    let start = || {
+        let be = open_uring("b0", &data.0);
+        NfsShared::new(&cfg, vec![("b0".into(), be)]).unwrap()
+    };
+    let fh = {
+        let sh = start();
+        let mut c = V4::new(Direct::new(&sh), "holder");
+        c.session(4);
+        let dir = c.walk("/b").unwrap();
+        let mut got = None;
+        for _ in 0..1000 {
+            match c.open(&dir, open("f", 3, 0, b"o", Some((UNCHECKED4, 0o644, [0; 8])))) {
+                Err(NFS4ERR_DELAY) => std::thread::sleep(Duration::from_millis(2)),
+                r => {
+                    got = Some(r.unwrap());
+                    break;
+                }
+            }
+        }
+        got.expect("the open").1
+    };
+    // The restart: in the grace period the holder reclaims its open, saying
+    // it held a write (then a read) delegation on the file.
+    let sh = start();
+    assert!(sh.v4().in_grace());
+    let mut c = V4::new(Direct::new(&sh), "holder");
+    c.session(4);
+    for (owner, had, at) in [
+        (&b"o"[..], OPEN_DELEGATE_WRITE, 0),
+        (&b"o2"[..], OPEN_DELEGATE_READ, 10),
+    ] {
+        let reclaim = op(move |e| {
+            e.u32(OP_OPEN).u32(0).u32(3).u32(0).u64(0).opaque(owner);
+            e.u32(OPEN4_NOCREATE).u32(CLAIM_PREVIOUS).u32(had);
+        });
+        let r = c.seq(&[putfh(&fh), reclaim]);
+        assert_eq!(r.status, NFS4_OK, "a reclaim naming delegation type {had}");
+        let mut d = r.dec();
+        res(&mut d, OP_PUTFH);
+        res(&mut d, OP_OPEN);
+        let os = get_stateid(&mut d);
+        // The open comes back with no delegation (open_rest checks).
+        open_rest(&mut d);
+        assert_eq!(
+            sid(run(&mut c, &fh, lock_new(true, true, at, 6, &os, owner))).seqid,
+            1,
+            "its locks are reclaimed under the reclaimed open"
+        );
+    }
+}
+
 fn retry_open(s: &mut V4<Direct>, dir: &[u8]) -> (Stateid, Vec<u8>) {
     for _ in 0..1000 {
         match s.open(dir, open("f", 1, 0, b"s", None)) {

@@ -1006,8 +1006,6 @@ fn open(
         sh.v4.record_open(client, sh.exports()[ex].backend)?;
     }
     let (o, a) = match claim {
-        // No delegation was ever granted, so none is reclaimed.
-        Claim::Previous(d) if d != OPEN_DELEGATE_NONE => return Err(St(NFS4ERR_RECLAIM_BAD)),
         Claim::Deleg(_) => return Err(St(NFS4ERR_NOTSUPP)),
         Claim::DelegCur { stateid, name } => {
             // An open under a delegation the client holds (RFC 8881
@@ -1158,8 +1156,14 @@ fn open(
         }
     }
     let sid = sh.v4.open(client, owner, (o.ex, o.fh), access, share_deny)?;
-    // No new delegation under CLAIM_DELEGATE_CUR: the client has one.
-    let deleg = if matches!(claim, Claim::DelegCur { .. }) {
+    // No new delegation under CLAIM_DELEGATE_CUR: the client has one. None
+    // on a reclaim either (CLAIM_PREVIOUS, RFC 8881 s18.16.3, s10.2.1):
+    // delegations are not in the client records, so one the client says it
+    // held is not given back; its open is, with OPEN_DELEGATE_NONE (as the
+    // Linux server answers a delegation reclaim it refuses), and the client
+    // then reclaims the locks it held under the delegation and writes back
+    // what it cached. Refusing the whole reclaim would lose those locks.
+    let deleg = if matches!(claim, Claim::DelegCur { .. } | Claim::Previous(_)) {
         super::deleg::Offer::None
     } else {
         offer(cx, o, share_access)
