@@ -60,6 +60,11 @@
 # between snapshots taken at the start and end of each B window, free of
 # the clients' scheduling (but blind to a Call's wait before the service
 # takes it).
+#   B_NICE    B's client alone at this nice value (unset: as NICE), in both
+#             halves of each pair: on a 2-CPU host B's client shares a CPU
+#             with A's client and the io-wq workers' copies, which on real
+#             hardware run on other machines or CPUs; e.g. -5 keeps the
+#             host's scheduler from being most of what B's p99 measures
 #   OUT       keep the per-run JSON files in this directory
 #   NICE      run the target and both clients at this nice value (default 0;
 #             e.g. -10 on a host other work keeps busy, so that the host's
@@ -147,7 +152,9 @@ b_load=(--size 4k --qd 1)
 [ "$B_RATE" != 0 ] && b_load=(--size 4k --qd 4 --rate "$B_RATE")
 b_run() { # NAME: B for WINDOW seconds after a 1 s warm-up
     snap "$1-start"
-    "${PERF_RUN[@]}" read "${common[@]}" --file b.dat --file-size 64M "${b_load[@]}" \
+    local run=("${PERF_RUN[@]}")
+    [ -n "${B_NICE:-}" ] && run=(nice -n "$B_NICE" "$PERF")
+    "${run[@]}" read "${common[@]}" --file b.dat --file-size 64M "${b_load[@]}" \
         --duration "$WINDOW" --warmup 1 --idle-sleep-us "${B_IDLE_SLEEP_US:-0}" --cores "$CLIENT_CPU" \
         --json "$WORK/$1.json" >"$WORK/$1.txt"
     snap "$1-end"
@@ -188,7 +195,7 @@ a_run() { # ROUND: A1 then A2; times: A1's start, A2's start, A2's end, B's wind
 # own write-back (30 s) before the COMMIT.
 "${PERF_RUN[@]}" write "${common[@]}" --file a.dat --file-size 1G --size 1M --qd 4 --seq --count 1025 \
     --commit-every 1G --warmup 0 --timeout 300 --cores "$A_CPU" >/dev/null
-echo "== $(date -u +%FT%TZ) uptime:$(uptime | sed 's/.*load average//'), nice $NICE"
+echo "== $(date -u +%FT%TZ) uptime:$(uptime | sed 's/.*load average//'), nice $NICE, B's client nice ${B_NICE:-$NICE}"
 echo "== layout: admin core CPU $ADMIN_CPU, io core CPU $IO_CPU, B's client CPU $CLIENT_CPU, A's client CPU $A_CPU" \
     "(host CPUs: $(nproc))"
 echo "== B: 4 KiB READ, $([ "$B_RATE" = 0 ] && echo "closed loop qd 1" || echo "open loop $B_RATE/s qd 4"), window ${WINDOW} s;" \
