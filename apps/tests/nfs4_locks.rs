@@ -13,6 +13,7 @@ use std::time::Duration;
 use nfs4_common::*;
 use nfs_common::*;
 use proto::nfs4::*;
+use rpcrdma_apps::config::Config;
 use rpcrdma_apps::nfs::NfsShared;
 
 fn setup(kind: Kind) -> (Store, Arc<NfsShared>) {
@@ -278,6 +279,17 @@ fn nfs4_lease_expiry_frees_locks() {
     sh.v4().set_lease(Duration::from_secs(90));
 }
 
+/// One export `/b` of backend `b0`, root not squashed, with the NFSv4
+/// client records kept in `state` (so a restarted target has a grace
+/// period).
+fn restartable(state: &TempDir) -> Config {
+    let mut b = Ex::new("/b", "b0");
+    b.root_squash = false;
+    let mut cfg = config(&["b0"], &[b], MIB as u32);
+    cfg.nfs4.state_dir = Some(state.0.to_str().unwrap().to_string());
+    cfg
+}
+
 /// A target restart on `uring`: the client's record is durable before its
 /// first OPEN is answered; after the restart there is a grace period in
 /// which only reclaims succeed (through the sim engine), strangers get
@@ -286,10 +298,7 @@ fn nfs4_lease_expiry_frees_locks() {
 fn nfs4_restart_with_reclaim_through_the_engine_on_uring() {
     let data = TempDir::new("nfs4-reclaim-data");
     let state = TempDir::new("nfs4-reclaim-state");
-    let mut b = Ex::new("/b", "b0");
-    b.root_squash = false;
-    let mut cfg = config(&["b0"], &[b], MIB as u32);
-    cfg.nfs4.state_dir = Some(state.0.to_str().unwrap().to_string());
+    let cfg = restartable(&state);
     let start = || {
         let be = open_uring("b0", &data.0);
         NfsShared::new(&cfg, vec![("b0".into(), be)]).unwrap()
@@ -409,10 +418,7 @@ fn nfs4_restart_with_reclaim_through_the_engine_on_uring() {
 fn backchannel_delegation_reclaim_after_restart_reopens_the_file() {
     let data = TempDir::new("nfs4-deleg-reclaim-data");
     let state = TempDir::new("nfs4-deleg-reclaim-state");
-    let mut b = Ex::new("/b", "b0");
-    b.root_squash = false;
-    let mut cfg = config(&["b0"], &[b], MIB as u32);
-    cfg.nfs4.state_dir = Some(state.0.to_str().unwrap().to_string());
+    let cfg = restartable(&state);
     let start = || {
         let be = open_uring("b0", &data.0);
         NfsShared::new(&cfg, vec![("b0".into(), be)]).unwrap()
