@@ -7,6 +7,7 @@
 //! uids, `trusted.*` extended attributes), as the target itself.
 
 mod backend_common;
+mod cpu_list;
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -427,18 +428,6 @@ fn open_from_config() {
     assert!(path.join("via-config").exists());
 }
 
-/// CPUs in a `Cpus_allowed_list` ("0-2,5").
-fn parse_cpu_list(s: &str) -> Vec<usize> {
-    let mut out = Vec::new();
-    for part in s.trim().split(',').filter(|p| !p.is_empty()) {
-        match part.split_once('-') {
-            Some((a, b)) => out.extend(a.parse::<usize>().unwrap()..=b.parse::<usize>().unwrap()),
-            None => out.push(part.parse().unwrap()),
-        }
-    }
-    out
-}
-
 /// The allowed CPUs of the calling thread's io-wq workers (`iou-wrk-<tid>`).
 fn own_io_workers() -> Vec<Vec<usize>> {
     // SAFETY: plain system call.
@@ -452,7 +441,7 @@ fn own_io_workers() -> Vec<Vec<usize>> {
         }
         let status = std::fs::read_to_string(t.path().join("status")).unwrap_or_default();
         if let Some(l) = status.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:")) {
-            found.push(parse_cpu_list(l));
+            found.push(cpu_list::parse_cpu_list(l));
         }
     }
     found

@@ -16,6 +16,7 @@
 //! than two CPUs. This file holds only these tests: they look for threads
 //! by name in the whole process.
 
+mod cpu_list;
 mod nfs_common;
 
 use std::sync::Arc;
@@ -26,18 +27,6 @@ use rpcrdma_apps::config::{CoreConfig, CoreRole};
 use rpcrdma_apps::cpus::{thread_cpus, CoreCpus, OffCores};
 use rpcrdma_apps::nfs::NfsShared;
 use rpcrdma_apps::nfs4::grace::Records;
-
-/// CPUs in a `Cpus_allowed_list` ("0-2,5").
-fn parse_cpu_list(s: &str) -> Vec<usize> {
-    let mut out = Vec::new();
-    for part in s.trim().split(',').filter(|p| !p.is_empty()) {
-        match part.split_once('-') {
-            Some((a, b)) => out.extend(a.parse::<usize>().unwrap()..=b.parse::<usize>().unwrap()),
-            None => out.push(part.parse().unwrap()),
-        }
-    }
-    out
-}
 
 /// The allowed CPUs of each of this process's threads whose name starts
 /// with `prefix`.
@@ -50,7 +39,7 @@ fn threads_named(prefix: &str) -> Vec<(String, Vec<usize>)> {
         }
         let status = std::fs::read_to_string(t.path().join("status")).unwrap_or_default();
         if let Some(l) = status.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:")) {
-            found.push((comm.trim().to_string(), parse_cpu_list(l)));
+            found.push((comm.trim().to_string(), cpu_list::parse_cpu_list(l)));
         }
     }
     found
@@ -115,22 +104,8 @@ fn nfs_safety_helper_threads_stay_off_the_core_cpu() {
     let Some((admin, io)) = admin_and_io_cpus() else {
         return;
     };
-    let mut ex = Ex::new("/export", "b0");
-    ex.root_squash = false;
-    let mut cfg = config(&["b0"], &[ex], DATA_BUF_BYTES as u32);
-    cfg.cores = vec![
-        CoreConfig {
-            cpu: admin as u32,
-            role: CoreRole::Admin,
-        },
-        CoreConfig {
-            cpu: io as u32,
-            role: CoreRole::Io,
-        },
-    ];
-    let b: Arc<dyn Backend> = Arc::new(MemBackend::new("b0", 1 << 24).unwrap());
     // Built on this (unpinned) thread, as the target builds it at start-up.
-    let sh = NfsShared::new(&cfg, vec![("b0".into(), b)]).unwrap();
+    let sh = shared_with_cores(admin, io);
     let sh2 = sh.clone();
     // Started on the io core's CPU, as a core starts it.
     assert!(on_cpu(io, move || sh2.start_helpers()));
