@@ -543,20 +543,8 @@ mod tests {
     use super::*;
     use crate::backend::FileHandle;
     use crate::nfs4::callback::OwnedSec;
+    use crate::nfs4::state::tests::attrs;
     use crate::nfs4::state::SessionCb;
-    use proto::nfs4::args::ChannelAttrs;
-
-    fn attrs(slots: u32) -> ChannelAttrs {
-        ChannelAttrs {
-            headerpadsize: 0,
-            maxrequestsize: 1 << 20,
-            maxresponsesize: 1 << 20,
-            maxresponsesize_cached: 8192,
-            maxoperations: 8,
-            maxrequests: slots,
-            rdma_ird: None,
-        }
-    }
 
     /// A client whose session's backchannel is up on connection `conn`
     /// (bound by CREATE_SESSION, announced, its CB_NULL probe answered).

@@ -1123,11 +1123,12 @@ impl V4State {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::backend::FileHandle;
 
-    fn attrs(slots: u32) -> ChannelAttrs {
+    /// Fore-channel attributes with `slots` slots (also for `deleg`'s tests).
+    pub(crate) fn attrs(slots: u32) -> ChannelAttrs {
         ChannelAttrs {
             headerpadsize: 0,
             maxrequestsize: 1 << 20,
