@@ -114,7 +114,10 @@ pub enum SendError {
     /// core threads may still send while the reactor drains.
     #[error("the reactor is shutting down")]
     ShuttingDown,
-    /// The destination core has stopped (its thread panicked or exited).
+    /// The destination core has stopped: its thread panicked (or the reactor
+    /// aborted), or, to a sender on another core, it drained and exited
+    /// during shutdown. An external sender is told [`SendError::ShuttingDown`]
+    /// for a clean shutdown instead, however far it has got.
     #[error("core {core} has stopped")]
     CoreStopped {
         /// Destination core index.

@@ -217,12 +217,21 @@ impl<C> Shared<C> {
         let Some(dst) = self.cores.get(to) else {
             return Err((SendError::NoSuchCore { core: to, cores }, msg));
         };
+        let from = current_core(self.id);
         if dst.stopped.load(Ordering::Acquire) {
             // Pairs with the Release store of `stopped` when the core thread
-            // exits.
+            // exits. A core that drained and left because shutdown was asked
+            // for is, to an external sender, a reactor shutting down: which
+            // of the two errors it sees must not depend on how fast the core
+            // stopped. A core that left on a panic (abort) is reported as
+            // stopped.
+            let clean_stop =
+                self.control.stopping.load(Ordering::SeqCst) && !self.control.aborted.load(Ordering::SeqCst);
+            if from.is_none() && clean_stop {
+                return Err((SendError::ShuttingDown, msg));
+            }
             return Err((SendError::CoreStopped { core: to }, msg));
         }
-        let from = current_core(self.id);
         match from {
             Some(k) => bump(&self.cores[k].counters.sent, 1),
             None => {
