@@ -11,7 +11,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use dataplane::fabric::Fabric;
 use dataplane::requester::Requester;
+use dataplane::responder::Responder;
 use dataplane::shm::{ShmConfig, ShmFabric};
 use nfs_common::*;
 use proto::nfs3::{FILE_SYNC, UNSTABLE};
@@ -22,6 +24,7 @@ use rpcrdma_apps::backend::{
 };
 use rpcrdma_apps::config::Config;
 use rpcrdma_apps::nfs::drc::DRC_ENTRIES;
+use rpcrdma_apps::nfs::NfsService;
 use rpcrdma_apps::server::Target;
 
 const REMOVE: u32 = 12;
@@ -201,6 +204,19 @@ fn shm_client(p: &Pools, addr: &str, v: u32) -> Engine<ShmFabric> {
     }
 }
 
+/// Polls the responder until it holds no connection (at most 10 s).
+fn wait_until_no_connections<F: Fabric>(srv: &mut Responder<'static, F, NfsService>) {
+    let t0 = Instant::now();
+    while srv.connections() > 0 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "the responder still holds {} connection(s)",
+            srv.connections()
+        );
+        srv.poll();
+    }
+}
+
 #[test]
 fn nfs_safety_shm_retransmit_after_reconnect_gets_the_first_reply() {
     let s = store(Kind::Mem, "b0");
@@ -229,6 +245,10 @@ fn nfs_safety_shm_retransmit_after_reconnect_gets_the_first_reply() {
                 replies.push(reply);
                 assert_eq!(e.cli.shutdown(100_000), 0);
                 srv = e.srv.take();
+                // The responder takes one connection (`max_conns: 1`): let it
+                // see this one go before the next requester connects, or the
+                // reconnect is refused while the old one is still held.
+                wait_until_no_connections(srv.as_mut().unwrap());
             }
             assert_eq!(
                 replies[0][..4],
@@ -245,10 +265,7 @@ fn nfs_safety_shm_retransmit_after_reconnect_gets_the_first_reply() {
         }
     }
     let mut srv = srv.unwrap();
-    let t0 = Instant::now();
-    while srv.connections() > 0 && t0.elapsed() < Duration::from_secs(10) {
-        srv.poll();
-    }
+    wait_until_no_connections(&mut srv);
     assert_eq!(srv.shutdown(100_000), Default::default());
     assert_eq!(srv.service().reply_cache_stats().0.hits, 8);
 }
