@@ -537,3 +537,51 @@ fn nfs_safety_iowq_workers_on_the_core_cpu_when_disabled() {
     assert!(!workers.is_empty(), "the flush ran on no io-wq worker of this thread");
     assert!(workers.iter().any(|w| w.contains(&0)), "workers {workers:?}");
 }
+
+/// A file removed through the backend while a channel had it open: the
+/// channel lets its descriptor go, and the kernel frees the inode a moment
+/// later. A handle opened in that moment finds the inode being freed, and
+/// `open_by_handle_at` fails with ENOMEM (6.x kernels: `iget_locked` gives
+/// up on an inode being freed and the file system reports it as ENOMEM),
+/// not ESTALE. The backend knows it removed the file, and answers `Stale`,
+/// not `Io`, whatever the timing: many rounds make the window likely.
+#[test]
+fn removed_file_is_stale_while_its_inode_is_being_freed() {
+    // Four backends at once: freeing inodes on several CPUs at a time widens
+    // the window (one alone rarely hits it; four at once often do).
+    let rounds = |k: usize| {
+        let dir = temp();
+        let b = UringBackend::open("u", &dir.0.join("e"), 8, true).unwrap();
+        let root = b.root();
+        let mut ch = b.open_uring_channel(0).unwrap();
+        // Enough data that freeing the inode takes a while.
+        let big = pattern(1 << 20, 7);
+        for i in 0..200 {
+            let name = format!("f{i}");
+            let (f, _) = create_file(&b, &root, name.as_bytes());
+            write_sync(&mut ch, &f, 0, &big, Stable::Unstable).unwrap();
+            b.remove(&root, name.as_bytes()).unwrap();
+            assert_eq!(
+                read_sync(&mut ch, &f, 0, &mut [0u8; 4]).unwrap_err(),
+                FsError::Stale,
+                "thread {k} round {i}: read"
+            );
+            assert_eq!(
+                write_sync(&mut ch, &f, 0, b"x", Stable::Unstable).unwrap_err(),
+                FsError::Stale,
+                "thread {k} round {i}: write"
+            );
+            assert_eq!(
+                b.getattr(&f).unwrap_err(),
+                FsError::Stale,
+                "thread {k} round {i}: getattr"
+            );
+        }
+    };
+    std::thread::scope(|s| {
+        let hs: Vec<_> = (0..4).map(|k| s.spawn(move || rounds(k))).collect();
+        for h in hs {
+            h.join().unwrap();
+        }
+    });
+}

@@ -498,6 +498,16 @@ impl Shared {
         if fd < 0 {
             return Err(match errno() {
                 libc::ESTALE | libc::ENOENT => FsError::Stale,
+                // The kernel answers ENOMEM, not ESTALE, for a handle whose
+                // inode is being freed at that moment (6.x: `iget_locked`
+                // gives up on an inode in eviction and the file system
+                // reports that as ENOMEM): the last link went and the last
+                // descriptor was let go just before. A file this backend
+                // removed is stale; anything else is a real shortage the
+                // client should retry (NFS3ERR_JUKEBOX), never `Io`, which
+                // would fail the application's call.
+                libc::ENOMEM if self.recently_unlinked(fh) => FsError::Stale,
+                libc::ENOMEM => FsError::Jukebox,
                 e => FsError::from_errno(e),
             });
         }
@@ -593,6 +603,14 @@ impl Shared {
             return Err(FsError::Acces);
         }
         self.seal(&kh)
+    }
+
+    /// Whether `fh` is among the files the unlink log remembers (the last
+    /// [`UNLINKED_LOG_ENTRIES`] removals and renames over a file). Takes the
+    /// log's lock: only for error paths.
+    fn recently_unlinked(&self, fh: &FileHandle) -> bool {
+        let log = self.unlinked.lock().unwrap_or_else(|e| e.into_inner());
+        log.iter().any(|(_, f)| f.as_ref() == Some(fh))
     }
 
     /// Tell the channels that the regular file `fh` (`None`: some file) may
