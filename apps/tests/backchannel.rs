@@ -1585,7 +1585,10 @@ fn backchannel_v3_write_waits_for_delegreturn_instead_of_jukebox() {
 #[test]
 fn backchannel_v3_write_held_until_the_delegation_is_revoked() {
     use dataplane::shm::{ShmConfig, ShmFabric};
-    let lease = Duration::from_millis(300);
+    // Long enough that A's renewals every 50 ms keep it from lapsing on a
+    // loaded host (300 ms once let a stall of the test thread revoke it
+    // early: a flaky "not revoked yet").
+    let lease = Duration::from_millis(1200);
     let Held {
         sh,
         p,
