@@ -363,14 +363,14 @@ mod tests {
         assert!(r.known().is_empty());
         assert!(r.ensure(1, b"any"), "a backend without records");
         assert!(!r.ensure(0, b"client-a"), "not durable yet");
-        assert!(r.wait_durable(5000));
+        assert!(r.wait_durable(60_000));
         assert!(r.ensure(0, b"client-a"));
         assert!(!r.ensure(0, &[0, 1, 0xff]));
-        assert!(r.wait_durable(5000));
+        assert!(r.wait_durable(60_000));
         let again = Records::open(&dir, &[("u", true), ("m", false)]).unwrap();
         assert_eq!(again.known(), vec![b"client-a".to_vec(), vec![0, 1, 0xff]]);
         again.forget(b"client-a");
-        assert!(again.wait_durable(5000));
+        assert!(again.wait_durable(60_000));
         let third = Records::open(&dir, &[("u", true)]).unwrap();
         assert_eq!(third.known(), vec![vec![0, 1, 0xff]]);
         // Garbage lines and a wrong first line are not read.

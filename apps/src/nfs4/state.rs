@@ -1228,10 +1228,10 @@ pub(crate) mod tests {
         let (a, _) = client(&s, b"a");
         let (b, sid_b) = client(&s, b"b");
         assert_eq!(s.record_open(a, 0), Err(NFS4ERR_DELAY), "written first");
-        assert!(s.records().wait_durable(5000));
+        assert!(s.records().wait_durable(60_000));
         assert_eq!(s.record_open(a, 0), Ok(()));
         assert_eq!(s.record_open(b, 0), Err(NFS4ERR_DELAY));
-        assert!(s.records().wait_durable(5000));
+        assert!(s.records().wait_durable(60_000));
         assert_eq!(open_records().known(), vec![b"a".to_vec(), b"b".to_vec()]);
         let f = (0, FileHandle::new(&[4]).unwrap());
         s.open(a, b"oa", f, OPEN4_SHARE_ACCESS_BOTH, OPEN4_SHARE_DENY_BOTH)
@@ -1241,7 +1241,7 @@ pub(crate) mod tests {
         s.sequence(&sid_b, 1, 0, false, &mut out).unwrap();
         s.sequence_done(&sid_b, 0, None);
         s.open(b, b"ob", f, OPEN4_SHARE_ACCESS_READ, 0).unwrap();
-        assert!(s.records().wait_durable(5000));
+        assert!(s.records().wait_durable(60_000));
         assert_eq!(open_records().known(), vec![b"b".to_vec()], "a's expired state went");
         drop(s);
         // A restart: "b" is named; it does not come back, "c" is a new
@@ -1256,7 +1256,7 @@ pub(crate) mod tests {
         std::thread::sleep(Duration::from_millis(60));
         assert!(!s.in_grace());
         assert_eq!(s.check_grace(c, false), Ok(()));
-        assert!(s.records().wait_durable(5000));
+        assert!(s.records().wait_durable(60_000));
         assert!(open_records().known().is_empty());
         let _ = std::fs::remove_dir_all(&dir);
     }
