@@ -84,9 +84,19 @@ fn stats_command_reads_the_running_target() {
     }
     drop(s);
 
-    let out = stats_cmd(&file, &["--json"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    // The io core publishes its counters on its own schedule (soon after it
+    // starts and goes idle); on a loaded host the first query can come
+    // before that, so ask until the core is there.
+    let t0 = std::time::Instant::now();
+    let doc = loop {
+        let out = stats_cmd(&file, &["--json"]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+        if doc["cores"].as_array().is_some_and(|c| !c.is_empty()) || t0.elapsed().as_secs() >= 30 {
+            break doc;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
     assert_eq!(doc["pid"], std::process::id());
     let nfs_tcp = doc["tcp"]
         .as_array()

@@ -21,6 +21,7 @@ fn null_read_write_mixed_against_the_target() {
         let mut c = run_cfg(&sock, mount_port, Mode::Rpc(run::NULL_DEFAULT), version, 0);
         c.nfs = None;
         c.auth = Auth::None;
+        c.count = Some(200);
         let out = run::run_with(&ShmMaker::default(), &c).expect("null");
         assert_eq!(
             (out.result.errors, out.result.version),
@@ -28,7 +29,7 @@ fn null_read_write_mixed_against_the_target() {
             "{:?}",
             out.result
         );
-        assert!(out.result.ops > 0);
+        assert_eq!(Some(out.result.ops), c.count);
     }
     for (kind, version, size, ddp) in [
         (OpKind::Write, 1, 4096, true),
@@ -41,11 +42,14 @@ fn null_read_write_mixed_against_the_target() {
     ] {
         let mut c = run_cfg(&sock, mount_port, Mode::Rpc(kind), version, size);
         c.ddp = ddp;
+        // A count, not a time: a loaded host once finished no 1 MiB WRITE
+        // inside the one-second window after the warm-up.
+        c.count = Some(if size >= MIB as u32 { 16 } else { 200 });
         let out = run::run_with(&ShmMaker::default(), &c).expect("run");
         let r = &out.result;
         let what = format!("{kind:?} v{version} {size} ddp={ddp}: {r:?} {:?}", out.transport);
         assert_eq!(r.errors, 0, "{what}");
-        assert!(r.ops > 0, "{what}");
+        assert_eq!(Some(r.ops), c.count, "{what}");
         assert_eq!(out.transport.transport_errors + out.transport.bad_replies, 0, "{what}");
         if kind == OpKind::Write {
             assert!(out.verified_blocks.unwrap_or(0) > 0, "{what}");
@@ -73,9 +77,10 @@ fn nfs41_null_read_write_mixed_against_the_target() {
         let mut c = run_cfg(&sock, mount_port, Mode::Rpc(run::NULL_DEFAULT), version, 0);
         c.nfs = None;
         c.nfs41 = true;
+        c.count = Some(200);
         let out = run::run_with(&ShmMaker::default(), &c).expect("null COMPOUND");
         assert_eq!(out.result.errors, 0, "{:?}", out.result);
-        assert!(out.result.ops > 0);
+        assert_eq!(Some(out.result.ops), c.count);
     }
     for (kind, version, size) in [
         (OpKind::Write, 1, 4096),
@@ -86,6 +91,7 @@ fn nfs41_null_read_write_mixed_against_the_target() {
     ] {
         let mut c = run_cfg(&sock, mount_port, Mode::Rpc(kind), version, size);
         c.nfs41 = true;
+        c.count = Some(if size >= MIB as u32 { 16 } else { 200 });
         if let Some(n) = c.nfs.as_mut() {
             n.file = format!("v41-{size}.dat");
         }
@@ -93,7 +99,7 @@ fn nfs41_null_read_write_mixed_against_the_target() {
         let r = &out.result;
         let what = format!("v4.1 {kind:?} v{version} {size}: {r:?} {:?}", out.transport);
         assert_eq!(r.errors, 0, "{what}");
-        assert!(r.ops > 0, "{what}");
+        assert_eq!(Some(r.ops), c.count, "{what}");
         assert_eq!(out.transport.transport_errors + out.transport.bad_replies, 0, "{what}");
         if kind == OpKind::Write {
             assert!(out.verified_blocks.unwrap_or(0) > 0, "{what}");
