@@ -20,7 +20,9 @@
 #      "default": no vers= option, which must land on 4.2), NFS4_BACKENDS
 #      ("mem uring": the target's backend, each in turn), NFS4_STEPS
 #      ("matrix tshark restart locks nconnect"; add "fio" for the comparison
-#      with the Linux server, about 4 minutes a round, and "deleg" for
+#      with the Linux server, about 4 minutes a round, "perop" for the RPCs
+#      and target system calls per 4 KiB qd-1 fio op, vers=3 against
+#      vers=4.2 (guest/nfs4_perop.sh, about 4 minutes), and "deleg" for
 #      delegations recalled over RDMA and their figures; see guest/nfs4.sh),
 #      NFS4_FIO_ROUNDS (1: rounds of the fio step; in one boot the two
 #      servers alternate, the pair's order flipping each round, and the table
@@ -99,6 +101,7 @@ grep -q 'vmlab-init: ready' "$STAGE/nfs4.log" || { echo "kernel-nfs4: VM UNAVAIL
 checks=$STAGE/all-checks.txt
 cat "$STAGE"/out/checks.txt "$STAGE"/out/pair-*/checks.txt "$STAGE"/out/deleg-*/checks.txt 2>/dev/null >"$checks" || true
 [ -f "$STAGE/out/v42/table.txt" ] && cat "$STAGE/out/v42/table.txt"
+[ -f "$STAGE/out/perop/table.txt" ] && cat "$STAGE/out/perop/table.txt"
 for f in "$STAGE/out/deleg-server/recall-latency.txt" "$STAGE/out/ours/deleg-fio.txt"; do
     [ -f "$f" ] && sed "s/^/deleg figures: /" "$f"
 done

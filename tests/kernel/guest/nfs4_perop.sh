@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# tests/kernel/guest/nfs4_perop.sh — where an NFSv4.2 4 KiB qd-1 fio op
+# costs more than an NFSv3 one (issue 22's last figure): against each
+# server (the Linux server, then ours on $NFS4_FIO_BACKEND), a vers=3 and a
+# vers=4.2 mount over RDMA in turn, and on each the two qd-1 4 KiB jobs
+# (rand-read, rand-write; O_DIRECT, libaio, $FIO_SECONDS each, no ramp so
+# that the counters and fio's count cover the same ops) with, per job, the RPCs the kernel client sent (the per-operation
+# counters of /proc/self/mountstats before and after: count, and mean RTT
+# and execute time per RPC), so the two versions and the two servers are
+# compared per fio op. Against ours, also the target's system calls per
+# fio op (strace -c -f over a second run of each job, when strace is there)
+# and a capture of each vers=4.2 job for tshark (the first COMPOUNDs of
+# the job: what each op's COMPOUND holds). Results: $OUT/perop/, the
+# table in $OUT/perop/table.txt (perop_table.py).
+# Env: OUT, BIN, VMLAB_IP, FIO_SECONDS (5), NFS4_FIO_BACKEND (mem).
+set -uo pipefail
+G=$(cd "$(dirname "$0")" && pwd)
+export CHECKS=${CHECKS:-$OUT/checks.txt}
+. "$G/lib.sh"
+. "$G/servers.sh"
+BASE=$OUT/perop
+mkdir -p "$BASE"
+SRC=$VMLAB_IP:/export
+SECS=${FIO_SECONDS:-5}
+unset MOUNT_PORT TARGET_NFS4_STATE_DIR
+
+# opstats MOUNTPOINT FILE: the per-op counters of the mount, "OP ops rtt_ms exec_ms"
+opstats() {
+    awk -v mp="$1" '$1 == "device" { cur = ($5 == mp) }
+        cur && $1 == "per-op" { inops = 1; next }
+        cur && inops && $1 ~ /:$/ && NF >= 9 { sub(":", "", $1); print $1, $2, $8, $9 }' /proc/self/mountstats >"$2"
+}
+
+# job NAME RW MP DIR [strace]: one fio job on MP, counters around it
+job() {
+    local name=$1 rw=$2 mp=$3 d=$4 sp=
+    opstats "$mp" "$d/$name.before"
+    if [ "${5:-}" = strace ] && [ -n "$TARGET_PID" ] && command -v strace >/dev/null; then
+        strace -c -f -qq -p "$TARGET_PID" -o "$d/$name.strace" &
+        sp=$!
+        sleep 1
+    fi
+    fio --name="$name" --filename="$mp/perop.dat" --size=64M --rw="$rw" --bs=4k --iodepth=1 \
+        --ioengine=libaio --direct=1 --time_based --runtime="$SECS" \
+        --randrepeat=0 --norandommap --output-format=json --output="$d/$name.json" >/dev/null 2>&1 ||
+        flunk "perop $d $name: fio exit $?"
+    if [ -n "$sp" ]; then
+        kill -INT "$sp"
+        wait "$sp" 2>/dev/null
+    fi
+    opstats "$mp" "$d/$name.after"
+}
+
+for s in kernel ours; do
+    if [ "$s" = kernel ]; then start=knfsd_start stop=knfsd_stop; else start=ours_start stop=ours_stop; fi
+    mkdir -p "$OUT/kernel" "$OUT/ours"
+    note "perop: $s (load $(cut -d' ' -f1-3 /proc/loadavg))"
+    TARGET_BACKEND=${NFS4_FIO_BACKEND:-mem} $start || continue
+    for v in 3 4.2; do
+        d=$BASE/$s/v$v
+        mkdir -p "$d"
+        mp=/mnt/perop-$s-$v
+        if ! NFS_VERS=$v nfs_mount "$SRC" "$mp"; then
+            flunk "perop $s vers=$v: mount"
+            continue
+        fi
+        fio --name=layout --filename="$mp/perop.dat" --size=64M --rw=write --bs=1M --direct=1 \
+            --ioengine=libaio --iodepth=4 --end_fsync=1 --output=/dev/null >/dev/null 2>&1
+        cp /proc/self/mountstats "$d/mountstats.before"
+        cap=
+        if [ "$s" = ours ] && [ "$v" = 4.2 ] && command -v dumpcap >/dev/null; then
+            dumpcap -q -i any -f "udp port 4791" -c 400 -w "$d/v42.pcapng" 2>/dev/null &
+            cap=$!
+        fi
+        job rand-read-4k-qd1 randread "$mp" "$d"
+        job rand-write-4k-qd1 randwrite "$mp" "$d"
+        [ -n "$cap" ] && { kill "$cap" 2>/dev/null; wait "$cap" 2>/dev/null; }
+        if [ "$s" = ours ]; then
+            mkdir -p "$d/strace"
+            job rand-read-4k-qd1 randread "$mp" "$d/strace" strace
+            job rand-write-4k-qd1 randwrite "$mp" "$d/strace" strace
+        fi
+        cp /proc/self/mountstats "$d/mountstats.after"
+        rm -f "$mp/perop.dat"
+        nfs_umount "$mp" || flunk "perop $s vers=$v: umount"
+    done
+    if [ "$s" = ours ] && [ -n "$TARGET_PID" ]; then
+        "$BIN/rpcrdma-target" -c "$OUT/ours/target.json" stats >"$BASE/ours/stats.txt" 2>&1 || true
+    fi
+    $stop
+done
+if command -v tshark >/dev/null && [ -s "$BASE/ours/v4.2/v42.pcapng" ]; then
+    timeout 300 tshark -r "$BASE/ours/v4.2/v42.pcapng" -d udp.port==4791,infiniband \
+        -T fields -e frame.number -e rpc.xid -e rpc.msgtyp -e nfs.opcode -e nfs.nfsstat4 \
+        >"$BASE/ours/v4.2/v42-ops.txt" 2>&1 || true
+fi
+python3 "$G/perop_table.py" "$BASE" | tee "$BASE/table.txt"
