@@ -22,7 +22,7 @@
 #      ("matrix tshark restart locks nconnect"; add "fio" for the comparison
 #      with the Linux server, about 4 minutes a round, "perop" for the RPCs
 #      and target system calls per 4 KiB qd-1 fio op, vers=3 against
-#      vers=4.2 (guest/nfs4_perop.sh, about 4 minutes), and "deleg" for
+#      vers=4.2 (guest/nfs4_perop.sh, about 4 minutes a round), and "deleg" for
 #      delegations recalled over RDMA and their figures; see guest/nfs4.sh),
 #      NFS4_FIO_ROUNDS (1: rounds of the fio step; in one boot the two
 #      servers alternate, the pair's order flipping each round, and the table
@@ -34,6 +34,7 @@
 #      server's export is a tmpfs), NFS4_SPIN_US (5000: ours once more with
 #      cores spinning that long before they block, qd-1 rows; 0: skip),
 #      NFS4_RESTART_FILES (16: 4 MiB files of the restart step's writer),
+#      NFS4_PEROP_ROUNDS (1: rounds of the perop step, alternating),
 #      NFS4_DELEG_ROUNDS (40: recalls timed by the deleg step),
 #      NFS4_DELEG_FIO_SECONDS (10: each job of the delegations on/off figures),
 #      NFS4_DELEG_FIO_PAIRS (3: on/off pairs of those figures, in one boot),
@@ -67,7 +68,7 @@ STEPS=${NFS4_STEPS:-matrix tshark restart locks nconnect}
     echo "NFS4_FIO_ROUNDS=${NFS4_FIO_ROUNDS:-1}"
     echo "export FIO_SECONDS=${NFS4_FIO_SECONDS:-5} PERF_SECONDS=${NFS4_FIO_SECONDS:-5}"
     echo "export NFS4_FIO_PERF=${NFS4_FIO_PERF:-1} NFS4_FIO_BACKEND=${NFS4_FIO_BACKEND:-mem} NFS4_SPIN_US=${NFS4_SPIN_US:-5000}"
-    echo "export NFS4_RESTART_FILES=${NFS4_RESTART_FILES:-16}"
+    echo "export NFS4_RESTART_FILES=${NFS4_RESTART_FILES:-16} NFS4_PEROP_ROUNDS=${NFS4_PEROP_ROUNDS:-1}"
     echo "export DELEG_FIO_SECONDS=${NFS4_DELEG_FIO_SECONDS:-10} DELEG_FIO_PAIRS=${NFS4_DELEG_FIO_PAIRS:-3}"
 } >>"$STAGE/env.sh"
 pair_rc=0

@@ -8,11 +8,15 @@
 # counters of /proc/self/mountstats before and after: count, and mean RTT
 # and execute time per RPC), so the two versions and the two servers are
 # compared per fio op. Against ours, also the target's system calls per
-# fio op (strace -c -f over a second run of each job, when strace is there)
-# and a capture of each vers=4.2 job for tshark (the first COMPOUNDs of
-# the job: what each op's COMPOUND holds). Results: $OUT/perop/, the
-# table in $OUT/perop/table.txt (perop_table.py).
-# Env: OUT, BIN, VMLAB_IP, FIO_SECONDS (5), NFS4_FIO_BACKEND (mem).
+# fio op (strace -c -f over a second run of each job in the first round,
+# when strace is there). $NFS4_PEROP_ROUNDS rounds (1), the order of the
+# versions flipping from round to round. (No capture: the kernel client
+# and the servers share the guest's rxe device, whose traffic to itself
+# never reaches an interface.) Results: $OUT/perop/r<N>/<server>/v<vers>/,
+# the table in $OUT/perop/table.txt (perop_table.py: per row the median
+# over the rounds and every round's figure).
+# Env: OUT, BIN, VMLAB_IP, FIO_SECONDS (5), NFS4_FIO_BACKEND (mem),
+# NFS4_PEROP_ROUNDS (1).
 set -uo pipefail
 G=$(cd "$(dirname "$0")" && pwd)
 export CHECKS=${CHECKS:-$OUT/checks.txt}
@@ -51,47 +55,45 @@ job() {
     opstats "$mp" "$d/$name.after"
 }
 
-for s in kernel ours; do
-    if [ "$s" = kernel ]; then start=knfsd_start stop=knfsd_stop; else start=ours_start stop=ours_stop; fi
-    mkdir -p "$OUT/kernel" "$OUT/ours"
-    note "perop: $s (load $(cut -d' ' -f1-3 /proc/loadavg))"
-    TARGET_BACKEND=${NFS4_FIO_BACKEND:-mem} $start || continue
-    for v in 3 4.2; do
-        d=$BASE/$s/v$v
-        mkdir -p "$d"
-        mp=/mnt/perop-$s-$v
-        if ! NFS_VERS=$v nfs_mount "$SRC" "$mp"; then
-            flunk "perop $s vers=$v: mount"
-            continue
+# Rounds: in each, both servers in turn, and on each the two versions in
+# turn, the order of both flipping from round to round (kernel then ours
+# with 3 then 4.2, then ours then kernel with 4.2 then 3, ...), so that a drift in the guest's speed weighs on both; the
+# target's system calls are counted in the first round only.
+ROUNDS=${NFS4_PEROP_ROUNDS:-1}
+for r in $(seq 1 "$ROUNDS"); do
+    vers="3 4.2"
+    [ $((r % 2)) = 0 ] && vers="4.2 3"
+    servers="kernel ours"
+    [ $((r % 2)) = 0 ] && servers="ours kernel"
+    for s in $servers; do
+        if [ "$s" = kernel ]; then start=knfsd_start stop=knfsd_stop; else start=ours_start stop=ours_stop; fi
+        mkdir -p "$OUT/kernel" "$OUT/ours"
+        note "perop round $r: $s (load $(cut -d' ' -f1-3 /proc/loadavg))"
+        TARGET_BACKEND=${NFS4_FIO_BACKEND:-mem} $start || continue
+        for v in $vers; do
+            d=$BASE/r$r/$s/v$v
+            mkdir -p "$d"
+            mp=/mnt/perop-$s-$v
+            if ! NFS_VERS=$v nfs_mount "$SRC" "$mp"; then
+                flunk "perop $s vers=$v: mount"
+                continue
+            fi
+            fio --name=layout --filename="$mp/perop.dat" --size=64M --rw=write --bs=1M --direct=1 \
+                --ioengine=libaio --iodepth=4 --end_fsync=1 --output=/dev/null >/dev/null 2>&1
+            job rand-read-4k-qd1 randread "$mp" "$d"
+            job rand-write-4k-qd1 randwrite "$mp" "$d"
+            if [ "$s" = ours ] && [ "$r" = 1 ]; then
+                mkdir -p "$d/strace"
+                job rand-read-4k-qd1 randread "$mp" "$d/strace" strace
+                job rand-write-4k-qd1 randwrite "$mp" "$d/strace" strace
+            fi
+            rm -f "$mp/perop.dat"
+            nfs_umount "$mp" || flunk "perop $s vers=$v: umount"
+        done
+        if [ "$s" = ours ] && [ -n "$TARGET_PID" ]; then
+            "$BIN/rpcrdma-target" -c "$OUT/ours/target.json" stats >"$BASE/r$r/ours/stats.txt" 2>&1 || true
         fi
-        fio --name=layout --filename="$mp/perop.dat" --size=64M --rw=write --bs=1M --direct=1 \
-            --ioengine=libaio --iodepth=4 --end_fsync=1 --output=/dev/null >/dev/null 2>&1
-        cp /proc/self/mountstats "$d/mountstats.before"
-        cap=
-        if [ "$s" = ours ] && [ "$v" = 4.2 ] && command -v dumpcap >/dev/null; then
-            dumpcap -q -i any -f "udp port 4791" -c 400 -w "$d/v42.pcapng" 2>/dev/null &
-            cap=$!
-        fi
-        job rand-read-4k-qd1 randread "$mp" "$d"
-        job rand-write-4k-qd1 randwrite "$mp" "$d"
-        [ -n "$cap" ] && { kill "$cap" 2>/dev/null; wait "$cap" 2>/dev/null; }
-        if [ "$s" = ours ]; then
-            mkdir -p "$d/strace"
-            job rand-read-4k-qd1 randread "$mp" "$d/strace" strace
-            job rand-write-4k-qd1 randwrite "$mp" "$d/strace" strace
-        fi
-        cp /proc/self/mountstats "$d/mountstats.after"
-        rm -f "$mp/perop.dat"
-        nfs_umount "$mp" || flunk "perop $s vers=$v: umount"
+        $stop
     done
-    if [ "$s" = ours ] && [ -n "$TARGET_PID" ]; then
-        "$BIN/rpcrdma-target" -c "$OUT/ours/target.json" stats >"$BASE/ours/stats.txt" 2>&1 || true
-    fi
-    $stop
 done
-if command -v tshark >/dev/null && [ -s "$BASE/ours/v4.2/v42.pcapng" ]; then
-    timeout 300 tshark -r "$BASE/ours/v4.2/v42.pcapng" -d udp.port==4791,infiniband \
-        -T fields -e frame.number -e rpc.xid -e rpc.msgtyp -e nfs.opcode -e nfs.nfsstat4 \
-        >"$BASE/ours/v4.2/v42-ops.txt" 2>&1 || true
-fi
 python3 "$G/perop_table.py" "$BASE" | tee "$BASE/table.txt"
