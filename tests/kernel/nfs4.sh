@@ -35,6 +35,9 @@
 #      cores spinning that long before they block, qd-1 rows; 0: skip),
 #      NFS4_RESTART_FILES (16: 4 MiB files of the restart step's writer),
 #      NFS4_PEROP_ROUNDS (1: rounds of the perop step, alternating),
+#      NFS4_BASELINE_BIN (a directory holding another build's
+#      rpcrdma-target: the perop step runs it too, as server "base", for a
+#      before/after in one boot),
 #      NFS4_DELEG_ROUNDS (40: recalls timed by the deleg step),
 #      NFS4_DELEG_FIO_SECONDS (10: each job of the delegations on/off figures),
 #      NFS4_DELEG_FIO_PAIRS (3: on/off pairs of those figures, in one boot),
@@ -60,6 +63,11 @@ mkdir -p "$STAGE/bin" "$STAGE/out"
 cp -r tests/kernel/guest "$STAGE/guest"
 cp configs/cores.json "$STAGE/bin/cores.json"
 cp "$BUILD_DIR/rpcrdma-target" "$BUILD_DIR/perf" "$STAGE/bin/"
+if [ -n "${NFS4_BASELINE_BIN:-}" ]; then
+    # another build of the target, the perop step's "base" server
+    mkdir -p "$STAGE/bin/base"
+    cp "$NFS4_BASELINE_BIN/rpcrdma-target" "$STAGE/bin/base/"
+fi
 echo "NFS4_MOUNTS='${NFS4_MOUNTS:-4.1/tcp 4.1/rdma 4.2/rdma 4.2/tcp default/rdma default/tcp}'" >"$STAGE/env.sh"
 STEPS=${NFS4_STEPS:-matrix tshark restart locks nconnect}
 {

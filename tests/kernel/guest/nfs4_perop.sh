@@ -15,6 +15,8 @@
 # never reaches an interface.) Results: $OUT/perop/r<N>/<server>/v<vers>/,
 # the table in $OUT/perop/table.txt (perop_table.py: per row the median
 # over the rounds and every round's figure).
+# When $BIN/base/rpcrdma-target is there (NFS4_BASELINE_BIN of
+# tests/kernel/nfs4.sh), that build runs too, as server "base".
 # Env: OUT, BIN, VMLAB_IP, FIO_SECONDS (5), NFS4_FIO_BACKEND (mem),
 # NFS4_PEROP_ROUNDS (1).
 set -uo pipefail
@@ -64,10 +66,14 @@ for r in $(seq 1 "$ROUNDS"); do
     vers="3 4.2"
     [ $((r % 2)) = 0 ] && vers="4.2 3"
     servers="kernel ours"
-    [ $((r % 2)) = 0 ] && servers="ours kernel"
+    [ -x "$BIN/base/rpcrdma-target" ] && servers="kernel base ours"
+    [ $((r % 2)) = 0 ] && servers=$(echo "$servers" | tr ' ' '\n' | tac | tr '\n' ' ')
     for s in $servers; do
         if [ "$s" = kernel ]; then start=knfsd_start stop=knfsd_stop; else start=ours_start stop=ours_stop; fi
-        mkdir -p "$OUT/kernel" "$OUT/ours"
+        unset TARGET_BIN
+        export OURS_TAG=ours
+        [ "$s" = base ] && export TARGET_BIN=$BIN/base/rpcrdma-target OURS_TAG=base
+        mkdir -p "$OUT/kernel" "$OUT/$OURS_TAG"
         note "perop round $r: $s (load $(cut -d' ' -f1-3 /proc/loadavg))"
         TARGET_BACKEND=${NFS4_FIO_BACKEND:-mem} $start || continue
         for v in $vers; do
@@ -82,7 +88,7 @@ for r in $(seq 1 "$ROUNDS"); do
                 --ioengine=libaio --iodepth=4 --end_fsync=1 --output=/dev/null >/dev/null 2>&1
             job rand-read-4k-qd1 randread "$mp" "$d"
             job rand-write-4k-qd1 randwrite "$mp" "$d"
-            if [ "$s" = ours ] && [ "$r" = 1 ]; then
+            if [ "$s" != kernel ] && [ "$r" = 1 ]; then
                 mkdir -p "$d/strace"
                 job rand-read-4k-qd1 randread "$mp" "$d/strace" strace
                 job rand-write-4k-qd1 randwrite "$mp" "$d/strace" strace
@@ -90,8 +96,8 @@ for r in $(seq 1 "$ROUNDS"); do
             rm -f "$mp/perop.dat"
             nfs_umount "$mp" || flunk "perop $s vers=$v: umount"
         done
-        if [ "$s" = ours ] && [ -n "$TARGET_PID" ]; then
-            "$BIN/rpcrdma-target" -c "$OUT/ours/target.json" stats >"$BASE/r$r/ours/stats.txt" 2>&1 || true
+        if [ "$s" != kernel ] && [ -n "$TARGET_PID" ]; then
+            "$BIN/rpcrdma-target" -c "$OUT/$s/target.json" stats >"$BASE/r$r/$s/stats.txt" 2>&1 || true
         fi
         $stop
     done

@@ -5,7 +5,7 @@ the median over the rounds DIR/r<N>/ of fio's IOPS and p50 completion
 latency with every round's IOPS; the ratios that matter: vers=4.2 against
 vers=3 on one server (the cost of v4 itself; IOPS v4.2/v3, per round and
 of the medians) and ours against the Linux server per version (IOPS
-ours/kernel). Then, from the first round, the RPCs the kernel client sent
+ours/kernel), and ours against "base" (another build, when it ran). Then, from the first round, the RPCs the kernel client sent
 per fio op (the mountstats counters before and after the job: operations
 whose count moved, with their mean RTT and execute time in microseconds)
 and for ours the target's system calls per fio op (strace -c -f over a
@@ -19,7 +19,7 @@ import sys
 
 base = sys.argv[1]
 JOBS = ("rand-read-4k-qd1", "rand-write-4k-qd1")
-SERVERS = ("kernel", "ours")
+SERVERS = ("kernel", "base", "ours")
 VERS = ("v3", "v4.2")
 
 
@@ -107,6 +107,13 @@ for v in VERS:
         a, b = ("ours", v, j), ("kernel", v, j)
         if a in fig and b in fig:
             print("  %-5s %-18s x %s  per round %s" % (v, j, fmt(med(a, 2) / med(b, 2)), per_round(a, b)))
+if any(k[0] == "base" for k in fig):
+    print("ours against base, another build of the target (IOPS ours/base):")
+    for v in VERS:
+        for j in JOBS:
+            a, b = ("ours", v, j), ("base", v, j)
+            if a in fig and b in fig:
+                print("  %-5s %-18s x %s  per round %s" % (v, j, fmt(med(a, 2) / med(b, 2)), per_round(a, b)))
 print()
 first = rounds[0] if rounds else None
 for s in SERVERS:
