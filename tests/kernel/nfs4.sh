@@ -41,6 +41,7 @@
 #      NFS4_DELEG_ROUNDS (40: recalls timed by the deleg step),
 #      NFS4_DELEG_FIO_SECONDS (10: each job of the delegations on/off figures),
 #      NFS4_DELEG_FIO_PAIRS (3: on/off pairs of those figures, in one boot),
+#      NFS4_PREBUILT (1: no build, the release binaries staged as they are),
 #      SOFTROCE_VM, VMLAB_CACHE, CARGO_TARGET_DIR. Run under the shared VM lock:
 #      flock /tmp/rpcrdma-vm.lock bash tests/kernel/nfs4.sh
 set -euo pipefail
@@ -56,8 +57,12 @@ unavailable() {
 # alone on a fresh machine).
 . tests/lib/vm.sh
 vm_locate
-bash scripts/build-deps.sh
-cargo build --release --quiet -p rpcrdma-apps --bin rpcrdma-target -p rpcrdma-perf --bin perf
+# NFS4_PREBUILT=1: stage the release binaries as they are (built before the
+# VM lock was taken), without building.
+if [ -z "${NFS4_PREBUILT:-}" ]; then
+    bash scripts/build-deps.sh
+    cargo build --release --quiet -p rpcrdma-apps --bin rpcrdma-target -p rpcrdma-perf --bin perf
+fi
 rm -rf "$STAGE"
 mkdir -p "$STAGE/bin" "$STAGE/out"
 cp -r tests/kernel/guest "$STAGE/guest"
