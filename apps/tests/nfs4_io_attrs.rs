@@ -103,7 +103,11 @@ fn nfs4_read_write_compounds_take_attributes_from_the_cores_open_file() {
     for i in 0..10u64 {
         let off = (i % 4) * 4096;
         let d = pattern(i as u32 + 2, 4096);
-        let r = c.seq(&[putfh(&fh), write(&sid, off, FILE_SYNC4, &d), getattr(&[FATTR4_CHANGE, FATTR4_SIZE])]);
+        let r = c.seq(&[
+            putfh(&fh),
+            write(&sid, off, FILE_SYNC4, &d),
+            getattr(&[FATTR4_CHANGE, FATTR4_SIZE]),
+        ]);
         assert_eq!(r.status, NFS4_OK, "WRITE + GETATTR {i}");
         let mut dd = r.dec();
         res(&mut dd, OP_PUTFH);
@@ -119,9 +123,12 @@ fn nfs4_read_write_compounds_take_attributes_from_the_cores_open_file() {
         assert_ne!(ch, change, "the change attribute moved with WRITE {i}");
         change = ch;
         assert_eq!(c.read(&fh, &sid, off, 4096).unwrap().1, d, "READ {i}");
-        let r = c.seq(&[putfh(&fh), op(|e| {
-            e.u32(OP_COMMIT).u64(0).u32(0);
-        })]);
+        let r = c.seq(&[
+            putfh(&fh),
+            op(|e| {
+                e.u32(OP_COMMIT).u64(0).u32(0);
+            }),
+        ]);
         assert_eq!(r.status, NFS4_OK, "COMMIT {i}");
     }
     let v4_calls = getattrs.load(Ordering::Relaxed) - n0;
