@@ -15,10 +15,12 @@
 # never reaches an interface.) Results: $OUT/perop/r<N>/<server>/v<vers>/,
 # the table in $OUT/perop/table.txt (perop_table.py: per row the median
 # over the rounds and every round's figure).
-# When $BIN/base/rpcrdma-target is there (NFS4_BASELINE_BIN of
-# tests/kernel/nfs4.sh), that build runs too, as server "base".
-# Env: OUT, BIN, VMLAB_IP, FIO_SECONDS (5), NFS4_FIO_BACKEND (mem),
-# NFS4_PEROP_ROUNDS (1).
+# Ours runs on each backend of $NFS4_FIO_BACKEND in turn (server names
+# ours-mem, ours-uring); when $BIN/base/rpcrdma-target is there
+# (NFS4_BASELINE_BIN of tests/kernel/nfs4.sh), that build runs too, as
+# base-mem, base-uring.
+# Env: OUT, BIN, VMLAB_IP, FIO_SECONDS (5), NFS4_FIO_BACKEND (mem; several:
+# "mem uring"), NFS4_PEROP_ROUNDS (1), NFS4_PEROP_STRACE (1; 0: no strace run).
 set -uo pipefail
 G=$(cd "$(dirname "$0")" && pwd)
 export CHECKS=${CHECKS:-$OUT/checks.txt}
@@ -62,20 +64,29 @@ job() {
 # with 3 then 4.2, then ours then kernel with 4.2 then 3, ...), so that a drift in the guest's speed weighs on both; the
 # target's system calls are counted in the first round only.
 ROUNDS=${NFS4_PEROP_ROUNDS:-1}
+# ours on each backend of $NFS4_FIO_BACKEND ("mem uring": ours-mem,
+# ours-uring), and the baseline build the same way when it is there
+SERVERS=kernel
+for be in ${NFS4_FIO_BACKEND:-mem}; do
+    SERVERS="$SERVERS ours-$be"
+    [ -x "$BIN/base/rpcrdma-target" ] && SERVERS="$SERVERS base-$be"
+done
 for r in $(seq 1 "$ROUNDS"); do
     vers="3 4.2"
-    [ $((r % 2)) = 0 ] && vers="4.2 3"
-    servers="kernel ours"
-    [ -x "$BIN/base/rpcrdma-target" ] && servers="kernel base ours"
-    [ $((r % 2)) = 0 ] && servers=$(echo "$servers" | tr ' ' '\n' | tac | tr '\n' ' ')
+    servers=$SERVERS
+    if [ $((r % 2)) = 0 ]; then
+        vers="4.2 3"
+        servers=$(echo "$SERVERS" | tr ' ' '\n' | tac | tr '\n' ' ')
+    fi
     for s in $servers; do
-        if [ "$s" = kernel ]; then start=knfsd_start stop=knfsd_stop; else start=ours_start stop=ours_stop; fi
         unset TARGET_BIN
-        export OURS_TAG=ours
-        [ "$s" = base ] && export TARGET_BIN=$BIN/base/rpcrdma-target OURS_TAG=base
-        mkdir -p "$OUT/kernel" "$OUT/$OURS_TAG"
+        export OURS_TAG=$s
+        be=${s#*-}
+        if [ "$s" = kernel ]; then start=knfsd_start stop=knfsd_stop; else start=ours_start stop=ours_stop; fi
+        [ "${s%%-*}" = base ] && export TARGET_BIN=$BIN/base/rpcrdma-target
+        mkdir -p "$OUT/kernel" "$OUT/$s"
         note "perop round $r: $s (load $(cut -d' ' -f1-3 /proc/loadavg))"
-        TARGET_BACKEND=${NFS4_FIO_BACKEND:-mem} $start || continue
+        TARGET_BACKEND=$be $start || continue
         for v in $vers; do
             d=$BASE/r$r/$s/v$v
             mkdir -p "$d"
@@ -88,7 +99,7 @@ for r in $(seq 1 "$ROUNDS"); do
                 --ioengine=libaio --iodepth=4 --end_fsync=1 --output=/dev/null >/dev/null 2>&1
             job rand-read-4k-qd1 randread "$mp" "$d"
             job rand-write-4k-qd1 randwrite "$mp" "$d"
-            if [ "$s" != kernel ] && [ "$r" = 1 ]; then
+            if [ "${s%%-*}" = ours ] && [ "$r" = 1 ] && [ "${NFS4_PEROP_STRACE:-1}" = 1 ]; then
                 mkdir -p "$d/strace"
                 job rand-read-4k-qd1 randread "$mp" "$d/strace" strace
                 job rand-write-4k-qd1 randwrite "$mp" "$d/strace" strace
@@ -102,4 +113,6 @@ for r in $(seq 1 "$ROUNDS"); do
         $stop
     done
 done
+export OURS_TAG=ours
+unset TARGET_BIN
 python3 "$G/perop_table.py" "$BASE" | tee "$BASE/table.txt"

@@ -19,7 +19,10 @@ import sys
 
 base = sys.argv[1]
 JOBS = ("rand-read-4k-qd1", "rand-write-4k-qd1")
-SERVERS = ("kernel", "base", "ours")
+rounds = sorted(glob.glob(os.path.join(base, "r[0-9]*")), key=lambda p: int(os.path.basename(p)[1:]))
+# kernel, then ours-<backend> and base-<backend> as they ran
+SERVERS = ["kernel"] + sorted({os.path.basename(p) for rd in rounds for p in glob.glob(os.path.join(rd, "*-*"))},
+                              key=lambda n: (n.split("-", 1)[1], n))
 VERS = ("v3", "v4.2")
 
 
@@ -61,7 +64,6 @@ def fmt(x):
     return "%.2f" % x if x is not None else "-"
 
 
-rounds = sorted(glob.glob(os.path.join(base, "r[0-9]*")), key=lambda p: int(os.path.basename(p)[1:]))
 fig = {}  # (server, vers, job) -> [(round, ios, iops, p50)]
 for rd in rounds:
     n = int(os.path.basename(rd)[1:])
@@ -85,14 +87,14 @@ def per_round(a, b):
 
 
 print("rounds: %d (medians over them; 'per round': each round's ratio)" % len(rounds))
-print("%-8s %-5s %-18s %8s %9s  %s" % ("server", "vers", "job", "IOPS", "p50 us", "IOPS per round"))
+print("%-12s %-5s %-18s %8s %9s  %s" % ("server", "vers", "job", "IOPS", "p50 us", "IOPS per round"))
 for s in SERVERS:
     for v in VERS:
         for j in JOBS:
             k = (s, v, j)
             if k not in fig:
                 continue
-            print("%-8s %-5s %-18s %8.0f %9.0f  %s" % (s, v, j, med(k, 2), med(k, 3),
+            print("%-12s %-5s %-18s %8.0f %9.0f  %s" % (s, v, j, med(k, 2), med(k, 3),
                                                     " ".join("%.0f" % x[2] for x in fig[k])))
 print()
 print("vers=4.2 against vers=3 on the same server (IOPS 4.2/3; above 1.0: v4.2 faster):")
@@ -100,20 +102,25 @@ for s in SERVERS:
     for j in JOBS:
         a, b = (s, "v4.2", j), (s, "v3", j)
         if a in fig and b in fig:
-            print("  %-8s %-18s x %s  per round %s" % (s, j, fmt(med(a, 2) / med(b, 2)), per_round(a, b)))
+            print("  %-12s %-18s x %s  per round %s" % (s, j, fmt(med(a, 2) / med(b, 2)), per_round(a, b)))
 print("ours against the Linux server (IOPS ours/kernel; the issue's figure is v4.2 at 1.0 or more):")
-for v in VERS:
-    for j in JOBS:
-        a, b = ("ours", v, j), ("kernel", v, j)
-        if a in fig and b in fig:
-            print("  %-5s %-18s x %s  per round %s" % (v, j, fmt(med(a, 2) / med(b, 2)), per_round(a, b)))
-if any(k[0] == "base" for k in fig):
-    print("ours against base, another build of the target (IOPS ours/base):")
+for o in SERVERS[1:]:
     for v in VERS:
         for j in JOBS:
-            a, b = ("ours", v, j), ("base", v, j)
+            a, b = (o, v, j), ("kernel", v, j)
             if a in fig and b in fig:
-                print("  %-5s %-18s x %s  per round %s" % (v, j, fmt(med(a, 2) / med(b, 2)), per_round(a, b)))
+                print("  %-12s %-5s %-18s x %s  per round %s" % (o, v, j, fmt(med(a, 2) / med(b, 2)), per_round(a, b)))
+if any(k[0].startswith("base-") for k in fig):
+    print("ours against base, another build of the target (IOPS ours/base, same backend):")
+    for o in SERVERS[1:]:
+        if not o.startswith("ours-"):
+            continue
+        bse = "base-" + o.split("-", 1)[1]
+        for v in VERS:
+            for j in JOBS:
+                a, b = (o, v, j), (bse, v, j)
+                if a in fig and b in fig:
+                    print("  %-12s %-5s %-18s x %s  per round %s" % (o, v, j, fmt(med(a, 2) / med(b, 2)), per_round(a, b)))
 print()
 first = rounds[0] if rounds else None
 for s in SERVERS:
