@@ -68,8 +68,8 @@ ROUNDS=${NFS4_PEROP_ROUNDS:-1}
 # ours-uring), and the baseline build the same way when it is there
 SERVERS=kernel
 for be in ${NFS4_FIO_BACKEND:-mem}; do
-    SERVERS="$SERVERS ours-$be"
     [ -x "$BIN/base/rpcrdma-target" ] && SERVERS="$SERVERS base-$be"
+    SERVERS="$SERVERS ours-$be"
 done
 for r in $(seq 1 "$ROUNDS"); do
     vers="3 4.2"
