@@ -19,8 +19,8 @@
 # ours-mem, ours-uring); when $BIN/base/rpcrdma-target is there
 # (NFS4_BASELINE_BIN of tests/kernel/nfs4.sh), that build runs too, as
 # base-mem, base-uring.
-# Env: OUT, BIN, VMLAB_IP, FIO_SECONDS (5), NFS4_FIO_BACKEND (mem; several:
-# "mem uring"), NFS4_PEROP_ROUNDS (1), NFS4_PEROP_STRACE (1; 0: no strace run).
+# Env: OUT, BIN, VMLAB_IP, FIO_SECONDS (5), NFS4_PEROP_BACKEND (else
+# NFS4_FIO_BACKEND, else mem; several: "mem uring"), NFS4_PEROP_ROUNDS (1), NFS4_PEROP_STRACE (1; 0: no strace run).
 set -uo pipefail
 G=$(cd "$(dirname "$0")" && pwd)
 export CHECKS=${CHECKS:-$OUT/checks.txt}
@@ -67,7 +67,7 @@ ROUNDS=${NFS4_PEROP_ROUNDS:-1}
 # ours on each backend of $NFS4_FIO_BACKEND ("mem uring": ours-mem,
 # ours-uring), and the baseline build the same way when it is there
 SERVERS=kernel
-for be in ${NFS4_FIO_BACKEND:-mem}; do
+for be in ${NFS4_PEROP_BACKEND:-${NFS4_FIO_BACKEND:-mem}}; do
     [ -x "$BIN/base/rpcrdma-target" ] && SERVERS="$SERVERS base-$be"
     SERVERS="$SERVERS ours-$be"
 done
