@@ -20,7 +20,9 @@
 #      "default": no vers= option, which must land on 4.2), NFS4_BACKENDS
 #      ("mem uring": the target's backend, each in turn), NFS4_STEPS
 #      ("matrix tshark restart locks nconnect"; add "fio" for the comparison
-#      with the Linux server, about 4 minutes a round, and "deleg" for
+#      with the Linux server, about 4 minutes a round, "perop" for the RPCs
+#      and target system calls per 4 KiB qd-1 fio op, vers=3 against
+#      vers=4.2 (guest/nfs4_perop.sh, about 4 minutes a round), and "deleg" for
 #      delegations recalled over RDMA and their figures; see guest/nfs4.sh),
 #      NFS4_FIO_ROUNDS (1: rounds of the fio step; in one boot the two
 #      servers alternate, the pair's order flipping each round, and the table
@@ -32,9 +34,15 @@
 #      server's export is a tmpfs), NFS4_SPIN_US (5000: ours once more with
 #      cores spinning that long before they block, qd-1 rows; 0: skip),
 #      NFS4_RESTART_FILES (16: 4 MiB files of the restart step's writer),
+#      NFS4_PEROP_ROUNDS (1: rounds of the perop step, alternating),
+#      NFS4_PEROP_BACKEND (the perop step's backends, else NFS4_FIO_BACKEND's),
+#      NFS4_BASELINE_BIN (a directory holding another build's
+#      rpcrdma-target: the perop step runs it too, as server "base", for a
+#      before/after in one boot),
 #      NFS4_DELEG_ROUNDS (40: recalls timed by the deleg step),
 #      NFS4_DELEG_FIO_SECONDS (10: each job of the delegations on/off figures),
 #      NFS4_DELEG_FIO_PAIRS (3: on/off pairs of those figures, in one boot),
+#      NFS4_PREBUILT (1: no build, the release binaries staged as they are),
 #      SOFTROCE_VM, VMLAB_CACHE, CARGO_TARGET_DIR. Run under the shared VM lock:
 #      flock /tmp/rpcrdma-vm.lock bash tests/kernel/nfs4.sh
 set -euo pipefail
@@ -50,13 +58,22 @@ unavailable() {
 # alone on a fresh machine).
 . tests/lib/vm.sh
 vm_locate
-bash scripts/build-deps.sh
-cargo build --release --quiet -p rpcrdma-apps --bin rpcrdma-target -p rpcrdma-perf --bin perf
+# NFS4_PREBUILT=1: stage the release binaries as they are (built before the
+# VM lock was taken), without building.
+if [ -z "${NFS4_PREBUILT:-}" ]; then
+    bash scripts/build-deps.sh
+    cargo build --release --quiet -p rpcrdma-apps --bin rpcrdma-target -p rpcrdma-perf --bin perf
+fi
 rm -rf "$STAGE"
 mkdir -p "$STAGE/bin" "$STAGE/out"
 cp -r tests/kernel/guest "$STAGE/guest"
 cp configs/cores.json "$STAGE/bin/cores.json"
 cp "$BUILD_DIR/rpcrdma-target" "$BUILD_DIR/perf" "$STAGE/bin/"
+if [ -n "${NFS4_BASELINE_BIN:-}" ]; then
+    # another build of the target, the perop step's "base" server
+    mkdir -p "$STAGE/bin/base"
+    cp "$NFS4_BASELINE_BIN/rpcrdma-target" "$STAGE/bin/base/"
+fi
 echo "NFS4_MOUNTS='${NFS4_MOUNTS:-4.1/tcp 4.1/rdma 4.2/rdma 4.2/tcp default/rdma default/tcp}'" >"$STAGE/env.sh"
 STEPS=${NFS4_STEPS:-matrix tshark restart locks nconnect}
 {
@@ -64,8 +81,8 @@ STEPS=${NFS4_STEPS:-matrix tshark restart locks nconnect}
     echo "NFS4_STEPS='$STEPS'"
     echo "NFS4_FIO_ROUNDS=${NFS4_FIO_ROUNDS:-1}"
     echo "export FIO_SECONDS=${NFS4_FIO_SECONDS:-5} PERF_SECONDS=${NFS4_FIO_SECONDS:-5}"
-    echo "export NFS4_FIO_PERF=${NFS4_FIO_PERF:-1} NFS4_FIO_BACKEND=${NFS4_FIO_BACKEND:-mem} NFS4_SPIN_US=${NFS4_SPIN_US:-5000}"
-    echo "export NFS4_RESTART_FILES=${NFS4_RESTART_FILES:-16}"
+    echo "export NFS4_FIO_PERF=${NFS4_FIO_PERF:-1} NFS4_FIO_BACKEND='${NFS4_FIO_BACKEND:-mem}' NFS4_SPIN_US=${NFS4_SPIN_US:-5000}"
+    echo "export NFS4_RESTART_FILES=${NFS4_RESTART_FILES:-16} NFS4_PEROP_ROUNDS=${NFS4_PEROP_ROUNDS:-1} NFS4_PEROP_STRACE=${NFS4_PEROP_STRACE:-1} NFS4_PEROP_BACKEND='${NFS4_PEROP_BACKEND:-}'"
     echo "export DELEG_FIO_SECONDS=${NFS4_DELEG_FIO_SECONDS:-10} DELEG_FIO_PAIRS=${NFS4_DELEG_FIO_PAIRS:-3}"
 } >>"$STAGE/env.sh"
 pair_rc=0
@@ -99,6 +116,7 @@ grep -q 'vmlab-init: ready' "$STAGE/nfs4.log" || { echo "kernel-nfs4: VM UNAVAIL
 checks=$STAGE/all-checks.txt
 cat "$STAGE"/out/checks.txt "$STAGE"/out/pair-*/checks.txt "$STAGE"/out/deleg-*/checks.txt 2>/dev/null >"$checks" || true
 [ -f "$STAGE/out/v42/table.txt" ] && cat "$STAGE/out/v42/table.txt"
+[ -f "$STAGE/out/perop/table.txt" ] && cat "$STAGE/out/perop/table.txt"
 for f in "$STAGE/out/deleg-server/recall-latency.txt" "$STAGE/out/ours/deleg-fio.txt"; do
     [ -f "$f" ] && sed "s/^/deleg figures: /" "$f"
 done

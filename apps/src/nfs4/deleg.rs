@@ -338,16 +338,22 @@ impl V4State {
         client: Option<u64>,
         kind: Conflict,
     ) -> Result<(), u32> {
-        let now = Instant::now();
         let lease = self.lease();
         let mut held = false;
         let mut i = 0;
+        // The clock is read once a conflicting delegation is found: a
+        // holder's own READs and WRITEs (a kernel client's every op under
+        // its write delegation) come here and find none, and where the
+        // clock source has no vDSO path (hpet in a TCG guest) each read
+        // is a system call (issue 22).
+        let mut clock = None;
         while i < t.delegs.len() {
             let d = &t.delegs[i];
             if &d.file != file || Some(d.client) == client || d.revoked || (kind == Conflict::Read && !d.write) {
                 i += 1;
                 continue;
             }
+            let now = *clock.get_or_insert_with(Instant::now);
             let holder = d.client;
             if self.expired(t, holder, now) {
                 // A courtesy client's state goes at the first conflict.

@@ -234,6 +234,8 @@ pub struct V4State {
     sessions: [Mutex<Vec<Session>>; SESSION_SHARDS],
     /// The origin of the renewal stamps.
     start: Instant,
+    /// `start` on the coarse clock ([`coarse_ms`]), for [`Self::renew_stamp`].
+    start_coarse_ms: u64,
     /// Seconds since the epoch at start-up (the pseudo directories' times).
     boot: u32,
     /// This instance's word in client ids, session ids and stateids, so
@@ -272,6 +274,16 @@ pub struct V4State {
     pub(super) deleg_gen: AtomicU64,
 }
 
+/// Milliseconds of `CLOCK_MONOTONIC_COARSE` (the clock `Instant` reads, at
+/// the kernel's tick): served from the vDSO's copy of the time whatever the
+/// clock source.
+fn coarse_ms() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a valid, writable timespec; the call only writes it.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
+    (ts.tv_sec as u64) * 1000 + (ts.tv_nsec as u64) / 1_000_000
+}
+
 impl V4State {
     /// State for a server whose connections hold at most `credits` Calls and
     /// whose READ/WRITE limit is `max_io_bytes`.
@@ -286,6 +298,7 @@ impl V4State {
         V4State {
             sessions: std::array::from_fn(|_| Mutex::new(Vec::new())),
             start: Instant::now(),
+            start_coarse_ms: coarse_ms(),
             epoch,
             t: Mutex::new(Tables::default()),
             boot,
@@ -414,6 +427,15 @@ impl V4State {
     /// Now as a renewal stamp.
     pub(super) fn stamp(&self) -> u64 {
         self.start.elapsed().as_millis() as u64
+    }
+
+    /// [`Self::stamp`] on the coarse clock: what SEQUENCE renews a lease
+    /// with on every COMPOUND. A lease is seconds long, and the coarse clock
+    /// is behind by at most a tick (a few milliseconds) but never reads the
+    /// hardware clock, which where the clock source has no vDSO path (hpet
+    /// in a TCG guest) is a system call per COMPOUND (issue 22).
+    pub(super) fn renew_stamp(&self) -> u64 {
+        coarse_ms().saturating_sub(self.start_coarse_ms)
     }
 
     /// `at` as a renewal stamp.
@@ -762,7 +784,7 @@ impl V4State {
         } else {
             return Err(NFS4ERR_SEQ_MISORDERED);
         };
-        renewed.store(self.stamp(), Ordering::Relaxed);
+        renewed.fetch_max(self.renew_stamp(), Ordering::Relaxed);
         Ok(out)
     }
 

@@ -19,7 +19,9 @@
 #             when $DELEG_PCAP is there); a read-mostly job with
 #             delegations on and off (nfs4_deleg.sh);
 #   fio       vers=4.2 over RDMA against the Linux server, fio and perf side
-#             by side, $NFS4_FIO_ROUNDS rounds (nfs4_compare.sh).
+#             by side, $NFS4_FIO_ROUNDS rounds (nfs4_compare.sh);
+#   perop     the RPCs and target system calls per 4 KiB qd-1 fio op,
+#             vers=3 against vers=4.2, both servers (nfs4_perop.sh).
 # Exits non-zero when a check failed. Settings come from /host/env.sh.
 set -uo pipefail
 G=$(cd "$(dirname "$0")" && pwd)
@@ -155,6 +157,9 @@ fi
 if has_step fio; then
     timeout -s KILL 3000 bash "$G/nfs4_compare.sh" "${NFS4_FIO_ROUNDS:-1}" ||
         note "nfs4_compare.sh exit $?"
+fi
+if has_step perop; then
+    timeout -s KILL 1200 bash "$G/nfs4_perop.sh" || note "nfs4_perop.sh exit $?"
 fi
 if has_step locks || has_step nconnect || has_step fio; then
     no_stall "locks, nconnect, fio" "$OUT/ours/dmesg-after.txt"

@@ -17,7 +17,9 @@
 # its own rounds (the noise floor) and how many fio rows are at or above
 # 1.0x, into $OUT/v42/table.txt.
 # Env: OUT, BIN, VMLAB_IP, FIO_SECONDS, PERF_SECONDS (servers.sh, fio.sh),
-# NFS4_FIO_PERF (1), NFS4_FIO_BACKEND (mem), NFS4_SPIN_US (below).
+# NFS4_FIO_PERF (1), NFS4_FIO_BACKEND (mem; several, e.g. "mem uring": ours
+# on each in every round, the others as "ours-<backend>", with a table each),
+# NFS4_SPIN_US (below; ours on the first backend).
 set -uo pipefail
 G=$(cd "$(dirname "$0")" && pwd)
 ROUNDS=${1:-1}
@@ -29,22 +31,33 @@ mkdir -p "$BASE"
 SRC=$VMLAB_IP:/export
 unset MOUNT_PORT TARGET_BACKEND TARGET_NFS4_STATE_DIR
 
+# $NFS4_FIO_BACKEND may name several backends ("mem uring"): ours runs on
+# each in every round, the first as "ours", the others as "ours-<backend>".
+BACKENDS=${NFS4_FIO_BACKEND:-mem}
+FIRST_BE=${BACKENDS%% *}
+SERVERS="kernel ours"
+for be in ${BACKENDS#"$FIRST_BE"}; do SERVERS="$SERVERS ours-$be"; done
 for r in $(seq 1 "$ROUNDS"); do
-    order="kernel ours"
-    [ $((r % 2)) = 0 ] && order="ours kernel"
+    order=$SERVERS
+    [ $((r % 2)) = 0 ] && order=$(echo "$SERVERS" | tr ' ' '\n' | tac | tr '\n' ' ')
     export OUT=$BASE/r$r
     mkdir -p "$OUT/kernel" "$OUT/ours"
     echo "$order" >"$OUT/order.txt"
     for s in $order; do
+        be=$FIRST_BE
         if [ "$s" = kernel ]; then start=knfsd_start stop=knfsd_stop; else start=ours_start stop=ours_stop; fi
+        [ "$s" != "${s#ours-}" ] && be=${s#ours-}
+        export OURS_TAG=ours
+        [ "$s" = kernel ] || OURS_TAG=$s
         note "v4.2 comparison round $r: $s (load $(cut -d' ' -f1-3 /proc/loadavg))"
-        if TARGET_BACKEND=${NFS4_FIO_BACKEND:-mem} $start; then
+        if TARGET_BACKEND=$be $start; then
             NFS_VERS=4.2 bash "$G/fio.sh" "$SRC" "$s"
             [ "${NFS4_FIO_PERF:-1}" = 0 ] || PERF_NFS=4.1 bash "$G/perf.sh" "$s"
         fi
         $stop
     done
 done
+export OURS_TAG=ours
 # Where ours loses the time at qd 1: the same jobs against ours with its
 # cores spinning $NFS4_SPIN_US before they block (spin_then_wait's spin_us;
 # the shipped 50 us lets a core sleep between a kernel client's Calls, and
@@ -60,3 +73,7 @@ if [ "${NFS4_SPIN_US:-5000}" != 0 ]; then
     ours_stop
 fi
 python3 "$G/nfs4_table.py" "$BASE" | tee "$BASE/table.txt"
+for be in ${BACKENDS#"$FIRST_BE"}; do
+    echo
+    python3 "$G/nfs4_table.py" "$BASE" "ours-$be"
+done | tee -a "$BASE/table.txt"

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""tests/kernel/guest/nfs4_table.py DIR — the NFSv4.2-over-RDMA comparison of
+"""tests/kernel/guest/nfs4_table.py DIR [OURS] — the NFSv4.2-over-RDMA comparison of
 tests/kernel/guest/nfs4_compare.sh: for every fio job and perf run, the
 median over the rounds DIR/r<N>/<server>/ of IOPS, MB/s and p50/p99
 latency against the Linux server ("kernel") and rpcrdma-target ("ours"),
@@ -9,7 +9,9 @@ per row: every round's IOPS ratio (the two servers of one round) and the
 Linux server against itself, max/min of its IOPS over its own rounds: the
 noise floor a ratio has to clear. Summary lines: the fio rows at or above
 1.0x per figure, and the noise floor over the fio rows. The order of each
-round (DIR/r<N>/order.txt) is printed. Writes DIR/results.json.
+round (DIR/r<N>/order.txt) is printed. Writes DIR/results.json. OURS: the
+name of the results compared with the Linux server's (ours, or ours-uring
+for another backend of the same rounds: DIR/results-ours-uring.json).
 """
 import glob
 import json
@@ -21,6 +23,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from report import fio_figures, perf_figures, ratio  # noqa: E402
 
 base = sys.argv[1]
+# OURS: the name of ours' results (another backend's: ours-uring)
+OURS = sys.argv[2] if len(sys.argv) > 2 else "ours"
 rounds = sorted(glob.glob(os.path.join(base, "r[0-9]*")), key=lambda p: int(os.path.basename(p)[1:]))
 rows = {}  # name -> server -> {round number: figures}
 order = []
@@ -31,9 +35,9 @@ for rd in rounds:
         orders.append(open(os.path.join(rd, "order.txt")).read().split())
     except OSError:
         orders.append(["?"])
-    for server in ("kernel", "ours"):
+    for server, name_in in (("kernel", "kernel"), ("ours", OURS)):
         for kind, pat, fig in (("fio", "fio-*.json", fio_figures), ("perf", "perf-*.json", perf_figures)):
-            for p in sorted(glob.glob(os.path.join(rd, server, pat))):
+            for p in sorted(glob.glob(os.path.join(rd, name_in, pat))):
                 name = kind + " " + os.path.basename(p).split("-", 1)[1][:-5]
                 try:
                     f = fig(p)
@@ -68,7 +72,8 @@ def fx(v, w=5):
 
 METRICS = ("iops", "latency_us_p50", "latency_us_p99")
 out = {"rounds": len(rounds), "order": orders, "rows": {}}
-print("NFSv4.2 over RDMA (Soft-RoCE): the Linux server (kernel) and rpcrdma-target (ours) in one boot,")
+print("NFSv4.2 over RDMA (Soft-RoCE): the Linux server (kernel) and rpcrdma-target (ours%s) in one boot," % (
+    "" if OURS == "ours" else ": " + OURS))
 print("%d round(s), order %s; medians over the rounds" % (len(rounds), ", ".join("-".join(o) for o in orders)))
 print("x = ratio of the medians, above 1.0 = ours better (IOPS: ours/kernel; p50, p99 latency: kernel/ours);")
 print("k max/min = the Linux server's IOPS over its own rounds, the noise floor")
@@ -114,7 +119,7 @@ out["fio_rows_at_least_1x"] = at_least
 out["kernel_iops_max_over_min_fio"] = k_spreads
 # ours again with spinning cores (nfs4_compare.sh, $NFS4_SPIN_US)
 spin = os.path.join(base, "spin", "ours")
-if os.path.isdir(spin):
+if os.path.isdir(spin) and OURS == "ours":
     print("ours with cores spinning before they block (spin_then_wait spin_us raised), against the kernel's median:")
     for kind, pat, fig in (("fio", "fio-*.json", fio_figures), ("perf", "perf-*.json", perf_figures)):
         for p in sorted(glob.glob(os.path.join(spin, pat))):
@@ -128,4 +133,4 @@ if os.path.isdir(spin):
             print("%-24s %8s %8s %5s %9s %9s" % (name, fmt(ik, 8), fmt(f["iops"], 8), fx(ratio("iops", ik, f["iops"])),
                                                fmt(med(kr, "latency_us_p50")), fmt(f["latency_us_p50"])))
             out["spin " + name] = {"ours": f, "iops_ratio": ratio("iops", ik, f["iops"])}
-json.dump(out, open(os.path.join(base, "results.json"), "w"), indent=1)
+json.dump(out, open(os.path.join(base, "results.json" if OURS == "ours" else "results-%s.json" % OURS), "w"), indent=1)

@@ -13,7 +13,7 @@ use proto::xdr::{pad_len, roundup};
 
 use dataplane::service::ReplyBuilder;
 
-use super::{backend, cur_real, io_file, w_at, Ctx, Real, St, R};
+use super::{cur_real, io_file, real_attr, w_at, Ctx, Real, St, R};
 use crate::backend::{Attr, FileType, FsError, FsResult, IoDesc, IoDone, IoOp, Stable};
 use crate::nfs::CoreState;
 
@@ -68,7 +68,7 @@ pub(super) fn read(
     let (o, a) = match resumed {
         // Checked before the read was submitted.
         Some(r) => (cur_real(cx, NFS4ERR_ISDIR)?, r.pre),
-        None => io_file(cx, sid, false)?,
+        None => io_file(cx, st, sid, false)?,
     };
     let bi = sh.exports()[o.ex].backend;
     let count = count.min(sh.max_io_bytes()) as usize;
@@ -164,7 +164,7 @@ pub(super) fn write(
             if sh.exports()[o.ex].read_only {
                 return Err(St(NFS4ERR_ROFS));
             }
-            let (_, a) = io_file(cx, sid, true)?;
+            let (_, a) = io_file(cx, st, sid, true)?;
             if offset.checked_add(data.len() as u64).is_none() {
                 return Err(St(NFS4ERR_INVAL));
             }
@@ -255,7 +255,7 @@ pub(super) fn commit(cx: &mut Ctx<'_>, st: &mut CoreState, reply: &mut ReplyBuil
     let flushed = match st.deferred.resumed_for(cx.token) {
         Some(r) => r.done.result.map(drop),
         None => {
-            let a = backend(cx, &o).getattr(&o.fh)?;
+            let a = real_attr(cx, st, &o)?;
             match a.ftype {
                 FileType::Regular => {}
                 FileType::Directory => return Err(St(NFS4ERR_ISDIR)),

@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# tests/kernel/guest/nfs4_perop.sh — where an NFSv4.2 4 KiB qd-1 fio op
+# costs more than an NFSv3 one (issue 22's last figure): against each
+# server (the Linux server, then ours on $NFS4_FIO_BACKEND), a vers=3 and a
+# vers=4.2 mount over RDMA in turn, and on each the two qd-1 4 KiB jobs
+# (rand-read, rand-write; O_DIRECT, libaio, $FIO_SECONDS each, no ramp so
+# that the counters and fio's count cover the same ops) with, per job, the RPCs the kernel client sent (the per-operation
+# counters of /proc/self/mountstats before and after: count, and mean RTT
+# and execute time per RPC), so the two versions and the two servers are
+# compared per fio op. Against ours, also the target's system calls per
+# fio op (strace -c -f over a second run of each job in the first round,
+# when strace is there). $NFS4_PEROP_ROUNDS rounds (1), the order of the
+# versions flipping from round to round. (No capture: the kernel client
+# and the servers share the guest's rxe device, whose traffic to itself
+# never reaches an interface.) Results: $OUT/perop/r<N>/<server>/v<vers>/,
+# the table in $OUT/perop/table.txt (perop_table.py: per row the median
+# over the rounds and every round's figure).
+# Ours runs on each backend of $NFS4_FIO_BACKEND in turn (server names
+# ours-mem, ours-uring); when $BIN/base/rpcrdma-target is there
+# (NFS4_BASELINE_BIN of tests/kernel/nfs4.sh), that build runs too, as
+# base-mem, base-uring.
+# Env: OUT, BIN, VMLAB_IP, FIO_SECONDS (5), NFS4_PEROP_BACKEND (else
+# NFS4_FIO_BACKEND, else mem; several: "mem uring"), NFS4_PEROP_ROUNDS (1), NFS4_PEROP_STRACE (1; 0: no strace run).
+set -uo pipefail
+G=$(cd "$(dirname "$0")" && pwd)
+export CHECKS=${CHECKS:-$OUT/checks.txt}
+. "$G/lib.sh"
+. "$G/servers.sh"
+BASE=$OUT/perop
+mkdir -p "$BASE"
+SRC=$VMLAB_IP:/export
+SECS=${FIO_SECONDS:-5}
+unset MOUNT_PORT TARGET_NFS4_STATE_DIR
+
+# opstats MOUNTPOINT FILE: the per-op counters of the mount, "OP ops rtt_ms exec_ms"
+opstats() {
+    awk -v mp="$1" '$1 == "device" { cur = ($5 == mp) }
+        cur && $1 == "per-op" { inops = 1; next }
+        cur && inops && $1 ~ /:$/ && NF >= 9 { sub(":", "", $1); print $1, $2, $8, $9 }' /proc/self/mountstats >"$2"
+}
+
+# job NAME RW MP DIR [strace]: one fio job on MP, counters around it
+job() {
+    local name=$1 rw=$2 mp=$3 d=$4 sp=
+    opstats "$mp" "$d/$name.before"
+    if [ "${5:-}" = strace ] && [ -n "$TARGET_PID" ] && command -v strace >/dev/null; then
+        strace -c -f -qq -p "$TARGET_PID" -o "$d/$name.strace" &
+        sp=$!
+        sleep 1
+    fi
+    fio --name="$name" --filename="$mp/perop.dat" --size=64M --rw="$rw" --bs=4k --iodepth=1 \
+        --ioengine=libaio --direct=1 --time_based --runtime="$SECS" \
+        --randrepeat=0 --norandommap --output-format=json --output="$d/$name.json" >/dev/null 2>&1 ||
+        flunk "perop $d $name: fio exit $?"
+    if [ -n "$sp" ]; then
+        kill -INT "$sp"
+        wait "$sp" 2>/dev/null
+    fi
+    opstats "$mp" "$d/$name.after"
+}
+
+# Rounds: in each, both servers in turn, and on each the two versions in
+# turn, the order of both flipping from round to round (kernel then ours
+# with 3 then 4.2, then ours then kernel with 4.2 then 3, ...), so that a drift in the guest's speed weighs on both; the
+# target's system calls are counted in the first round only.
+ROUNDS=${NFS4_PEROP_ROUNDS:-1}
+# ours on each backend of $NFS4_FIO_BACKEND ("mem uring": ours-mem,
+# ours-uring), and the baseline build the same way when it is there
+SERVERS=kernel
+for be in ${NFS4_PEROP_BACKEND:-${NFS4_FIO_BACKEND:-mem}}; do
+    [ -x "$BIN/base/rpcrdma-target" ] && SERVERS="$SERVERS base-$be"
+    SERVERS="$SERVERS ours-$be"
+done
+for r in $(seq 1 "$ROUNDS"); do
+    vers="3 4.2"
+    servers=$SERVERS
+    if [ $((r % 2)) = 0 ]; then
+        vers="4.2 3"
+        servers=$(echo "$SERVERS" | tr ' ' '\n' | tac | tr '\n' ' ')
+    fi
+    for s in $servers; do
+        unset TARGET_BIN
+        export OURS_TAG=$s
+        be=${s#*-}
+        if [ "$s" = kernel ]; then start=knfsd_start stop=knfsd_stop; else start=ours_start stop=ours_stop; fi
+        [ "${s%%-*}" = base ] && export TARGET_BIN=$BIN/base/rpcrdma-target
+        mkdir -p "$OUT/kernel" "$OUT/$s"
+        note "perop round $r: $s (load $(cut -d' ' -f1-3 /proc/loadavg))"
+        TARGET_BACKEND=$be $start || continue
+        for v in $vers; do
+            d=$BASE/r$r/$s/v$v
+            mkdir -p "$d"
+            mp=/mnt/perop-$s-$v
+            if ! NFS_VERS=$v nfs_mount "$SRC" "$mp"; then
+                flunk "perop $s vers=$v: mount"
+                continue
+            fi
+            fio --name=layout --filename="$mp/perop.dat" --size=64M --rw=write --bs=1M --direct=1 \
+                --ioengine=libaio --iodepth=4 --end_fsync=1 --output=/dev/null >/dev/null 2>&1
+            job rand-read-4k-qd1 randread "$mp" "$d"
+            job rand-write-4k-qd1 randwrite "$mp" "$d"
+            if [ "${s%%-*}" = ours ] && [ "$r" = 1 ] && [ "${NFS4_PEROP_STRACE:-1}" = 1 ]; then
+                mkdir -p "$d/strace"
+                job rand-read-4k-qd1 randread "$mp" "$d/strace" strace
+                job rand-write-4k-qd1 randwrite "$mp" "$d/strace" strace
+            fi
+            rm -f "$mp/perop.dat"
+            nfs_umount "$mp" || flunk "perop $s vers=$v: umount"
+        done
+        if [ "$s" != kernel ] && [ -n "$TARGET_PID" ]; then
+            "$BIN/rpcrdma-target" -c "$OUT/$s/target.json" stats >"$BASE/r$r/$s/stats.txt" 2>&1 || true
+        fi
+        $stop
+    done
+done
+export OURS_TAG=ours
+unset TARGET_BIN
+python3 "$G/perop_table.py" "$BASE" | tee "$BASE/table.txt"
