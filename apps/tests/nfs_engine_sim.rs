@@ -62,9 +62,17 @@ fn run(kind: Kind, v: u32) {
     let procs = c.t.srv.as_mut().unwrap().service().procs().clone();
     let calls: u64 = procs.counts.iter().map(|c| c[0]).sum();
     let posted: Vec<u64> = procs.posted.iter().map(|h| h.iter().sum()).collect();
-    assert_eq!(posted.iter().sum::<u64>(), calls / 8, "{kind:?} v{v}: {posted:?} of {calls} Calls");
+    assert_eq!(
+        posted.iter().sum::<u64>(),
+        calls / 8,
+        "{kind:?} v{v}: {posted:?} of {calls} Calls"
+    );
     for (row, n) in posted.iter().enumerate() {
-        assert!(*n <= procs.counts[row][0], "{kind:?} v{v}: row {row}: {n} timed of {:?}", procs.counts[row]);
+        assert!(
+            *n <= procs.counts[row][0],
+            "{kind:?} v{v}: row {row}: {n} timed of {:?}",
+            procs.counts[row]
+        );
     }
     teardown(&p, c.t);
 }

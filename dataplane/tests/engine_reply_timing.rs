@@ -132,7 +132,12 @@ fn setup(test: usize, every: u32) -> Pair {
 
 /// Run `calls` to completion, `batch` submitted at a time with the
 /// network stepped until all of them reached the server before it polls.
-fn run(cli: &mut Requester<'static, SimFabric>, srv: &mut Responder<'static, SimFabric, Timed>, net: &SimNetwork, calls: &[Expect]) {
+fn run(
+    cli: &mut Requester<'static, SimFabric>,
+    srv: &mut Responder<'static, SimFabric, Timed>,
+    net: &SimNetwork,
+    calls: &[Expect],
+) {
     let mut turns = 0;
     while cli.link() != LinkState::Ready || !cli.can_submit() {
         srv.poll();
@@ -194,7 +199,11 @@ fn reply_timing_counts_the_wait_behind_a_slow_call_of_the_same_batch() {
     assert!(echo_t >= SLOW, "ECHO {echo_t:?}");
     // The NULL's own service is short; its time from arrival includes the
     // ECHO's service, which ran before it in the same batch.
-    assert!(svc.null_service_max < SLOW / 2, "NULL served in {:?}", svc.null_service_max);
+    assert!(
+        svc.null_service_max < SLOW / 2,
+        "NULL served in {:?}",
+        svc.null_service_max
+    );
     assert!(null_t >= SLOW, "NULL {null_t:?}: its wait behind the ECHO is missing");
     let _ = srv.shutdown(100_000);
     cli.shutdown(10_000);
@@ -210,7 +219,9 @@ fn reply_timing_reports_one_call_in_every_with_its_tag() {
     }
     let posted = &srv.service().posted;
     assert_eq!(posted.len(), 36 / 4, "{posted:?}");
-    assert!(posted.iter().all(|&(t, ns)| t == P_NULL as u16 + 1 && ns < 1_000_000_000));
+    assert!(posted
+        .iter()
+        .all(|&(t, ns)| t == P_NULL as u16 + 1 && ns < 1_000_000_000));
     let _ = srv.shutdown(100_000);
     cli.shutdown(10_000);
 }
