@@ -44,6 +44,10 @@
 #             is B's client's CPU
 #   A_CPU     client A's CPU (default CLIENT_CPU)
 #   B_IDLE_SLEEP_US  B's client's --idle-sleep-us (default 0: it spins)
+#   B_IDLE_YIELD  1: B's client yields its CPU when idle (perf --idle-yield),
+#             for CLIENT_CPU=IO_CPU with IDLE's spin_then_wait: B's client
+#             and the core hand the CPU to each other instead of spinning
+#             against each other for a scheduler slice
 #   A_NICE    A's client alone at this nice value (unset: as NICE); e.g. 19
 #             so that A's client takes its CPU only when nothing else wants it
 #   IDLE      the target's reactor idle policy, as JSON (default
@@ -167,8 +171,10 @@ b_run() { # NAME: B for WINDOW seconds after a 1 s warm-up
     snap "$1-start"
     local run=("${PERF_RUN[@]}")
     [ -n "${B_NICE:-}" ] && run=(nice -n "$B_NICE" "$PERF")
+    local yield=()
+    [ "${B_IDLE_YIELD:-0}" = 1 ] && yield=(--idle-yield)
     "${run[@]}" read "${common[@]}" --file b.dat --file-size 64M "${b_load[@]}" \
-        --duration "$WINDOW" --warmup 1 --idle-sleep-us "${B_IDLE_SLEEP_US:-0}" --cores "$CLIENT_CPU" \
+        --duration "$WINDOW" --warmup 1 --idle-sleep-us "${B_IDLE_SLEEP_US:-0}" "${yield[@]}" --cores "$CLIENT_CPU" \
         --json "$WORK/$1.json" >"$WORK/$1.txt"
     snap "$1-end"
 }
@@ -211,7 +217,7 @@ a_run() { # ROUND: A1 then A2; times: A1's start, A2's start, A2's end, B's wind
 "${PERF_RUN[@]}" write "${common[@]}" --file a.dat --file-size 1G --size 1M --qd 4 --seq --count 1025 \
     --commit-every 1G --warmup 0 --timeout 300 --cores "$A_CPU" >/dev/null
 echo "== $(date -u +%FT%TZ) uptime:$(uptime | sed 's/.*load average//'), nice $NICE, B's client nice ${B_NICE:-$NICE}," \
-    "A's client nice ${A_NICE:-$NICE}, B's idle sleep ${B_IDLE_SLEEP_US:-0} us"
+    "A's client nice ${A_NICE:-$NICE}, B's idle sleep ${B_IDLE_SLEEP_US:-0} us, B yields ${B_IDLE_YIELD:-0}"
 echo "== reactor idle: $(python3 -c 'import json,sys; print(json.dumps(json.load(open(sys.argv[1]))["reactor"]["idle"]))' "$WORK/cores.json")"
 echo "== layout: admin core CPU $ADMIN_CPU, io core CPU $IO_CPU, B's client CPU $CLIENT_CPU, A's client CPU $A_CPU" \
     "(host CPUs: $(nproc))"

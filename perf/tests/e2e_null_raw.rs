@@ -177,6 +177,7 @@ fn null_cfg(addr: &str, version: u32, conns: u32, qd: u32) -> RunConfig {
         progress: false,
         timeout: Duration::from_secs(10),
         idle_sleep_us: 0,
+        idle_yield: false,
         target_pid: None,
         nfs41: false,
     }
