@@ -62,9 +62,12 @@
 # none to the admin core's CPU (apps/src/cpus.rs); the script prints the
 # CPUs each of the target's threads may use, read from /proc during round
 # 1's COMMIT. In reality A and B are other machines: on a host with few
-# CPUs, keep B's client off the io core's CPU (where it would take turns
-# with the reactor on every READ) and, if there is a CPU for it, off the
-# admin core's CPU too (where A's page-cache copies and fsync run).
+# CPUs, keep B's client off the admin core's CPU if there is a CPU for it
+# (A's page-cache copies and fsync run there). On a 2-CPU host the one
+# such CPU is the io core's: layout D of docs/BENCHMARKS.md,
+#   CLIENT_CPU=1 A_CPU=0 B_IDLE_YIELD=1 IDLE='{ "policy": "spin_then_wait", "spin_us": 0 }'
+# where B's client and the core take turns on CPU 1 (a yield and a wake-up
+# per READ: B's p50 rises, alone and with A alike).
 #
 # B's latency is also measured inside the target, between snapshots taken
 # at the start and end of each B window, free of the clients' scheduling:
