@@ -44,6 +44,17 @@
 #             is B's client's CPU
 #   A_CPU     client A's CPU (default CLIENT_CPU)
 #   B_IDLE_SLEEP_US  B's client's --idle-sleep-us (default 0: it spins)
+#   B_IDLE_YIELD  1: B's client yields its CPU when idle (perf --idle-yield),
+#             for CLIENT_CPU=IO_CPU with IDLE's spin_then_wait: B's client
+#             and the core hand the CPU to each other instead of spinning
+#             against each other for a scheduler slice
+#   A_NICE    A's client alone at this nice value (unset: as NICE); e.g. 19
+#             so that A's client takes its CPU only when nothing else wants it
+#   IDLE      the target's reactor idle policy, as JSON (default
+#             spin_then_sleep, 1000 idle loops, 100 us sleeps); e.g.
+#             '{"policy": "spin_then_wait", "spin_us": 0}' when B's client
+#             shares the io core's CPU (CLIENT_CPU=IO_CPU) and the two must
+#             hand the CPU to each other
 #
 # The layout: the target's admin core on ADMIN_CPU, its io core on IO_CPU;
 # the target's own blocking threads (io-wq workers of the core's ring, the
@@ -51,15 +62,23 @@
 # none to the admin core's CPU (apps/src/cpus.rs); the script prints the
 # CPUs each of the target's threads may use, read from /proc during round
 # 1's COMMIT. In reality A and B are other machines: on a host with few
-# CPUs, keep B's client off the io core's CPU (where it would take turns
-# with the reactor on every READ) and, if there is a CPU for it, off the
-# admin core's CPU too (where A's page-cache copies and fsync run).
+# CPUs, keep B's client off the admin core's CPU if there is a CPU for it
+# (A's page-cache copies and fsync run there). On a 2-CPU host the one
+# such CPU is the io core's: layout D of docs/BENCHMARKS.md,
+#   CLIENT_CPU=1 A_CPU=0 B_IDLE_YIELD=1 IDLE='{ "policy": "spin_then_wait", "spin_us": 0 }'
+# where B's client and the core take turns on CPU 1 (a yield and a wake-up
+# per READ: B's p50 rises, alone and with A alike).
 #
-# B's latency is also measured inside the target: its READ row's service
-# time (Call handed to the NFS service to reply built; one Call in 8 timed)
-# between snapshots taken at the start and end of each B window, free of
-# the clients' scheduling (but blind to a Call's wait before the service
-# takes it).
+# B's latency is also measured inside the target, between snapshots taken
+# at the start and end of each B window, free of the clients' scheduling:
+# its READ row's service time (Call handed to the NFS service to reply
+# built; one Call in 8 timed), and its READ row's arrival-to-reply time
+# (`reply_posted`: from the engine's poll of the completion queue that
+# delivered the Call to its reply's Send posted; one Call in 8), which adds
+# the Call's wait behind the core's other work in that turn (A's Calls of
+# the same batch, the shm copy of A's Read chunks, backend submissions) to
+# its service. Neither sees a Call's wait in the receive ring while the
+# core finishes an earlier turn.
 #   B_NICE    B's client alone at this nice value (unset: as NICE), in both
 #             halves of each pair: on a 2-CPU host B's client shares a CPU
 #             with A's client and the io-wq workers' copies, which on real
@@ -84,6 +103,7 @@ CLIENT_CPU=${CLIENT_CPU:-0}
 A_CPU=${A_CPU:-$CLIENT_CPU}
 IO_CPU=${IO_CPU:-1}
 ADMIN_CPU=${ADMIN_CPU:-0}
+IDLE=${IDLE:-'{ "policy": "spin_then_sleep", "idle_loops": 1000, "max_sleep_us": 100 }'}
 WORK=$(mktemp -d /tmp/commit-interference.XXXXXX)
 DATA_DIR=${DATA_DIR:-$(mktemp -d /var/tmp/commit-interference-data.XXXXXX)}
 SOCK="$WORK/fabric.sock"
@@ -91,7 +111,7 @@ PORT_BASE=$((21000 + RANDOM % 2000))
 cat >"$WORK/cores.json" <<JSON
 {
   "cores": [ { "cpu": $ADMIN_CPU, "role": "admin" }, { "cpu": $IO_CPU, "role": "io" } ],
-  "reactor": { "idle": { "policy": "spin_then_sleep", "idle_loops": 1000, "max_sleep_us": 100 },
+  "reactor": { "idle": $IDLE,
     "message_ring_size": 1024, "message_batch": 32, "timer_tick_us": 1000, "timer_slots": 256,
     "max_timers": 1024, "drain_timeout_ms": 10000 },
   "listeners": { "fabric": [ { "address": "127.0.0.1", "port": $PORT_BASE, "versions": [1, 2] } ],
@@ -154,8 +174,10 @@ b_run() { # NAME: B for WINDOW seconds after a 1 s warm-up
     snap "$1-start"
     local run=("${PERF_RUN[@]}")
     [ -n "${B_NICE:-}" ] && run=(nice -n "$B_NICE" "$PERF")
+    local yield=()
+    [ "${B_IDLE_YIELD:-0}" = 1 ] && yield=(--idle-yield)
     "${run[@]}" read "${common[@]}" --file b.dat --file-size 64M "${b_load[@]}" \
-        --duration "$WINDOW" --warmup 1 --idle-sleep-us "${B_IDLE_SLEEP_US:-0}" --cores "$CLIENT_CPU" \
+        --duration "$WINDOW" --warmup 1 --idle-sleep-us "${B_IDLE_SLEEP_US:-0}" "${yield[@]}" --cores "$CLIENT_CPU" \
         --json "$WORK/$1.json" >"$WORK/$1.txt"
     snap "$1-end"
 }
@@ -169,14 +191,16 @@ threads() { # where each of the target's threads may run (name: CPUs)
     done | sort | uniq -c | sed 's/^ *//'
 }
 now() { date +%s.%N; }
+A_RUN=("${PERF_RUN[@]}")
+[ -n "${A_NICE:-}" ] && A_RUN=(nice -n "$A_NICE" "$PERF")
 a1_run() { # ROUND: A's paced writes
-    "${PERF_RUN[@]}" write "${common[@]}" --file a.dat --file-size 1G --size "${A_KIB}k" --qd 1 --seq \
+    "${A_RUN[@]}" write "${common[@]}" --file a.dat --file-size 1G --size "${A_KIB}k" --qd 1 --seq \
         --rate $((A_MBPS * 1024 / A_KIB)) --count $((1048576 / A_KIB)) --warmup 0 --timeout 120 --idle-sleep-us 50 --cores "$A_CPU" \
         --json "$WORK/a1-$1.json" >"$WORK/a1-$1.txt" 2>&1
 }
 a2_run() { # ROUND: A's COMMIT
     [ "$1" = 1 ] && (sleep 0.2; threads >"$WORK/threads.txt") &
-    "${PERF_RUN[@]}" write "${common[@]}" --file a.dat --file-size 1G --size 4k --qd 1 --count 2 --commit-every 4k \
+    "${A_RUN[@]}" write "${common[@]}" --file a.dat --file-size 1G --size 4k --qd 1 --count 2 --commit-every 4k \
         --warmup 0 --timeout 300 --idle-sleep-us 50 --cores "$A_CPU" --json "$WORK/a2-$1.json" >"$WORK/a2-$1.txt" 2>&1
 }
 a_run() { # ROUND: A1 then A2; times: A1's start, A2's start, A2's end, B's window start
@@ -195,7 +219,9 @@ a_run() { # ROUND: A1 then A2; times: A1's start, A2's start, A2's end, B's wind
 # own write-back (30 s) before the COMMIT.
 "${PERF_RUN[@]}" write "${common[@]}" --file a.dat --file-size 1G --size 1M --qd 4 --seq --count 1025 \
     --commit-every 1G --warmup 0 --timeout 300 --cores "$A_CPU" >/dev/null
-echo "== $(date -u +%FT%TZ) uptime:$(uptime | sed 's/.*load average//'), nice $NICE, B's client nice ${B_NICE:-$NICE}"
+echo "== $(date -u +%FT%TZ) uptime:$(uptime | sed 's/.*load average//'), nice $NICE, B's client nice ${B_NICE:-$NICE}," \
+    "A's client nice ${A_NICE:-$NICE}, B's idle sleep ${B_IDLE_SLEEP_US:-0} us, B yields ${B_IDLE_YIELD:-0}"
+echo "== reactor idle: $(python3 -c 'import json,sys; print(json.dumps(json.load(open(sys.argv[1]))["reactor"]["idle"]))' "$WORK/cores.json")"
 echo "== layout: admin core CPU $ADMIN_CPU, io core CPU $IO_CPU, B's client CPU $CLIENT_CPU, A's client CPU $A_CPU" \
     "(host CPUs: $(nproc))"
 echo "== B: 4 KiB READ, $([ "$B_RATE" = 0 ] && echo "closed loop qd 1" || echo "open loop $B_RATE/s qd 4"), window ${WINDOW} s;" \
@@ -318,9 +344,11 @@ for r in range(1, rounds + 1):
           f"core during A's writes: {rate(a['core_w'][0])} READs, longest between snapshots {gap(a['core_w'][1])}; "
           f"during its COMMIT: {rate(a['core_c'][0])}, {gap(a['core_c'][1])}"
           + ("" if a["covered"] else " (A OUTLASTED B's WINDOW: raise COMMIT_SECS)"))
-def server_p99(name):
-    """The io core's READ service-time p99 (us) and samples between the
-    snapshots NAME-start and NAME-end (None when either is missing)."""
+def server_p99(name, key="latency_buckets"):
+    """The io core's READ p99 (us) of histogram KEY (latency_buckets: the
+    service's time; reply_posted_buckets: arrival to reply posted) and its
+    samples between the snapshots NAME-start and NAME-end (None when either
+    is missing)."""
     def rows(n):
         try:
             d = json.load(open(f"{w}/snap-{name}-{n}.json"))
@@ -330,7 +358,7 @@ def server_p99(name):
         for c in d.get("cores", []):
             for p in c.get("procs", []):
                 if p["name"] == "READ":
-                    for hi, cnt in p.get("latency_buckets", []):
+                    for hi, cnt in p.get(key, []):
                         b[hi] = b.get(hi, 0) + cnt
         return b
     a, z = rows("start"), rows("end")
@@ -348,7 +376,7 @@ def server_p99(name):
     return None, n
 
 print(f"per pair (B alone, then B with A), p99 in us:")
-ratios, s_ratios = [], []
+ratios, s_ratios, p_ratios = [], [], []
 for r in range(1, rounds + 1):
     al, wa = rows["alone"][r - 1]["p99"], rows["with_a"][r - 1]["p99"]
     (sa, na), (sw, nw) = server_p99(f"alone-{r}"), server_p99(f"with_a-{r}")
@@ -357,6 +385,11 @@ for r in range(1, rounds + 1):
     if sa and sw:
         s_ratios.append(sw / sa)
         line += f" | server READ service p99 alone {sa:.1f} ({na} timed), with A {sw:.1f} ({nw}), ratio {sw / sa:.2f}x"
+    (pa, npa), (pw, npw) = (server_p99(f"alone-{r}", "reply_posted_buckets"),
+                            server_p99(f"with_a-{r}", "reply_posted_buckets"))
+    if pa and pw:
+        p_ratios.append(pw / pa)
+        line += f" | READ arrival-to-reply p99 alone {pa:.1f} ({npa} timed), with A {pw:.1f} ({npw}), ratio {pw / pa:.2f}x"
     print(line)
 alone99 = sorted(v["p99"] for v in rows["alone"])
 print(f"  client: median of per-pair p99 ratios {med(ratios):.2f}x (min {min(ratios):.2f}, max {max(ratios):.2f}); "
@@ -365,6 +398,12 @@ if s_ratios:
     sal = sorted(x for x in (server_p99(f"alone-{r}")[0] for r in range(1, rounds + 1)) if x)
     print(f"  server: median of per-pair READ service p99 ratios {med(s_ratios):.2f}x "
           f"(min {min(s_ratios):.2f}, max {max(s_ratios):.2f}); alone spread {sal[0]:.1f} .. {sal[-1]:.1f} us")
+if p_ratios:
+    pal = sorted(x for x in (server_p99(f"alone-{r}", "reply_posted_buckets")[0] for r in range(1, rounds + 1)) if x)
+    pwa = sorted(x for x in (server_p99(f"with_a-{r}", "reply_posted_buckets")[0] for r in range(1, rounds + 1)) if x)
+    print(f"  server arrival-to-reply: median of per-pair READ p99 ratios {med(p_ratios):.2f}x "
+          f"(min {min(p_ratios):.2f}, max {max(p_ratios):.2f}); alone median {med(pal):.1f} us "
+          f"({pal[0]:.1f} .. {pal[-1]:.1f}), with A median {med(pwa):.1f} us ({pwa[0]:.1f} .. {pwa[-1]:.1f})")
 print(f"medians of {rounds} rounds:")
 for q in keys:
     x, y = med(v[q] for v in rows["alone"]), med(v[q] for v in rows["with_a"])

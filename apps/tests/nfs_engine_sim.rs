@@ -57,6 +57,23 @@ fn run(kind: Kind, v: u32) {
     let nfs = c.t.srv.as_mut().unwrap().service().stats();
     assert_eq!(nfs.rpc_errors, 0);
     assert!(nfs.nfs[7] == 2 && nfs.nfs[6] == 3 && nfs.mount[1] == 1, "{nfs:?}");
+    // Arrival-to-reply timing (issue 21 item 5): one Call in 8, each in its
+    // procedure's row, never more than the row's Calls.
+    let procs = c.t.srv.as_mut().unwrap().service().procs().clone();
+    let calls: u64 = procs.counts.iter().map(|c| c[0]).sum();
+    let posted: Vec<u64> = procs.posted.iter().map(|h| h.iter().sum()).collect();
+    assert_eq!(
+        posted.iter().sum::<u64>(),
+        calls / 8,
+        "{kind:?} v{v}: {posted:?} of {calls} Calls"
+    );
+    for (row, n) in posted.iter().enumerate() {
+        assert!(
+            *n <= procs.counts[row][0],
+            "{kind:?} v{v}: row {row}: {n} timed of {:?}",
+            procs.counts[row]
+        );
+    }
     teardown(&p, c.t);
 }
 

@@ -135,6 +135,7 @@ pub struct ReplyBuilder<'a> {
     data_used: bool,
     deferred: bool,
     head_items: FixedVec<DdpItem, PLAN_WRITE_CHUNKS>,
+    stat_tag: u16,
 }
 
 impl<'a> ReplyBuilder<'a> {
@@ -150,7 +151,14 @@ impl<'a> ReplyBuilder<'a> {
             data_used: false,
             deferred: false,
             head_items: FixedVec::new(),
+            stat_tag: 0,
         }
+    }
+    /// A tag of the service's own for this Call's statistics (e.g. its
+    /// procedure), handed back with [`Service::reply_posted`] when the Call
+    /// is timed. 0 unless set.
+    pub fn set_stat_tag(&mut self, tag: u16) {
+        self.stat_tag = tag;
     }
     /// The reply will be built later, by [`Service::resume`], once the
     /// service reports the Call's [`CallView::defer_token`] from
@@ -243,6 +251,7 @@ impl<'a> ReplyBuilder<'a> {
             data_len,
             has_data: self.data_used,
             items,
+            stat_tag: self.stat_tag,
         }
     }
 }
@@ -255,6 +264,8 @@ pub struct ReplyShape {
     pub has_data: bool,
     /// DDP-eligible items of the unreduced reply, in stream order.
     pub items: FixedVec<DdpItem, PLAN_WRITE_CHUNKS>,
+    /// [`ReplyBuilder::set_stat_tag`]'s tag.
+    pub stat_tag: u16,
 }
 
 impl ReplyShape {
@@ -350,6 +361,22 @@ pub trait Service {
     /// The engine will not resume `token` (its connection went away while the
     /// Call was deferred): forget it. Called only for reported tokens.
     fn cancel(&mut self, _token: DeferToken) {}
+
+    /// Time one Call in this many from its arrival to its reply posted,
+    /// and report each with [`Service::reply_posted`]; 0 (the default): none.
+    /// Asked once, when the engine is made.
+    fn reply_timing_every(&self) -> u32 {
+        0
+    }
+
+    /// A timed Call's reply was posted (its Send, after its RDMA Writes)
+    /// `ns` nanoseconds after the engine polled the batch of completions
+    /// that delivered the Call: its wait behind the work of that batch
+    /// handled before it and of any pending queue, its service (a deferred
+    /// Call's backend I/O included), and its reply's posting. `tag`: the
+    /// reply's [`ReplyBuilder::set_stat_tag`]. Replies the engine builds
+    /// itself (transport errors) are not reported.
+    fn reply_posted(&mut self, _tag: u16, _ns: u64) {}
 
     // The backward direction (RFC 8167; in version 2, draft -09's RPCRDMA2_F_RESPONSE flag):
     // the service (NFSv4 callbacks) calls the client on a connection the

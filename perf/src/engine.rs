@@ -651,6 +651,9 @@ pub struct WorkerPlan {
     /// Sleep this long per idle poll turn after [`IDLE_TURNS_BEFORE_SLEEP`]
     /// idle turns in a row (0: never sleep).
     pub idle_sleep_us: u32,
+    /// Yield the CPU (`sched_yield`) per idle poll turn after
+    /// [`IDLE_TURNS_BEFORE_SLEEP`] idle turns in a row, instead of sleeping.
+    pub idle_yield: bool,
     /// Count mode: measured operations of each of `conns`.
     pub quotas: Option<Vec<u64>>,
 }
@@ -757,10 +760,14 @@ pub fn run_worker<'p, F: Fabric>(
         }
         if completed > 0 {
             idle_turns = 0;
-        } else if plan.idle_sleep_us > 0 {
+        } else if plan.idle_yield || plan.idle_sleep_us > 0 {
             idle_turns = idle_turns.saturating_add(1);
             if idle_turns > IDLE_TURNS_BEFORE_SLEEP {
-                std::thread::sleep(std::time::Duration::from_micros(u64::from(plan.idle_sleep_us)));
+                if plan.idle_yield {
+                    std::thread::yield_now();
+                } else {
+                    std::thread::sleep(std::time::Duration::from_micros(u64::from(plan.idle_sleep_us)));
+                }
             }
         }
     }

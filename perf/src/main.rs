@@ -142,6 +142,13 @@ struct Common {
     /// polling starves the fabric (Soft-RoCE in an emulated VM); adds latency.
     #[arg(long = "idle-sleep-us", default_value_t = 0)]
     idle_sleep_us: u32,
+    /// Yield the CPU (sched_yield) per idle poll turn once a worker has
+    /// been idle for a few turns, instead of sleeping or spinning: for a
+    /// client that shares its CPU with the target's core, so that each
+    /// hands the CPU to the other as soon as it waits (no sleep's timer
+    /// slack added to the latency). Takes precedence over --idle-sleep-us.
+    #[arg(long = "idle-yield")]
+    idle_yield: bool,
     /// NFS version: "3", or "4.1" (a session first, then SEQUENCE + PUTFH +
     /// READ/WRITE per Call; `null` sends SEQUENCE alone).
     #[arg(long = "nfs", default_value = "3", value_parser = ["3", "4.1"])]
@@ -359,6 +366,7 @@ fn base_config(c: &Common, mode: Mode, size: u32) -> RunConfig {
         progress: c.progress || (!c.no_progress && run::stderr_is_tty()),
         timeout: c.timeout,
         idle_sleep_us: c.idle_sleep_us,
+        idle_yield: c.idle_yield,
         target_pid: c.target_pid,
         nfs41: c.nfs == "4.1",
     }

@@ -139,6 +139,8 @@ pub struct RunConfig {
     /// hosts where busy polling starves the fabric itself (Soft-RoCE under
     /// emulation); 0 = always spin (the default: sleeping adds latency).
     pub idle_sleep_us: u32,
+    /// Yield the CPU instead (after the same idle turns; `--idle-yield`).
+    pub idle_yield: bool,
     /// The target's process id: its CPU time over the measured window is
     /// reported next to perf's own ([`crate::cpu`]).
     pub target_pid: Option<u32>,
@@ -512,6 +514,7 @@ pub(crate) fn drive_workers<C>(
                         rate: cfg.rate,
                         seed: cfg.seed,
                         idle_sleep_us,
+                        idle_yield: cfg.idle_yield,
                         quotas: cfg.count.map(|_| {
                             cfg.worker_conns(w, workers)
                                 .iter()
@@ -1027,6 +1030,7 @@ mod tests {
             progress: false,
             timeout: Duration::from_secs(1),
             idle_sleep_us: 0,
+            idle_yield: false,
             target_pid: None,
             nfs41: false,
         }

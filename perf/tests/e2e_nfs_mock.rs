@@ -335,6 +335,7 @@ fn cfg(m: &Mock, kind: OpKind, version: u32, size: u32) -> RunConfig {
         progress: false,
         timeout: Duration::from_secs(10),
         idle_sleep_us: 5,
+        idle_yield: false,
         target_pid: None,
         nfs41: false,
     }
@@ -447,4 +448,21 @@ fn missing_file_export_and_create() {
         ),
         "{e}"
     );
+}
+
+/// `--idle-yield` (issue 21 item 5's layout with B's client on the io
+/// core's CPU): a worker that yields its CPU when idle still completes
+/// every Call of its window, as one that spins or sleeps does.
+#[test]
+fn idle_yield_runs_the_window_without_errors() {
+    let m = Mock::start("yield");
+    let c = RunConfig {
+        idle_yield: true,
+        idle_sleep_us: 0,
+        ..cfg(&m, OpKind::Read, 1, 4096)
+    };
+    let out = run::run_with(&ShmMaker::default(), &c).unwrap();
+    let r = &out.result;
+    assert_eq!(r.errors, 0, "{r:?}");
+    assert!(r.ops > 0, "{r:?}");
 }

@@ -181,6 +181,7 @@ fn null_cfg(addr: &str, version: u32, conns: u32, qd: u32) -> RunConfig {
         // their servers need: spinning ones once starved a server of every
         // connection attempt for 10 s.
         idle_sleep_us: 50,
+        idle_yield: false,
         target_pid: None,
         nfs41: false,
     }

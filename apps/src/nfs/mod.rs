@@ -680,6 +680,18 @@ impl Service for NfsService {
         res
     }
 
+    /// One Call in [`stats::LAT_SAMPLE_EVERY`], as the service's own timing.
+    fn reply_timing_every(&self) -> u32 {
+        stats::LAT_SAMPLE_EVERY
+    }
+
+    /// The arrival-to-reply time of a Call of row `tag - 1` ([`Self::account`] tags it).
+    fn reply_posted(&mut self, tag: u16, ns: u64) {
+        if let Some(row) = usize::from(tag).checked_sub(1) {
+            self.procs.posted(row, ns);
+        }
+    }
+
     fn cancel(&mut self, token: DeferToken) {
         let _ = self.st.deferred.take(token);
         self.st.delegwait.cancel(token);
@@ -732,6 +744,8 @@ impl NfsService {
         let Some(row) = stats::proc_row(call.head()).filter(|_| r.is_ok()) else {
             return;
         };
+        // For `reply_posted`: the row, plus one (0 is untagged).
+        reply.set_stat_tag(row as u16 + 1);
         if reply.is_deferred() {
             if let Some(tok) = call.defer_token() {
                 self.procs.deferred(tok.0, t0);

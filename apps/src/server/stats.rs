@@ -16,7 +16,12 @@
 //!
 //! Latency is the service's: from the Call handed to the NFS service to its
 //! reply built (deferred READs and WRITEs: to their resumption after the
-//! backend I/O), one Call in [`LAT_SAMPLE_EVERY`] timed.
+//! backend I/O), one Call in [`LAT_SAMPLE_EVERY`] timed. Over RDMA a second
+//! histogram per procedure (`reply_posted`) times one Call in
+//! [`LAT_SAMPLE_EVERY`] from the engine's poll that delivered it to its
+//! reply posted: the service's time plus the Call's wait on the core
+//! behind other work (other Calls of the same batch, their RDMA Read copies
+//! on shm, backend submissions) and the reply's posting.
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::PermissionsExt;
@@ -112,6 +117,11 @@ pub struct ProcStats {
     pub counts: [[u64; 4]; PROCS],
     /// Per row: sampled service latency.
     pub lat: Box<[[u64; LAT_BUCKETS]; PROCS]>,
+    /// Per row: sampled time from the engine's poll that delivered the
+    /// Call to its reply posted ([`dataplane::service::Service::reply_posted`]):
+    /// the service latency plus the Call's wait on the core before the
+    /// service took it and the reply's posting. RDMA engines only.
+    pub posted: Box<[[u64; LAT_BUCKETS]; PROCS]>,
     tick: u32,
     epoch: Instant,
     /// Timed deferred Calls: (token, start ns).
@@ -123,6 +133,7 @@ impl Default for ProcStats {
         ProcStats {
             counts: [[0; 4]; PROCS],
             lat: Box::new([[0; LAT_BUCKETS]; PROCS]),
+            posted: Box::new([[0; LAT_BUCKETS]; PROCS]),
             tick: 0,
             epoch: Instant::now(),
             deferred: Vec::with_capacity(MAX_TIMED_DEFERRED),
@@ -199,6 +210,15 @@ impl ProcStats {
             if self.deferred.len() < MAX_TIMED_DEFERRED {
                 self.deferred.push((token, t0));
             }
+        }
+    }
+
+    /// A timed Call of `row` had its reply posted `ns` after the poll that
+    /// delivered it.
+    #[inline]
+    pub fn posted(&mut self, row: usize, ns: u64) {
+        if let Some(h) = self.posted.get_mut(row) {
+            h[lat_bucket(ns)] += 1;
         }
     }
 
@@ -331,9 +351,10 @@ const OFF_LIVE: usize = OFF_ENGINE + ENGINE_KEYS.len();
 const OFF_NFS: usize = OFF_LIVE + LIVE_KEYS.len();
 const OFF_PROCS: usize = OFF_NFS + NFS_KEYS.len();
 const OFF_LAT: usize = OFF_PROCS + PROCS * 4;
+const OFF_POSTED: usize = OFF_LAT + PROCS * LAT_BUCKETS;
 /// Words of one core's snapshot: the publication time (ns since the
 /// target started), then the sections above.
-pub const WORDS: usize = OFF_LAT + PROCS * LAT_BUCKETS;
+pub const WORDS: usize = OFF_POSTED + PROCS * LAT_BUCKETS;
 
 /// What a core's poller gathers to publish.
 #[derive(Debug)]
@@ -372,6 +393,9 @@ pub fn encode(v: &CoreView<'_>, now_ns: u64, out: &mut [u64]) {
     }
     for (r, l) in v.procs.lat.iter().enumerate() {
         out[OFF_LAT + r * LAT_BUCKETS..OFF_LAT + (r + 1) * LAT_BUCKETS].copy_from_slice(l);
+    }
+    for (r, l) in v.procs.posted.iter().enumerate() {
+        out[OFF_POSTED + r * LAT_BUCKETS..OFF_POSTED + (r + 1) * LAT_BUCKETS].copy_from_slice(l);
     }
 }
 
@@ -549,6 +573,7 @@ fn core_section(w: &[u64], now_ns: u64) -> Value {
         .filter(|&r| w[OFF_PROCS + r * 4] > 0)
         .map(|r| {
             let c = &w[OFF_PROCS + r * 4..OFF_PROCS + r * 4 + 4];
+            let posted = &w[OFF_POSTED + r * LAT_BUCKETS..OFF_POSTED + (r + 1) * LAT_BUCKETS];
             json!({
                 "name": PROC_NAMES[r],
                 "calls": c[0],
@@ -557,6 +582,8 @@ fn core_section(w: &[u64], now_ns: u64) -> Value {
                 "bytes_out": c[3],
                 "latency_us": percentiles(&w[OFF_LAT + r * LAT_BUCKETS..OFF_LAT + (r + 1) * LAT_BUCKETS]),
                 "latency_buckets": buckets(&w[OFF_LAT + r * LAT_BUCKETS..OFF_LAT + (r + 1) * LAT_BUCKETS]),
+                "reply_posted_us": percentiles(posted),
+                "reply_posted_buckets": buckets(posted),
             })
         })
         .collect();
@@ -1069,6 +1096,39 @@ mod tests {
         reply[24..28].copy_from_slice(&10008u32.to_be_bytes());
         assert!(reply_is_error(NFS4_ROW + 1, &reply), "a COMPOUND's status");
         assert!(!reply_is_error(NFS4_ROW, &reply), "NFSv4 NULL has no status");
+    }
+
+    #[test]
+    fn reply_posted_times_are_published_in_their_row() {
+        let mut ps = ProcStats::default();
+        ps.posted(6, 40_000);
+        ps.posted(6, 50_000);
+        ps.posted(PROCS, 1); // no such row: ignored
+        ps.answered(6, false, 100, 4096, None);
+        let (engine, nfs, drc) = (ResponderStats::default(), NfsStats::default(), DrcStats::default());
+        let v = CoreView {
+            engine: &engine,
+            connections: 0,
+            in_flight: 0,
+            deferred_now: 0,
+            credits_granted: 0,
+            held: HeldBuffers::default(),
+            nfs: &nfs,
+            drc: &drc,
+            procs: &ps,
+        };
+        let mut w = vec![0u64; WORDS];
+        encode(&v, 1, &mut w);
+        let sec = core_section(&w, 1);
+        let read = &sec["procs"][0];
+        assert_eq!(read["name"], "READ", "{sec}");
+        assert_eq!(read["reply_posted_us"]["samples"], 2, "{read}");
+        let p99 = read["reply_posted_us"]["p99"].as_f64().unwrap();
+        assert!((50.0..=63.0).contains(&p99), "{read}");
+        // The service's own histogram is another: nothing timed there.
+        assert_eq!(read["latency_us"]["samples"], 0, "{read}");
+        let b = read["reply_posted_buckets"].as_array().unwrap();
+        assert_eq!(b.iter().map(|x| x[1].as_u64().unwrap()).sum::<u64>(), 2);
     }
 
     #[test]

@@ -29,11 +29,15 @@ pub(crate) trait PollLoop {
     fn cq_parts(&mut self) -> CqParts<'_, Self::F>;
     fn handle_completion(&mut self, wc: Completion);
     fn handle_cm(&mut self, ev: CmEvent);
+    /// A batch of `n` (at least one) completions was just polled, before
+    /// any of them is handled.
+    fn batch_polled(&mut self, n: usize);
 }
 
 /// [`PollLoop`] for a role `$ty` (generic over `$gen`) whose fields `fabric`,
 /// `cq`, `wcs`, `polled_at` and `cm_tick` hold its loop's state and whose
-/// inherent `handle_completion` and `handle_cm` handle what it reads.
+/// inherent `handle_completion`, `handle_cm` and `batch_polled` handle what
+/// it reads.
 macro_rules! impl_poll_loop {
     ($ty:ty, [$($gen:tt)*]) => {
         impl<$($gen)*> $crate::engine::PollLoop for $ty {
@@ -54,6 +58,10 @@ macro_rules! impl_poll_loop {
             }
             fn handle_cm(&mut self, ev: CmEvent) {
                 <$ty>::handle_cm(self, ev);
+            }
+            #[inline(always)]
+            fn batch_polled(&mut self, n: usize) {
+                <$ty>::batch_polled(self, n);
             }
         }
     };
@@ -91,6 +99,9 @@ pub(crate) fn poll_completions<E: PollLoop>(e: &mut E) -> usize {
     let p = e.cq_parts();
     let n = p.fabric.poll_cq(p.cq, p.wcs);
     *p.polled_at = StageTimer::now();
+    if n > 0 {
+        e.batch_polled(n);
+    }
     for k in 0..n {
         let wc = e.cq_parts().wcs[k];
         e.handle_completion(wc);

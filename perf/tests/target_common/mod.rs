@@ -101,6 +101,7 @@ pub fn run_cfg(sock: &Path, mount_port: u16, mode: Mode, version: u32, size: u32
         progress: false,
         timeout: Duration::from_secs(10),
         idle_sleep_us: 0,
+        idle_yield: false,
         target_pid: None,
         nfs41: false,
     }

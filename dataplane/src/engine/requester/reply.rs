@@ -5,6 +5,11 @@
 use super::*;
 
 impl<'p, F: Fabric> Requester<'p, F> {
+    /// A batch of completions was polled: nothing to do (the responder
+    /// times its Calls from here).
+    #[inline(always)]
+    pub(super) fn batch_polled(&mut self, _n: usize) {}
+
     pub(super) fn handle_completion(&mut self, wc: Completion) {
         match wc.wr_id.tag() {
             TAG_RECV => self.handle_recv(wc),

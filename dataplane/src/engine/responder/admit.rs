@@ -30,6 +30,20 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         }
     }
 
+    /// A batch of `n` completions was polled: when a Call among them may be
+    /// the next one timed from arrival to reply ([`Service::reply_timing_every`];
+    /// at most `n` of them are Calls), read the clock now, before any of
+    /// them is handled, so a timed Call's time includes its wait behind the
+    /// batch's earlier completions.
+    #[inline(always)]
+    pub(super) fn batch_polled(&mut self, n: usize) {
+        if let Some(origin) = self.reply_clock {
+            if self.reply_tick as usize + n >= self.reply_every as usize {
+                self.batch_ns = (origin.elapsed().as_nanos() as u64).max(1);
+            }
+        }
+    }
+
     pub(super) fn handle_completion(&mut self, wc: Completion) {
         match wc.wr_id.tag() {
             TAG_RECV => self.handle_recv(wc),
@@ -96,6 +110,13 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         let r = reqs.get_mut(i).expect("allocated");
         r.start(slot, b, recv_len);
         r.t0 = self.polled_at;
+        if self.reply_clock.is_some() {
+            self.reply_tick += 1;
+            if self.reply_tick >= self.reply_every {
+                self.reply_tick = 0;
+                r.arrived_ns = self.batch_ns;
+            }
+        }
         self.advance(i);
     }
 

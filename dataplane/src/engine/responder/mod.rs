@@ -428,6 +428,10 @@ struct Request<'p> {
     /// When the poll that delivered the Call returned (stage timing only;
     /// zero-sized without the `stage-timing` feature).
     t0: Stamp,
+    /// A Call timed from arrival to reply ([`Service::reply_timing_every`]):
+    /// when the batch that delivered it was polled, in nanoseconds since
+    /// the responder's `reply_clock`; 0 when not timed.
+    arrived_ns: u64,
 }
 
 impl<'p> Request<'p> {
@@ -477,6 +481,7 @@ impl<'p> Request<'p> {
         self.failed = false;
         self.chunk_free = false;
         self.backward = false;
+        self.arrived_ns = 0;
     }
 
     /// Reserve the reply buffers (a send buffer for the transport header and
@@ -660,6 +665,15 @@ pub struct Responder<'p, F: Fabric, S: Service> {
     /// batch of completions was polled.
     stages: StageTimer,
     polled_at: Stamp,
+    /// Arrival-to-reply timing ([`Service::reply_timing_every`]): the
+    /// clock's origin (`None`: the service times nothing), one Call in
+    /// `reply_every` timed, Calls admitted since the last one timed, and
+    /// when the batch of completions last read for it was polled
+    /// ([`Responder::batch_polled`]).
+    reply_clock: Option<std::time::Instant>,
+    reply_every: u32,
+    reply_tick: u32,
+    batch_ns: u64,
     /// RDMA Reads posted since the CQ was last polled in [`Responder::poll`].
     reads_posted_this_turn: u32,
     cm_tick: u32,
@@ -737,6 +751,7 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         };
         let slots = cfg.request_slots() as usize;
         let cfg_srq_depth = cfg.srq_depth();
+        let reply_every = service.reply_timing_every();
         let mut me = Responder {
             bufs: EngineBufs::new(pool, cfg.recv_class, cfg.send_class, cfg.data_class, core)?,
             reqs: Slab::with_capacity(slots),
@@ -766,6 +781,10 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
             wcs: [Completion::EMPTY; CQ_BATCH],
             stages: StageTimer::new("responder", &LAPS),
             polled_at: Stamp::default(),
+            reply_clock: (reply_every > 0).then(std::time::Instant::now),
+            reply_every,
+            reply_tick: 0,
+            batch_ns: 0,
             reads_posted_this_turn: 0,
             cm_tick: 0,
             accepting: 0,

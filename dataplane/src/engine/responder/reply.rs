@@ -16,8 +16,10 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
     #[inline]
     pub(super) fn step_send(&mut self, i: u32) -> Step {
         self.receives_before_grant();
+        let reply_clock = self.reply_clock;
         let p = self.step_parts(i);
         let (r, conns, bufs, fabric, cfg) = (p.r, p.conns, p.bufs, p.fabric, p.cfg);
+        let service = p.service;
         let (send_size, stages, stats) = (p.send_size, p.stages, p.stats);
         let Some(c) = conns.get_mut(r.conn).and_then(Option::as_mut) else {
             return Step::Wait;
@@ -94,6 +96,10 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         }
         r.replied = true;
         stages.lap(LAP_REPLY_POSTED, r.t0);
+        if let (Some(origin), true) = (reply_clock, r.arrived_ns != 0) {
+            let ns = (origin.elapsed().as_nanos() as u64).saturating_sub(r.arrived_ns);
+            service.reply_posted(r.shape.stat_tag, ns);
+        }
         super::machine::call_buffers_done(r, bufs);
         c.credits.on_reply(grant);
         stats.sends_with_invalidate += u64::from(matches!(op, SendOp::SendWithInv { .. }));
