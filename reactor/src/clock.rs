@@ -29,9 +29,10 @@
 //!   `Instant::now()` on any thread within that error.
 //!
 //! [`wall_now`] is the wall clock the same way (a file's mtime and ctime on
-//! each WRITE): `SystemTime::now()`, or the counter's time since the anchor
-//! added to a wall-clock reading taken with the anchor (so a step of the
-//! wall clock shows within [`RESYNC`]).
+//! each WRITE): `SystemTime::now()`, or the counter's time since a
+//! wall-clock reading of this thread at most [`RESYNC`] old (taken by the
+//! first `wall_now` after that, so threads that never ask read no wall
+//! clock; a step of the wall clock shows within [`RESYNC`]).
 //!
 //! The counter's resolution keeps the busy/idle statistics as fine as
 //! before. `RPCRDMA_CLOCK=os` forces `Instant::now()`, `RPCRDMA_CLOCK=tsc`
@@ -73,6 +74,22 @@ impl Source {
             Source::Tsc { mult } => Some(((1u128 << 32) * 1000 / u128::from(mult.max(1))) as u64),
         }
     }
+}
+
+impl std::fmt::Display for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.tsc_mhz() {
+            None => write!(f, "os"),
+            Some(mhz) => write!(f, "tsc ({mhz} MHz)"),
+        }
+    }
+}
+
+/// The OS clock source's name (Linux sysfs), if known.
+pub fn os_clock_source() -> Option<String> {
+    std::fs::read_to_string("/sys/devices/system/clocksource/clocksource0/current_clocksource")
+        .ok()
+        .map(|s| s.trim().to_string())
 }
 
 /// The source this process uses (chosen at the first call; see the module
@@ -132,7 +149,7 @@ pub fn wall_now() -> SystemTime {
             let mut a = a.borrow_mut();
             let a = a.get_or_insert_with(|| Anchored::from_os(mult));
             let t = a.at(ticks(), os_pair);
-            a.wall + t.saturating_duration_since(a.at)
+            a.wall_at(t, SystemTime::now)
         }),
     }
 }
@@ -142,8 +159,7 @@ fn select() -> Source {
         Ok("os") => Source::Os,
         Ok("tsc") => tsc_source().unwrap_or(Source::Os),
         _ => {
-            let slow = std::fs::read_to_string("/sys/devices/system/clocksource/clocksource0/current_clocksource")
-                .is_ok_and(|s| SLOW_SOURCES.contains(&s.trim()));
+            let slow = os_clock_source().is_some_and(|s| SLOW_SOURCES.contains(&s.as_str()));
             if slow {
                 tsc_source().unwrap_or(Source::Os)
             } else {
@@ -239,8 +255,8 @@ struct Anchored {
     at_ticks: u64,
     /// [`RESYNC`] in ticks at `mult`.
     window_ticks: u64,
-    /// The wall clock read right after `at`.
-    wall: SystemTime,
+    /// A wall-clock reading and this map's time then ([`wall_now`]).
+    wall: Option<(Instant, SystemTime)>,
     /// The latest time handed out.
     last: Instant,
 }
@@ -252,7 +268,7 @@ impl Anchored {
             at,
             at_ticks,
             window_ticks: window_ticks(mult),
-            wall: SystemTime::now(),
+            wall: None,
             last: at,
         }
     }
@@ -276,6 +292,20 @@ impl Anchored {
             i
         };
         self.stamp(now)
+    }
+
+    /// The wall clock at this map's time `t`: from the last wall-clock
+    /// reading if it is less than [`RESYNC`] old, else from a new one
+    /// (`read`).
+    fn wall_at(&mut self, t: Instant, read: impl FnOnce() -> SystemTime) -> SystemTime {
+        match self.wall {
+            Some((at, wall)) if t >= at && t - at < RESYNC => wall + (t - at),
+            _ => {
+                let wall = read();
+                self.wall = Some((t, wall));
+                wall
+            }
+        }
     }
 
     /// `now`, or the last time handed out if that is later.
@@ -305,7 +335,6 @@ impl Anchored {
         }
         self.at = i;
         self.at_ticks = t;
-        self.wall = SystemTime::now();
     }
 }
 
@@ -419,17 +448,24 @@ mod tests {
     }
 
     #[test]
-    fn the_wall_clock_moves_with_the_anchor() {
+    fn the_wall_clock_is_read_once_per_window_and_follows_the_map() {
         let t0 = Instant::now();
         let mut a = Anchored::new(MULT_2_5_GHZ, t0, 0);
-        let w0 = a.wall;
-        let t = a.at(2_500_000, || unreachable!());
-        let since = (a.wall + t.saturating_duration_since(a.at)).duration_since(w0).unwrap();
-        assert!((999_999..=1_000_000).contains(&since.as_nanos()), "{since:?}");
-        // Re-anchoring takes a fresh wall reading, not earlier than the first.
-        std::thread::sleep(Duration::from_millis(1));
-        a.reanchor(t0 + Duration::from_millis(3), 7_500_000);
-        assert!(a.wall.duration_since(w0).unwrap() >= Duration::from_millis(1));
+        let w0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
+        let no_read = || -> SystemTime { panic!("no wall-clock read within the window") };
+        assert_eq!(a.wall_at(t0, || w0), w0);
+        // 1 µs later on the map: 1 µs later on the wall, no read.
+        let t = a.at(2_500, || unreachable!());
+        let w = a.wall_at(t, no_read);
+        assert!((999..=1_000).contains(&w.duration_since(w0).unwrap().as_nanos()));
+        // A window later the wall clock is read again (and a step shows).
+        let stepped = w0 + Duration::from_secs(60);
+        let t = t0 + RESYNC;
+        assert_eq!(a.wall_at(t, || stepped), stepped);
+        assert_eq!(
+            a.wall_at(t + Duration::from_micros(5), no_read),
+            stepped + Duration::from_micros(5)
+        );
     }
 
     /// The real counter (x86_64): calibrated and mapped, it keeps pace with
@@ -460,5 +496,4 @@ mod tests {
         }
         assert!(far * 10 < reads, "{far} of {reads} reads more than 200 µs off");
     }
-
 }

@@ -24,13 +24,11 @@ fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
 fn core_loop_on_the_counter_clock_keeps_time() {
     std::env::set_var("RPCRDMA_CLOCK", "tsc");
     if cfg!(target_arch = "x86_64") {
-        assert!(
-            matches!(clock::source(), Source::Tsc { .. }),
-            "{:?}",
-            clock::source()
-        );
+        assert!(matches!(clock::source(), Source::Tsc { .. }), "{:?}", clock::source());
     }
-    // The wall clock on the counter agrees with the OS's.
+    // The wall clock on the counter agrees with the OS's, across its
+    // re-readings (every 2 ms).
+    assert_eq!(clock::source().to_string().split(' ').next(), Some("tsc"));
     for _ in 0..3 {
         let (w, sys) = (clock::wall_now(), std::time::SystemTime::now());
         let skew = w.duration_since(sys).unwrap_or_else(|e| e.duration());
@@ -46,9 +44,20 @@ fn core_loop_on_the_counter_clock_keeps_time() {
     ] {
         let mut o = ReactorOptions::new(&[0, 1]);
         o.idle = policy;
-        let t0 = Instant::now();
+        let t_start = Instant::now();
+        let t0 = t_start;
         let r = Reactor::start(o).unwrap();
         let h = r.handle();
+        // The cores run once each (a pinned core thread of a loaded host may
+        // start late; its accounting begins when it runs).
+        let started = Arc::new(Mutex::new(Vec::new()));
+        for c in 0..2 {
+            let started = started.clone();
+            h.send(c, move |_| started.lock().unwrap().push(Instant::now()))
+                .unwrap();
+        }
+        wait_until("the cores", || started.lock().unwrap().len() == 2);
+        let t0 = t0.max(*started.lock().unwrap().iter().max().unwrap());
         let done = Arc::new(AtomicUsize::new(0));
         // Per message: how far the core's iteration time was from
         // `Instant::now()` on the core (µs), and whether it went back.
@@ -81,6 +90,7 @@ fn core_loop_on_the_counter_clock_keeps_time() {
         .unwrap();
         wait_until("the timer", || fired.lock().unwrap().is_some());
         let stats = r.shutdown().unwrap();
+        let wall_start_ns = t_start.elapsed().as_nanos() as u64;
         let wall_ns = t0.elapsed().as_nanos() as u64;
         let after = fired.lock().unwrap().unwrap();
         assert!(
@@ -94,11 +104,12 @@ fn core_loop_on_the_counter_clock_keeps_time() {
         assert!(skew_us < 2_000, "{policy:?}: CoreCtx::now {skew_us} µs off");
         for s in &stats {
             let total = s.busy_ns + s.idle_ns;
-            // Accounted from the counter: within 1 ms of the wall clock's
-            // bounds (it starts after `t0` and ends before the join).
+            // Accounted from the counter: at most the wall clock from the
+            // start (plus 1 ms), at least half of it from the cores' first
+            // run.
             assert!(
-                total <= wall_ns + 1_000_000,
-                "{policy:?} core {}: {total} ns accounted in {wall_ns}",
+                total <= wall_start_ns + 1_000_000,
+                "{policy:?} core {}: {total} ns accounted in {wall_start_ns}",
                 s.core
             );
             assert!(

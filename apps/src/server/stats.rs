@@ -182,9 +182,7 @@ impl ProcStats {
     #[inline]
     pub fn start(&mut self) -> Option<u64> {
         self.tick = self.tick.wrapping_add(1);
-        self.tick
-            .is_multiple_of(LAT_SAMPLE_EVERY)
-            .then(|| ns_since(self.epoch))
+        self.tick.is_multiple_of(LAT_SAMPLE_EVERY).then(|| ns_since(self.epoch))
     }
 
     /// A Call of `row` was answered (not deferred).
