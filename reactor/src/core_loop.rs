@@ -20,6 +20,7 @@ use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::clock;
 use crate::error::{ReactorError, SendError, TimerError, TrySendError};
 use crate::idle::{IdleAction, IdlePolicy, IdleState};
 use crate::msg::Message;
@@ -142,7 +143,7 @@ impl CoreCtx {
     }
 
     /// Time taken at the start of the current loop iteration (cheap; use
-    /// `Instant::now()` if you need better than iteration accuracy).
+    /// [`crate::clock::now`] if you need better than iteration accuracy).
     pub fn now(&self) -> Instant {
         self.now
     }
@@ -192,7 +193,7 @@ impl CoreCtx {
         if self.draining {
             return Err(TimerError::ShuttingDown);
         }
-        let due = self.shared.due_tick(Instant::now(), delay);
+        let due = self.shared.due_tick(clock::now(), delay);
         self.wheel.schedule_at(due, 0, TimerFn::Once(Box::new(f)))
     }
 
@@ -209,7 +210,7 @@ impl CoreCtx {
             return Err(TimerError::ZeroPeriod);
         }
         let period_ticks = self.shared.ticks_ceil(period).max(1);
-        let due = self.shared.due_tick(Instant::now(), period);
+        let due = self.shared.due_tick(clock::now(), period);
         self.wheel.schedule_at(due, period_ticks, TimerFn::Every(Box::new(f)))
     }
 
@@ -343,7 +344,7 @@ impl Core {
             waiter,
             core,
             cpu,
-            now: Instant::now(),
+            now: clock::now(),
             draining: false,
             wheel,
             next_poller_id: 0,
@@ -402,8 +403,8 @@ impl Core {
         // While draining, whether this core currently holds one unit of the
         // shutdown count (see `Shared::request_stop`).
         let mut holding_unit = false;
-        let mut drain_deadline = Instant::now();
-        let mut t_prev = Instant::now();
+        let mut drain_deadline = clock::now();
+        let mut t_prev = clock::now();
         loop {
             self.ctx.now = t_prev;
             let mut busy = false;
@@ -460,7 +461,7 @@ impl Core {
                 bump(&slot.counters.done, n as u64);
                 self.ctx.stats.messages_handled += n as u64;
             }
-            let t_now = Instant::now();
+            let t_now = clock::now();
             let dt_ns = duration_ns(t_now.saturating_duration_since(t_prev));
             if busy {
                 self.ctx.stats.busy_ns += dt_ns;
@@ -508,7 +509,8 @@ impl Core {
             if let Some(all_armed) = self.armed.take() {
                 if !busy && !draining {
                     self.wait(all_armed, next_tick_at);
-                    let t_now = Instant::now();
+                    // After a block: re-anchor the counter on the OS clock.
+                    let t_now = clock::resync();
                     self.ctx.stats.idle_ns += duration_ns(t_now.saturating_duration_since(t_prev));
                     t_prev = t_now;
                 }
@@ -549,8 +551,9 @@ impl Core {
                 IdleAction::Sleep(max) => {
                     self.sleep(max, next_tick_at);
                     // The sleep is idle time whatever the next iteration
-                    // finds (a message may have woken the core).
-                    let t_now = Instant::now();
+                    // finds (a message may have woken the core). After a
+                    // block: re-anchor the counter on the OS clock.
+                    let t_now = clock::resync();
                     self.ctx.stats.idle_ns += duration_ns(t_now.saturating_duration_since(t_prev));
                     t_prev = t_now;
                 }
@@ -646,7 +649,7 @@ impl Core {
             Duration::from_micros(u64::from(fallback_sleep_us))
         };
         if !self.ctx.wheel.is_empty() {
-            d = d.min(next_tick_at.saturating_duration_since(Instant::now()));
+            d = d.min(next_tick_at.saturating_duration_since(clock::now()));
         }
         if d.is_zero() || self.ctx.shared.control.stopping.load(Ordering::Relaxed) {
             return;
@@ -661,7 +664,7 @@ impl Core {
     /// Sleeps up to `max`, but not past the next timer tick if timers are
     /// armed; returns early when a message arrives.
     fn sleep(&mut self, max: Duration, next_tick_at: Instant) {
-        let now = Instant::now();
+        let now = clock::now();
         let mut d = max;
         if !self.ctx.wheel.is_empty() {
             d = d.min(next_tick_at.saturating_duration_since(now));

@@ -307,7 +307,7 @@ impl IdleState {
     /// reached the policy's `idle_loops`, every further idle iteration pauses
     /// or sleeps until work shows up again.
     pub fn after_iteration(&mut self, busy: bool) -> IdleAction {
-        self.after_iteration_at(busy, std::time::Instant::now())
+        self.after_iteration_at(busy, crate::clock::now())
     }
 
     /// [`IdleState::after_iteration`] with the time of the iteration's end

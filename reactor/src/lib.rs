@@ -56,6 +56,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
+pub mod clock;
 pub mod config;
 mod core_loop;
 pub mod error;

@@ -240,9 +240,11 @@ pub struct Time {
 }
 
 impl Time {
-    /// The wall clock now.
+    /// The wall clock now ([`reactor::clock::wall_now`]: no system call
+    /// per read where the OS clock has no vDSO path; every WRITE to the mem
+    /// backend reads it).
     pub fn now() -> Self {
-        let d = std::time::SystemTime::now()
+        let d = reactor::clock::wall_now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap_or_default();
         Time {

@@ -146,6 +146,12 @@ fn run(cfg: Config) -> anyhow::Result<()> {
     }
     let target = Target::start(cfg).context("starting the target")?;
     tracing::info!(tcp = ?target.tcp_addrs(), "rpcrdma-target ready");
+    // The cores' clock (reactor::clock): a system call per read or none.
+    tracing::info!(
+        clock = %reactor::clock::source(),
+        os_clock_source = reactor::clock::os_clock_source().as_deref().unwrap_or("?"),
+        "reactor clock"
+    );
     // The admin thread: wait for a signal.
     while !stop.load(Ordering::Acquire) {
         std::thread::sleep(Duration::from_millis(50));

@@ -710,7 +710,7 @@ impl RefusalLog {
         if rejected == self.logged {
             return;
         }
-        let now = std::time::Instant::now();
+        let now = reactor::clock::now();
         if self.last.is_some_and(|t| now.duration_since(t) < Self::EVERY) {
             return;
         }

@@ -180,14 +180,20 @@ pub fn reply_is_error(row: usize, reply_head: &[u8]) -> bool {
     !no_status && w(24).is_some_and(|s| s != 0)
 }
 
+/// Nanoseconds from `epoch` to now on the reactor's clock
+/// ([`reactor::clock::now`]: no system call per read where the OS clock
+/// has no vDSO path, as in the emulated guests of `tests/kernel/`).
+#[inline]
+fn ns_since(epoch: Instant) -> u64 {
+    reactor::clock::now().saturating_duration_since(epoch).as_nanos() as u64
+}
+
 impl ProcStats {
     /// A Call of `row` starts: its start time when this one is timed.
     #[inline]
     pub fn start(&mut self) -> Option<u64> {
         self.tick = self.tick.wrapping_add(1);
-        self.tick
-            .is_multiple_of(LAT_SAMPLE_EVERY)
-            .then(|| self.epoch.elapsed().as_nanos() as u64)
+        self.tick.is_multiple_of(LAT_SAMPLE_EVERY).then(|| ns_since(self.epoch))
     }
 
     /// A Call of `row` was answered (not deferred).
@@ -199,7 +205,7 @@ impl ProcStats {
         c[2] += bytes_in;
         c[3] += bytes_out;
         if let Some(t0) = t0 {
-            let ns = (self.epoch.elapsed().as_nanos() as u64).saturating_sub(t0);
+            let ns = ns_since(self.epoch).saturating_sub(t0);
             self.lat[row][lat_bucket(ns)] += 1;
         }
     }
@@ -501,7 +507,7 @@ impl Publisher {
         } else if !self.dirty {
             return None;
         }
-        let now = self.epoch.elapsed().as_nanos() as u64;
+        let now = ns_since(self.epoch);
         let gap = if busy { PUBLISH_BUSY } else { PUBLISH_IDLE };
         (now.saturating_sub(self.last_ns) >= gap.as_nanos() as u64 || self.last_ns == 0).then_some(now)
     }
@@ -510,7 +516,7 @@ impl Publisher {
     /// last copy is due now, whatever the gap, so a reader never sees counts
     /// older than the core's last work while it sleeps.
     pub fn due_before_sleep(&mut self) -> Option<u64> {
-        self.dirty.then(|| self.epoch.elapsed().as_nanos() as u64)
+        self.dirty.then(|| ns_since(self.epoch))
     }
 
     /// Publish `v` stamped `now_ns` (from [`Publisher::due`]).

@@ -3,7 +3,8 @@
 # per Call at queue depth 1 (issue 24 part 1: where ours loses at qd 1 in
 # the guest), run by single.sh after the perf tool when KINTEROP_SYSCALLS=1.
 # For each of: nothing (idle, the baseline of the admin core and timers),
-# perf NULL, perf READ 4 KiB and perf READ 1 MiB (qd 1, one connection),
+# perf NULL, perf READ 4 KiB, READ 1 MiB and WRITE 4 KiB (qd 1, one
+# connection),
 # strace -c -f counts every system call of every thread of PID over
 # $SYSCALL_SECONDS (default 5) of the run; the calls per Call (idle rate
 # subtracted) go to $OUT/TAG/syscalls.txt, strace's tables to
@@ -58,10 +59,12 @@ declare -A ops
 ops[null]=$(one null null --qd 1)
 ops[read4k]=$(one read4k read "${mount_args[@]}" --export /export --file perf.dat --create --file-size 16M --size 4k --qd 1)
 ops[read1m]=$(one read1m read "${mount_args[@]}" --export /export --file perf.dat --create --file-size 16M --size 1m --qd 1)
-python3 - "$D" "$SECS" "${ops[null]}" "${ops[read4k]}" "${ops[read1m]}" <<'PY' | tee "$D/syscalls.txt"
+ops[write4k]=$(one write4k write "${mount_args[@]}" --export /export --file perf-w.dat --create --file-size 16M --size 4k --qd 1)
+python3 - "$D" "$SECS" "${ops[null]}" "${ops[read4k]}" "${ops[read1m]}" "${ops[write4k]}" <<'PY' | tee "$D/syscalls.txt"
 import re, sys
 d, secs = sys.argv[1], float(sys.argv[2])
-ops = dict(zip(("null", "read4k", "read1m"), (int(x) if x.isdigit() else 0 for x in sys.argv[3:6])))
+JOBS = ("null", "read4k", "read1m", "write4k")
+ops = dict(zip(JOBS, (int(x) if x.isdigit() else 0 for x in sys.argv[3:3 + len(JOBS)])))
 
 def table(job):
     calls = {}
@@ -80,7 +83,7 @@ idle = table("idle")
 # strace lasts about SECS + 2 s (1 s before, perf's 1 s warm-up)
 names = sorted(set(idle) | {n for j in ops for n in table(j)})
 print("system calls of the target per Call, qd 1 (strace -c -f, idle rate over %.0f s subtracted)" % (secs + 1))
-print("%-22s %9s %9s %9s %9s" % ("syscall", "idle/s", "null", "read4k", "read1m"))
+print("%-22s %9s %s" % ("syscall", "idle/s", " ".join("%9s" % j for j in JOBS)))
 rows = {j: table(j) for j in ops}
 tot = {j: 0.0 for j in ops}
 for n in names:
