@@ -369,6 +369,14 @@ pub trait Service {
         0
     }
 
+    /// The clock the engine times replies with (both ends of a timed
+    /// Call's interval). `Instant::now()` by default; a service on a reactor
+    /// core gives the core's cheap clock, so that timing costs no system call
+    /// where the OS clock has no vDSO path. Called on the engine's core.
+    fn reply_clock_now(&self) -> std::time::Instant {
+        std::time::Instant::now()
+    }
+
     /// A timed Call's reply was posted (its Send, after its RDMA Writes)
     /// `ns` nanoseconds after the engine polled the batch of completions
     /// that delivered the Call: its wait behind the work of that batch

@@ -39,7 +39,8 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
     pub(super) fn batch_polled(&mut self, n: usize) {
         if let Some(origin) = self.reply_clock {
             if self.reply_tick as usize + n >= self.reply_every as usize {
-                self.batch_ns = (origin.elapsed().as_nanos() as u64).max(1);
+                let now = self.service.reply_clock_now();
+                self.batch_ns = (now.saturating_duration_since(origin).as_nanos() as u64).max(1);
             }
         }
     }

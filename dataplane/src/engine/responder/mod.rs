@@ -752,6 +752,7 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         let slots = cfg.request_slots() as usize;
         let cfg_srq_depth = cfg.srq_depth();
         let reply_every = service.reply_timing_every();
+        let reply_clock = (reply_every > 0).then(|| service.reply_clock_now());
         let mut me = Responder {
             bufs: EngineBufs::new(pool, cfg.recv_class, cfg.send_class, cfg.data_class, core)?,
             reqs: Slab::with_capacity(slots),
@@ -781,7 +782,7 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
             wcs: [Completion::EMPTY; CQ_BATCH],
             stages: StageTimer::new("responder", &LAPS),
             polled_at: Stamp::default(),
-            reply_clock: (reply_every > 0).then(std::time::Instant::now),
+            reply_clock,
             reply_every,
             reply_tick: 0,
             batch_ns: 0,

@@ -97,7 +97,8 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         r.replied = true;
         stages.lap(LAP_REPLY_POSTED, r.t0);
         if let (Some(origin), true) = (reply_clock, r.arrived_ns != 0) {
-            let ns = (origin.elapsed().as_nanos() as u64).saturating_sub(r.arrived_ns);
+            let now = service.reply_clock_now();
+            let ns = (now.saturating_duration_since(origin).as_nanos() as u64).saturating_sub(r.arrived_ns);
             service.reply_posted(r.shape.stat_tag, ns);
         }
         super::machine::call_buffers_done(r, bufs);
