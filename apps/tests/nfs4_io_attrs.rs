@@ -49,15 +49,7 @@ impl Backend for CountGetattr {
     fn consistent_change(&self) -> bool {
         self.inner.consistent_change()
     }
-    fn commit(&self, fh: &FileHandle) -> FsResult<()> {
-        self.inner.commit(fh)
-    }
-    fn sync_all(&self) -> FsResult<()> {
-        self.inner.sync_all()
-    }
-    fn open_channel(&self, core: usize) -> FsResult<Box<dyn IoChannel>> {
-        self.inner.open_channel(core)
-    }
+    forward_backend_io!();
 }
 
 #[test]

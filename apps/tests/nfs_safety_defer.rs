@@ -622,15 +622,7 @@ impl Backend for SlowLookup {
     fn metadata_blocks(&self) -> bool {
         true
     }
-    fn commit(&self, fh: &FileHandle) -> FsResult<()> {
-        self.inner.commit(fh)
-    }
-    fn sync_all(&self) -> FsResult<()> {
-        self.inner.sync_all()
-    }
-    fn open_channel(&self, core: usize) -> FsResult<Box<dyn IoChannel>> {
-        self.inner.open_channel(core)
-    }
+    forward_backend_io!();
 }
 
 /// MOUNT's MNT of a directory below an export looks its path up in the

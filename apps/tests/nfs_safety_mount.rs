@@ -811,15 +811,7 @@ impl Backend for Racer {
         }
         self.inner.change_checked(dir, change, check)
     }
-    fn commit(&self, fh: &FileHandle) -> FsResult<()> {
-        self.inner.commit(fh)
-    }
-    fn sync_all(&self) -> FsResult<()> {
-        self.inner.sync_all()
-    }
-    fn open_channel(&self, core: usize) -> FsResult<Box<dyn IoChannel>> {
-        self.inner.open_channel(core)
-    }
+    forward_backend_io!();
 }
 
 #[test]

@@ -4,6 +4,9 @@
 //! `Instant`. One test in its own binary, so the process-wide choice is the
 //! counter's from the first read.
 
+mod common;
+use common::wait_until;
+
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -11,14 +14,6 @@ use std::time::{Duration, Instant};
 use reactor::clock::{self, Source};
 use reactor::idle::SPIN_THEN_WAIT;
 use reactor::{CoreCtx, IdlePolicy, Reactor, ReactorOptions};
-
-fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(1));
-    }
-}
 
 #[test]
 fn core_loop_on_the_counter_clock_keeps_time() {

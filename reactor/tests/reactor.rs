@@ -2,6 +2,9 @@
 //! timers, idle policies, statistics and start-up errors. Runs on the
 //! 2-CPU CI machine: every reactor uses CPUs 0 and 1.
 
+mod common;
+use common::wait_until;
+
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -18,13 +21,6 @@ fn opts() -> ReactorOptions {
 }
 
 /// Polls `cond` until true or 10 s pass.
-fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(1));
-    }
-}
 
 #[test]
 fn closures_from_many_senders_all_run_in_per_sender_order() {
@@ -501,7 +497,11 @@ fn busy_and_idle_time_add_up() {
             "{policy:?}: busy {} ns",
             stats[1].busy_ns
         );
-        assert!(stats[1].idle_ns > stats[1].busy_ns, "{policy:?}");
+        // Not asserted: idle > busy. An iteration's whole wall time counts
+        // as busy when it did work, so a core thread preempted inside its
+        // 20 us messages (a nice-19 test beside a nice-0 VM: 77 ms busy
+        // against 2.6 ms idle) shows mostly busy time; the bounds above hold
+        // whatever the scheduler does.
     }
 }
 

@@ -476,6 +476,26 @@ macro_rules! forward_backend_namespace {
 #[allow(unused_imports)]
 pub(crate) use forward_backend_namespace;
 
+/// The I/O side of [`Backend`] forwarded to `self.inner` (`commit`,
+/// `sync_all`, `open_channel`): for wrappers that change only namespace
+/// calls. Used as [`forward_backend_plain`] is.
+#[allow(unused_macros)]
+macro_rules! forward_backend_io {
+    () => {
+        fn commit(&self, fh: &FileHandle) -> FsResult<()> {
+            self.inner.commit(fh)
+        }
+        fn sync_all(&self) -> FsResult<()> {
+            self.inner.sync_all()
+        }
+        fn open_channel(&self, core: usize) -> FsResult<Box<dyn IoChannel>> {
+            self.inner.open_channel(core)
+        }
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use forward_backend_io;
+
 /// [`forward_backend_namespace`] without the calls that read attributes or
 /// look names up (`getattr`, `setattr_checked`, `change_checked`,
 /// `lookup`): for wrappers that change those.
