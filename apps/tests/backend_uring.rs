@@ -546,7 +546,7 @@ fn nfs_safety_iowq_workers_on_the_core_cpu_when_disabled() {
 /// not ESTALE. The backend knows it removed the file, and answers `Stale`,
 /// not `Io`, whatever the timing: many rounds make the window likely.
 #[test]
-fn removed_file_is_stale_while_its_inode_is_being_freed() {
+fn nfs_safety_uring_removed_file_is_stale_while_its_inode_is_being_freed() {
     // Four backends at once: freeing inodes on several CPUs at a time widens
     // the window (one alone rarely hits it; four at once often do).
     let rounds = |k: usize| {
