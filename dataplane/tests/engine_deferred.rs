@@ -350,15 +350,7 @@ fn connection_lost_while_calls_are_deferred_keeps_then_returns_their_buffers() {
         Some("srv"),
     )
     .unwrap();
-    let mut cli = Requester::new(
-        requester_cfg(p, VersionRange::ALL, CREDITS),
-        net.endpoint(),
-        p.pool,
-        &p.regions,
-        1,
-    )
-    .unwrap();
-    cli.connect("srv").unwrap();
+    let mut cli = sim_requester(p, &net, CREDITS);
     let work = workload(7, 40);
     let mut next = 0;
     for _ in 0..2_000 {

@@ -118,15 +118,7 @@ fn setup(test: usize, every: u32) -> Pair {
         Some("srv"),
     )
     .unwrap();
-    let mut cli = Requester::new(
-        requester_cfg(p, VersionRange::ALL, CREDITS),
-        net.endpoint(),
-        p.pool,
-        &p.regions,
-        1,
-    )
-    .unwrap();
-    cli.connect("srv").unwrap();
+    let cli = sim_requester(p, &net, CREDITS);
     (cli, srv, net)
 }
 

@@ -112,6 +112,26 @@ pub struct Expect {
 }
 
 /// Submit one call of `e` on `req`. Returns false if the requester was busy.
+/// A requester on a fresh endpoint of `net` (core 1 of the pool), offering
+/// every version and `credits`, asked to connect to the responder at `srv`.
+#[allow(dead_code)]
+pub fn sim_requester(
+    p: &Pools,
+    net: &dataplane::sim::SimNetwork,
+    credits: u32,
+) -> Requester<'static, dataplane::sim::SimFabric> {
+    let mut cli = Requester::new(
+        requester_cfg(p, VersionRange::ALL, credits),
+        net.endpoint(),
+        p.pool,
+        &p.regions,
+        1,
+    )
+    .unwrap();
+    cli.connect("srv").unwrap();
+    cli
+}
+
 pub fn submit<F: Fabric>(req: &mut Requester<'_, F>, e: &Expect) -> Result<dataplane::requester::CallId, String> {
     let mut cb = req.call_buf().ok_or("no call buffer")?;
     let n = encode_call(cb.bytes_mut(), e.proc_, &e.arg, e.big_n, e.b).ok_or("call too large")?;
