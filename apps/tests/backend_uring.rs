@@ -585,3 +585,42 @@ fn nfs_safety_uring_removed_file_is_stale_while_its_inode_is_being_freed() {
         }
     });
 }
+
+/// The same moment across a restart: a file removed by one backend instance
+/// whose last descriptor went with that instance (its rings are torn down
+/// by the kernel after the drop) is still being freed when the next
+/// instance resolves its handle. The new instance has no record of the
+/// removal; a getattr from a helper thread (where metadata runs) must
+/// still answer `Stale`, as it would a moment later, and never `Io`.
+#[test]
+fn nfs_safety_uring_file_removed_before_a_restart_is_stale() {
+    let rounds = |k: usize| {
+        let dir = temp();
+        let export = dir.0.join("e");
+        let big = pattern(1 << 20, 9);
+        for i in 0..60 {
+            let name = format!("f{i}");
+            let f = {
+                let b = UringBackend::open("u", &export, 8, true).unwrap();
+                let root = b.root();
+                let mut ch = b.open_uring_channel(0).unwrap();
+                let (f, _) = create_file(&b, &root, name.as_bytes());
+                write_sync(&mut ch, &f, 0, &big, Stable::Unstable).unwrap();
+                b.remove(&root, name.as_bytes()).unwrap();
+                f
+            };
+            let b = UringBackend::open("u", &export, 8, true).unwrap();
+            assert_eq!(
+                b.getattr(&f).unwrap_err(),
+                FsError::Stale,
+                "thread {k} round {i}: getattr after the restart"
+            );
+        }
+    };
+    std::thread::scope(|s| {
+        let hs: Vec<_> = (0..4).map(|k| s.spawn(move || rounds(k))).collect();
+        for h in hs {
+            h.join().unwrap();
+        }
+    });
+}

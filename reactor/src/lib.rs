@@ -76,6 +76,7 @@ pub use crate::handle::ReactorHandle;
 pub use crate::idle::IdlePolicy;
 pub use crate::options::{ReactorOptions, MAX_CORES, MAX_MESSAGE_BATCH};
 pub use crate::reactor::{Reactor, ReactorBuilder};
+pub use crate::shared::on_core_thread;
 pub use crate::stats::CoreStats;
 pub use crate::timer::TimerId;
 

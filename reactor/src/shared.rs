@@ -61,6 +61,13 @@ pub(crate) fn current_core(reactor_id: usize) -> Option<usize> {
     (id == reactor_id).then_some(core)
 }
 
+/// Whether the calling thread is a core of any reactor: code that may be
+/// called both on a core and on a helper thread asks this before it waits
+/// (a core never waits; a helper may). Any thread may call it.
+pub fn on_core_thread() -> bool {
+    CURRENT_CORE.with(|c| c.get().0 != 0)
+}
+
 /// Marks the calling thread as core `core` of reactor `reactor_id`. Called
 /// once by each core thread, on that thread, before its loop starts.
 pub(crate) fn set_current_core(reactor_id: usize, core: usize) {

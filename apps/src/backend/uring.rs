@@ -98,6 +98,11 @@ const GETDENTS_BUF_BYTES: usize = 32 * 1024;
 /// Unlinked files remembered for the channels' descriptor caches; a channel
 /// that falls further behind re-checks its whole cache.
 const UNLINKED_LOG_ENTRIES: usize = 1024;
+/// How often, and how long apart, a helper thread asks again when
+/// `open_by_handle_at` finds an inode being freed (ENOMEM): 20 ms in all,
+/// several times the longest eviction of a large file seen here.
+const ENOMEM_RETRIES: u32 = 20;
+const ENOMEM_RETRY_WAIT: std::time::Duration = std::time::Duration::from_millis(1);
 /// READDIR cookies after `.` and `..` (file system offsets are below 2^63).
 const COOKIE_DOT: u64 = 1 << 63 | 1;
 const COOKIE_DOTDOT: u64 = 1 << 63 | 2;
@@ -484,18 +489,23 @@ impl Shared {
     /// the inode is gone or has no link left.
     fn open_fh(&self, fh: &FileHandle, flags: libc::c_int) -> FsResult<(OwnedFd, libc::stat)> {
         let mut kh = self.unseal(fh)?;
-        // SAFETY: `kh` is a `struct file_handle` with `handle_bytes` bytes
-        // of handle after its header.
-        // As the gateway, also while acting as a caller: resolving a handle
-        // is not the caller's business (nor is it to the Linux server).
-        let fd = creds::as_process(|| unsafe {
-            libc::open_by_handle_at(
-                self.root_fd.as_raw_fd(),
-                (&mut kh as *mut KernelHandle).cast(),
-                flags | libc::O_CLOEXEC,
-            )
-        });
-        if fd < 0 {
+        let mut waits = 0;
+        let fd = loop {
+            // SAFETY: `kh` is a `struct file_handle` with `handle_bytes`
+            // bytes of handle after its header.
+            // As the gateway, also while acting as a caller: resolving a
+            // handle is not the caller's business (nor is it to the Linux
+            // server).
+            let fd = creds::as_process(|| unsafe {
+                libc::open_by_handle_at(
+                    self.root_fd.as_raw_fd(),
+                    (&mut kh as *mut KernelHandle).cast(),
+                    flags | libc::O_CLOEXEC,
+                )
+            });
+            if fd >= 0 {
+                break fd;
+            }
             return Err(match errno() {
                 libc::ESTALE | libc::ENOENT => FsError::Stale,
                 // The kernel answers ENOMEM, not ESTALE, for a handle whose
@@ -503,14 +513,28 @@ impl Shared {
                 // gives up on an inode in eviction and the file system
                 // reports that as ENOMEM): the last link went and the last
                 // descriptor was let go just before. A file this backend
-                // removed is stale; anything else is a real shortage the
+                // removed is stale.
+                libc::ENOMEM if self.recently_unlinked(fh) => FsError::Stale,
+                // A file removed before this backend started (its last
+                // descriptor went with the previous instance's rings, which
+                // the kernel tears down after the process let go) is not in
+                // the log. Freeing an inode takes a few milliseconds at
+                // most, after which the handle resolves or is ESTALE; a
+                // helper thread (where metadata runs) asks again for that
+                // long rather than make the client wait its retry interval
+                // (5 s for NFSv3 JUKEBOX). A core never waits.
+                libc::ENOMEM if waits < ENOMEM_RETRIES && !reactor::on_core_thread() => {
+                    waits += 1;
+                    std::thread::sleep(ENOMEM_RETRY_WAIT);
+                    continue;
+                }
+                // Still short of memory, or on a core: a real shortage the
                 // client should retry (NFS3ERR_JUKEBOX), never `Io`, which
                 // would fail the application's call.
-                libc::ENOMEM if self.recently_unlinked(fh) => FsError::Stale,
                 libc::ENOMEM => FsError::Jukebox,
                 e => FsError::from_errno(e),
             });
-        }
+        };
         let fd = owned(fd)?;
         let st = fstat(fd.as_raw_fd())?;
         if st.st_nlink == 0 {
