@@ -487,20 +487,37 @@ fn tcp_connection_is_accepted_when_it_arrives() {
     let dir = TempDir::new("target-tcp-accept");
     let (cfg, nfs, _mnt) = target_config(&dir.0, mem_backend());
     let t = Target::start(cfg).expect("target starts");
-    let mut firsts = Vec::new();
-    for _ in 0..15 {
-        // Let the accept loop go back to waiting.
-        std::thread::sleep(Duration::from_millis(20));
-        let at = Instant::now();
-        let mut c = root_client(Tcp::connect(nfs));
-        let r = c.call(NFS, 3, 0, |_| {});
-        assert_eq!(r.stat, RpcStat::Success, "NULL");
-        firsts.push(at.elapsed());
+    // The median of 21 first replies is under 10 ms when the accept is
+    // prompt. With a 50 ms sleep in the loop each first reply waits a
+    // uniform 0-50 ms, and a median under 10 ms needs 11 of 21 to land in
+    // the first fifth (p < 0.001). Up to three batches, so that a host
+    // whose scheduler stalls the test for a moment does not fail it; the
+    // regression fails all three (p < 0.003 of missing it).
+    let mut batches = Vec::new();
+    for _ in 0..3 {
+        let mut firsts = Vec::new();
+        for _ in 0..21 {
+            // Let the accept loop go back to waiting.
+            std::thread::sleep(Duration::from_millis(20));
+            let at = Instant::now();
+            let mut c = root_client(Tcp::connect(nfs));
+            let r = c.call(NFS, 3, 0, |_| {});
+            assert_eq!(r.stat, RpcStat::Success, "NULL");
+            firsts.push(at.elapsed());
+        }
+        firsts.sort();
+        let median = firsts[firsts.len() / 2];
+        batches.push(firsts);
+        if median < Duration::from_millis(10) {
+            break;
+        }
     }
     t.shutdown().expect("clean shutdown");
-    firsts.sort();
-    let median = firsts[firsts.len() / 2];
-    assert!(median < Duration::from_millis(10), "first replies: {firsts:?}");
+    let last = batches.last().unwrap();
+    assert!(
+        last[last.len() / 2] < Duration::from_millis(10),
+        "first replies, by batch: {batches:?}"
+    );
 }
 
 // Beside the binary's other tests this once failed about one run in three at
