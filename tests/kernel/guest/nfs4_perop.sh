@@ -21,6 +21,9 @@
 # base-mem, base-uring.
 # Env: OUT, BIN, VMLAB_IP, FIO_SECONDS (5), NFS4_PEROP_BACKEND (else
 # NFS4_FIO_BACKEND, else mem; several: "mem uring"), NFS4_PEROP_ROUNDS (1), NFS4_PEROP_STRACE (1; 0: no strace run),
+# NFS4_PEROP_STRACE=stack: that run's strace records every system call
+# with the target's stack (strace -k; perop_stacks.py counts them per fio
+# op by the target's function that made them),
 # NFS4_PEROP_NODELEG (0; 1: ours also with delegations off, "nod-<backend>"),
 # NFS4_PEROP_RESTART (0; 1: ours restarted per version, its exit totals kept).
 # Ours' live statistics are taken around each job (perop_engine.py: engine
@@ -55,7 +58,12 @@ job() {
     opstats "$mp" "$d/$name.before"
     [ "${5:-}" = strace ] || tstats "$d/$name.stats.before"
     if [ "${5:-}" = strace ] && [ -n "$TARGET_PID" ] && command -v strace >/dev/null; then
-        strace -c -f -qq -p "$TARGET_PID" -o "$d/$name.strace" &
+        if [ "${NFS4_PEROP_STRACE:-1}" = stack ]; then
+            # every system call with the target's stack at it (perop_stacks.py)
+            strace -f -k -qq -p "$TARGET_PID" -o "$d/$name.stack" &
+        else
+            strace -c -f -qq -p "$TARGET_PID" -o "$d/$name.strace" &
+        fi
         sp=$!
         sleep 1
     fi
@@ -122,7 +130,7 @@ for r in $(seq 1 "$ROUNDS"); do
                 --ioengine=libaio --iodepth=4 --end_fsync=1 --output=/dev/null >/dev/null 2>&1
             job rand-read-4k-qd1 randread "$mp" "$d"
             job rand-write-4k-qd1 randwrite "$mp" "$d"
-            if [ "${s%%-*}" = ours ] && [ "$r" = 1 ] && [ "${NFS4_PEROP_STRACE:-1}" = 1 ]; then
+            if [ "${s%%-*}" = ours ] && [ "$r" = 1 ] && [ "${NFS4_PEROP_STRACE:-1}" != 0 ]; then
                 mkdir -p "$d/strace"
                 job rand-read-4k-qd1 randread "$mp" "$d/strace" strace
                 job rand-write-4k-qd1 randwrite "$mp" "$d/strace" strace
@@ -146,3 +154,4 @@ export OURS_TAG=ours
 unset TARGET_BIN
 python3 "$G/perop_table.py" "$BASE" | tee "$BASE/table.txt"
 python3 "$G/perop_engine.py" "$BASE" | tee -a "$BASE/table.txt"
+python3 "$G/perop_stacks.py" "$BASE" | tee -a "$BASE/table.txt"
