@@ -36,6 +36,8 @@
 #      NFS4_RESTART_FILES (16: 4 MiB files of the restart step's writer),
 #      NFS4_PEROP_ROUNDS (1: rounds of the perop step, alternating),
 #      NFS4_PEROP_BACKEND (the perop step's backends, else NFS4_FIO_BACKEND's),
+#      NFS4_PEROP_STRACE (1; 0: none; stack: strace -k), NFS4_PEROP_NODELEG,
+#      NFS4_PEROP_RESTART (see guest/nfs4_perop.sh),
 #      NFS4_BASELINE_BIN (a directory holding another build's
 #      rpcrdma-target: the perop step runs it too, as server "base", for a
 #      before/after in one boot),
