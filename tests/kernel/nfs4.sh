@@ -36,6 +36,9 @@
 #      NFS4_RESTART_FILES (16: 4 MiB files of the restart step's writer),
 #      NFS4_PEROP_ROUNDS (1: rounds of the perop step, alternating),
 #      NFS4_PEROP_BACKEND (the perop step's backends, else NFS4_FIO_BACKEND's),
+#      NFS4_PEROP_STRACE (1; 0: none; stack: strace -k), NFS4_PEROP_NODELEG,
+#      NFS4_PEROP_RESTART (see guest/nfs4_perop.sh), NFS4_URING_TMPFS (1: ours'
+#      uring tree on a tmpfs, as the Linux server's export; else the disk),
 #      NFS4_BASELINE_BIN (a directory holding another build's
 #      rpcrdma-target: the perop step runs it too, as server "base", for a
 #      before/after in one boot),
@@ -82,7 +85,7 @@ STEPS=${NFS4_STEPS:-matrix tshark restart locks nconnect}
     echo "NFS4_FIO_ROUNDS=${NFS4_FIO_ROUNDS:-1}"
     echo "export FIO_SECONDS=${NFS4_FIO_SECONDS:-5} PERF_SECONDS=${NFS4_FIO_SECONDS:-5}"
     echo "export NFS4_FIO_PERF=${NFS4_FIO_PERF:-1} NFS4_FIO_BACKEND='${NFS4_FIO_BACKEND:-mem}' NFS4_SPIN_US=${NFS4_SPIN_US:-5000}"
-    echo "export NFS4_RESTART_FILES=${NFS4_RESTART_FILES:-16} NFS4_PEROP_ROUNDS=${NFS4_PEROP_ROUNDS:-1} NFS4_PEROP_STRACE=${NFS4_PEROP_STRACE:-1} NFS4_PEROP_BACKEND='${NFS4_PEROP_BACKEND:-}'"
+    echo "export NFS4_RESTART_FILES=${NFS4_RESTART_FILES:-16} NFS4_PEROP_ROUNDS=${NFS4_PEROP_ROUNDS:-1} NFS4_PEROP_STRACE=${NFS4_PEROP_STRACE:-1} NFS4_PEROP_BACKEND='${NFS4_PEROP_BACKEND:-}' NFS4_PEROP_NODELEG=${NFS4_PEROP_NODELEG:-0} NFS4_PEROP_RESTART=${NFS4_PEROP_RESTART:-0} TARGET_URING_TMPFS=${NFS4_URING_TMPFS:-0}"
     echo "export DELEG_FIO_SECONDS=${NFS4_DELEG_FIO_SECONDS:-10} DELEG_FIO_PAIRS=${NFS4_DELEG_FIO_PAIRS:-3}"
 } >>"$STAGE/env.sh"
 pair_rc=0

@@ -31,9 +31,12 @@ mem_mib = int(os.environ.get("TARGET_MEM_MIB", "768"))
 cfg["backends"] = [{"name": "mem0", "type": "mem", "size_bytes": mem_mib << 20}]
 # TARGET_BACKEND=uring: a directory tree through io_uring instead (I/O that
 # completes later, deferred replies); O_DIRECT off, the guest's file systems
-# may not have it.
+# may not have it. The tree: TARGET_URING_DIR (/var/tmp/rpcrdma-uring, on the
+# guest's disk; servers.sh puts a tmpfs there with TARGET_URING_TMPFS=1, as
+# the Linux server's export is).
 if os.environ.get("TARGET_BACKEND") == "uring":
-    cfg["backends"] = [{"name": "mem0", "type": "uring", "path": "/var/tmp/rpcrdma-uring", "o_direct": False}]
+    tree = os.environ.get("TARGET_URING_DIR", "/var/tmp/rpcrdma-uring")
+    cfg["backends"] = [{"name": "mem0", "type": "uring", "path": tree, "o_direct": False}]
 # TARGET_NFS4_STATE_DIR: NFSv4 client records there (restart with reclaim,
 # tests/kernel/guest/nfs4_state.sh).
 if os.environ.get("TARGET_NFS4_STATE_DIR"):

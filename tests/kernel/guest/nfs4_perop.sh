@@ -20,7 +20,14 @@
 # (NFS4_BASELINE_BIN of tests/kernel/nfs4.sh), that build runs too, as
 # base-mem, base-uring.
 # Env: OUT, BIN, VMLAB_IP, FIO_SECONDS (5), NFS4_PEROP_BACKEND (else
-# NFS4_FIO_BACKEND, else mem; several: "mem uring"), NFS4_PEROP_ROUNDS (1), NFS4_PEROP_STRACE (1; 0: no strace run).
+# NFS4_FIO_BACKEND, else mem; several: "mem uring"), NFS4_PEROP_ROUNDS (1), NFS4_PEROP_STRACE (1; 0: no strace run),
+# NFS4_PEROP_STRACE=stack: that run's strace records every system call
+# with the target's stack (strace -k; perop_stacks.py counts them per fio
+# op by the target's function that made them),
+# NFS4_PEROP_NODELEG (0; 1: ours also with delegations off, "nod-<backend>"),
+# NFS4_PEROP_RESTART (0; 1: ours restarted per version, its exit totals kept).
+# Ours' live statistics are taken around each job (perop_engine.py: engine
+# counters, service and reply-posted time, per fio op).
 set -uo pipefail
 G=$(cd "$(dirname "$0")" && pwd)
 export CHECKS=${CHECKS:-$OUT/checks.txt}
@@ -39,12 +46,24 @@ opstats() {
         cur && inops && $1 ~ /:$/ && NF >= 9 { sub(":", "", $1); print $1, $2, $8, $9 }' /proc/self/mountstats >"$2"
 }
 
+# tstats FILE: ours' live statistics (JSON) now, when ours runs
+tstats() {
+    [ -n "$TARGET_PID" ] || return 0
+    "${TARGET_BIN:-$BIN/rpcrdma-target}" -c "$OUT/$OURS_TAG/target.json" stats --json >"$1" 2>/dev/null || rm -f "$1"
+}
+
 # job NAME RW MP DIR [strace]: one fio job on MP, counters around it
 job() {
     local name=$1 rw=$2 mp=$3 d=$4 sp=
     opstats "$mp" "$d/$name.before"
+    [ "${5:-}" = strace ] || tstats "$d/$name.stats.before"
     if [ "${5:-}" = strace ] && [ -n "$TARGET_PID" ] && command -v strace >/dev/null; then
-        strace -c -f -qq -p "$TARGET_PID" -o "$d/$name.strace" &
+        if [ "${NFS4_PEROP_STRACE:-1}" = stack ]; then
+            # every system call with the target's stack at it (perop_stacks.py)
+            strace -f -k -qq -p "$TARGET_PID" -o "$d/$name.stack" &
+        else
+            strace -c -f -qq -p "$TARGET_PID" -o "$d/$name.strace" &
+        fi
         sp=$!
         sleep 1
     fi
@@ -57,6 +76,7 @@ job() {
         wait "$sp" 2>/dev/null
     fi
     opstats "$mp" "$d/$name.after"
+    [ "${5:-}" = strace ] || tstats "$d/$name.stats.after"
 }
 
 # Rounds: in each, both servers in turn, and on each the two versions in
@@ -70,7 +90,13 @@ SERVERS=kernel
 for be in ${NFS4_PEROP_BACKEND:-${NFS4_FIO_BACKEND:-mem}}; do
     [ -x "$BIN/base/rpcrdma-target" ] && SERVERS="$SERVERS base-$be"
     SERVERS="$SERVERS ours-$be"
+    # NFS4_PEROP_NODELEG=1: ours again with nfs4.delegations off ("nod")
+    [ "${NFS4_PEROP_NODELEG:-0}" = 1 ] && SERVERS="$SERVERS nod-$be"
 done
+# NFS4_PEROP_RESTART=1: ours restarted for each version, so that its log's
+# core and engine totals at exit (loops, sleeps, spin_caught, ...) are per
+# version (kept as DIR/target.log)
+RESTART=${NFS4_PEROP_RESTART:-0}
 for r in $(seq 1 "$ROUNDS"); do
     vers="3 4.2"
     servers=$SERVERS
@@ -84,12 +110,17 @@ for r in $(seq 1 "$ROUNDS"); do
         be=${s#*-}
         if [ "$s" = kernel ]; then start=knfsd_start stop=knfsd_stop; else start=ours_start stop=ours_stop; fi
         [ "${s%%-*}" = base ] && export TARGET_BIN=$BIN/base/rpcrdma-target
+        deleg=1
+        [ "${s%%-*}" = nod ] && deleg=0
         mkdir -p "$OUT/kernel" "$OUT/$s"
         note "perop round $r: $s (load $(cut -d' ' -f1-3 /proc/loadavg))"
-        TARGET_BACKEND=$be $start || continue
+        each=0
+        [ "$RESTART" = 1 ] && [ "$s" != kernel ] && each=1
+        if [ $each = 0 ]; then TARGET_DELEGATIONS=$deleg TARGET_BACKEND=$be $start || continue; fi
         for v in $vers; do
             d=$BASE/r$r/$s/v$v
             mkdir -p "$d"
+            if [ $each = 1 ]; then TARGET_DELEGATIONS=$deleg TARGET_BACKEND=$be $start || continue; fi
             mp=/mnt/perop-$s-$v
             if ! NFS_VERS=$v nfs_mount "$SRC" "$mp"; then
                 flunk "perop $s vers=$v: mount"
@@ -99,20 +130,28 @@ for r in $(seq 1 "$ROUNDS"); do
                 --ioengine=libaio --iodepth=4 --end_fsync=1 --output=/dev/null >/dev/null 2>&1
             job rand-read-4k-qd1 randread "$mp" "$d"
             job rand-write-4k-qd1 randwrite "$mp" "$d"
-            if [ "${s%%-*}" = ours ] && [ "$r" = 1 ] && [ "${NFS4_PEROP_STRACE:-1}" = 1 ]; then
+            if [ "${s%%-*}" = ours ] && [ "$r" = 1 ] && [ "${NFS4_PEROP_STRACE:-1}" != 0 ]; then
                 mkdir -p "$d/strace"
                 job rand-read-4k-qd1 randread "$mp" "$d/strace" strace
                 job rand-write-4k-qd1 randwrite "$mp" "$d/strace" strace
             fi
             rm -f "$mp/perop.dat"
             nfs_umount "$mp" || flunk "perop $s vers=$v: umount"
+            if [ $each = 1 ]; then
+                $stop
+                cp "$OUT/$s/target.log" "$d/target.log" 2>/dev/null
+            fi
         done
-        if [ "$s" != kernel ] && [ -n "$TARGET_PID" ]; then
-            "$BIN/rpcrdma-target" -c "$OUT/$s/target.json" stats >"$BASE/r$r/$s/stats.txt" 2>&1 || true
+        if [ $each = 0 ]; then
+            if [ "$s" != kernel ] && [ -n "$TARGET_PID" ]; then
+                "$BIN/rpcrdma-target" -c "$OUT/$s/target.json" stats >"$BASE/r$r/$s/stats.txt" 2>&1 || true
+            fi
+            $stop
         fi
-        $stop
     done
 done
 export OURS_TAG=ours
 unset TARGET_BIN
 python3 "$G/perop_table.py" "$BASE" | tee "$BASE/table.txt"
+python3 "$G/perop_engine.py" "$BASE" | tee -a "$BASE/table.txt"
+python3 "$G/perop_stacks.py" "$BASE" | tee -a "$BASE/table.txt"

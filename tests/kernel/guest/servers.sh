@@ -12,7 +12,8 @@
 # single.sh), TARGET_AFFINITY (CPU list: every target thread is moved there
 # after the start, with taskset, in place of the reactor's pinning),
 # TARGET_BIN (another rpcrdma-target binary, e.g. main's staged by run.sh's
-# KINTEROP_BASELINE_BIN; the cores.json beside it, if any, is its config).
+# KINTEROP_BASELINE_BIN; the cores.json beside it, if any, is its config),
+# TARGET_URING_TMPFS (1: with TARGET_BACKEND=uring, the tree on a tmpfs).
 
 : "${BIN:=/host/bin}"
 GUEST_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -58,6 +59,14 @@ ours_start() {
     local tbin=${TARGET_BIN:-$BIN/rpcrdma-target} base=$BIN/cores.json
     [ -f "$(dirname "$tbin")/cores.json" ] && base=$(dirname "$tbin")/cores.json
     mkdir -p "$OUT/$OURS_TAG"
+    # TARGET_URING_TMPFS=1: the uring tree on a tmpfs, like the Linux
+    # server's export (vmlab-nfsd-rdma), not on the guest's disk
+    if [ "${TARGET_BACKEND:-}" = uring ] && [ "${TARGET_URING_TMPFS:-0}" = 1 ]; then
+        export TARGET_URING_DIR=/var/tmp/rpcrdma-uring-tmpfs
+        mkdir -p "$TARGET_URING_DIR"
+        mountpoint -q "$TARGET_URING_DIR" || mount -t tmpfs -o size=1200M tmpfs "$TARGET_URING_DIR" ||
+            flunk "$OURS_TAG: a tmpfs for the uring tree"
+    fi
     check_eq "$OURS_TAG: the staged binaries find all their libraries in the guest" \
         "$(ldd "$tbin" "$BIN/perf" 2>&1 | grep -c 'not found')" 0
     if ! python3 "$GUEST_DIR/gen_config.py" "$base" "$VMLAB_IP" >"$cfg"; then
