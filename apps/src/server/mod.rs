@@ -823,6 +823,19 @@ impl<F: Fabric> Poller for EnginePoller<F> {
             held_requests = held.requests,
             "engine stopped"
         );
+        // The fabric's system calls into its device driver (verbs: posts,
+        // CQ notification requests, completion-channel reads), per core.
+        if let Some(d) = self.responder.fabric().driver_calls() {
+            tracing::info!(
+                core = self.core,
+                post_send_calls = d.post_send_calls,
+                send_wrs = d.send_wrs,
+                notify_requests = d.notify_requests,
+                event_reads = d.event_reads,
+                empty_event_reads = d.empty_event_reads,
+                "driver calls"
+            );
+        }
         self.stats
             .lock()
             .unwrap_or_else(|e| e.into_inner())
