@@ -471,14 +471,26 @@ fn run(addr: &str) -> Result<(), String> {
     check(!readable(0), "the completion channel is quiet while nothing arrives")?;
     let ping = pattern(11, 64);
     cli.fill(0xa_0000, &ping);
-    let wr = SendWr::new(WrId::new(9, 1), SendOp::Send, cli.buf(0xa_0000, 64), RemoteBuf::default());
+    let wr = SendWr::new(
+        WrId::new(9, 1),
+        SendOp::Send,
+        cli.buf(0xa_0000, 64),
+        RemoteBuf::default(),
+    );
     cli.f.post_send(conn_c, &wr).map_err(|e| format!("post ping: {e}"))?;
     cli.f.flush();
     // Nothing polls the server: the channel alone says a Receive completed.
-    check(readable(5_000), "the Send made the server's completion channel readable")?;
+    check(
+        readable(5_000),
+        "the Send made the server's completion channel readable",
+    )?;
     let mut got = None;
     wait(&mut srv, &mut cli, "the Receive that fired the event", |s, _| {
-        if let Some(i) = s.wcs.iter().position(|w| w.opcode == WcOpcode::Recv && w.byte_len == 64) {
+        if let Some(i) = s
+            .wcs
+            .iter()
+            .position(|w| w.opcode == WcOpcode::Recv && w.byte_len == 64)
+        {
             got = Some(s.wcs.swap_remove(i));
         }
         got.is_some()

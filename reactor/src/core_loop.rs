@@ -689,7 +689,11 @@ impl Core {
         }
         self.ctx.stats.sleeps += 1;
         self.publish_stats();
-        let bell = self.ctx.shared.cores[self.ctx.core].wake.bell.as_ref().map(|b| b.raw_fd());
+        let bell = self.ctx.shared.cores[self.ctx.core]
+            .wake
+            .bell
+            .as_ref()
+            .map(|b| b.raw_fd());
         let Some(w) = &self.ctx.waiter else {
             return WaitOutcome::default();
         };
