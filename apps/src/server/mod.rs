@@ -746,7 +746,11 @@ impl<F: Fabric> Poller for EnginePoller<F> {
         if let Some(now) = self.publisher.due(work > 0) {
             self.publish(now);
         }
-        let busy = work > 0 || self.responder.deferred() > 0;
+        // A turn that only reaped replies' completions found nothing new:
+        // the core's spin is not restarted by it, and its re-check before
+        // blocking does not go round again for it (issue 24 item 1).
+        let news = work - self.responder.reaps_last_turn().min(work);
+        let busy = news > 0 || self.responder.deferred() > 0;
         self.refusals.check(self.core, &mut self.responder, false, false);
         if busy {
             PollStatus::Busy
