@@ -634,6 +634,14 @@ fn arm_sends_always() -> bool {
     *ON.get_or_init(|| std::env::var_os("RPCRDMA_ARM_SENDS").is_some_and(|v| v == "1"))
 }
 
+/// Whether a turn that only reaped replies' completions counts as work
+/// (restarting the core's spin): only with `RPCRDMA_REAPS_BUSY=1`, for
+/// comparison runs (issue 24 item 1). Read once.
+fn reaps_busy() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os("RPCRDMA_REAPS_BUSY").is_some_and(|v| v == "1"))
+}
+
 struct EnginePoller<F: Fabric> {
     responder: Responder<'static, F, NfsService>,
     core: usize,
@@ -749,7 +757,14 @@ impl<F: Fabric> Poller for EnginePoller<F> {
         // A turn that only reaped replies' completions found nothing new:
         // the core's spin is not restarted by it, and its re-check before
         // blocking does not go round again for it (issue 24 item 1).
-        let news = work - self.responder.reaps_last_turn().min(work);
+        // `RPCRDMA_REAPS_BUSY=1` counts them as work (as before), for
+        // comparison runs.
+        let reaps = if reaps_busy() {
+            0
+        } else {
+            self.responder.reaps_last_turn()
+        };
+        let news = work - reaps.min(work);
         let busy = news > 0 || self.responder.deferred() > 0;
         self.refusals.check(self.core, &mut self.responder, false, false);
         if busy {
