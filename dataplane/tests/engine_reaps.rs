@@ -1,9 +1,8 @@
 //! A responder turn whose only work was a reply's completions says so
-//! (`Responder::reaps_last_turn`; issue 24 item 1): the target's core does
-//! not restart its spin, nor go round its arm-and-re-check again, for the
-//! completion of a Send that is already on the wire. Under Soft-RoCE that
-//! completion arrives after the peer's acknowledgement, often past the
-//! core's spin, and cost an extra round per Call at queue depth 1. Over the
+//! (`Responder::reaps_last_turn`; issue 24 item 1), so that a core can
+//! leave its spin alone for the completion of a Send already on the wire
+//! (the target does with `RPCRDMA_REAPS_IDLE=1`; measured slower under
+//! Soft-RoCE, so not by default: docs/BENCHMARKS.md). Over the
 //! deterministic sim fabric: NULL Calls one at a time; the turn that
 //! delivers a Call reports more work than reaps, the turn that takes the
 //! reply's Send completion reports only reaps, and every reply is reaped

@@ -950,10 +950,11 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
     /// request in `Sending`, successful): they free buffers and slots, and
     /// whatever that lets go on ran in the same turn and counts apart. A
     /// turn whose work is all such completions found nothing new to do: a
-    /// core need not spin again after it (issue 24 item 1: under Soft-RoCE
-    /// a reply's Send completes after the peer's acknowledgement, often
-    /// past the core's spin, and each one restarted the spin and cost an
-    /// extra arm-and-re-check round per Call at queue depth 1).
+    /// core may leave its spin alone for it (issue 24 item 1: under
+    /// Soft-RoCE a reply's Send completes after the peer's acknowledgement,
+    /// often past the core's spin; the target does so only with
+    /// `RPCRDMA_REAPS_IDLE=1`, since the extra spin it saves caught the
+    /// next Call often enough to be worth it there).
     pub fn reaps_last_turn(&self) -> usize {
         self.reaps_this_turn
     }
