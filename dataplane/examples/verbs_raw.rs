@@ -10,6 +10,9 @@
 //! 4. RDMA Write and RDMA Read, checked byte for byte; three Writes posted
 //!    as one chain (one `ibv_post_send`), only the signaled ones reported,
 //!    in order;
+//!    4c. interrupt mode: an armed receive CQ makes the completion channel
+//!    readable when a Send arrives; arming again reads the channel only
+//!    after a poll returned a completion (no read that finds it empty);
 //! 5. Send with Invalidate of a Memory Window's rkey, seen by the receiver;
 //! 6. an RDMA Write with that (now invalid) rkey: RemoteAccess, then every
 //!    outstanding work request flushed and `Disconnected` on both sides, and
@@ -444,6 +447,75 @@ fn run(addr: &str) -> Result<(), String> {
     cli.wcs.retain(|w| w.wr_id.tag() != 4);
     let joined: Vec<u8> = chunks.concat();
     check(srv.bytes(0x2_0000, 8192) == &joined[..], "the chain's bytes landed")?;
+
+    println!("[4c] interrupt mode: the channel wakes a receiver; arming reads it only after a completion");
+    // The client is the receiver here; its receive 1 is re-posted after, so
+    // the later steps find the queues as they were.
+    cli.poll();
+    check(cli.f.arm_wakeup_receives(), "the client arms its receive CQ")?;
+    let armed = cli.f.counts();
+    check(cli.f.arm_wakeup_receives(), "and arms again, nothing polled since")?;
+    let again = cli.f.counts();
+    check(
+        again.event_reads == armed.event_reads && again.notify_requests == armed.notify_requests,
+        &format!("arming again with no completion since: no channel read, no request ({armed:?} -> {again:?})"),
+    )?;
+    let comp_fd = *cli.f.wake_fds().first().ok_or("no wake descriptor")?;
+    let readable = |timeout_ms: i32| {
+        let mut p = libc::pollfd {
+            fd: comp_fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one live pollfd.
+        unsafe { libc::poll(&mut p, 1, timeout_ms) > 0 }
+    };
+    check(!readable(0), "the completion channel is quiet while nothing arrives")?;
+    let ping = pattern(11, 64);
+    srv.fill(0xa_0000, &ping);
+    let wr = SendWr::new(
+        WrId::new(9, 1),
+        SendOp::Send,
+        srv.buf(0xa_0000, 64),
+        RemoteBuf::default(),
+    );
+    srv.f.post_send(conn_s, &wr).map_err(|e| format!("post ping: {e}"))?;
+    srv.f.flush();
+    // Nothing polls the client: the channel alone says a Receive completed.
+    check(
+        readable(5_000),
+        "the Send made the client's completion channel readable",
+    )?;
+    let mut got = None;
+    wait(&mut srv, &mut cli, "the Receive that fired the event", |_, c| {
+        got = c.take_wc(WrId::new(1, 1));
+        got.is_some()
+    })?;
+    check(
+        got.is_some_and(|w| w.status == WcStatus::Success && w.byte_len == 64 && w.conn == conn_c),
+        "the Receive completed",
+    )?;
+    check(cli.bytes(0x8_1000, 64) == &ping[..], "the ping's bytes landed")?;
+    let before = cli.f.counts();
+    check(cli.f.arm_wakeup_receives(), "the client arms once more")?;
+    let after = cli.f.counts();
+    check(
+        after.event_reads == before.event_reads + 1
+            && after.empty_event_reads == before.empty_event_reads
+            && after.notify_requests == before.notify_requests + 1,
+        &format!("one channel read that found the event, one new request ({before:?} -> {after:?})"),
+    )?;
+    check(!readable(0), "the event was consumed: the channel is quiet again")?;
+    wait(&mut srv, &mut cli, "the ping's send completion", |s, _| {
+        s.take_wc(WrId::new(9, 1)).is_some()
+    })?;
+    let wr = RecvWr {
+        wr_id: WrId::new(1, 1),
+        buf: cli.buf(0x8_1000, 4096),
+    };
+    cli.f
+        .post_recv(conn_c, &wr)
+        .map_err(|e| format!("re-post receive 1: {e}"))?;
 
     println!("[5] Send with Invalidate of a Memory Window rkey");
     let window = srv.buf(0x6_0000, 4096);

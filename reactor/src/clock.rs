@@ -19,11 +19,18 @@
 //!   are ignored: a counter that stopped or a thread that moved);
 //! - a thread re-anchors on the OS clock once its anchor is [`RESYNC`] old
 //!   (counted in ticks), whenever the counter reads lower than its anchor,
-//!   and after every block ([`resync`]; the core loop calls it after its
-//!   waits and sleeps, so a counter that stops in deep idle states costs
-//!   nothing): one system call per [`RESYNC`] of busy time instead of one
-//!   per read, and the error between anchors is the rate's error over at
-//!   most [`RESYNC`] (a few microseconds);
+//!   and after every block ([`resync`]; the core loop calls it at the end of
+//!   the first iteration after each of its waits and sleeps, so a counter
+//!   that stops in deep idle states costs nothing): one system call per
+//!   [`RESYNC`] of busy time instead of one per read, and the error between
+//!   anchors is the rate's error over at most [`RESYNC`] (a few
+//!   microseconds);
+//! - right after a block, [`after_block`] gives the counter's time without
+//!   re-anchoring however old the anchor is, until the next [`resync`]: the
+//!   core loop reads no OS clock between a wake-up and the work that woke
+//!   it (issue 24 item 1), and in that one iteration the time may be off by
+//!   the rate's error over the block (tens of microseconds after a 1 s
+//!   block at a rate 50 ppm off);
 //! - values never go backwards on a thread (a read earlier than the last
 //!   one returns the last one), and are `Instant`s comparable with
 //!   `Instant::now()` on any thread within that error.
@@ -101,6 +108,14 @@ pub fn source() -> Source {
 
 thread_local! {
     static ANCHOR: RefCell<Option<Anchored>> = const { RefCell::new(None) };
+    static OS_READS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// How often this thread read the OS clock for the counter's map (anchoring
+/// and re-anchoring; 0 on [`Source::Os`], where every [`now`] is one).
+/// Diagnostics and tests.
+pub fn os_reads() -> u64 {
+    OS_READS.with(|c| c.get())
 }
 
 /// The current time: `Instant::now()`, or the counter's reading mapped onto
@@ -133,6 +148,24 @@ pub fn resync() -> Instant {
                 }
                 None => a.insert(Anchored::from_os(mult)).last,
             }
+        }),
+    }
+}
+
+/// The current time right after the calling thread blocked, without an OS
+/// clock read: [`now`], except that on the counter the anchor serves however
+/// old it is until this thread's next [`resync`] (which the caller must
+/// make soon: the core loop does at the end of its next iteration). So the
+/// way from a wake-up to the work that caused it makes no system call in a
+/// guest whose clock has no vDSO path. `Instant::now()` on [`Source::Os`].
+pub fn after_block() -> Instant {
+    match source() {
+        Source::Os => Instant::now(),
+        Source::Tsc { mult } => ANCHOR.with(|a| {
+            let mut a = a.borrow_mut();
+            let a = a.get_or_insert_with(|| Anchored::from_os(mult));
+            a.deferred = true;
+            a.at(ticks(), os_pair)
         }),
     }
 }
@@ -211,6 +244,7 @@ fn ticks() -> u64 {
 /// One OS clock reading with the counter's value at (about) the same
 /// moment: the middle of two counter reads around it.
 fn os_pair() -> (Instant, u64) {
+    OS_READS.with(|c| c.set(c.get() + 1));
     let a = ticks();
     let i = Instant::now();
     let b = ticks();
@@ -259,6 +293,9 @@ struct Anchored {
     wall: Option<(Instant, SystemTime)>,
     /// The latest time handed out.
     last: Instant,
+    /// [`after_block`] was called and [`resync`] not yet: the anchor serves
+    /// past its window.
+    deferred: bool,
 }
 
 impl Anchored {
@@ -270,6 +307,7 @@ impl Anchored {
             window_ticks: window_ticks(mult),
             wall: None,
             last: at,
+            deferred: false,
         }
     }
 
@@ -284,7 +322,10 @@ impl Anchored {
     #[inline]
     fn at(&mut self, t: u64, os: impl FnOnce() -> (Instant, u64)) -> Instant {
         let d = t.wrapping_sub(self.at_ticks);
-        let now = if d < self.window_ticks {
+        // Deferred (after a block): any forward span is mapped; a counter
+        // that went back still re-anchors.
+        let within = d < self.window_ticks || (self.deferred && d < 1 << 62);
+        let now = if within {
             self.at + Duration::from_nanos(((u128::from(d) * u128::from(self.mult)) >> 32) as u64)
         } else {
             let (i, t) = os();
@@ -320,6 +361,7 @@ impl Anchored {
     /// Moves the anchor to (`i`, `t`), refining the rate from the span
     /// since the previous anchor when that span is usable.
     fn reanchor(&mut self, i: Instant, t: u64) {
+        self.deferred = false;
         let dt = t.wrapping_sub(self.at_ticks);
         // Only forward spans of at least half a window (shorter ones carry
         // the reads' own jitter), and not absurdly long ones.
@@ -413,6 +455,31 @@ mod tests {
         assert!(next >= late);
         let d = next - t0;
         assert!((1_099_999..=1_100_000).contains(&d.as_nanos()), "{d:?}");
+    }
+
+    #[test]
+    fn after_a_block_the_anchor_serves_past_its_window_until_the_next_reanchor() {
+        let t0 = Instant::now();
+        let base = 100_000_000u64;
+        let mut a = Anchored::new(MULT_2_5_GHZ, t0, base);
+        a.deferred = true;
+        // 10 ms of counter, five windows: mapped without an OS read.
+        let t = a.at(base + 25_000_000, || panic!("no OS read while deferred"));
+        assert!((9_999..=10_000).contains(&(t - t0).as_micros()), "{:?}", t - t0);
+        // A counter that went back still re-anchors.
+        let mut reads = 0;
+        let back = a.at(1_000, || {
+            reads += 1;
+            (t0 + Duration::from_millis(11), 1_000)
+        });
+        assert_eq!((reads, back), (1, t0 + Duration::from_millis(11)));
+        assert!(!a.deferred, "a re-anchoring ends the deferral");
+        // Past the window again: the OS clock is read as usual.
+        a.at(1_000 + 6_000_000, || {
+            reads += 1;
+            (t0 + Duration::from_millis(14), 1_000 + 6_000_000)
+        });
+        assert_eq!(reads, 2);
     }
 
     #[test]

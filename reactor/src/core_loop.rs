@@ -27,7 +27,7 @@ use crate::msg::Message;
 use crate::shared::{bump, duration_ns, set_current_core, Shared};
 use crate::stats::CoreStats;
 use crate::timer::{TimerId, TimerWheel};
-use crate::waiter::Waiter;
+use crate::waiter::{WaitOutcome, Waiter};
 
 /// Result of one [`Poller::poll`] call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -318,6 +318,10 @@ pub(crate) struct Core {
     /// Spin-then-wait: armed in the previous iteration; `Some(all pollers
     /// armed)`.
     armed: Option<bool>,
+    /// The core blocked and has not re-read the OS clock since: the first
+    /// iteration after a block runs on the counter's time and re-anchors at
+    /// its end (see `Core::run`).
+    resync_due: bool,
 }
 
 impl Core {
@@ -369,6 +373,7 @@ impl Core {
             expired: Vec::with_capacity(opts.max_timers),
             idle: IdleState::new(opts.idle),
             armed: None,
+            resync_due: false,
             pollers: list,
             ctx,
         })
@@ -461,7 +466,15 @@ impl Core {
                 bump(&slot.counters.done, n as u64);
                 self.ctx.stats.messages_handled += n as u64;
             }
-            let t_now = clock::now();
+            // The first iteration after a block re-reads the OS clock here,
+            // at its end, once the work that woke the core is done: not on
+            // the way from the wake-up to that work (a system call in
+            // guests without a vDSO clock; issue 24 item 1).
+            let t_now = if std::mem::take(&mut self.resync_due) {
+                clock::resync()
+            } else {
+                clock::now()
+            };
             let dt_ns = duration_ns(t_now.saturating_duration_since(t_prev));
             if busy {
                 self.ctx.stats.busy_ns += dt_ns;
@@ -507,14 +520,19 @@ impl Core {
             // iteration: this one was the re-check. Work found: back to
             // spinning. None: block until a watched source fires.
             if let Some(all_armed) = self.armed.take() {
+                // Whether the core's doorbell may be readable: only a wait
+                // that reported it ready clears it (an uncleared ring makes
+                // the next wait return at once, see `crate::waiter`).
+                let mut outcome = WaitOutcome::default();
                 if !busy && !draining {
-                    self.wait(all_armed, next_tick_at);
-                    // After a block: re-anchor the counter on the OS clock.
-                    let t_now = clock::resync();
+                    outcome = self.wait(all_armed, next_tick_at);
+                    // After a block: the counter's time now, the OS clock
+                    // at the end of the next iteration (`resync_due`).
+                    let t_now = self.after_block();
                     self.ctx.stats.idle_ns += duration_ns(t_now.saturating_duration_since(t_prev));
                     t_prev = t_now;
                 }
-                self.disarm();
+                self.disarm(outcome.bell);
                 // Work found by the re-check ends the idle gap like any
                 // other (the adaptive spin learns from it, and the core
                 // spins again after it).
@@ -552,8 +570,8 @@ impl Core {
                     self.sleep(max, next_tick_at);
                     // The sleep is idle time whatever the next iteration
                     // finds (a message may have woken the core). After a
-                    // block: re-anchor the counter on the OS clock.
-                    let t_now = clock::resync();
+                    // block: the OS clock at the end of the next iteration.
+                    let t_now = self.after_block();
                     self.ctx.stats.idle_ns += duration_ns(t_now.saturating_duration_since(t_prev));
                     t_prev = t_now;
                 }
@@ -562,6 +580,14 @@ impl Core {
         }
         self.publish_stats();
         Ok(self.ctx.stats)
+    }
+
+    /// The time right after a block, from the counter (no OS clock read on
+    /// the way to the work that woke the core); the OS clock is read at the
+    /// end of the next iteration.
+    fn after_block(&mut self) -> Instant {
+        self.resync_due = true;
+        clock::after_block()
     }
 
     /// Fires every timer due at `now_tick`; returns how many ran.
@@ -608,6 +634,7 @@ impl Core {
         // makes between its enqueue and its load of `sleeping`).
         slot.wake.sleeping.store(true, Ordering::SeqCst);
         fence(Ordering::SeqCst);
+        self.ctx.stats.arms += 1;
         let mut all = true;
         for (_, p) in self.pollers.iter_mut() {
             all &= p.arm(&mut self.ctx) == Arm::Armed;
@@ -615,8 +642,9 @@ impl Core {
         all
     }
 
-    /// Undoes [`Core::arm`].
-    fn disarm(&mut self) {
+    /// Undoes [`Core::arm`]; clears the core's doorbell when the wait
+    /// reported it ready (`bell_ready`).
+    fn disarm(&mut self, bell_ready: bool) {
         let shared = self.ctx.shared.clone();
         let slot = &shared.cores[self.ctx.core];
         slot.wake.sleeping.store(false, Ordering::Relaxed);
@@ -625,8 +653,13 @@ impl Core {
         }
         // Cleared after `sleeping`: a sender that saw the flag before it was
         // cleared may ring once more; that only costs one spurious wake.
-        if let Some(b) = &slot.wake.bell {
+        // Not cleared when the wait did not report it (or the re-check found
+        // work and the core did not wait): a ring it holds keeps it readable,
+        // so the next wait returns at once and reports it. That saves the
+        // `read` of an empty eventfd on every wake-up by a poller's source.
+        if let Some(b) = slot.wake.bell.as_ref().filter(|_| bell_ready) {
             b.clear();
+            self.ctx.stats.bell_clears += 1;
         }
     }
 
@@ -634,14 +667,14 @@ impl Core {
     /// watched source is ready, the next timer tick (if timers are armed),
     /// `max_wait_ms`, or — when some poller could not arm — the fallback
     /// sleep.
-    fn wait(&mut self, all_armed: bool, next_tick_at: Instant) {
+    fn wait(&mut self, all_armed: bool, next_tick_at: Instant) -> WaitOutcome {
         let IdlePolicy::SpinThenWait {
             max_wait_ms,
             fallback_sleep_us,
             ..
         } = self.ctx.shared.opts.idle
         else {
-            return;
+            return WaitOutcome::default();
         };
         let mut d = if all_armed {
             Duration::from_millis(u64::from(max_wait_ms))
@@ -652,13 +685,24 @@ impl Core {
             d = d.min(next_tick_at.saturating_duration_since(clock::now()));
         }
         if d.is_zero() || self.ctx.shared.control.stopping.load(Ordering::Relaxed) {
-            return;
+            return WaitOutcome::default();
         }
         self.ctx.stats.sleeps += 1;
         self.publish_stats();
-        if let Some(w) = &self.ctx.waiter {
-            w.wait(d);
-        }
+        let bell = self.ctx.shared.cores[self.ctx.core]
+            .wake
+            .bell
+            .as_ref()
+            .map(|b| b.raw_fd());
+        let Some(w) = &self.ctx.waiter else {
+            return WaitOutcome::default();
+        };
+        let out = w.wait(d, bell);
+        let s = &mut self.ctx.stats;
+        s.wakes_bell += u64::from(out.bell);
+        s.wakes_fd += u64::from(out.others > 0);
+        s.wakes_none += u64::from(!out.bell && out.others == 0);
+        out
     }
 
     /// Sleeps up to `max`, but not past the next timer tick if timers are

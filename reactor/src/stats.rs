@@ -47,6 +47,20 @@ pub struct CoreStats {
     pub wait_long: u64,
     /// Spin-then-wait: the adaptive spin window now, in microseconds.
     pub spin_window_us: u64,
+    /// Spin-then-wait: times the core armed its wake-ups (each followed by
+    /// a re-check, and a wait when that found nothing).
+    pub arms: u64,
+    /// Spin-then-wait: waits a poller's descriptor ended (a completion
+    /// channel, a CM channel, a peer's doorbell).
+    pub wakes_fd: u64,
+    /// Spin-then-wait: waits the core's own doorbell ended (a message).
+    pub wakes_bell: u64,
+    /// Spin-then-wait: waits that ended with nothing ready (the timeout,
+    /// the fallback slice of a poller that could not arm, or a signal).
+    pub wakes_none: u64,
+    /// Spin-then-wait: reads of the core's own doorbell (only after a wait
+    /// that reported it ready).
+    pub bell_clears: u64,
 }
 
 /// Atomic mirror of [`CoreStats`], written by its core only.
@@ -66,6 +80,11 @@ pub(crate) struct SharedStats {
     wait_short: AtomicU64,
     wait_long: AtomicU64,
     spin_window_us: AtomicU64,
+    arms: AtomicU64,
+    wakes_fd: AtomicU64,
+    wakes_bell: AtomicU64,
+    wakes_none: AtomicU64,
+    bell_clears: AtomicU64,
 }
 
 impl SharedStats {
@@ -86,6 +105,11 @@ impl SharedStats {
         self.wait_short.store(s.wait_short, Ordering::Relaxed);
         self.wait_long.store(s.wait_long, Ordering::Relaxed);
         self.spin_window_us.store(s.spin_window_us, Ordering::Relaxed);
+        self.arms.store(s.arms, Ordering::Relaxed);
+        self.wakes_fd.store(s.wakes_fd, Ordering::Relaxed);
+        self.wakes_bell.store(s.wakes_bell, Ordering::Relaxed);
+        self.wakes_none.store(s.wakes_none, Ordering::Relaxed);
+        self.bell_clears.store(s.bell_clears, Ordering::Relaxed);
     }
 
     /// Reads the last published counters. Any thread.
@@ -106,6 +130,11 @@ impl SharedStats {
             wait_short: self.wait_short.load(Ordering::Relaxed),
             wait_long: self.wait_long.load(Ordering::Relaxed),
             spin_window_us: self.spin_window_us.load(Ordering::Relaxed),
+            arms: self.arms.load(Ordering::Relaxed),
+            wakes_fd: self.wakes_fd.load(Ordering::Relaxed),
+            wakes_bell: self.wakes_bell.load(Ordering::Relaxed),
+            wakes_none: self.wakes_none.load(Ordering::Relaxed),
+            bell_clears: self.bell_clears.load(Ordering::Relaxed),
         }
     }
 }

@@ -4,11 +4,16 @@
 //! ([`crate::CoreCtx::watch_fd`]: completion channels, RDMA-CM event
 //! channels, shm doorbells, sockets).
 //!
-//! The core never reads the events `epoll` reports: it only needs to know
-//! that *something* is ready, and its pollers find what. So a wait is one
-//! `epoll_pwait2` (nanosecond timeout; a `ppoll` on the epoll descriptor on
-//! kernels without it) whose events are dropped; every source is
-//! level-triggered and each owner clears its own before arming again.
+//! The core only needs to know that *something* is ready, and its pollers
+//! find what. So a wait is one `epoll_pwait2` (nanosecond timeout; a
+//! `ppoll` on the epoll descriptor on kernels without it); every source is
+//! level-triggered and each owner clears its own before arming again. The
+//! one thing the core takes from the events is whether its own doorbell was
+//! among them ([`WaitOutcome`]): only then does it clear the doorbell, so a
+//! wake-up by a completion channel costs no `read` of an empty eventfd on
+//! the way to the work (issue 24 item 1). A doorbell rung after the wait
+//! returned and left uncleared stays readable: the next wait returns at
+//! once and reports it, so it costs a spurious wake-up, never a lost one.
 //!
 //! # The doorbell handshake (no lost wake-up, no system call while busy)
 //!
@@ -117,19 +122,22 @@ impl Waiter {
         }
     }
 
-    /// Blocks until a registered source is ready or `timeout` passed.
+    /// Blocks until a registered source is ready or `timeout` passed, and
+    /// says whether `bell` (a watched descriptor) was among the ready ones.
     ///
     /// One `epoll_pwait2` on the core's epoll (nanosecond timeout, no
     /// intermediate `poll` layer); kernels before 5.11 lack it, and there the
-    /// wait is a `ppoll` on the epoll descriptor instead. `RPCRDMA_WAIT=ppoll`
-    /// forces the `ppoll` form (issue 24 item 1, for comparison runs).
-    pub(crate) fn wait(&self, timeout: Duration) {
+    /// wait is a `ppoll` on the epoll descriptor instead, which cannot tell
+    /// which source is ready (reported as the doorbell, so it is cleared).
+    /// `RPCRDMA_WAIT=ppoll` forces the `ppoll` form (issue 24 item 1, for
+    /// comparison runs).
+    pub(crate) fn wait(&self, timeout: Duration, bell: Option<RawFd>) -> WaitOutcome {
         let ts = libc::timespec {
             tv_sec: timeout.as_secs().min(i64::MAX as u64) as libc::time_t,
             tv_nsec: libc::c_long::from(timeout.subsec_nanos() as i32),
         };
         if use_epoll_pwait2() {
-            let mut ev = [libc::epoll_event { events: 0, u64: 0 }; 8];
+            let mut ev = [libc::epoll_event { events: 0, u64: 0 }; WAIT_EVENTS];
             // SAFETY: `ev` is a live array of 8 epoll_events, `ts` a live
             // timespec; no signal mask (null, size 0 is ignored).
             let rc = unsafe {
@@ -143,8 +151,17 @@ impl Waiter {
                     0usize,
                 )
             };
-            if rc >= 0 || io::Error::last_os_error().raw_os_error() != Some(libc::ENOSYS) {
-                return;
+            if rc >= 0 {
+                let n = (rc as usize).min(WAIT_EVENTS);
+                let bell_ready = bell.is_some_and(|b| ev[..n].iter().any(|e| e.u64 == b as u64));
+                return WaitOutcome {
+                    bell: bell_ready,
+                    others: n - usize::from(bell_ready),
+                };
+            }
+            if io::Error::last_os_error().raw_os_error() != Some(libc::ENOSYS) {
+                // EINTR: nothing known to be ready; the caller polls anyway.
+                return WaitOutcome::default();
             }
             EPOLL_PWAIT2.store(NO, Ordering::Relaxed);
         }
@@ -154,8 +171,26 @@ impl Waiter {
             revents: 0,
         };
         // SAFETY: one live pollfd and a live timespec; no signal mask.
-        unsafe { libc::ppoll(&mut pfd, 1, &ts, std::ptr::null()) };
+        let rc = unsafe { libc::ppoll(&mut pfd, 1, &ts, std::ptr::null()) };
+        WaitOutcome {
+            bell: rc > 0 && bell.is_some(),
+            others: usize::from(rc > 0),
+        }
     }
+}
+
+/// Events one wait takes from the kernel (more ready sources stay ready for
+/// the next wait).
+const WAIT_EVENTS: usize = 8;
+
+/// What ended a [`Waiter::wait`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct WaitOutcome {
+    /// The core's doorbell was ready (it must be cleared).
+    pub(crate) bell: bool,
+    /// Other watched descriptors reported ready (0 with `bell` false: the
+    /// timeout, or a signal).
+    pub(crate) others: usize,
 }
 
 const UNKNOWN: u8 = 0;

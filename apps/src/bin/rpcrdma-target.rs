@@ -194,6 +194,11 @@ fn run(cfg: Config) -> anyhow::Result<()> {
             wait_short = c.wait_short,
             wait_long = c.wait_long,
             spin_window_us = c.spin_window_us,
+            arms = c.arms,
+            wakes_fd = c.wakes_fd,
+            wakes_bell = c.wakes_bell,
+            wakes_none = c.wakes_none,
+            bell_clears = c.bell_clears,
             "core totals"
         );
     }

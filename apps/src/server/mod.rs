@@ -634,6 +634,17 @@ fn arm_sends_always() -> bool {
     *ON.get_or_init(|| std::env::var_os("RPCRDMA_ARM_SENDS").is_some_and(|v| v == "1"))
 }
 
+/// Whether a turn that only reaped replies' completions counts as idle (it
+/// then neither restarts the core's spin nor sends it round its re-check
+/// again): only with `RPCRDMA_REAPS_IDLE=1`. By default such a turn is work,
+/// as before: in the guest of `tests/kernel/` counting it idle made the core
+/// block more often at qd 1 and cost 4 KiB random writes 15 to 20 % in
+/// each of three rounds (docs/BENCHMARKS.md, issue 24 item 1). Read once.
+fn reaps_idle() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os("RPCRDMA_REAPS_IDLE").is_some_and(|v| v == "1"))
+}
+
 struct EnginePoller<F: Fabric> {
     responder: Responder<'static, F, NfsService>,
     core: usize,
@@ -746,7 +757,16 @@ impl<F: Fabric> Poller for EnginePoller<F> {
         if let Some(now) = self.publisher.due(work > 0) {
             self.publish(now);
         }
-        let busy = work > 0 || self.responder.deferred() > 0;
+        // With `RPCRDMA_REAPS_IDLE=1` a turn that only reaped replies'
+        // completions found nothing new: the core's spin is not restarted by
+        // it, nor does its re-check before blocking go round again for it.
+        let reaps = if reaps_idle() {
+            self.responder.reaps_last_turn()
+        } else {
+            0
+        };
+        let news = work - reaps.min(work);
+        let busy = news > 0 || self.responder.deferred() > 0;
         self.refusals.check(self.core, &mut self.responder, false, false);
         if busy {
             PollStatus::Busy
@@ -823,6 +843,19 @@ impl<F: Fabric> Poller for EnginePoller<F> {
             held_requests = held.requests,
             "engine stopped"
         );
+        // The fabric's system calls into its device driver (verbs: posts,
+        // CQ notification requests, completion-channel reads), per core.
+        if let Some(d) = self.responder.fabric().driver_calls() {
+            tracing::info!(
+                core = self.core,
+                post_send_calls = d.post_send_calls,
+                send_wrs = d.send_wrs,
+                notify_requests = d.notify_requests,
+                event_reads = d.event_reads,
+                empty_event_reads = d.empty_event_reads,
+                "driver calls"
+            );
+        }
         self.stats
             .lock()
             .unwrap_or_else(|e| e.into_inner())

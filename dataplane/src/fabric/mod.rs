@@ -591,6 +591,14 @@ pub trait Fabric {
     /// Interrupt mode: the caller woke up; undo what arming told peers.
     fn disarm_wakeup(&mut self) {}
 
+    /// How often this provider entered its device driver (posts, CQ
+    /// notification requests, completion-channel reads), for diagnostics:
+    /// each is a system call on software RDMA devices. `None` (the default)
+    /// for providers without a driver (shm, sim).
+    fn driver_calls(&self) -> Option<wake::DriverCalls> {
+        None
+    }
+
     /// Posted work that this provider executes over several polls is under
     /// way (shm copies a large RDMA Read or Write a slice per poll): the
     /// caller's loop should count the turn busy and poll again, not spin

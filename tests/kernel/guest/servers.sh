@@ -136,6 +136,7 @@ ours_stop() {
     else
         echo "$totals" | while read -r line; do note "$OURS_TAG: engine totals $line"; done
         grep 'core totals' "$log" | sed 's/.*core totals *//' | while read -r line; do note "$OURS_TAG: core totals $line"; done
+        grep 'driver calls' "$log" | sed 's/.*driver calls *//' | while read -r line; do note "$OURS_TAG: driver calls $line"; done
         check_eq "$OURS_TAG: every Call got an RPC reply (calls = replies on every core)" \
             "$(echo "$totals" | awk '{ for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] } if (v["calls"] != v["replies"]) bad++ } END { print bad + 0 }')" 0
         check_eq "$OURS_TAG: no Call unanswered, unaccounted or held at shutdown" \

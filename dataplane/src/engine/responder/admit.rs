@@ -175,7 +175,12 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
                 }
             }
             // The reply (or the drain after an error) is done when no work is left.
-            (ReqState::Sending | ReqState::Draining, _) if r.wr_out == 0 => self.release(i),
+            (ReqState::Sending | ReqState::Draining, _) if r.wr_out == 0 => {
+                self.reaps_this_turn += usize::from(r.state == ReqState::Sending);
+                self.release(i)
+            }
+            // One of a reply's several Writes (or its Send before them).
+            (ReqState::Sending, _) => self.reaps_this_turn += 1,
             _ => {}
         }
     }

@@ -676,6 +676,9 @@ pub struct Responder<'p, F: Fabric, S: Service> {
     batch_ns: u64,
     /// RDMA Reads posted since the CQ was last polled in [`Responder::poll`].
     reads_posted_this_turn: u32,
+    /// Completions this turn that only ended a reply on the wire (its Send
+    /// or Writes done: buffers and slots freed, nothing to run next).
+    reaps_this_turn: usize,
     cm_tick: u32,
     /// Set by [`Responder::begin_drain`]: new connections are refused.
     draining: bool,
@@ -787,6 +790,7 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
             reply_tick: 0,
             batch_ns: 0,
             reads_posted_this_turn: 0,
+            reaps_this_turn: 0,
             cm_tick: 0,
             accepting: 0,
             draining: false,
@@ -862,6 +866,7 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
         let urgent = self.accepting > 0 || self.draining;
         work += super::poll_cm(self, urgent);
         self.reads_posted_this_turn = 0;
+        self.reaps_this_turn = 0;
         work += self.poll_completions();
         if self.deferred > 0 {
             work += self.poll_deferred();
@@ -938,6 +943,20 @@ impl<'p, F: Fabric, S: Service> Responder<'p, F, S> {
     /// (their I/O is in flight). Owning core.
     pub fn deferred(&self) -> u32 {
         self.deferred
+    }
+
+    /// Of the work the last [`Responder::poll`] reported, the completions
+    /// that only ended a reply on the wire (the Send or RDMA Write of a
+    /// request in `Sending`, successful): they free buffers and slots, and
+    /// whatever that lets go on ran in the same turn and counts apart. A
+    /// turn whose work is all such completions found nothing new to do: a
+    /// core may leave its spin alone for it (issue 24 item 1: under
+    /// Soft-RoCE a reply's Send completes after the peer's acknowledgement,
+    /// often past the core's spin; the target does so only with
+    /// `RPCRDMA_REAPS_IDLE=1`, since the extra spin it saves caught the
+    /// next Call often enough to be worth it there).
+    pub fn reaps_last_turn(&self) -> usize {
+        self.reaps_this_turn
     }
 
     /// Calls received and not yet answered (their requests are live).

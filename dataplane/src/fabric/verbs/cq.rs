@@ -101,6 +101,7 @@ impl VerbsFabric {
             if got <= 0 {
                 break;
             }
+            self.note_polled(qi, send_side);
             for k in 0..got as usize {
                 let wc = self.wcs[k];
                 if let Some(c) = self.translate(&wc, send_side, reap) {

@@ -47,7 +47,7 @@ impl Drop for VerbsFabric {
                 sys::ibv_destroy_srq(s.srq);
             }
             // A CQ with unacknowledged events cannot be destroyed.
-            self.ack_cq_events();
+            self.ack_cq_events(true);
             for q in self.cqs.drain(..) {
                 sys::ibv_destroy_cq(q.send);
                 sys::ibv_destroy_cq(q.recv);

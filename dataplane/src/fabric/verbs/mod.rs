@@ -409,27 +409,30 @@ pub struct VerbsFabric {
     /// Connection slots with staged send work requests.
     dirty: Vec<usize>,
     /// CQs whose notification was requested and whose event has not been
-    /// read yet: (CQ index, send side). A CQ in it is armed still, and is
-    /// not requested again (`wake.rs`).
-    armed: Vec<(usize, bool)>,
+    /// read yet. A CQ in it is armed still, and is not requested again
+    /// (`wake.rs`).
+    armed: Vec<ArmedCq>,
     /// Counters of this fabric's own system calls (diagnostics, tests).
     counts: VerbsCounts,
 }
 
-/// How often the verbs fabric entered the device driver on its data path:
-/// each is a system call on software devices (rxe, siw) and on some
-/// hardware. For diagnostics and the doorbell-batching tests.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct VerbsCounts {
-    /// `ibv_post_send` calls for consumer work (one per chain).
-    pub post_send_calls: u64,
-    /// Consumer send work requests posted.
-    pub send_wrs: u64,
-    /// `ibv_req_notify_cq` calls.
-    pub notify_requests: u64,
-    /// `ibv_get_cq_event` calls (including the one that found none).
-    pub event_reads: u64,
+/// A hardware CQ whose completion notification was requested.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct ArmedCq {
+    /// Index in `cqs`.
+    cq: usize,
+    /// The send-queue CQ (else the receive CQ).
+    send: bool,
+    /// A poll of it returned completions since the request: only then can
+    /// its event have fired (the device signals the first completion added
+    /// after the request; one added but not polled yet keeps the core's
+    /// wait from blocking, and is polled before the next arming).
+    polled: bool,
 }
+
+/// The verbs fabric's own system-call counters (see
+/// [`crate::fabric::wake::DriverCalls`]).
+pub use crate::fabric::wake::DriverCalls as VerbsCounts;
 
 /// An error work completion as the device reported it, for diagnostics:
 /// the fabric's [`Completion`] keeps only the status the engine acts on.
@@ -612,6 +615,10 @@ impl Fabric for VerbsFabric {
 
     fn arm_wakeup_receives(&mut self) -> bool {
         self.do_arm_wakeup(false)
+    }
+
+    fn driver_calls(&self) -> Option<VerbsCounts> {
+        Some(self.counts)
     }
 }
 

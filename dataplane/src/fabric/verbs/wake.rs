@@ -37,22 +37,35 @@ impl VerbsFabric {
         Ok(())
     }
 
-    /// Acknowledges every CQ event the channel holds (a CQ cannot be
-    /// destroyed with events unacknowledged). Only a CQ whose notification
-    /// was requested can have one (`armed`): reading stops when none is
-    /// left, so a wake-up by the one armed CQ costs one read, not a second
-    /// one that finds the channel empty.
-    pub(super) fn ack_cq_events(&mut self) {
+    /// Acknowledges the CQ events the channel holds (a CQ cannot be
+    /// destroyed with events unacknowledged; `all` before that). Only a CQ
+    /// whose notification was requested can have one (`armed`), and only
+    /// once a completion was added to it after the request, which a poll
+    /// of it then returned (`ArmedCq::polled`): the channel is read for
+    /// those alone, so arming again after a wake-up by another source (or
+    /// after a re-check that found work before any completion) makes no
+    /// system call that finds the channel empty. An event that fired for a
+    /// completion not polled yet stays in the channel, which stays readable:
+    /// the caller's wait returns at once, it polls that completion, and the
+    /// next arming reads the event.
+    pub(super) fn ack_cq_events(&mut self, all: bool) {
         if self.comp.is_null() {
             return;
         }
-        while !self.armed.is_empty() {
+        let mut may_have_fired = if all {
+            self.armed.len()
+        } else {
+            self.armed.iter().filter(|a| a.polled).count()
+        };
+        while may_have_fired > 0 && !self.armed.is_empty() {
+            may_have_fired -= 1;
             let mut cq: *mut sys::ibv_cq = ptr::null_mut();
             let mut cq_ctx: *mut c_void = ptr::null_mut();
             self.counts.event_reads += 1;
             // SAFETY: `self.comp` is our channel (non-blocking: returns -1
             // when empty); the out pointers are live locals.
             if unsafe { sys::ibv_get_cq_event(self.comp, &mut cq, &mut cq_ctx) } != 0 {
+                self.counts.empty_event_reads += 1;
                 break;
             }
             // SAFETY: `cq` is the CQ the event was for, one of ours.
@@ -61,10 +74,19 @@ impl VerbsFabric {
             if let Some(p) = self
                 .armed
                 .iter()
-                .position(|&(i, send)| ptr::eq(if send { cqs[i].send } else { cqs[i].recv }, cq))
+                .position(|a| ptr::eq(if a.send { cqs[a.cq].send } else { cqs[a.cq].recv }, cq))
             {
                 self.armed.swap_remove(p);
             }
+        }
+    }
+
+    /// A poll of hardware CQ (`qi`, `send`) returned completions: if it is
+    /// armed, its event may have fired (see [`VerbsFabric::ack_cq_events`]).
+    #[inline]
+    pub(super) fn note_polled(&mut self, qi: usize, send: bool) {
+        if let Some(a) = self.armed.iter_mut().find(|a| a.cq == qi && a.send == send) {
+            a.polled = true;
         }
     }
 
@@ -93,10 +115,10 @@ impl VerbsFabric {
             return false;
         }
         self.flush_all();
-        self.ack_cq_events();
+        self.ack_cq_events(false);
         for qi in 0..self.cqs.len() {
             for send in [false, true] {
-                if (send && !sends) || self.armed.contains(&(qi, send)) {
+                if (send && !sends) || self.armed.iter().any(|a| a.cq == qi && a.send == send) {
                     continue;
                 }
                 let cq = if send { self.cqs[qi].send } else { self.cqs[qi].recv };
@@ -105,7 +127,11 @@ impl VerbsFabric {
                 if unsafe { sys::ibv_req_notify_cq(cq, 0) } != 0 {
                     return false;
                 }
-                self.armed.push((qi, send));
+                self.armed.push(ArmedCq {
+                    cq: qi,
+                    send,
+                    polled: false,
+                });
             }
         }
         true
