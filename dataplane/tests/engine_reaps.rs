@@ -10,7 +10,6 @@
 
 mod engine_common;
 
-use dataplane::requester::LinkState;
 use dataplane::responder::Responder;
 use dataplane::sim::{SimConfig, SimNetwork};
 use engine_common::*;
@@ -33,14 +32,7 @@ fn a_turn_that_only_reaps_replies_reports_its_work_as_reaps() {
     )
     .unwrap();
     let mut cli = sim_requester(p, &net, CREDITS);
-    let mut turns = 0;
-    while cli.link() != LinkState::Ready || !cli.can_submit() {
-        srv.poll();
-        cli.poll();
-        net.step();
-        turns += 1;
-        assert!(turns < 100_000, "never connected");
-    }
+    sim_until_ready(&mut cli, &mut srv, &net);
     let null = Expect {
         proc_: P_NULL,
         arg: vec![],

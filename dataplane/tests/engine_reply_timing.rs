@@ -14,7 +14,7 @@ mod engine_common;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use dataplane::requester::{LinkState, Requester};
+use dataplane::requester::Requester;
 use dataplane::responder::Responder;
 use dataplane::service::{CallView, ReplyBuilder, Service, ServiceError};
 use dataplane::sim::{SimConfig, SimFabric, SimNetwork};
@@ -130,14 +130,8 @@ fn run(
     net: &SimNetwork,
     calls: &[Expect],
 ) {
+    sim_until_ready(cli, srv, net);
     let mut turns = 0;
-    while cli.link() != LinkState::Ready || !cli.can_submit() {
-        srv.poll();
-        cli.poll();
-        net.step();
-        turns += 1;
-        assert!(turns < 100_000, "never connected");
-    }
     let mut ids = Vec::new();
     for e in calls {
         assert!(cli.can_submit(), "no credit for {} calls", calls.len());

@@ -111,7 +111,6 @@ pub struct Expect {
     pub b: u32,
 }
 
-/// Submit one call of `e` on `req`. Returns false if the requester was busy.
 /// A requester on a fresh endpoint of `net` (core 1 of the pool), offering
 /// every version and `credits`, asked to connect to the responder at `srv`.
 #[allow(dead_code)]
@@ -132,6 +131,25 @@ pub fn sim_requester(
     cli
 }
 
+/// Step `cli`, `srv` and the network until `cli` is connected and may
+/// submit (a [`sim_requester`] against a responder on the same network).
+#[allow(dead_code)]
+pub fn sim_until_ready<S: dataplane::service::Service>(
+    cli: &mut Requester<'static, dataplane::sim::SimFabric>,
+    srv: &mut dataplane::responder::Responder<'static, dataplane::sim::SimFabric, S>,
+    net: &dataplane::sim::SimNetwork,
+) {
+    let mut turns = 0;
+    while cli.link() != dataplane::requester::LinkState::Ready || !cli.can_submit() {
+        srv.poll();
+        cli.poll();
+        net.step();
+        turns += 1;
+        assert!(turns < 100_000, "never connected");
+    }
+}
+
+/// Submit one call of `e` on `req`. Returns false if the requester was busy.
 pub fn submit<F: Fabric>(req: &mut Requester<'_, F>, e: &Expect) -> Result<dataplane::requester::CallId, String> {
     let mut cb = req.call_buf().ok_or("no call buffer")?;
     let n = encode_call(cb.bytes_mut(), e.proc_, &e.arg, e.big_n, e.b).ok_or("call too large")?;
