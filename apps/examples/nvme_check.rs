@@ -17,7 +17,8 @@
 //! FSINFO's features, SETATTR truncation (issue 21 item 11).
 //!
 //! Prints `nvme_check: PASS ...` last when everything held; exits 1 otherwise.
-//! `--iopoll yes|no` also checks whether the passthrough ring polls the device.
+//! `--iopoll yes|no` also checks whether the passthrough ring polls the device
+//! (`yes` on a kernel whose passthrough polling is unsafe: that it does not).
 
 use std::alloc::{self, Layout};
 use std::path::{Path, PathBuf};
@@ -467,6 +468,13 @@ fn main() -> Result<()> {
     let mut o = open(&pt, true, IoMode::Passthrough, size, lba)?;
     let iopoll = o.ch.iopoll();
     if let Some(w) = want_iopoll {
+        // A kernel whose passthrough polling is unsafe gets an interrupt
+        // ring even on a device with poll queues.
+        let safe = rpcrdma_apps::backend::nvme::kernel_polls_passthrough_safely();
+        if w && !safe {
+            println!("  passthrough polling refused on this kernel (unsafe before 6.6)");
+        }
+        let w = w && safe;
         ensure!(iopoll == w, "passthrough ring iopoll {iopoll}, expected {w}");
     }
     sweep(&mut o.ch, &o.fh, o.size, &mut c, true)?;

@@ -264,7 +264,7 @@ pub(super) fn probe_passthrough(path: &Path, md: &std::fs::Metadata, blk: Option
                 max_xfer = max_xfer.min(segs.saturating_sub(1).max(1) * 4096);
             }
         }
-        iopoll = read_sysfs_u64(&format!("{s}/queue/io_poll")) == Some(1);
+        iopoll = read_sysfs_u64(&format!("{s}/queue/io_poll")) == Some(1) && passthrough_polling_is_safe(path);
     }
     // Round down to whole LBAs, within the 16-bit NLB field.
     let max_xfer = (max_xfer / lba * lba).clamp(lba, 65536 * lba).min(1 << 30);
@@ -373,6 +373,60 @@ pub(super) fn ns_from_time(t: Time) -> u64 {
 
 pub(super) fn ns_from_stat(secs: i64, nsecs: i64) -> u64 {
     (secs.max(0) as u64) * 1_000_000_000 + nsecs.clamp(0, 999_999_999) as u64
+}
+
+/// The first kernel release whose passthrough polling polls the request
+/// rather than the command's bio. Before it (6.1 here), the poll can reach a
+/// bio that the command's completion has already freed: the test guest's
+/// 6.1 kernel took a general protection fault in `bio_poll` under
+/// `nvme_ns_chr_uring_cmd_iopoll` in `tests/nvme`. The rework landed in
+/// 6.5; 6.6 is the first long-term release with it.
+const PASSTHROUGH_IOPOLL_SAFE_FROM: (u32, u32) = (6, 6);
+
+/// Whether a passthrough ring may poll (IORING_SETUP_IOPOLL) on the running
+/// kernel; logs, once per device, why not. Start-up only.
+fn passthrough_polling_is_safe(path: &Path) -> bool {
+    let release = kernel_release();
+    let safe = kernel_polls_passthrough_safely();
+    if !safe {
+        tracing::warn!(
+            path = %path.display(),
+            kernel = release.as_deref().unwrap_or("unknown"),
+            "nvme: passthrough I/O completes by interrupt: this kernel's passthrough polling can touch freed memory (safe from 6.6)"
+        );
+    }
+    safe
+}
+
+/// Whether the running kernel's passthrough polling is safe to use (see
+/// `PASSTHROUGH_IOPOLL_SAFE_FROM`); without it, passthrough rings complete
+/// by interrupt even on a device with poll queues. Any thread.
+pub fn kernel_polls_passthrough_safely() -> bool {
+    kernel_release()
+        .as_deref()
+        .and_then(release_version)
+        .is_some_and(|v| v >= PASSTHROUGH_IOPOLL_SAFE_FROM)
+}
+
+/// `uname -r`.
+fn kernel_release() -> Option<String> {
+    // SAFETY: `uname` fills the zeroed struct it is given.
+    let mut u: libc::utsname = unsafe { std::mem::zeroed() };
+    // SAFETY: `u` is a valid, writable utsname.
+    if unsafe { libc::uname(&mut u) } != 0 {
+        return None;
+    }
+    // SAFETY: the kernel NUL-terminates `release` within its length.
+    let r = unsafe { std::ffi::CStr::from_ptr(u.release.as_ptr()) };
+    Some(r.to_string_lossy().into_owned())
+}
+
+/// `(major, minor)` of a kernel release string such as `6.1.0-50-amd64`.
+pub(super) fn release_version(release: &str) -> Option<(u32, u32)> {
+    let mut it = release.split(|c: char| !c.is_ascii_digit());
+    let major = it.next()?.parse().ok()?;
+    let minor = it.next()?.parse().ok()?;
+    Some((major, minor))
 }
 
 pub(super) fn read_sysfs_u64(path: &str) -> Option<u64> {

@@ -92,3 +92,14 @@ fn fnv_separates_parts() {
     assert_ne!(fnv1a(&[b"ab", b"c"]), fnv1a(&[b"a", b"bc"]));
     assert_eq!(fnv1a(&[b"/dev/ng0n1"]), fnv1a(&[b"/dev/ng0n1"]));
 }
+
+#[test]
+fn kernel_release_versions_parse() {
+    use super::device::release_version;
+    assert_eq!(release_version("6.1.0-50-amd64"), Some((6, 1)));
+    assert_eq!(release_version("6.18.3"), Some((6, 18)));
+    assert_eq!(release_version("5.15.0-91-generic"), Some((5, 15)));
+    assert_eq!(release_version("6.6"), Some((6, 6)));
+    assert_eq!(release_version("garbage"), None);
+    assert_eq!(release_version("6"), None);
+}
