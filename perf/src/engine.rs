@@ -161,9 +161,16 @@ impl Clock {
     pub fn new(base: Instant) -> Self {
         Clock { base }
     }
+    /// Nanoseconds since the base, from the reactor's cheap clock
+    /// (`reactor::clock::now`): where the OS clock has no vDSO read (the
+    /// `hpet` of the emulated guests in `tests/kernel/`) an `Instant::now()`
+    /// is a system call reading an emulated device, and a worker waiting for
+    /// its reply reads the clock on every poll turn (about 20 per Call at
+    /// queue depth 1 there), taking time from the fabric and the server it
+    /// measures. Any thread.
     #[inline]
     pub fn now_ns(&self) -> u64 {
-        self.base.elapsed().as_nanos() as u64
+        reactor::clock::now().saturating_duration_since(self.base).as_nanos() as u64
     }
     /// The instant `ns` after the base.
     pub fn at(&self, ns: u64) -> Instant {
@@ -633,10 +640,83 @@ pub struct WorkerOut {
     pub stats: Vec<dataplane::requester::RequesterStats>,
     /// A connection of this worker failed (the target went away).
     pub lost: bool,
+    /// How often the worker blocked for a completion (`--idle-wait`).
+    pub idle_waits: u64,
 }
 
 /// Idle poll turns in a row before a worker with `idle_sleep_us` sleeps.
 pub const IDLE_TURNS_BEFORE_SLEEP: u32 = 16;
+
+/// The longest one interrupt-mode wait blocks: a worker re-checks its
+/// window, the drain deadline and the abort flag at least this often.
+pub const IDLE_WAIT_MAX: Duration = Duration::from_millis(10);
+
+/// Interrupt mode for a worker (`--idle-wait`): after
+/// [`IDLE_TURNS_BEFORE_SLEEP`] idle poll turns it arms every connection's
+/// wake-up ([`Fabric::arm_wakeup`]: verbs requests a CQ notification on its
+/// completion channel; shm tells the peer to ring its doorbell), polls once
+/// more, and then blocks in `poll(2)` on the fabrics' descriptors until a
+/// completion or CM event arrives, like the kernel's NFS client, whose
+/// completions are interrupts. A client that sleeps a fixed time per idle
+/// turn instead sees each reply only at the end of a sleep: in an emulated
+/// guest a 20 µs sleep lasts 200-300 µs, which quantises every qd-1 latency
+/// it measures into multiples of that. A connection whose fabric cannot arm
+/// makes the worker sleep `idle_sleep_us` (at least 1 µs) for that turn
+/// instead. Worker thread.
+struct IdleWait {
+    /// Every connection's wake-up descriptors, fixed once connected.
+    fds: Vec<libc::pollfd>,
+    armed: bool,
+    /// Blocks in `poll(2)` so far.
+    waits: u64,
+}
+
+impl IdleWait {
+    fn new<F: Fabric>(conns: &mut [ConnLoad<'_, F>]) -> Self {
+        let mut fds = Vec::new();
+        for c in conns.iter_mut() {
+            for fd in c.req.fabric().wake_fds() {
+                fds.push(libc::pollfd { fd, events: libc::POLLIN, revents: 0 });
+            }
+        }
+        IdleWait {
+            fds,
+            armed: false,
+            waits: 0,
+        }
+    }
+
+    /// One idle turn past the threshold: arm (this turn) or block (the turn
+    /// after an arming whose re-check found nothing).
+    fn idle<F: Fabric>(&mut self, conns: &mut [ConnLoad<'_, F>], max: Duration, fallback_us: u32) {
+        if !self.armed {
+            let mut all = !self.fds.is_empty();
+            for c in conns.iter_mut().filter(|c| !c.dead) {
+                all &= c.req.fabric().arm_wakeup();
+            }
+            self.armed = true;
+            if !all {
+                self.disarm(conns);
+                std::thread::sleep(Duration::from_micros(u64::from(fallback_us.max(1))));
+            }
+            return;
+        }
+        let ms = max.as_millis().clamp(1, i32::MAX as u128) as i32;
+        self.waits += 1;
+        // SAFETY: `fds` is a live, exclusively borrowed array of `len`
+        // initialised `pollfd`s for the duration of the call.
+        unsafe { libc::poll(self.fds.as_mut_ptr(), self.fds.len() as libc::nfds_t, ms) };
+        self.disarm(conns);
+    }
+
+    fn disarm<F: Fabric>(&mut self, conns: &mut [ConnLoad<'_, F>]) {
+        if std::mem::take(&mut self.armed) {
+            for c in conns.iter_mut() {
+                c.req.fabric().disarm_wakeup();
+            }
+        }
+    }
+}
 
 /// Parameters of one worker's load.
 #[derive(Debug, Clone)]
@@ -654,6 +734,10 @@ pub struct WorkerPlan {
     /// Yield the CPU (`sched_yield`) per idle poll turn after
     /// [`IDLE_TURNS_BEFORE_SLEEP`] idle turns in a row, instead of sleeping.
     pub idle_yield: bool,
+    /// Block until a completion arrives after [`IDLE_TURNS_BEFORE_SLEEP`]
+    /// idle turns in a row (interrupt mode: [`IdleWait`]), instead of
+    /// sleeping or yielding. Takes precedence over both.
+    pub idle_wait: bool,
     /// Count mode: measured operations of each of `conns`.
     pub quotas: Option<Vec<u64>>,
 }
@@ -712,6 +796,7 @@ pub fn run_worker<'p, F: Fabric>(
     let mut rec = Recorder::new(start_ns, end_ns);
     let mut drain_deadline: Option<u64> = None;
     let mut idle_turns = 0u32;
+    let mut waiter = plan.idle_wait.then(|| IdleWait::new(&mut conns));
     loop {
         let now = clock.now_ns();
         let mut completed = 0u32;
@@ -760,16 +845,29 @@ pub fn run_worker<'p, F: Fabric>(
         }
         if completed > 0 {
             idle_turns = 0;
-        } else if plan.idle_yield || plan.idle_sleep_us > 0 {
+            if let Some(w) = waiter.as_mut() {
+                w.disarm(&mut conns);
+            }
+        } else if plan.idle_wait || plan.idle_yield || plan.idle_sleep_us > 0 {
             idle_turns = idle_turns.saturating_add(1);
             if idle_turns > IDLE_TURNS_BEFORE_SLEEP {
-                if plan.idle_yield {
+                if let Some(w) = waiter.as_mut() {
+                    // Armed in the previous turn, whose polls were the
+                    // re-check: block. Not armed yet: arm, and let the next
+                    // turn re-check before blocking.
+                    let until = drain_deadline.unwrap_or(end_ns);
+                    let left = Duration::from_nanos(until.saturating_sub(clock.now_ns()));
+                    w.idle(&mut conns, left.min(IDLE_WAIT_MAX), plan.idle_sleep_us);
+                } else if plan.idle_yield {
                     std::thread::yield_now();
                 } else {
                     std::thread::sleep(std::time::Duration::from_micros(u64::from(plan.idle_sleep_us)));
                 }
             }
         }
+    }
+    if let Some(w) = waiter.as_mut() {
+        w.disarm(&mut conns);
     }
     // Calls of the measured window still unanswered after the drain time are
     // failures (a Call that never completes has no latency to record).
@@ -796,6 +894,7 @@ pub fn run_worker<'p, F: Fabric>(
         written,
         stats,
         lost,
+        idle_waits: waiter.map_or(0, |w| w.waits),
     })
 }
 

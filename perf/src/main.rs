@@ -149,6 +149,16 @@ struct Common {
     /// slack added to the latency). Takes precedence over --idle-sleep-us.
     #[arg(long = "idle-yield")]
     idle_yield: bool,
+    /// Block until a reply (a completion or connection event) arrives once
+    /// a worker has been idle for a few turns: the fabric's interrupt mode
+    /// (verbs: a CQ notification on the completion channel; shm: the
+    /// peer's doorbell), the way the kernel's NFS client waits. Measures
+    /// qd-1 latency without the timer slack of --idle-sleep-us (in an
+    /// emulated guest a 20 µs sleep lasts 200-300 µs) and without a busy
+    /// CPU. Takes precedence over --idle-yield and --idle-sleep-us (which
+    /// then only serves a fabric that cannot arm).
+    #[arg(long = "idle-wait")]
+    idle_wait: bool,
     /// NFS version: "3", or "4.1" (a session first, then SEQUENCE + PUTFH +
     /// READ/WRITE per Call; `null` sends SEQUENCE alone).
     #[arg(long = "nfs", default_value = "3", value_parser = ["3", "4.1"])]
@@ -367,6 +377,7 @@ fn base_config(c: &Common, mode: Mode, size: u32) -> RunConfig {
         timeout: c.timeout,
         idle_sleep_us: c.idle_sleep_us,
         idle_yield: c.idle_yield,
+        idle_wait: c.idle_wait,
         target_pid: c.target_pid,
         nfs41: c.nfs == "4.1",
     }

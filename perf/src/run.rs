@@ -141,6 +141,9 @@ pub struct RunConfig {
     pub idle_sleep_us: u32,
     /// Yield the CPU instead (after the same idle turns; `--idle-yield`).
     pub idle_yield: bool,
+    /// Block until a completion arrives instead (after the same idle
+    /// turns; `--idle-wait`; see `engine::IdleWait`). Takes precedence.
+    pub idle_wait: bool,
     /// The target's process id: its CPU time over the measured window is
     /// reported next to perf's own ([`crate::cpu`]).
     pub target_pid: Option<u32>,
@@ -166,6 +169,8 @@ pub struct RunOutput {
     pub target_lost: bool,
     /// The requesters' counters, summed over the connections (RPC runs).
     pub transport: dataplane::requester::RequesterStats,
+    /// How often the workers blocked for a completion (`--idle-wait`).
+    pub idle_waits: u64,
 }
 
 /// Most connections of a run.
@@ -422,7 +427,7 @@ fn run_rpc<M: FabricMaker>(maker: &M, cfg: &RunConfig, kind: OpKind) -> Result<R
         s.close();
         wl.file = Some(r?);
     }
-    let clock = Clock::new(Instant::now());
+    let clock = Clock::new(reactor::clock::now());
     let connect = |c: u32| {
         engine::connect(
             maker,
@@ -464,6 +469,7 @@ fn run_rpc<M: FabricMaker>(maker: &M, cfg: &RunConfig, kind: OpKind) -> Result<R
     );
     out.transport = transport;
     out.target_lost = lost;
+    out.idle_waits = outs.iter().flatten().map(|o| o.idle_waits).sum();
     Ok(out)
 }
 
@@ -515,6 +521,7 @@ pub(crate) fn drive_workers<C>(
                         seed: cfg.seed,
                         idle_sleep_us,
                         idle_yield: cfg.idle_yield,
+                        idle_wait: cfg.idle_wait,
                         quotas: cfg.count.map(|_| {
                             cfg.worker_conns(w, workers)
                                 .iter()
@@ -741,6 +748,7 @@ pub(crate) fn finish(
         verified_blocks,
         target_lost: false,
         transport: Default::default(),
+        idle_waits: 0,
     }
 }
 
@@ -849,7 +857,7 @@ fn run_raw<M: FabricMaker>(
         cfg.target.clone()
     };
     let shared = Shared::new(workers);
-    let clock = Clock::new(Instant::now());
+    let clock = Clock::new(reactor::clock::now());
     let (recs, cpu): (Vec<Option<Recorder>>, CpuWindow) = std::thread::scope(|sc| {
         let echo = loopback.then(|| {
             let (listening_tx, listening_rx) = std::sync::mpsc::channel::<()>();
@@ -1031,6 +1039,7 @@ mod tests {
             timeout: Duration::from_secs(1),
             idle_sleep_us: 0,
             idle_yield: false,
+            idle_wait: false,
             target_pid: None,
             nfs41: false,
         }

@@ -28,7 +28,7 @@ use std::io;
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use proto::rpc::{RecordMark, RM_BYTES};
 use proto::ulb::Nfs3Binding;
@@ -693,6 +693,7 @@ fn run_worker(
         written,
         stats,
         lost,
+        idle_waits: 0,
     })
 }
 
@@ -733,7 +734,7 @@ pub fn run_tcp(cfg: &RunConfig, kind: OpKind) -> Result<RunOutput, PerfError> {
         let mut s = TcpSession::connect(addr, cfg.timeout)?;
         wl.file = Some(run::prepare_file(&mut s, &wl, cfg, n, &root)?);
     }
-    let clock = Clock::new(Instant::now());
+    let clock = Clock::new(reactor::clock::now());
     let connect = |_| connect_load(addr, cfg.timeout);
     let work = |socks, plan: &engine::WorkerPlan, start_ns, end_ns, progress: &Progress, abort: &AtomicBool| {
         run_worker(socks, plan, &wl, clock, start_ns, end_ns, cfg.timeout, progress, abort)

@@ -336,6 +336,7 @@ fn cfg(m: &Mock, kind: OpKind, version: u32, size: u32) -> RunConfig {
         timeout: Duration::from_secs(10),
         idle_sleep_us: 5,
         idle_yield: false,
+        idle_wait: false,
         target_pid: None,
         nfs41: false,
     }
@@ -450,6 +451,33 @@ fn missing_file_export_and_create() {
     );
 }
 
+/// `--idle-wait` (issue 24): a worker that blocks for its completions when
+/// idle completes every Call of its window, and did block (the fabric's
+/// interrupt mode woke it for replies, not a timeout: the run's Calls
+/// outnumber what timeouts of `IDLE_WAIT_MAX` could have paced).
+#[test]
+fn idle_wait_blocks_for_replies_and_runs_the_window_without_errors() {
+    let m = Mock::start("wait");
+    let c = RunConfig {
+        idle_wait: true,
+        idle_sleep_us: 0,
+        ..cfg(&m, OpKind::Read, 1, 4096)
+    };
+    let out = run::run_with(&ShmMaker::default(), &c).unwrap();
+    let r = &out.result;
+    assert_eq!(r.errors, 0, "{r:?}");
+    assert!(r.ops > 0, "{r:?}");
+    assert!(out.idle_waits > 0, "the worker never blocked: {r:?}");
+    let paced_by_timeouts = c.duration.as_millis() as u64 / perf::engine::IDLE_WAIT_MAX.as_millis() as u64;
+    assert!(
+        r.ops > 4 * paced_by_timeouts,
+        "{} ops in {:?}: replies did not wake the worker ({} waits)",
+        r.ops,
+        c.duration,
+        out.idle_waits
+    );
+}
+
 /// `--idle-yield` (issue 21 item 5's layout with B's client on the io
 /// core's CPU): a worker that yields its CPU when idle still completes
 /// every Call of its window, as one that spins or sleeps does.
@@ -458,6 +486,7 @@ fn idle_yield_runs_the_window_without_errors() {
     let m = Mock::start("yield");
     let c = RunConfig {
         idle_yield: true,
+        idle_wait: false,
         idle_sleep_us: 0,
         ..cfg(&m, OpKind::Read, 1, 4096)
     };

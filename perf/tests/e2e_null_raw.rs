@@ -182,6 +182,7 @@ fn null_cfg(addr: &str, version: u32, conns: u32, qd: u32) -> RunConfig {
         // connection attempt for 10 s.
         idle_sleep_us: 50,
         idle_yield: false,
+        idle_wait: false,
         target_pid: None,
         nfs41: false,
     }

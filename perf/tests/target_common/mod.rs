@@ -102,6 +102,7 @@ pub fn run_cfg(sock: &Path, mount_port: u16, mode: Mode, version: u32, size: u32
         timeout: Duration::from_secs(10),
         idle_sleep_us: 0,
         idle_yield: false,
+        idle_wait: false,
         target_pid: None,
         nfs41: false,
     }
