@@ -642,6 +642,8 @@ pub struct WorkerOut {
     pub lost: bool,
     /// How often the worker blocked for a completion (`--idle-wait`).
     pub idle_waits: u64,
+    /// How many of those blocks a descriptor ended (not the time limit).
+    pub idle_wakes: u64,
 }
 
 /// Idle poll turns in a row before a worker with `idle_sleep_us` sleeps.
@@ -669,6 +671,8 @@ struct IdleWait {
     armed: bool,
     /// Blocks in `poll(2)` so far.
     waits: u64,
+    /// Blocks that a ready descriptor ended.
+    wakes: u64,
 }
 
 impl IdleWait {
@@ -676,13 +680,18 @@ impl IdleWait {
         let mut fds = Vec::new();
         for c in conns.iter_mut() {
             for fd in c.req.fabric().wake_fds() {
-                fds.push(libc::pollfd { fd, events: libc::POLLIN, revents: 0 });
+                fds.push(libc::pollfd {
+                    fd,
+                    events: libc::POLLIN,
+                    revents: 0,
+                });
             }
         }
         IdleWait {
             fds,
             armed: false,
             waits: 0,
+            wakes: 0,
         }
     }
 
@@ -705,7 +714,8 @@ impl IdleWait {
         self.waits += 1;
         // SAFETY: `fds` is a live, exclusively borrowed array of `len`
         // initialised `pollfd`s for the duration of the call.
-        unsafe { libc::poll(self.fds.as_mut_ptr(), self.fds.len() as libc::nfds_t, ms) };
+        let ready = unsafe { libc::poll(self.fds.as_mut_ptr(), self.fds.len() as libc::nfds_t, ms) };
+        self.wakes += u64::from(ready > 0);
         self.disarm(conns);
     }
 
@@ -894,7 +904,8 @@ pub fn run_worker<'p, F: Fabric>(
         written,
         stats,
         lost,
-        idle_waits: waiter.map_or(0, |w| w.waits),
+        idle_waits: waiter.as_ref().map_or(0, |w| w.waits),
+        idle_wakes: waiter.as_ref().map_or(0, |w| w.wakes),
     })
 }
 

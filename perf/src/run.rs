@@ -171,6 +171,8 @@ pub struct RunOutput {
     pub transport: dataplane::requester::RequesterStats,
     /// How often the workers blocked for a completion (`--idle-wait`).
     pub idle_waits: u64,
+    /// How many of those blocks a ready descriptor ended.
+    pub idle_wakes: u64,
 }
 
 /// Most connections of a run.
@@ -470,6 +472,7 @@ fn run_rpc<M: FabricMaker>(maker: &M, cfg: &RunConfig, kind: OpKind) -> Result<R
     out.transport = transport;
     out.target_lost = lost;
     out.idle_waits = outs.iter().flatten().map(|o| o.idle_waits).sum();
+    out.idle_wakes = outs.iter().flatten().map(|o| o.idle_wakes).sum();
     Ok(out)
 }
 
@@ -749,6 +752,7 @@ pub(crate) fn finish(
         target_lost: false,
         transport: Default::default(),
         idle_waits: 0,
+        idle_wakes: 0,
     }
 }
 

@@ -694,6 +694,7 @@ fn run_worker(
         stats,
         lost,
         idle_waits: 0,
+        idle_wakes: 0,
     })
 }
 

@@ -452,9 +452,10 @@ fn missing_file_export_and_create() {
 }
 
 /// `--idle-wait` (issue 24): a worker that blocks for its completions when
-/// idle completes every Call of its window, and did block (the fabric's
-/// interrupt mode woke it for replies, not a timeout: the run's Calls
-/// outnumber what timeouts of `IDLE_WAIT_MAX` could have paced).
+/// idle completes every Call of its window, and did block; the replies
+/// woke it (the fabric's doorbell made its descriptor ready), not the
+/// `IDLE_WAIT_MAX` time limit, and the run's Calls outnumber what such
+/// time limits could have paced.
 #[test]
 fn idle_wait_blocks_for_replies_and_runs_the_window_without_errors() {
     let m = Mock::start("wait");
@@ -468,6 +469,12 @@ fn idle_wait_blocks_for_replies_and_runs_the_window_without_errors() {
     assert_eq!(r.errors, 0, "{r:?}");
     assert!(r.ops > 0, "{r:?}");
     assert!(out.idle_waits > 0, "the worker never blocked: {r:?}");
+    assert!(
+        out.idle_wakes * 2 >= out.idle_waits,
+        "{} of {} blocks ended by a ready descriptor: replies did not wake the worker",
+        out.idle_wakes,
+        out.idle_waits
+    );
     let paced_by_timeouts = c.duration.as_millis() as u64 / perf::engine::IDLE_WAIT_MAX.as_millis() as u64;
     assert!(
         r.ops > 4 * paced_by_timeouts,
