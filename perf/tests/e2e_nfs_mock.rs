@@ -458,16 +458,8 @@ fn missing_file_export_and_create() {
 /// time limits could have paced.
 #[test]
 fn idle_wait_blocks_for_replies_and_runs_the_window_without_errors() {
-    let m = Mock::start("wait");
-    let c = RunConfig {
-        idle_wait: true,
-        idle_sleep_us: 0,
-        ..cfg(&m, OpKind::Read, 1, 4096)
-    };
-    let out = run::run_with(&ShmMaker::default(), &c).unwrap();
+    let (out, c) = idle_run("wait", true, false);
     let r = &out.result;
-    assert_eq!(r.errors, 0, "{r:?}");
-    assert!(r.ops > 0, "{r:?}");
     assert!(out.idle_waits > 0, "the worker never blocked: {r:?}");
     assert!(
         out.idle_wakes * 2 >= out.idle_waits,
@@ -490,10 +482,17 @@ fn idle_wait_blocks_for_replies_and_runs_the_window_without_errors() {
 /// every Call of its window, as one that spins or sleeps does.
 #[test]
 fn idle_yield_runs_the_window_without_errors() {
-    let m = Mock::start("yield");
+    idle_run("yield", false, true);
+}
+
+/// A qd-1 READ run against a mock of its own with the worker's idle mode
+/// (`--idle-wait`, `--idle-yield`, no sleep); checks that every Call of
+/// the window completed without error.
+fn idle_run(name: &str, idle_wait: bool, idle_yield: bool) -> (run::RunOutput, RunConfig) {
+    let m = Mock::start(name);
     let c = RunConfig {
-        idle_yield: true,
-        idle_wait: false,
+        idle_wait,
+        idle_yield,
         idle_sleep_us: 0,
         ..cfg(&m, OpKind::Read, 1, 4096)
     };
@@ -501,4 +500,5 @@ fn idle_yield_runs_the_window_without_errors() {
     let r = &out.result;
     assert_eq!(r.errors, 0, "{r:?}");
     assert!(r.ops > 0, "{r:?}");
+    (out, c)
 }
