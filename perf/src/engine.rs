@@ -161,6 +161,10 @@ impl Clock {
     pub fn new(base: Instant) -> Self {
         Clock { base }
     }
+    /// A clock whose base is now, on the same cheap clock as [`Clock::now_ns`].
+    pub fn start() -> Self {
+        Clock::new(reactor::clock::now())
+    }
     /// Nanoseconds since the base, from the reactor's cheap clock
     /// (`reactor::clock::now`): where the OS clock has no vDSO read (the
     /// `hpet` of the emulated guests in `tests/kernel/`) an `Instant::now()`

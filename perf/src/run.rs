@@ -429,7 +429,7 @@ fn run_rpc<M: FabricMaker>(maker: &M, cfg: &RunConfig, kind: OpKind) -> Result<R
         s.close();
         wl.file = Some(r?);
     }
-    let clock = Clock::new(reactor::clock::now());
+    let clock = Clock::start();
     let connect = |c: u32| {
         engine::connect(
             maker,
@@ -861,7 +861,7 @@ fn run_raw<M: FabricMaker>(
         cfg.target.clone()
     };
     let shared = Shared::new(workers);
-    let clock = Clock::new(reactor::clock::now());
+    let clock = Clock::start();
     let (recs, cpu): (Vec<Option<Recorder>>, CpuWindow) = std::thread::scope(|sc| {
         let echo = loopback.then(|| {
             let (listening_tx, listening_rx) = std::sync::mpsc::channel::<()>();

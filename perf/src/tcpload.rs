@@ -735,7 +735,7 @@ pub fn run_tcp(cfg: &RunConfig, kind: OpKind) -> Result<RunOutput, PerfError> {
         let mut s = TcpSession::connect(addr, cfg.timeout)?;
         wl.file = Some(run::prepare_file(&mut s, &wl, cfg, n, &root)?);
     }
-    let clock = Clock::new(reactor::clock::now());
+    let clock = Clock::start();
     let connect = |_| connect_load(addr, cfg.timeout);
     let work = |socks, plan: &engine::WorkerPlan, start_ns, end_ns, progress: &Progress, abort: &AtomicBool| {
         run_worker(socks, plan, &wl, clock, start_ns, end_ns, cfg.timeout, progress, abort)
