@@ -112,6 +112,28 @@ fn defaults_apply_to_optional_sections() {
     assert!(c.exports[0].root_squash);
 }
 
+/// `$.rdma.remote_invalidation` (RFC 8797 s3.2, s5.1): on unless a
+/// configuration turns it off; a wrong type or an unknown field in `rdma`
+/// is reported at its path.
+#[test]
+fn rdma_remote_invalidation_defaults_on_and_can_be_turned_off() {
+    let c = Config::from_json_value(&example_value("cores.json")).unwrap();
+    assert!(c.rdma.remote_invalidation, "shipped: on");
+    let mut v = example_value("cores.json");
+    v["rdma"] = json!({ "remote_invalidation": false });
+    assert!(!Config::from_json_value(&v).unwrap().rdma.remote_invalidation);
+    v["rdma"] = json!({});
+    assert!(Config::from_json_value(&v).unwrap().rdma.remote_invalidation);
+    let p = problems_after(|v| v["rdma"] = json!({ "remote_invalidation": 1, "send_inv": true }));
+    assert_problem(&p, "$.rdma.remote_invalidation", "true or false", "1");
+    assert_problem(
+        &p,
+        "$.rdma.send_inv",
+        "`remote_invalidation`",
+        "unknown field `send_inv`",
+    );
+}
+
 #[test]
 fn pool_count_zero() {
     let p = problems_after(|v| v["pools"][1]["count"] = json!(0));

@@ -20,7 +20,7 @@ use proto::negotiate::VersionRange;
 const CREDITS: u32 = 4;
 
 fn pools_for(test: usize) -> &'static Pools {
-    static P: [OnceLock<Pools>; 18] = [const { OnceLock::new() }; 18];
+    static P: [OnceLock<Pools>; 22] = [const { OnceLock::new() }; 22];
     // Two connection slots: the SRQ holds receives for both, so one greedy peer
     // can take the other's share — the case the overrun check exists for.
     // Test 9 receives 4 KiB messages (version 2's default inline size).
@@ -83,15 +83,15 @@ impl<'p> Raw<'p> {
     /// A long call (RDMA_NOMSG + Position-Zero Read chunk) of SUM over `n` bytes,
     /// exposed from a data buffer: it stays outstanding at the responder while
     /// the RDMA Read runs.
-    fn send_long_call(&mut self, xid: u32, n: usize) {
-        self.send_long_call_in(xid, n, 1);
+    fn send_long_call(&mut self, xid: u32, n: usize) -> u32 {
+        self.send_long_call_in(xid, n, 1)
     }
 
     /// [`Raw::send_long_call`] with its Position-Zero Read chunk cut into
     /// `segments` segments of (nearly) equal length, one Read list entry
     /// each (RFC 8166 s3.4.5: segments of one chunk share a position).
-    fn send_long_call_in(&mut self, xid: u32, n: usize, segments: u32) {
-        self.send_long_call_as(xid, xid, n, segments);
+    fn send_long_call_in(&mut self, xid: u32, n: usize, segments: u32) -> u32 {
+        self.send_long_call_as(xid, xid, n, segments)
     }
 
     /// A version 2 Long Call (RDMA2_NOMSG, the RPC message of SUM over `n`
@@ -130,7 +130,7 @@ impl<'p> Raw<'p> {
     /// [`Raw::send_long_call_in`] whose RPC message (pulled by RDMA Read)
     /// carries `rpc_xid`, which a well-behaved peer makes equal to the
     /// transport header's `xid` (RFC 8166 s4.1).
-    fn send_long_call_as(&mut self, xid: u32, rpc_xid: u32, n: usize, segments: u32) {
+    fn send_long_call_as(&mut self, xid: u32, rpc_xid: u32, n: usize, segments: u32) -> u32 {
         let b = self.data_cache.get().expect("data buffer").into_raw();
         let off = self.p.pool.offset(b).unwrap() as u64;
         // SAFETY: this test is the only holder of `b`; it is never returned.
@@ -152,6 +152,7 @@ impl<'p> Raw<'p> {
         }
         hdr.extend(words(&[0, 0, 0]));
         self.send(&hdr);
+        rkey
     }
 
     fn poll(&mut self) {
@@ -210,6 +211,17 @@ fn responder_on(
 /// receive buffers posted (none: every Send to it stalls in RNR retries),
 /// taking buffers through the pool's per-core caches of `core` (1 or 2).
 fn raw_peer(net: &SimNetwork, p: &'static Pools, receives: usize, core: usize) -> Raw<'static> {
+    raw_peer_with(net, p, receives, core, &[])
+}
+
+/// [`raw_peer`] whose connect request carries `private_data` (RFC 8797).
+fn raw_peer_with(
+    net: &SimNetwork,
+    p: &'static Pools,
+    receives: usize,
+    core: usize,
+    private_data: &[u8],
+) -> Raw<'static> {
     let mut fab = net.endpoint();
     for r in &p.regions {
         fab.register_region(r, RegionAccess::Exposable).unwrap();
@@ -223,7 +235,7 @@ fn raw_peer(net: &SimNetwork, p: &'static Pools, receives: usize, core: usize) -
                 recv_depth: 32,
                 ..QpConfig::default()
             },
-            &[],
+            private_data,
         )
         .unwrap();
     // The raw peer offers each region whole (Read and Write) to this one
@@ -488,6 +500,55 @@ fn hostile_peer_v2_inv_handle_is_invalidated_only_when_the_call_advertised_it() 
     assert_eq!(raw.invalidated, vec![None, None, Some(own)]);
     assert_eq!(srv.stats().sends_with_invalidate, 1);
     assert!(!raw.disconnected);
+}
+
+/// Version 1 remote invalidation (RFC 8797 s3.2, s5.1): a responder whose
+/// configuration allows it, connected to a requester that set the R flag in
+/// its CM private data, answers a Call with chunks by RDMA Send with
+/// Invalidate of a handle that Call advertised (here its Read chunk's), and a
+/// chunk-free Call by a plain Send. Where either side did not set R, every
+/// Reply is a plain Send. (The target turns it on by default:
+/// `$.rdma.remote_invalidation`; the Linux client sets R.)
+#[test]
+fn v1_remote_invalidation_only_when_both_peers_set_r() {
+    use proto::private_data::PrivateData as Rfc8797;
+    let pd_r = Rfc8797::new(true, 4096, 4096).to_bytes().unwrap();
+    let pd_no_r = Rfc8797::new(false, 4096, 4096).to_bytes().unwrap();
+    // (pools, responder allows it, the peer's private data, Send With
+    // Invalidate expected)
+    let cases: [(usize, bool, &[u8], bool); 4] = [
+        (18, true, &pd_r, true),
+        (19, true, &pd_no_r, false),
+        (20, false, &pd_r, false),
+        (21, true, &[], false),
+    ];
+    for (test, allow, pd, expect_inv) in cases {
+        let p = pools_for(test);
+        let net = SimNetwork::new(SimConfig::with_seed(30 + test as u64));
+        let cfg = ResponderConfig {
+            remote_invalidation: allow,
+            ..responder_cfg(p, VersionRange::ALL, CREDITS, 2)
+        };
+        let mut srv = responder_on(&net, p, cfg);
+        let mut raw = raw_peer_with(&net, p, 16, 1, pd);
+        pump(&net, &mut srv, &mut raw, 5);
+        raw.send(&v1_null(XID, CREDITS));
+        pump(&net, &mut srv, &mut raw, 5);
+        let own = raw.send_long_call(XID + 1, 1500);
+        pump(&net, &mut srv, &mut raw, 5);
+        let case = format!("pools {test}, responder allows {allow}, peer private data {pd:?}");
+        assert_eq!(raw.received.len(), 2, "{case}: {:?}", srv.stats());
+        let h = header::decode(&raw.received[1], &Limits::DEFAULT).unwrap();
+        assert_eq!(
+            (h.xid, h.header_type()),
+            (XID + 1, header::HeaderType::RdmaMsg),
+            "{case}"
+        );
+        let want = if expect_inv { Some(own) } else { None };
+        assert_eq!(raw.invalidated, vec![None, want], "{case}");
+        assert_eq!(srv.stats().sends_with_invalidate, u64::from(expect_inv), "{case}");
+        assert!(!raw.disconnected, "{case}");
+    }
 }
 
 /// A Call whose chunks cannot be planned is answered with ERR_CHUNK and its

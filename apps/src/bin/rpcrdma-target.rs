@@ -174,6 +174,7 @@ fn run(cfg: Config) -> anyhow::Result<()> {
             service_rejected = s.service_rejected,
             conns_accepted = s.conns_accepted,
             conns_rejected = s.conns_rejected,
+            sends_with_invalidate = s.sends_with_invalidate,
             "engine totals"
         );
     }

@@ -239,6 +239,7 @@ impl Walker {
                 "backends",
                 "exports",
                 "nfs4",
+                "rdma",
             ],
         )?;
         let cores = self.req(p, m, "cores", |w, p, v| w.list(p, v, Walker::core));
@@ -251,6 +252,7 @@ impl Walker {
         let backends = self.req(p, m, "backends", |w, p, v| w.list(p, v, Walker::backend));
         let exports = self.req(p, m, "exports", |w, p, v| w.list(p, v, Walker::export));
         let nfs4 = self.opt(p, m, "nfs4", Nfs4Config::default(), Walker::nfs4);
+        let rdma = self.opt(p, m, "rdma", RdmaConfig::default(), Walker::rdma);
         Some(Config {
             cores: cores?,
             reactor: reactor?,
@@ -262,6 +264,16 @@ impl Walker {
             backends: backends?,
             exports: exports?,
             nfs4: nfs4?,
+            rdma: rdma?,
+        })
+    }
+
+    fn rdma(&mut self, p: &str, v: &Value) -> Option<RdmaConfig> {
+        let m = self.strict_object(p, v, &["remote_invalidation"])?;
+        let d = RdmaConfig::default();
+        let reminv = self.opt(p, m, "remote_invalidation", d.remote_invalidation, Walker::boolean);
+        Some(RdmaConfig {
+            remote_invalidation: reminv?,
         })
     }
 

@@ -36,6 +36,32 @@ pub struct Config {
     /// NFSv4 server state (optional).
     #[serde(default)]
     pub nfs4: Nfs4Config,
+    /// RPC-over-RDMA transport options (optional).
+    #[serde(default)]
+    pub rdma: RdmaConfig,
+}
+
+/// RPC-over-RDMA transport options (`$.rdma`, docs/CONFIG.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RdmaConfig {
+    /// Whether the target sets the Remote Invalidation flag in its RFC 8797
+    /// CM private data (section 5.1, "R"), so that toward a version 1
+    /// client that sets it too (the Linux client does), the Reply to a Call
+    /// with chunks goes as RDMA Send with Invalidate of one handle that
+    /// Call advertised (section 3.2): the client then has one memory
+    /// registration less to invalidate itself before it can complete the
+    /// RPC. Version 2 names the handle in each Call (draft -09 s3.3) and
+    /// does not depend on this flag. Default on.
+    pub remote_invalidation: bool,
+}
+
+impl Default for RdmaConfig {
+    fn default() -> Self {
+        RdmaConfig {
+            remote_invalidation: true,
+        }
+    }
 }
 
 /// NFSv4 server state kept across restarts (docs/NFSV4.md, "Grace").

@@ -129,6 +129,8 @@ struct EngineSetup {
     fabric: FabricConfig,
     credits: u32,
     max_conns: u32,
+    /// `$.rdma.remote_invalidation`.
+    remote_invalidation: bool,
     errors: Mutex<Vec<TargetError>>,
     stats: Arc<Mutex<Vec<(usize, ResponderStats)>>>,
     /// Each engine's published live statistics.
@@ -286,6 +288,7 @@ impl Target {
             fabric: cfg.fabric.clone(),
             credits,
             max_conns,
+            remote_invalidation: cfg.rdma.remote_invalidation,
             errors: Mutex::new(Vec::new()),
             stats: engine_stats.clone(),
             published: published.clone(),
@@ -588,7 +591,7 @@ fn add_engine<F: Fabric + 'static>(
         recv_class: setup.classes.recv,
         send_class: setup.classes.send,
         data_class: setup.classes.data,
-        remote_invalidation: false,
+        remote_invalidation: setup.remote_invalidation,
         // NFSv4.1 callbacks over RDMA (RFC 8167): a few backward Calls in
         // flight per connection; the receives they need fit the slack the
         // capacity plan keeps per connection (twice its credits).

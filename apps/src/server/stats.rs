@@ -240,7 +240,7 @@ impl ProcStats {
 // ---------------------------------------------------------------------------
 
 /// Engine counters ([`ResponderStats`]), in layout order.
-pub const ENGINE_KEYS: [&str; 25] = [
+pub const ENGINE_KEYS: [&str; 26] = [
     "calls",
     "replies",
     "call_errors",
@@ -262,13 +262,14 @@ pub const ENGINE_KEYS: [&str; 25] = [
     "replies_inline",
     "replies_write_chunks",
     "replies_long",
+    "sends_with_invalidate",
     "unanswered_conn_lost",
     "unanswered_service_drop",
     "unanswered_other",
     "wc_errors",
 ];
 
-fn engine_words(s: &ResponderStats) -> [u64; 25] {
+fn engine_words(s: &ResponderStats) -> [u64; 26] {
     [
         s.calls,
         s.replies,
@@ -291,6 +292,7 @@ fn engine_words(s: &ResponderStats) -> [u64; 25] {
         s.replies_inline,
         s.replies_write_chunks,
         s.replies_long,
+        s.sends_with_invalidate,
         s.unanswered_conn_lost,
         s.unanswered_service_drop,
         s.unanswered_other,

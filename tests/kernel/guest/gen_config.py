@@ -41,6 +41,10 @@ if os.environ.get("TARGET_BACKEND") == "uring":
 # tests/kernel/guest/nfs4_state.sh).
 if os.environ.get("TARGET_NFS4_STATE_DIR"):
     cfg.setdefault("nfs4", {})["state_dir"] = os.environ["TARGET_NFS4_STATE_DIR"]
+# TARGET_REMOTE_INV=0: rdma.remote_invalidation off (plain Sends: the client
+# invalidates every handle itself), for a comparison; on by default.
+if os.environ.get("TARGET_REMOTE_INV") == "0":
+    cfg.setdefault("rdma", {})["remote_invalidation"] = False
 # TARGET_DELEGATIONS=0: nfs4.delegations off (the deleg step's comparison,
 # tests/kernel/guest/nfs4_deleg.sh); on by default.
 if os.environ.get("TARGET_DELEGATIONS") == "0":
