@@ -73,6 +73,10 @@ pub const EXCLCREAT: Bitmap = Bitmap::of(&[
     FATTR4_TIME_ACCESS_SET,
 ]);
 
+/// Attributes that can be set but not read (access "W" in RFC 8881 s5.7's
+/// table): a GETATTR leaves them out.
+const WRITE_ONLY: Bitmap = Bitmap::of(&[FATTR4_TIME_ACCESS_SET, FATTR4_TIME_MODIFY_SET]);
+
 /// Attributes that need the file system's statistics.
 const NEEDS_FSSTAT: Bitmap = Bitmap::of(&[
     FATTR4_FILES_AVAIL,
@@ -159,15 +163,10 @@ fn put_id(w: &mut Writer<'_>, id: u32) -> Result<(), EncodeError> {
 /// those returned, then their values. `fs` must be `Some` when
 /// [`wants_fsstat`] says so (else those attributes are left out).
 pub fn fattr(w: &mut Writer<'_>, req: &Bitmap, o: &Obj<'_>, fs: Option<&FsStat>) -> Result<(), EncodeError> {
-    let mut give = req.and(&SUPPORTED);
-    if fs.is_none() {
-        for n in NEEDS_FSSTAT.iter() {
-            give.words[(n / 32) as usize] &= !(1 << (n % 32));
-        }
-    }
     // The write-only time_*_set attributes have no value to read.
-    for n in [FATTR4_TIME_ACCESS_SET, FATTR4_TIME_MODIFY_SET] {
-        give.words[(n / 32) as usize] &= !(1 << (n % 32));
+    let mut give = req.and(&SUPPORTED).and_not(&WRITE_ONLY);
+    if fs.is_none() {
+        give = give.and_not(&NEEDS_FSSTAT);
     }
     put_bitmap(w, &give)?;
     let len_at = w.len();

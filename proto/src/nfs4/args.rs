@@ -726,6 +726,7 @@ fn bad(r: &Reader<'_>, value: u32, field: &'static str) -> Refuse {
 }
 
 /// The arguments of every operation but WRITE.
+#[inline(always)]
 fn decode_args<'a>(r: &mut Reader<'a>, opnum: u32) -> Result<Op<'a>, Refuse> {
     Ok(match opnum {
         OP_ACCESS => Op::Access(r.u32("access")?),

@@ -555,9 +555,51 @@ impl Bitmap {
         let n = self.words.iter().rposition(|&w| w != 0).map_or(0, |i| i + 1);
         &self.words[..n]
     }
-    /// Attribute numbers set, ascending.
-    pub fn iter(&self) -> impl Iterator<Item = u32> + '_ {
-        (0..(32 * BITMAP_WORDS) as u32).filter(move |&n| self.has(n))
+    /// The bits of `self` not in `other`.
+    pub const fn and_not(&self, other: &Bitmap) -> Bitmap {
+        let mut words = [0u32; BITMAP_WORDS];
+        let mut i = 0;
+        while i < BITMAP_WORDS {
+            words[i] = self.words[i] & !other.words[i];
+            i += 1;
+        }
+        Bitmap { words }
+    }
+    /// Attribute numbers set, ascending. Visits only the set bits (a
+    /// trailing-zero count per bit, not a test of all 96 positions: a
+    /// GETATTR's encoder walks this once per Call).
+    pub fn iter(&self) -> BitmapIter {
+        BitmapIter {
+            words: self.words,
+            word: 0,
+        }
+    }
+}
+
+/// The set bits of a [`Bitmap`], ascending ([`Bitmap::iter`]).
+#[derive(Clone, Debug)]
+pub struct BitmapIter {
+    /// The bits not yet returned.
+    words: [u32; BITMAP_WORDS],
+    /// The word the next bit is looked for in.
+    word: usize,
+}
+
+impl Iterator for BitmapIter {
+    type Item = u32;
+
+    #[inline]
+    fn next(&mut self) -> Option<u32> {
+        while self.word < BITMAP_WORDS {
+            let w = self.words[self.word];
+            if w != 0 {
+                // Clear the lowest set bit and return its number.
+                self.words[self.word] = w & (w - 1);
+                return Some(self.word as u32 * 32 + w.trailing_zeros());
+            }
+            self.word += 1;
+        }
+        None
     }
 }
 

@@ -898,3 +898,20 @@ fn backchannel_ctl_delegreturn_and_deleg_claims() {
         let _ = decode_all(&c[..cut]);
     }
 }
+
+proptest::proptest! {
+    /// `Bitmap::iter` (a bit scan) lists exactly the numbers `has` says are
+    /// set, ascending, as a test of every position would; `and_not` clears
+    /// exactly `other`'s bits.
+    #[test]
+    fn bitmap_iter_and_and_not_agree_with_has(a in proptest::array::uniform3(proptest::prelude::any::<u32>()),
+                                              b in proptest::array::uniform3(proptest::prelude::any::<u32>())) {
+        let (x, y) = (Bitmap { words: a }, Bitmap { words: b });
+        let every: Vec<u32> = (0..(32 * BITMAP_WORDS) as u32).filter(|&n| x.has(n)).collect();
+        proptest::prop_assert_eq!(x.iter().collect::<Vec<_>>(), every);
+        let z = x.and_not(&y);
+        for n in 0..(32 * BITMAP_WORDS) as u32 {
+            proptest::prop_assert_eq!(z.has(n), x.has(n) && !y.has(n), "bit {}", n);
+        }
+    }
+}
