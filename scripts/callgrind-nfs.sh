@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# scripts/callgrind-nfs.sh [BENCH...] — instructions per Call inside the NFS
+# service (the data hint and handle_call on `mem`, no transport), counted by
+# callgrind over apps/benches/nfs_service.rs: the program's total inside
+# `serve_one` divided by its calls. Repeatable whatever else the machine
+# does, so a before/after of a change is two runs of this script. Default
+# benches: v3_read_4k v3_write_4k v4_read_4k v4_write_4k.
+# Needs valgrind (installed with apt-get when missing, as root).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+command -v valgrind >/dev/null || {
+    [ "$(id -u)" = 0 ] || { echo "install valgrind" >&2; exit 1; }
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends valgrind >/dev/null
+}
+bash scripts/build-deps.sh
+[ $# -gt 0 ] || set -- v3_read_4k v3_write_4k v4_read_4k v4_write_4k
+cargo bench -p rpcrdma-apps --bench nfs_service --no-run --quiet 2>/dev/null
+bin=$(ls -t target/release/deps/nfs_service-* | grep -v '\.d$' | head -1)
+out=$(mktemp -d)
+for b in "$@"; do
+    valgrind --tool=callgrind --callgrind-out-file="$out/cg.$b" --toggle-collect='nfs_service::serve_one' \
+        "$bin" --bench "nfs_service/$b\$" --profile-time 1 >/dev/null 2>&1
+    # The calls of serve_one: the `calls=` lines after each call to it.
+    python3 - "$out/cg.$b" "$b" <<'PY'
+import re, sys
+path, name = sys.argv[1], sys.argv[2]
+lines = open(path).read().split("\n")
+total, ids, calls = 0, set(), 0
+for l in lines:
+    m = re.match(r"c?fn=\((\d+)\)(?: (.*))?", l)
+    if m and m.group(2) and m.group(2).strip() == "nfs_service::serve_one":
+        ids.add(m.group(1))
+    if l.startswith("summary:") or l.startswith("totals:"):
+        total = int(l.split()[1])
+for i, l in enumerate(lines[:-1]):
+    m = re.match(r"cfn=\((\d+)\)", l)
+    c = re.match(r"calls=(\d+)", lines[i + 1])
+    if m and c and m.group(1) in ids:
+        calls += int(c.group(1))
+if calls:
+    print("%s: %d instructions per Call (%d over %d Calls)" % (name, round(total / calls), total, calls))
+else:
+    print("%s: could not count the Calls" % name)
+PY
+done
+rm -rf "$out"
