@@ -748,3 +748,54 @@ fn nfs4_compound_over_16k_with_two_read_chunks() {
         assert_eq!(got[one.len()..], two[..], "v{v}");
     }
 }
+
+/// One COMPOUND that moves between two exports acts, on each, as that
+/// export's rules make the caller (the core keeps the last export's checked
+/// caller for the rest of the COMPOUND, `ops::real_of`). Root may make a
+/// directory on `/a/x` (not squashed) but not in `/b`'s root-owned root
+/// (root squashed to the anonymous user), whichever export came first.
+#[test]
+fn nfs4_one_compound_acts_as_each_exports_caller() {
+    let s = store(Kind::Mem, "b0");
+    let mut x = Ex::new("/a/x", "b0");
+    x.root_squash = false;
+    let b = Ex::new("/b", "b0");
+    assert!(b.root_squash);
+    let cfg = config(&["b0"], &[x, b], MIB as u32);
+    let sh = NfsShared::new(&cfg, vec![("b0".into(), s.backend.clone())]).unwrap();
+    let mut c = client(&sh, "two-exports");
+    let (xfh, bfh) = (c.walk("/a/x").unwrap(), c.walk("/b").unwrap());
+    let mkdir = |name: &'static str| {
+        op(move |e| {
+            e.u32(OP_CREATE).u32(NF4DIR).opaque(name.as_bytes());
+            mode_attrs(e, Some(0o755));
+        })
+    };
+    let owner = || getattr(&[FATTR4_OWNER]);
+    let created_owner = |d: &mut Dec<'_>| {
+        assert_eq!(res(d, OP_CREATE), NFS4_OK);
+        let (_atomic, _before, _after) = (d.bool(), d.u64(), d.u64());
+        skip_bitmap(d);
+        assert_eq!(res(d, OP_GETATTR), NFS4_OK);
+        attr(&attrs(d), FATTR4_OWNER)
+    };
+    // /a/x first: made as root; then /b refuses the same caller.
+    let r = c.seq(&[putfh(&xfh), mkdir("r1"), owner(), putfh(&bfh), mkdir("r2")]);
+    assert_eq!(
+        (r.status, r.numres),
+        (NFS4ERR_ACCESS, 6),
+        "/b after /a/x (SEQUENCE and 5)"
+    );
+    let mut d = r.dec();
+    res(&mut d, OP_PUTFH);
+    assert_eq!(created_owner(&mut d), Some(0), "r1 on /a/x");
+    // /b first (its caller checked by GETATTR): /a/x then acts as root.
+    let r = c.seq(&[putfh(&bfh), owner(), putfh(&xfh), mkdir("r3"), owner()]);
+    assert_eq!(r.status, NFS4_OK, "/a/x after /b");
+    let mut d = r.dec();
+    res(&mut d, OP_PUTFH);
+    assert_eq!(res(&mut d, OP_GETATTR), NFS4_OK);
+    assert_eq!(attr(&attrs(&mut d), FATTR4_OWNER), Some(0), "/b's root");
+    res(&mut d, OP_PUTFH);
+    assert_eq!(created_owner(&mut d), Some(0), "r3 on /a/x");
+}

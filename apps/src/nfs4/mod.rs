@@ -58,6 +58,7 @@
 //! extended attributes, and RELEASE_LOCKOWNER (NFSv4.0's) are
 //! NFS4ERR_NOTSUPP. See docs/NFSV4.md.
 
+use std::cell::Cell;
 use std::net::IpAddr;
 
 use dataplane::service::{CallView, DeferToken, ReplyBuilder, ServiceError};
@@ -68,7 +69,7 @@ use proto::rpc::{self, AcceptedReply, OpaqueAuth, ReplyHeader};
 use proto::xdr::{Reader, Writer};
 
 use crate::backend::{creds, FsError};
-use crate::nfs::auth::Cred;
+use crate::nfs::auth::{Caller, Cred};
 use crate::nfs::{CoreState, NfsShared, MAX_ASSEMBLED_CALL_BYTES, REPLY_HEADER_BYTES};
 
 pub mod attr;
@@ -159,6 +160,12 @@ pub(crate) struct Ctx<'c> {
     pub conn: Option<callback::ConnKey>,
     /// The COMPOUND's minor version (CREATE_SESSION gives it to the session).
     pub minor: u32,
+    /// The export whose rules [`ops`]' `real_of` last applied to this
+    /// COMPOUND's caller, and who the caller is there: the backend acts as
+    /// that caller now (`creds::set_current`). The caller's credentials and
+    /// address are the COMPOUND's, so a later operation on an object of the
+    /// same export needs neither the check nor the switch again.
+    pub acting: Cell<Option<(usize, Caller)>>,
 }
 
 /// Operations that may come without SEQUENCE when they are alone (RFC 8881
@@ -342,6 +349,7 @@ pub(crate) fn call(
         token: view.defer_token(),
         conn: Some((st.core, view.conn)),
         minor: ca.minorversion,
+        acting: Cell::new(None),
     };
     let mut status = NFS4_OK;
     let mut numres = 0u32;

@@ -55,6 +55,13 @@ fn real_of(cx: &Ctx<'_>, f: Fh) -> Result<Option<Real>, St> {
     match f {
         Fh::Pseudo(_) => Ok(None),
         Fh::Real { ex, fh } => {
+            // An earlier operation of this COMPOUND passed this export's
+            // rules and made the backend act as its caller.
+            if let Some((at, caller)) = cx.acting.get() {
+                if at == ex {
+                    return Ok(Some(Real { ex, fh, caller }));
+                }
+            }
             let e = &cx.sh.exports()[ex];
             let caller = fh::check_export(e, &cx.cred, cx.peer)?;
             // The backend acts as this caller (after the export's squashing)
@@ -62,6 +69,7 @@ fn real_of(cx: &Ctx<'_>, f: Fh) -> Result<Option<Real>, St> {
             // NFSv3: the kernel checks with the caller's credentials and
             // charges the caller's quota (issue 21 item 6).
             creds::set_current(Some(caller.creds()));
+            cx.acting.set(Some((ex, caller)));
             Ok(Some(Real { ex, fh, caller }))
         }
     }

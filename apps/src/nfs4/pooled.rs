@@ -120,6 +120,7 @@ pub(crate) fn run_on_helper(
         // create a session.
         conn: None,
         minor: 1,
+        acting: std::cell::Cell::new(None),
     };
     // The operation acts as its caller (`ops::real_of` names it) and no
     // longer than this job: the helper thread runs other Calls next.
