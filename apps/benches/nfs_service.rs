@@ -39,6 +39,8 @@ struct Served {
     svc: NfsService,
     head: Vec<u8>,
     data: Vec<u8>,
+    /// The client's address, as the engine gives it.
+    peer: std::net::IpAddr,
 }
 
 impl Served {
@@ -47,6 +49,7 @@ impl Served {
             svc: NfsService::new(sh.clone(), 0).unwrap(),
             head: vec![0; 8192],
             data: vec![0; MIB],
+            peer: std::net::Ipv4Addr::LOCALHOST.into(),
         }
     }
 }
@@ -61,7 +64,7 @@ fn serve_one(s: &mut Served, call: &[u8]) -> usize {
         len: call.len() as u32,
     }];
     let xid = Reader::new(call).u32("xid").unwrap_or(0);
-    let view = CallView::contiguous(ConnId(0), Some("127.0.0.1".parse().unwrap()), 1, xid, call, &piece);
+    let view = CallView::contiguous(ConnId(0), Some(s.peer), 1, xid, call, &piece);
     let hint = s.svc.reply_data_hint(&view);
     let mut rb = ReplyBuilder::new(&mut s.head, (hint > 0).then_some(&mut s.data[..]));
     let ok = s.svc.handle_call(&view, &mut rb).is_ok();
