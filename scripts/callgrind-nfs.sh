@@ -16,7 +16,7 @@ command -v valgrind >/dev/null || {
 bash scripts/build-deps.sh
 [ $# -gt 0 ] || set -- v3_read_4k v3_write_4k v4_read_4k v4_write_4k
 cargo bench -p rpcrdma-apps --bench nfs_service --no-run --quiet 2>/dev/null
-bin=$(ls -t target/release/deps/nfs_service-* | grep -v '\.d$' | head -1)
+bin=$(ls -t "${CARGO_TARGET_DIR:-target}"/release/deps/nfs_service-* | grep -v '\.d$' | head -1)
 out=$(mktemp -d)
 for b in "$@"; do
     valgrind --tool=callgrind --callgrind-out-file="$out/cg.$b" --toggle-collect='nfs_service::serve_one' \

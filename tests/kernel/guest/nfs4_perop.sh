@@ -25,7 +25,11 @@
 # with the target's stack (strace -k; perop_stacks.py counts them per fio
 # op by the target's function that made them),
 # NFS4_PEROP_NODELEG (0; 1: ours also with delegations off, "nod-<backend>"),
-# NFS4_PEROP_RESTART (0; 1: ours restarted per version, its exit totals kept).
+# NFS4_PEROP_VARIANT ("VAR=value ...": ours also with those in its
+# environment, e.g. gen_config.py's TARGET_SPIN_US, "var-<backend>"),
+# NFS4_PEROP_RESTART (0; 1: ours restarted per version, its exit totals kept),
+# NFS4_PEROP_TRACE (0; 1: a traced 2-second read job per server and version
+# in round 1, trace_job).
 # Ours' live statistics are taken around each job (perop_engine.py: engine
 # counters, service and reply-posted time, per fio op).
 set -uo pipefail
@@ -40,8 +44,10 @@ SECS=${FIO_SECONDS:-5}
 unset MOUNT_PORT TARGET_NFS4_STATE_DIR
 
 # opstats MOUNTPOINT FILE: the per-op counters of the mount, "OP ops rtt_ms exec_ms"
+# (and its transport line, FILE.xprt)
 opstats() {
-    awk -v mp="$1" '$1 == "device" { cur = ($5 == mp) }
+    awk -v mp="$1" -v FILENAME_OUT="$2" '$1 == "device" { cur = ($5 == mp) }
+        cur && $1 == "xprt:" { print "XPRT", $0 > (FILENAME_OUT ".xprt") }
         cur && $1 == "per-op" { inops = 1; next }
         cur && inops && $1 ~ /:$/ && NF >= 9 { sub(":", "", $1); print $1, $2, $8, $9 }' /proc/self/mountstats >"$2"
 }
@@ -79,6 +85,59 @@ job() {
     [ "${5:-}" = strace ] || tstats "$d/$name.stats.after"
 }
 
+# trace_job MP DIR: a 2-second 4 KiB qd-1 random-read job with the RPC
+# client's and RPC-over-RDMA's trace events on (sunrpc, rpcrdma: both
+# sides, in this one guest), the events kept as DIR/trace.txt
+# (NFS4_PEROP_TRACE=1, round 1; perop_trace.py reads them)
+trace_job() {
+    local t=/sys/kernel/tracing
+    [ -d "$t/events" ] || mount -t tracefs nodev "$t" 2>/dev/null
+    [ -d "$t/events/rpcrdma" ] || {
+        note "perop trace: no rpcrdma trace events ($(ls "$t/events" 2>/dev/null | tr '\n' ' '))"
+        return 0
+    }
+    # The events stay enabled from the first job on (disabling a tracepoint
+    # waits for RCU); tracing_on brackets each job, and the ring is
+    # consumed (trace_pipe) rather than cleared.
+    if [ ! -e /tmp/perop-trace-on ]; then
+        echo 0 >"$t/tracing_on"
+        echo 4096 >"$t/buffer_size_kb"
+        echo 1 >"$t/events/rpcrdma/enable"
+        echo 1 >"$t/events/sunrpc/rpc_task_begin/enable"
+        echo 1 >"$t/events/sunrpc/rpc_task_end/enable"
+        echo 1 >"$t/events/sunrpc/rpc_stats_latency/enable" 2>/dev/null
+        # who runs where: the scheduler's switches and wake-ups, and the
+        # system calls that post work requests and wait (write to the
+        # verbs device, epoll_wait)
+        echo 1 >"$t/events/sched/sched_switch/enable"
+        echo 1 >"$t/events/sched/sched_wakeup/enable"
+        echo 1 >"$t/events/syscalls/sys_enter_write/enable" 2>/dev/null
+        echo 1 >"$t/events/syscalls/sys_exit_write/enable" 2>/dev/null
+        echo 1 >"$t/events/syscalls/sys_enter_epoll_wait/enable" 2>/dev/null
+        echo 1 >"$t/events/syscalls/sys_exit_epoll_wait/enable" 2>/dev/null
+        touch /tmp/perop-trace-on
+        note "perop trace: events on"
+    fi
+    echo 1 >"$t/tracing_on"
+    fio --name=trace --filename="$1/perop.dat" --size=64M --rw=randread --bs=4k --iodepth=1 \
+        --ioengine=libaio --direct=1 --time_based --runtime=2 --randrepeat=0 --norandommap \
+        --output=/dev/null >/dev/null 2>&1
+    echo 0 >"$t/tracing_on"
+    timeout 60 cat "$t/trace_pipe" >"$2/trace.txt" &
+    local cp=$!
+    # trace_pipe blocks once empty: stop reading when the file stops growing
+    local last=-1 now=0
+    while kill -0 "$cp" 2>/dev/null; do
+        sleep 1
+        now=$(stat -c %s "$2/trace.txt" 2>/dev/null || echo 0)
+        [ "$now" = "$last" ] && break
+        last=$now
+    done
+    kill "$cp" 2>/dev/null
+    wait "$cp" 2>/dev/null
+    note "perop trace: $(wc -l <"$2/trace.txt") lines"
+}
+
 # Rounds: in each, both servers in turn, and on each the two versions in
 # turn, the order of both flipping from round to round (kernel then ours
 # with 3 then 4.2, then ours then kernel with 4.2 then 3, ...), so that a drift in the guest's speed weighs on both; the
@@ -92,6 +151,9 @@ for be in ${NFS4_PEROP_BACKEND:-${NFS4_FIO_BACKEND:-mem}}; do
     SERVERS="$SERVERS ours-$be"
     # NFS4_PEROP_NODELEG=1: ours again with nfs4.delegations off ("nod")
     [ "${NFS4_PEROP_NODELEG:-0}" = 1 ] && SERVERS="$SERVERS nod-$be"
+    # NFS4_PEROP_VARIANT="VAR=value ...": ours again with those
+    # variables in its environment (gen_config.py's TARGET_*), "var"
+    [ -n "${NFS4_PEROP_VARIANT:-}" ] && SERVERS="$SERVERS var-$be"
 done
 # NFS4_PEROP_RESTART=1: ours restarted for each version, so that its log's
 # core and engine totals at exit (loops, sleeps, spin_caught, ...) are per
@@ -110,6 +172,9 @@ for r in $(seq 1 "$ROUNDS"); do
         be=${s#*-}
         if [ "$s" = kernel ]; then start=knfsd_start stop=knfsd_stop; else start=ours_start stop=ours_stop; fi
         [ "${s%%-*}" = base ] && export TARGET_BIN=$BIN/base/rpcrdma-target
+        for kv in ${NFS4_PEROP_VARIANT:-}; do
+            if [ "${s%%-*}" = var ]; then export "${kv?}"; else unset "${kv%%=*}"; fi
+        done
         deleg=1
         [ "${s%%-*}" = nod ] && deleg=0
         mkdir -p "$OUT/kernel" "$OUT/$s"
@@ -130,6 +195,9 @@ for r in $(seq 1 "$ROUNDS"); do
                 --ioengine=libaio --iodepth=4 --end_fsync=1 --output=/dev/null >/dev/null 2>&1
             job rand-read-4k-qd1 randread "$mp" "$d"
             job rand-write-4k-qd1 randwrite "$mp" "$d"
+            if [ "$r" = 1 ] && [ "${NFS4_PEROP_TRACE:-0}" = 1 ]; then
+                trace_job "$mp" "$d"
+            fi
             if [ "${s%%-*}" = ours ] && [ "$r" = 1 ] && [ "${NFS4_PEROP_STRACE:-1}" != 0 ]; then
                 mkdir -p "$d/strace"
                 job rand-read-4k-qd1 randread "$mp" "$d/strace" strace
@@ -155,3 +223,4 @@ unset TARGET_BIN
 python3 "$G/perop_table.py" "$BASE" | tee "$BASE/table.txt"
 python3 "$G/perop_engine.py" "$BASE" | tee -a "$BASE/table.txt"
 python3 "$G/perop_stacks.py" "$BASE" | tee -a "$BASE/table.txt"
+python3 "$G/perop_trace.py" "$BASE" | tee -a "$BASE/table.txt"
