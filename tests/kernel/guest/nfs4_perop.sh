@@ -101,7 +101,7 @@ trace_job() {
     # consumed (trace_pipe) rather than cleared.
     if [ ! -e /tmp/perop-trace-on ]; then
         echo 0 >"$t/tracing_on"
-        echo 4096 >"$t/buffer_size_kb"
+        echo 16384 >"$t/buffer_size_kb"
         echo 1 >"$t/events/rpcrdma/enable"
         echo 1 >"$t/events/sunrpc/rpc_task_begin/enable"
         echo 1 >"$t/events/sunrpc/rpc_task_end/enable"
@@ -115,6 +115,11 @@ trace_job() {
         echo 1 >"$t/events/syscalls/sys_exit_write/enable" 2>/dev/null
         echo 1 >"$t/events/syscalls/sys_enter_epoll_wait/enable" 2>/dev/null
         echo 1 >"$t/events/syscalls/sys_exit_epoll_wait/enable" 2>/dev/null
+        # every system call's number, of the target's threads only
+        if [ -d "$t/events/raw_syscalls/sys_enter" ]; then
+            echo 'comm ~ "reactor*"' >"$t/events/raw_syscalls/sys_enter/filter" 2>/dev/null &&
+                echo 1 >"$t/events/raw_syscalls/sys_enter/enable"
+        fi
         touch /tmp/perop-trace-on
         note "perop trace: events on"
     fi
