@@ -23,28 +23,6 @@ for b in "$@"; do
     SHM_BENCH_GROUPS=engine_one_thread valgrind --tool=callgrind --callgrind-out-file="$out/cg.$b" \
         --toggle-collect='shm::one_thread_call' "$bin" --bench "engine_one_thread/$b\$" --profile-time 2 \
         >/dev/null 2>&1
-    # The calls of one_thread_call: the `calls=` lines after each call
-    # to it in the profile (callgrind's own format).
-    python3 - "$out/cg.$b" "$b" <<'PY'
-import re, sys
-path, name = sys.argv[1], sys.argv[2]
-lines = open(path).read().split("\n")
-total, ids, calls = 0, set(), 0
-for l in lines:
-    m = re.match(r"c?fn=\((\d+)\)(?: (.*))?", l)
-    if m and m.group(2) and m.group(2).strip() == "shm::one_thread_call":
-        ids.add(m.group(1))
-    if l.startswith("summary:") or l.startswith("totals:"):
-        total = int(l.split()[1])
-for i, l in enumerate(lines[:-1]):
-    m = re.match(r"cfn=\((\d+)\)", l)
-    c = re.match(r"calls=(\d+)", lines[i + 1])
-    if m and c and m.group(1) in ids:
-        calls += int(c.group(1))
-if calls:
-    print("%s: %d instructions per Call (%d over %d Calls)" % (name, round(total / calls), total, calls))
-else:
-    print("%s: could not count the Calls" % name)
-PY
+    python3 scripts/callgrind-per-call.py "$out/cg.$b" "$b" 'shm::one_thread_call'
 done
 rm -rf "$out"

@@ -21,27 +21,6 @@ out=$(mktemp -d)
 for b in "$@"; do
     valgrind --tool=callgrind --callgrind-out-file="$out/cg.$b" --toggle-collect='nfs_service::serve_one' \
         "$bin" --bench "nfs_service/$b\$" --profile-time 1 >/dev/null 2>&1
-    # The calls of serve_one: the `calls=` lines after each call to it.
-    python3 - "$out/cg.$b" "$b" <<'PY'
-import re, sys
-path, name = sys.argv[1], sys.argv[2]
-lines = open(path).read().split("\n")
-total, ids, calls = 0, set(), 0
-for l in lines:
-    m = re.match(r"c?fn=\((\d+)\)(?: (.*))?", l)
-    if m and m.group(2) and m.group(2).strip() == "nfs_service::serve_one":
-        ids.add(m.group(1))
-    if l.startswith("summary:") or l.startswith("totals:"):
-        total = int(l.split()[1])
-for i, l in enumerate(lines[:-1]):
-    m = re.match(r"cfn=\((\d+)\)", l)
-    c = re.match(r"calls=(\d+)", lines[i + 1])
-    if m and c and m.group(1) in ids:
-        calls += int(c.group(1))
-if calls:
-    print("%s: %d instructions per Call (%d over %d Calls)" % (name, round(total / calls), total, calls))
-else:
-    print("%s: could not count the Calls" % name)
-PY
+    python3 scripts/callgrind-per-call.py "$out/cg.$b" "$b" 'nfs_service::serve_one'
 done
 rm -rf "$out"
