@@ -9,11 +9,7 @@
 # Needs valgrind (installed with apt-get when missing, as root).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-command -v valgrind >/dev/null || {
-    [ "$(id -u)" = 0 ] || { echo "install valgrind" >&2; exit 1; }
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends valgrind >/dev/null
-}
+bash scripts/need-valgrind.sh
 bash scripts/build-deps.sh
 [ $# -gt 0 ] || set -- v1_null v1_read_4KiB v1_write_4KiB
 cargo bench -p rpcrdma-dataplane --bench shm --no-run --quiet 2>/dev/null

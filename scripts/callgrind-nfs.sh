@@ -8,11 +8,7 @@
 # Needs valgrind (installed with apt-get when missing, as root).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-command -v valgrind >/dev/null || {
-    [ "$(id -u)" = 0 ] || { echo "install valgrind" >&2; exit 1; }
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends valgrind >/dev/null
-}
+bash scripts/need-valgrind.sh
 bash scripts/build-deps.sh
 [ $# -gt 0 ] || set -- v3_read_4k v3_write_4k v4_read_4k v4_write_4k
 cargo bench -p rpcrdma-apps --bench nfs_service --no-run --quiet 2>/dev/null
