@@ -44,6 +44,10 @@ cargo test --workspace --quiet 2>&1 | tee target/test.log
 echo "== stage timing (feature stage-timing)"
 cargo clippy -p rpcrdma-dataplane --features stage-timing --lib --quiet -- -D warnings
 cargo test -p rpcrdma-dataplane --features stage-timing --lib --test engine_shm --quiet stage 2>&1 | tee -a target/test.log
+# Loop timing (reactor::loop_timing) likewise.
+echo "== loop timing (feature loop-timing)"
+cargo clippy -p rpcrdma-reactor --features loop-timing --all-targets --quiet -- -D warnings
+cargo test -p rpcrdma-reactor --features loop-timing --lib --quiet loop_timing 2>&1 | tee -a target/test.log
 # The fuzz targets' checks over every seed input and its truncations, on stable
 # (the coverage-guided runs are scripts/fuzz.sh).
 echo "== fuzz seed checks"

@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 use crate::clock;
 use crate::error::{ReactorError, SendError, TimerError, TrySendError};
 use crate::idle::{IdleAction, IdlePolicy, IdleState};
+use crate::loop_timing::LoopTiming;
 use crate::msg::Message;
 use crate::shared::{bump, duration_ns, set_current_core, Shared};
 use crate::stats::CoreStats;
@@ -410,7 +411,10 @@ impl Core {
         let mut holding_unit = false;
         let mut drain_deadline = clock::now();
         let mut t_prev = clock::now();
+        let mut lt = LoopTiming::new();
+        use crate::loop_timing::Section;
         loop {
+            lt.lap(Section::Idle);
             self.ctx.now = t_prev;
             let mut busy = false;
             // Work other than timers (the adaptive spin learns from it).
@@ -423,6 +427,7 @@ impl Core {
                 busy |= self.fire_timers(now_tick) > 0;
                 self.publish_stats();
             }
+            lt.lap(Section::Timers);
 
             // 2. Messages, one batch.
             let n = slot.ring.dequeue_burst(&mut self.batch);
@@ -435,15 +440,17 @@ impl Core {
                 unsafe { m.run(&mut self.ctx) };
             }
             busy |= n > 0;
+            lt.lap(Section::Messages);
 
             // 3. Pollers.
-            for (_, p) in self.pollers.iter_mut() {
+            for (pi, (_, p)) in self.pollers.iter_mut().enumerate() {
                 let status = if draining {
                     p.drain(&mut self.ctx)
                 } else {
                     p.poll(&mut self.ctx)
                 };
                 traffic |= status == PollStatus::Busy;
+                lt.lap(Section::poller(pi));
             }
             traffic |= n > 0;
             busy |= traffic;
@@ -483,6 +490,7 @@ impl Core {
             }
             self.ctx.stats.loops += 1;
             t_prev = t_now;
+            lt.lap(Section::Accounting);
 
             // 5. Shutdown.
             if !draining {
@@ -525,7 +533,9 @@ impl Core {
                 // the next wait return at once, see `crate::waiter`).
                 let mut outcome = WaitOutcome::default();
                 if !busy && !draining {
+                    lt.lap(Section::Idle);
                     outcome = self.wait(all_armed, next_tick_at);
+                    lt.lap(Section::Wait);
                     // After a block: the counter's time now, the OS clock
                     // at the end of the next iteration (`resync_due`).
                     let t_now = self.after_block();
@@ -539,6 +549,8 @@ impl Core {
                 if busy {
                     self.idle.after_work_at(true, traffic, t_now);
                 }
+                lt.lap(Section::Idle);
+                lt.finish();
                 continue;
             }
             // A core without pollers has nothing to poll
@@ -577,7 +589,10 @@ impl Core {
                 }
                 IdleAction::Wait => self.armed = Some(self.arm()),
             }
+            lt.lap(Section::Idle);
+            lt.finish();
         }
+        lt.report(me);
         self.publish_stats();
         Ok(self.ctx.stats)
     }

@@ -62,6 +62,7 @@ mod core_loop;
 pub mod error;
 mod handle;
 pub mod idle;
+pub mod loop_timing;
 mod msg;
 mod options;
 mod reactor;

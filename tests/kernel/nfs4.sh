@@ -37,6 +37,8 @@
 #      NFS4_PEROP_ROUNDS (1: rounds of the perop step, alternating),
 #      NFS4_PEROP_BACKEND (the perop step's backends, else NFS4_FIO_BACKEND's),
 #      NFS4_PEROP_STRACE (1; 0: none; stack: strace -k), NFS4_PEROP_NODELEG,
+#      NFS4_PEROP_HOSTSCHED (1: the host's scheduler counters of the QEMU
+#      threads during the jobs, tests/kernel/hostsched.sh),
 #      NFS4_PEROP_RESTART, NFS4_PEROP_TRACE, NFS4_PEROP_VARIANT (see
 #      guest/nfs4_perop.sh),
 #      NFS4_URING_TMPFS (1: ours'
@@ -116,12 +118,26 @@ if [[ " $STEPS " == *" deleg "* ]]; then
 fi
 printf '#!/bin/sh\nexec bash /host/guest/nfs4.sh\n' >"$STAGE/nfs4.sh"
 rc=0
+# NFS4_PEROP_HOSTSCHED=1: the host's scheduler counters of every QEMU thread
+# while the guest runs (tests/kernel/hostsched.sh), read with the perop
+# jobs' times by perop_cpu.py below
+hs_pid=
+if [ "${NFS4_PEROP_HOSTSCHED:-0}" = 1 ]; then
+    bash tests/kernel/hostsched.sh "$STAGE/hostsched.txt" &
+    hs_pid=$!
+fi
 bash "$VM" run -m 3072 -s "$STAGE" -f "$STAGE/nfs4.sh" 2>&1 | tr -d '\r' | tee "$STAGE/nfs4.log" || rc=${PIPESTATUS[0]}
+if [ -n "$hs_pid" ]; then
+    kill "$hs_pid" 2>/dev/null || true
+    wait "$hs_pid" 2>/dev/null || true
+    [ -d "$STAGE/out/perop" ] && python3 tests/kernel/guest/perop_cpu.py "$STAGE/out/perop" "$STAGE/hostsched.txt" >"$STAGE/out/perop/cpu-host.txt"
+fi
 grep -q 'vmlab-init: ready' "$STAGE/nfs4.log" || { echo "kernel-nfs4: VM UNAVAILABLE: no guest came up"; exit 3; }
 checks=$STAGE/all-checks.txt
 cat "$STAGE"/out/checks.txt "$STAGE"/out/pair-*/checks.txt "$STAGE"/out/deleg-*/checks.txt 2>/dev/null >"$checks" || true
 [ -f "$STAGE/out/v42/table.txt" ] && cat "$STAGE/out/v42/table.txt"
 [ -f "$STAGE/out/perop/table.txt" ] && cat "$STAGE/out/perop/table.txt"
+[ -f "$STAGE/out/perop/cpu-host.txt" ] && cat "$STAGE/out/perop/cpu-host.txt"
 for f in "$STAGE/out/deleg-server/recall-latency.txt" "$STAGE/out/ours/deleg-fio.txt"; do
     [ -f "$f" ] && sed "s/^/deleg figures: /" "$f"
 done

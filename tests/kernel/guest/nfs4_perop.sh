@@ -31,7 +31,10 @@
 # NFS4_PEROP_TRACE (0; 1: a traced 2-second read job per server and version
 # in round 1, trace_job).
 # Ours' live statistics are taken around each job (perop_engine.py: engine
-# counters, service and reply-posted time, per fio op).
+# counters, service and reply-posted time, per fio op). Around every job
+# also each vCPU's times and the Soft-RoCE device's counters (perop_cpu.py:
+# CPU per fio op by vCPU, counters per fio op) and the guest's wall clock
+# (for the host's samples of NFS4_PEROP_HOSTSCHED).
 set -uo pipefail
 G=$(cd "$(dirname "$0")" && pwd)
 export CHECKS=${CHECKS:-$OUT/checks.txt}
@@ -50,6 +53,15 @@ opstats() {
         cur && $1 == "xprt:" { print "XPRT", $0 > (FILENAME_OUT ".xprt") }
         cur && $1 == "per-op" { inops = 1; next }
         cur && inops && $1 ~ /:$/ && NF >= 9 { sub(":", "", $1); print $1, $2, $8, $9 }' /proc/self/mountstats >"$2"
+}
+
+# rxecounters: the Soft-RoCE device's counters (RNR NAKs, retries,
+# deferred ACKs, ...), one "name value" per line
+rxecounters() {
+    local f
+    for f in /sys/class/infiniband/*/ports/*/hw_counters/*; do
+        [ -r "$f" ] && echo "${f##*/} $(cat "$f")"
+    done 2>/dev/null
 }
 
 # tstats FILE: ours' live statistics (JSON) now, when ours runs
@@ -73,10 +85,18 @@ job() {
         sp=$!
         sleep 1
     fi
+    # when it ran (the guest's wall clock, for the host's per-thread
+    # scheduling samples of NFS4_PEROP_HOSTSCHED) and each vCPU's times
+    grep '^cpu[0-9]' /proc/stat >"$d/$name.pstat.before"
+    rxecounters >"$d/$name.rxe.before"
+    date +%s.%N >"$d/$name.when"
     fio --name="$name" --filename="$mp/perop.dat" --size=64M --rw="$rw" --bs=4k --iodepth=1 \
         --ioengine=libaio --direct=1 --time_based --runtime="$SECS" \
         --randrepeat=0 --norandommap --output-format=json --output="$d/$name.json" >/dev/null 2>&1 ||
         flunk "perop $d $name: fio exit $?"
+    date +%s.%N >>"$d/$name.when"
+    grep '^cpu[0-9]' /proc/stat >"$d/$name.pstat.after"
+    rxecounters >"$d/$name.rxe.after"
     if [ -n "$sp" ]; then
         kill -INT "$sp"
         wait "$sp" 2>/dev/null
@@ -232,3 +252,4 @@ python3 "$G/perop_table.py" "$BASE" | tee "$BASE/table.txt"
 python3 "$G/perop_engine.py" "$BASE" | tee -a "$BASE/table.txt"
 python3 "$G/perop_stacks.py" "$BASE" | tee -a "$BASE/table.txt"
 python3 "$G/perop_trace.py" "$BASE" | tee -a "$BASE/table.txt"
+python3 "$G/perop_cpu.py" "$BASE" | tee -a "$BASE/table.txt"
