@@ -915,3 +915,62 @@ proptest::proptest! {
         }
     }
 }
+
+/// The definition [`final_read_count`] must agree with: every operation
+/// decoded, the last one's READ count.
+fn final_read_count_by_decoding(b: &[u8]) -> Option<u32> {
+    let (_, ops) = decode_all(b).ok()?;
+    match ops.last()? {
+        Ok(Op::Read { count, .. }) => Some(*count),
+        _ => None,
+    }
+}
+
+/// One operation of a three-operation COMPOUND, near the Linux client's
+/// `SEQUENCE, PUTFH, READ` and off it in every field the fast path checks.
+fn near_read_op(kind: u8, x: u32, fh_len: u32, pad: u8) -> Vec<u8> {
+    match kind % 6 {
+        // SEQUENCE, cachethis a boolean or not
+        0 => V::new().w(OP_SEQUENCE).b(&[7; 16]).w(x).w(1).w(2).w(x % 3).0,
+        // PUTFH of any length around NFS4_FHSIZE, padding zero or not
+        1 => {
+            let len = fh_len % (NFS4_FHSIZE + 8);
+            let mut v = V::new().w(OP_PUTFH).w(len).b(&vec![3; len as usize]);
+            let padn = (4 - len % 4) % 4;
+            v = v.b(&vec![pad % 2; padn as usize]);
+            v.0
+        }
+        2 => V::new().w(OP_READ).w(1).b(&[9; 12]).h(u64::from(x) << 3).w(x).0,
+        3 => V::new().w(OP_GETFH).0,
+        4 => V::new().w(x % (OP_LAST + 2)).0,
+        _ => V::new().w(OP_PUTROOTFH).0,
+    }
+}
+
+proptest::proptest! {
+    /// `final_read_count`'s fast path for `SEQUENCE, PUTFH, READ` gives
+    /// what decoding every operation gives, for that shape, shapes near it,
+    /// truncated COMPOUNDs and trailing bytes.
+    #[test]
+    fn final_read_count_fast_path_agrees_with_the_decoder(
+        kinds in proptest::array::uniform3(0u8..6),
+        x in proptest::prelude::any::<u32>(),
+        fh_len in 0u32..200,
+        pad in 0u8..2,
+        minor in 0u32..4,
+        cut in proptest::option::of(0usize..200),
+        trailing in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..8),
+    ) {
+        // Weighted towards the exact shape: kinds 0, 1, 2 in that order.
+        let ops: Vec<Vec<u8>> = kinds.iter().map(|&k| near_read_op(k, x, fh_len, pad)).collect();
+        let exact: Vec<Vec<u8>> = [0u8, 1, 2].iter().map(|&k| near_read_op(k, x, fh_len, pad)).collect();
+        for ops in [ops, exact] {
+            let mut c = compound(minor, &ops);
+            c.extend_from_slice(&trailing);
+            if let Some(n) = cut {
+                c.truncate(n.min(c.len()));
+            }
+            proptest::prop_assert_eq!(final_read_count(&c), final_read_count_by_decoding(&c), "{:02x?}", c);
+        }
+    }
+}
