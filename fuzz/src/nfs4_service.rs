@@ -173,6 +173,13 @@ pub fn check_nfs4_service(data: &[u8]) {
         let mut args = substitute(&rest[2..2 + n], &handles);
         rest = &rest[2 + n..];
         put_sid(&mut args, &sid);
+        // The data hint's reading of a COMPOUND (a fast path for the Linux
+        // client's READ) agrees with decoding every operation.
+        assert_eq!(
+            proto::nfs4::args::final_read_count(&args),
+            proto::nfs4::args::final_read_count_by_decoding(&args),
+            "final_read_count"
+        );
         let msg = rpc_call(100 + i as u32, &args);
         one_call(&mut svc, &msg, peer, &mut head, &mut buf);
         // one_call checked the header; the results' top as well.

@@ -1054,6 +1054,15 @@ pub fn final_read_count(args: &[u8]) -> Option<u32> {
     final_read_count_decoded(r, h.numops)
 }
 
+/// [`final_read_count`] by its definition, every operation decoded (no fast
+/// path): what the property test and the `nfs4_service` fuzz target hold the
+/// fast path to.
+pub fn final_read_count_by_decoding(args: &[u8]) -> Option<u32> {
+    let mut r = Reader::new(args);
+    let h = CompoundArgs::decode(&mut r).ok()?;
+    final_read_count_decoded(r, h.numops)
+}
+
 /// [`final_read_count`]'s walk of every operation through the decoder.
 fn final_read_count_decoded(r: Reader<'_>, numops: u32) -> Option<u32> {
     let mut d = OpDecoder::new(r, numops, None, &[]);

@@ -916,16 +916,6 @@ proptest::proptest! {
     }
 }
 
-/// The definition [`final_read_count`] must agree with: every operation
-/// decoded, the last one's READ count.
-fn final_read_count_by_decoding(b: &[u8]) -> Option<u32> {
-    let (_, ops) = decode_all(b).ok()?;
-    match ops.last()? {
-        Ok(Op::Read { count, .. }) => Some(*count),
-        _ => None,
-    }
-}
-
 /// One operation of a three-operation COMPOUND, near the Linux client's
 /// `SEQUENCE, PUTFH, READ` and off it in every field the fast path checks.
 fn near_read_op(kind: u8, x: u32, fh_len: u32, pad: u8) -> Vec<u8> {
