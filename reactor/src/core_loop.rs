@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use crate::clock;
 use crate::error::{ReactorError, SendError, TimerError, TrySendError};
 use crate::idle::{IdleAction, IdlePolicy, IdleState};
-use crate::loop_timing::LoopTiming;
+use crate::loop_timing::{LoopTiming, Section};
 use crate::msg::Message;
 use crate::shared::{bump, duration_ns, set_current_core, Shared};
 use crate::stats::CoreStats;
@@ -411,9 +411,11 @@ impl Core {
         let mut holding_unit = false;
         let mut drain_deadline = clock::now();
         let mut t_prev = clock::now();
+        // Diagnostics only (the `loop-timing` feature; nothing without it).
         let mut lt = LoopTiming::new();
-        use crate::loop_timing::Section;
         loop {
+            // Nothing since the last iteration's end, but after a
+            // `continue` that skipped `finish` (draining).
             lt.lap(Section::Idle);
             self.ctx.now = t_prev;
             let mut busy = false;
