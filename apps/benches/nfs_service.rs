@@ -100,8 +100,7 @@ fn bench(c: &mut Criterion) {
     let s = store(Kind::Mem, "b0");
     let mut ex = Ex::new("/export", "b0");
     ex.root_squash = false;
-    let cfg = config(&["b0"], &[ex], MIB as u32);
-    let sh = NfsShared::new(&cfg, vec![("b0".into(), s.backend.clone())]).unwrap();
+    let sh = shared(&[&s], &[ex], MIB as u32);
     let mut v4 = V4::new(Served::new(&sh), "fio");
     v4.setup(1);
     let dir = v4.walk("/export").unwrap();
