@@ -1039,17 +1039,33 @@ fn decode_args<'a>(r: &mut Reader<'a>, opnum: u32) -> Result<Op<'a>, Refuse> {
 ///
 /// The Linux client's READ, `SEQUENCE, PUTFH, READ`, is read in place by
 /// [`sequence_putfh_read`] with the same field readers and checks as the
-/// operations' decoding, without building the operations; every other
-/// COMPOUND, and one of that shape the fast path does not accept, is walked
-/// by the [`OpDecoder`] (the two agree: the property test
-/// `final_read_count_fast_path_agrees_with_the_decoder`).
+/// operations' decoding, without building the operations; its WRITE,
+/// `SEQUENCE, PUTFH, WRITE, GETATTR`, is answered `None` once
+/// [`sequence_putfh_write_then`] has found that the operation after the
+/// WRITE, the last, is not a READ. Every other COMPOUND, and one of those
+/// shapes the fast paths do not accept, is walked by the [`OpDecoder`] (they
+/// agree: the property tests `final_read_count_fast_path_agrees_with_the_decoder`
+/// and `final_read_count_write_shortcut_agrees_with_the_decoder`).
 pub fn final_read_count(args: &[u8]) -> Option<u32> {
     let mut r = Reader::new(args);
     let h = CompoundArgs::decode(&mut r).ok()?;
-    if h.numops == 3 {
-        if let Some(count) = sequence_putfh_read(r.clone()) {
-            return Some(count);
+    match h.numops {
+        3 => {
+            if let Some(count) = sequence_putfh_read(r.clone()) {
+                return Some(count);
+            }
         }
+        // The last operation's number decides alone when it is not READ:
+        // whatever the earlier operations hold, the answer is then `None`.
+        // The walk to it skips exactly what the decoder reads for them, so
+        // for arguments the decoder accepts, this is the decoder's last
+        // operation; for others the decoder answers `None` too.
+        4 => {
+            if sequence_putfh_write_then(r.clone()).is_some_and(|op| op != OP_READ) {
+                return None;
+            }
+        }
+        _ => {}
     }
     final_read_count_decoded(r, h.numops)
 }
@@ -1083,10 +1099,45 @@ fn final_read_count_decoded(r: Reader<'_>, numops: u32) -> Option<u32> {
 /// with the checks [`decode_args`] makes on them; `None` for any other
 /// shape or any failed check (the caller then walks the decoder).
 fn sequence_putfh_read(mut r: Reader<'_>) -> Option<u32> {
+    sequence_putfh(&mut r)?;
+    if r.u32("argop").ok()? != OP_READ {
+        return None;
+    }
+    stateid(&mut r).ok()?;
+    r.u64("offset").ok()?;
+    r.u32("count").ok()
+}
+
+/// The operation number after `SEQUENCE, PUTFH, WRITE` at `r` (s18.32.1
+/// WRITE4args: stateid, offset, stable_how4, opaque data), the WRITE read
+/// with the checks [`OpDecoder`] makes on one whose data is inline (as it is
+/// in the bytes the hint sees); `None` for any other shape or failed check.
+fn sequence_putfh_write_then(mut r: Reader<'_>) -> Option<u32> {
+    sequence_putfh(&mut r)?;
+    if r.u32("argop").ok()? != OP_WRITE {
+        return None;
+    }
+    stateid(&mut r).ok()?;
+    r.u64("offset").ok()?;
+    if r.u32("stable").ok()? > FILE_SYNC4 {
+        return None;
+    }
+    let len = r.u32("data").ok()?;
+    if len > MAX_DATA_BYTES {
+        return None;
+    }
+    r.opaque_fixed(len as usize, "data").ok()?;
+    r.u32("argop").ok()
+}
+
+/// Reads the operations `SEQUENCE, PUTFH` at `r` (s18.46.1, s18.19.1) with
+/// the checks [`decode_args`] makes on them; `None` for another shape or a
+/// failed check.
+fn sequence_putfh(r: &mut Reader<'_>) -> Option<()> {
     if r.u32("argop").ok()? != OP_SEQUENCE {
         return None;
     }
-    sessionid(&mut r).ok()?;
+    sessionid(r).ok()?;
     r.u32("sa_sequenceid").ok()?;
     r.u32("sa_slotid").ok()?;
     r.u32("sa_highest_slotid").ok()?;
@@ -1095,10 +1146,5 @@ fn sequence_putfh_read(mut r: Reader<'_>) -> Option<u32> {
         return None;
     }
     r.opaque_var(NFS4_FHSIZE, "object").ok()?;
-    if r.u32("argop").ok()? != OP_READ {
-        return None;
-    }
-    stateid(&mut r).ok()?;
-    r.u64("offset").ok()?;
-    r.u32("count").ok()
+    Some(())
 }
