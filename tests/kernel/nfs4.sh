@@ -19,7 +19,9 @@
 # Env: NFS4_MOUNTS ("4.1/tcp 4.1/rdma 4.2/rdma 4.2/tcp default/rdma default/tcp";
 #      "default": no vers= option, which must land on 4.2), NFS4_BACKENDS
 #      ("mem uring": the target's backend, each in turn), NFS4_STEPS
-#      ("matrix tshark restart locks nconnect"; add "fio" for the comparison
+#      ("matrix tshark restart locks nconnect"; add "paired" for the
+#      comparison with the Linux server up beside ours, pair by pair, about
+#      3 minutes a pair, "fio" for the comparison
 #      with the Linux server, about 4 minutes a round, "perop" for the RPCs
 #      and target system calls per 4 KiB qd-1 fio op, vers=3 against
 #      vers=4.2 (guest/nfs4_perop.sh, about 4 minutes a round), and "deleg" for
@@ -49,6 +51,7 @@
 #      NFS4_DELEG_ROUNDS (40: recalls timed by the deleg step),
 #      NFS4_DELEG_FIO_SECONDS (10: each job of the delegations on/off figures),
 #      NFS4_DELEG_FIO_PAIRS (3: on/off pairs of those figures, in one boot),
+#      NFS4_PAIRS (3: pairs of the paired step),
 #      NFS4_PREBUILT (1: no build, the release binaries staged as they are),
 #      SOFTROCE_VM, VMLAB_CACHE, CARGO_TARGET_DIR. Run under the shared VM lock:
 #      flock /tmp/rpcrdma-vm.lock bash tests/kernel/nfs4.sh
@@ -90,7 +93,7 @@ STEPS=${NFS4_STEPS:-matrix tshark restart locks nconnect}
     echo "export FIO_SECONDS=${NFS4_FIO_SECONDS:-5} PERF_SECONDS=${NFS4_FIO_SECONDS:-5}"
     echo "export NFS4_FIO_PERF=${NFS4_FIO_PERF:-1} NFS4_FIO_BACKEND='${NFS4_FIO_BACKEND:-mem}' NFS4_SPIN_US=${NFS4_SPIN_US:-5000}"
     echo "export NFS4_RESTART_FILES=${NFS4_RESTART_FILES:-16} NFS4_PEROP_ROUNDS=${NFS4_PEROP_ROUNDS:-1} NFS4_PEROP_STRACE=${NFS4_PEROP_STRACE:-1} NFS4_PEROP_BACKEND='${NFS4_PEROP_BACKEND:-}' NFS4_PEROP_NODELEG=${NFS4_PEROP_NODELEG:-0} NFS4_PEROP_RESTART=${NFS4_PEROP_RESTART:-0} NFS4_PEROP_TRACE=${NFS4_PEROP_TRACE:-0} NFS4_PEROP_VARIANT='${NFS4_PEROP_VARIANT:-}' TARGET_URING_TMPFS=${NFS4_URING_TMPFS:-0}"
-    echo "export DELEG_FIO_SECONDS=${NFS4_DELEG_FIO_SECONDS:-10} DELEG_FIO_PAIRS=${NFS4_DELEG_FIO_PAIRS:-3}"
+    echo "export DELEG_FIO_SECONDS=${NFS4_DELEG_FIO_SECONDS:-10} DELEG_FIO_PAIRS=${NFS4_DELEG_FIO_PAIRS:-3} NFS4_PAIRS=${NFS4_PAIRS:-3}"
 } >>"$STAGE/env.sh"
 pair_rc=0
 if [[ " $STEPS " == *" tshark "* ]]; then
@@ -136,6 +139,7 @@ grep -q 'vmlab-init: ready' "$STAGE/nfs4.log" || { echo "kernel-nfs4: VM UNAVAIL
 checks=$STAGE/all-checks.txt
 cat "$STAGE"/out/checks.txt "$STAGE"/out/pair-*/checks.txt "$STAGE"/out/deleg-*/checks.txt 2>/dev/null >"$checks" || true
 [ -f "$STAGE/out/v42/table.txt" ] && cat "$STAGE/out/v42/table.txt"
+[ -f "$STAGE/out/paired-v42-medians.txt" ] && cat "$STAGE/out/paired-v42-medians.txt"
 [ -f "$STAGE/out/perop/table.txt" ] && cat "$STAGE/out/perop/table.txt"
 [ -f "$STAGE/out/perop/cpu-host.txt" ] && cat "$STAGE/out/perop/cpu-host.txt"
 for f in "$STAGE/out/deleg-server/recall-latency.txt" "$STAGE/out/ours/deleg-fio.txt"; do

@@ -65,6 +65,12 @@
 #      KINTEROP_VARIANT_main="TARGET_BIN=/host/bin/baseline/rpcrdma-target"),
 #      e.g. the issue 24 protocol, about 2 min per pass:
 #        KINTEROP_RATIOS_ONLY=1 KINTEROP_ROUNDS=3 KINTEROP_SERVERS="kernel ours ours-main"
+#      KINTEROP_PAIRS (3; 0 for none: after the passes, the ratio rows once
+#      more with the Linux server and ours up at once, each fio job and perf
+#      run against one and then the other, the order alternating, N pairs;
+#      per row the median of the per-pair ratios: guest/paired.sh,
+#      out/paired-medians.txt; the emulator's speed drifts by tens of per
+#      cent within seconds, so these are the figures it moves least),
 #      KINTEROP_SYSCALLS (0; 1: after each first-round pass of ours, its system
 #      calls per Call for NULL, READ 4 KiB and READ 1 MiB at qd 1 with strace
 #      -c, guest/syscalls.sh, out/<pass>/syscalls.txt),
@@ -135,7 +141,7 @@ fi
     # tuning of the guest runs, passed through when set (see gen_config.py, perf.sh)
     for v in TARGET_SPIN_US TARGET_MAX_SPIN_US TARGET_MAX_WAIT_MS TARGET_IDLE_LOOPS TARGET_MAX_SLEEP_US PERF_IDLE_SLEEP_US \
         KINTEROP_NCONNECT KINTEROP_FIO_TCP TARGET_IO_CPU TARGET_AFFINITY RPCRDMA_WAIT RPCRDMA_ARM_SENDS \
-        KINTEROP_ROUNDS KINTEROP_SYSCALLS FIO_ONLY PERF_ONLY; do
+        KINTEROP_ROUNDS KINTEROP_PAIRS KINTEROP_SYSCALLS FIO_ONLY PERF_ONLY; do
         [ -z "${!v:-}" ] || echo "export $v='${!v}'"
     done
     echo "RATIOS_ONLY=$RATIOS_ONLY"
@@ -234,6 +240,7 @@ for t in "$STAGE"/out/table-*.txt; do
 done
 [ -f "$STAGE/out/steps-table.txt" ] && cat "$STAGE/out/steps-table.txt"
 [ -f "$STAGE/out/medians.txt" ] && cat "$STAGE/out/medians.txt"
+[ -f "$STAGE/out/paired-medians.txt" ] && echo && cat "$STAGE/out/paired-medians.txt"
 for t in "$STAGE"/out/*/syscalls.txt; do
     [ -f "$t" ] || continue
     echo

@@ -44,26 +44,13 @@ check "$TAG: lay out the ${FIO_FILE_MIB} MiB fio file" \
     --ioengine=libaio --iodepth=4 --end_fsync=1 --output=/dev/null
 note "$TAG: fio layout $(elapsed "$t") s"
 
-# job name, rw, block size, queue depth
-JOBS="rand-read-4k-qd1 randread 4k 1
-rand-read-4k-qd16 randread 4k 16
-rand-write-4k-qd1 randwrite 4k 1
-rand-write-4k-qd16 randwrite 4k 16
-seq-read-1m-qd1 read 1M 1
-seq-read-1m-qd4 read 1M 4
-seq-write-1m-qd1 write 1M 1
-seq-write-1m-qd4 write 1M 4"
-
 while read -r name rw bs qd; do
     # FIO_ONLY: the jobs to run (names, space separated), when set
     [ -n "${FIO_ONLY:-}" ] && [[ " $FIO_ONLY " != *" $name "* ]] && continue
     t=$(now)
     rc=0
     c0=$(cpu_jiffies)
-    fio --name="$name" --filename="$F" --size="${FIO_FILE_MIB}M" --rw="$rw" --bs="$bs" --iodepth="$qd" \
-        --ioengine=libaio --direct=1 --time_based --runtime="$FIO_SECONDS" --ramp_time=1 \
-        --lat_percentiles=1 --randrepeat=0 --norandommap \
-        --output-format=json --output="$JD/fio-$name.json" || rc=$?
+    fio_job "$name" "$rw" "$bs" "$qd" "$F" "$FIO_FILE_MIB" "$JD/fio-$name.json" || rc=$?
     echo "$c0 $(cpu_jiffies) $(elapsed "$t")" >"$D/fiocpu-$PROTO-$name.txt"
     summary=$(python3 - "$JD/fio-$name.json" "$rw" <<'PY'
 import json, sys
@@ -79,7 +66,7 @@ PY
     else
         flunk "$TAG: fio $name (fio exit $rc, error/ios/iops/MBps: $summary)"
     fi
-done <<<"$JOBS"
+done <<<"$FIO_JOBS"
 
 rm -f "$F"
 check "$TAG: umount after fio" nfs_umount "$MP"

@@ -24,9 +24,16 @@ elif "TARGET_IO_CPU" in os.environ:
 else:
     cfg["cores"] = [{"cpu": 0, "role": "admin"}] + [{"cpu": c, "role": "io"} for c in range(1, ncpu)]
 cfg["fabric"] = {"provider": "verbs", "device": "rxe0", "ip": ip}
-cfg["listeners"]["fabric"] = [{"address": ip, "port": 20049, "versions": [1, 2]}]
-cfg["listeners"]["nfs_tcp_port"] = 2049
-cfg["listeners"]["mount_tcp_port"] = 20048
+# TARGET_RDMA_PORT, TARGET_NFS_TCP_PORT, TARGET_MOUNT_PORT: other ports than
+# the standard ones, and TARGET_RPCBIND (auto, register, serve, off) the
+# rpcbind mode: for running beside the Linux server (paired.sh), whose
+# listeners and rpcbind registrations hold the standard ones.
+rdma_port = int(os.environ.get("TARGET_RDMA_PORT", "20049"))
+cfg["listeners"]["fabric"] = [{"address": ip, "port": rdma_port, "versions": [1, 2]}]
+cfg["listeners"]["nfs_tcp_port"] = int(os.environ.get("TARGET_NFS_TCP_PORT", "2049"))
+cfg["listeners"]["mount_tcp_port"] = int(os.environ.get("TARGET_MOUNT_PORT", "20048"))
+if os.environ.get("TARGET_RPCBIND"):
+    cfg["listeners"]["rpcbind"] = {"mode": os.environ["TARGET_RPCBIND"]}
 mem_mib = int(os.environ.get("TARGET_MEM_MIB", "768"))
 cfg["backends"] = [{"name": "mem0", "type": "mem", "size_bytes": mem_mib << 20}]
 # TARGET_BACKEND=uring: a directory tree through io_uring instead (I/O that

@@ -51,9 +51,10 @@ mount_xprt() {
 # $MOUNT_PORT (optional) pins the MOUNT port. NFS_PROTO=tcp mounts NFSv3
 # over TCP on 2049 instead (fio.sh's transport comparison). NFS_VERS=4.2
 # (or 4.1) mounts that NFSv4 minor version instead, with its own locking.
+# $NFS_PORT (optional) is the RPC-over-RDMA port instead of 20049.
 nfs_mount() {
     local src=$1 mp=$2 extra=${3:-} opts
-    opts="vers=3,proto=rdma,port=20049,nolock"
+    opts="vers=3,proto=rdma,port=${NFS_PORT:-20049},nolock"
     [ "${NFS_PROTO:-rdma}" = tcp ] && opts="vers=3,proto=tcp,port=2049,nolock"
     [ -n "${NFS_VERS:-}" ] && opts="${opts/vers=3/vers=$NFS_VERS}" && opts=${opts%,nolock}
     [ -n "${MOUNT_PORT:-}" ] && opts="$opts,mountproto=tcp,mountport=$MOUNT_PORT"
@@ -93,4 +94,25 @@ step_end() {
         echo "$STEP_NAME $(elapsed "$STEP_T")" >>"$OUT/$TAG/steps.txt"
     fi
     STEP_NAME=
+}
+
+# The fio matrix (fio.sh, and paired.sh's slices): job name, rw, block size,
+# queue depth.
+FIO_JOBS="rand-read-4k-qd1 randread 4k 1
+rand-read-4k-qd16 randread 4k 16
+rand-write-4k-qd1 randwrite 4k 1
+rand-write-4k-qd16 randwrite 4k 16
+seq-read-1m-qd1 read 1M 1
+seq-read-1m-qd4 read 1M 4
+seq-write-1m-qd1 write 1M 1
+seq-write-1m-qd4 write 1M 4"
+
+# fio_job NAME RW BS QD FILE MIB JSON: one job of the matrix on FILE (MIB
+# MiB), O_DIRECT through libaio, $FIO_SECONDS (default 5) after a 1 s ramp,
+# the result with total-latency percentiles as JSON in JSON.
+fio_job() {
+    fio --name="$1" --filename="$5" --size="${6}M" --rw="$2" --bs="$3" --iodepth="$4" \
+        --ioengine=libaio --direct=1 --time_based --runtime="${FIO_SECONDS:-5}" --ramp_time=1 \
+        --lat_percentiles=1 --randrepeat=0 --norandommap \
+        --output-format=json --output="$7"
 }

@@ -20,6 +20,9 @@
 #             delegations on and off (nfs4_deleg.sh);
 #   fio       vers=4.2 over RDMA against the Linux server, fio and perf side
 #             by side, $NFS4_FIO_ROUNDS rounds (nfs4_compare.sh);
+#   paired    the same rows with both servers up at once, pair by pair,
+#             $NFS4_PAIRS pairs (paired.sh: the figures the emulator's drift
+#             moves least);
 #   perop     the RPCs and target system calls per 4 KiB qd-1 fio op,
 #             vers=3 against vers=4.2, both servers (nfs4_perop.sh).
 # Exits non-zero when a check failed. Settings come from /host/env.sh.
@@ -158,11 +161,16 @@ if has_step fio; then
     timeout -s KILL 3000 bash "$G/nfs4_compare.sh" "${NFS4_FIO_ROUNDS:-1}" ||
         note "nfs4_compare.sh exit $?"
 fi
+# vers=4.2 over RDMA, both servers up at once, pair by pair (paired.sh)
+if has_step paired; then
+    PAIRED_VERS=4.2 PAIRED_NAME=paired-v42 KINTEROP_PAIRS=${NFS4_PAIRS:-3} \
+        timeout -s KILL 3000 bash "$G/paired.sh" || note "paired.sh exit $?"
+fi
 if has_step perop; then
     timeout -s KILL 1200 bash "$G/nfs4_perop.sh" || note "nfs4_perop.sh exit $?"
 fi
-if has_step locks || has_step nconnect || has_step fio; then
-    no_stall "locks, nconnect, fio" "$OUT/ours/dmesg-after.txt"
+if has_step locks || has_step nconnect || has_step fio || has_step paired; then
+    no_stall "locks, nconnect, fio, paired" "$OUT/ours/dmesg-after.txt"
 fi
 n_bad=$(grep -c '^not ok' "$CHECKS")
 note "guest checks: $(grep -c '^ok' "$CHECKS") ok, $n_bad not ok"

@@ -4,8 +4,9 @@
 # RPC-over-RDMA version 1: NULL round trips and 4 KiB NFS READs (of a 16 MiB
 # file it creates and fills), at queue depths 1 and 16, and 64 KiB FILE_SYNC
 # WRITEs from 4 connections at once (also over version 2 on ours), $PERF_SECONDS
-# (default 5) each after a 1 s warm-up. MOUNT is reached at $MOUNT_PORT when
-# set, else through rpcbind. Writes $OUT/TAG/perf-<job>.json and checks that
+# (default 5) each after a 1 s warm-up, to RPC-over-RDMA port $PERF_PORT
+# (default 20049). MOUNT is reached at $MOUNT_PORT when set, else through
+# rpcbind. Writes $OUT/TAG/perf-<job>.json and checks that
 # each run exited 0 and completed operations without errors.
 set -uo pipefail
 . "$(dirname "$0")/lib.sh"
@@ -27,7 +28,7 @@ run_perf() {
     rm -f "$D/perf-$job.json"
     # --idle-sleep-us: the guest's vCPUs also run rxe's work; a client that
     # busy-polls between replies starves the fabric under emulation.
-    timeout 180 "$BIN/perf" "$@" --fabric verbs --target "$VMLAB_IP:20049" --vers "${VERS:-1}" --duration "$PERF_SECONDS" \
+    timeout 180 "$BIN/perf" "$@" --fabric verbs --target "$VMLAB_IP:${PERF_PORT:-20049}" --vers "${VERS:-1}" --duration "$PERF_SECONDS" \
         --idle-sleep-us "${PERF_IDLE_SLEEP_US:-20}" --no-progress --json "$D/perf-$job.json" >"$D/perf-$job.log" 2>&1 || rc=$?
     summary=$(python3 -c 'import json, sys
 r = json.load(open(sys.argv[1]))

@@ -78,8 +78,9 @@ ours_start() {
     t=$(now)
     RUST_LOG=${RUST_LOG:-info} "$tbin" -c "$cfg" >"$log" 2>&1 &
     TARGET_PID=$!
-    if wait_for 60 rdma_listening 20049 && wait_for 10 tcp_listening 20048; then
-        pass "$OURS_TAG: rpcrdma-target listens on RDMA 20049 and MOUNT 20048/TCP ($(elapsed "$t") s)"
+    local rdma_port=${TARGET_RDMA_PORT:-20049} mount_port=${TARGET_MOUNT_PORT:-20048}
+    if wait_for 60 rdma_listening "$rdma_port" && wait_for 10 tcp_listening "$mount_port"; then
+        pass "$OURS_TAG: rpcrdma-target listens on RDMA $rdma_port and MOUNT $mount_port/TCP ($(elapsed "$t") s)"
     else
         flunk "$OURS_TAG: rpcrdma-target did not come up within 60 s (alive: $(kill -0 $TARGET_PID 2>/dev/null && echo yes || echo no))"
         tail -30 "$log"
@@ -88,7 +89,9 @@ ours_start() {
     if [ -n "${TARGET_AFFINITY:-}" ]; then
         check "$OURS_TAG: every target thread moved to CPUs $TARGET_AFFINITY" taskset -a -p -c "$TARGET_AFFINITY" "$TARGET_PID"
     fi
-    check "$OURS_TAG: NFS 2049/TCP listener" tcp_listening 2049
+    check "$OURS_TAG: NFS ${TARGET_NFS_TCP_PORT:-2049}/TCP listener" tcp_listening "${TARGET_NFS_TCP_PORT:-2049}"
+    # TARGET_RPCBIND=off (beside the Linux server): nothing to find through rpcbind
+    [ "${TARGET_RPCBIND:-auto}" = off ] && return 0
     # rpcbind: registered with the host's (the kernel server's start left one
     # running), or answered on port 111 by ours when none runs
     if pidof rpcbind >/dev/null; then

@@ -7,7 +7,9 @@
 #   3. for each server in $SERVERS ("kernel ours"), one after the other since
 #      they share ports: start it, the functional workload (functional.sh),
 #      the fio matrix (fio.sh) and the perf tool (perf.sh), stop it;
-#   4. the side-by-side table (report.py) into $OUT/table.txt.
+#   4. the side-by-side table (report.py) into $OUT/table.txt;
+#   5. the ratio rows once more with both servers up at once, pair by pair
+#      (paired.sh, KINTEROP_PAIRS pairs, default 3): $OUT/paired-medians.txt.
 # Exits non-zero when any check failed. Settings come from /host/env.sh.
 # RATIOS_ONLY=1 runs only the fio matrix and the perf tool (the ratio rows):
 # no capture dissection, floor, functional or POSIX workload. SERVERS may
@@ -125,6 +127,14 @@ for s in "${passes[@]}"; do
     fi
     grep -E 'not responding|blocked for more than|still trying|server .* OK' "$OUT/$s/dmesg.txt" | head -5
 done
+
+# the ratio rows again with both servers up at once, pair by pair
+# (paired.sh; KINTEROP_PAIRS pairs, default 3, 0 for none): the figures the
+# emulator's drift moves least
+if [ "${KINTEROP_PAIRS:-3}" -gt 0 ] && [[ " $SERVERS " == *" kernel "* && " $SERVERS " == *" ours "* ]] &&
+    [ -x "$BIN/rpcrdma-target" ]; then
+    section paired "$G/paired.sh"
+fi
 
 # both servers' functional step times side by side, one check per step
 if [[ " $SERVERS " == *" kernel "* && " $SERVERS " == *" ours "* && $RATIOS_ONLY != 1 ]]; then
