@@ -70,7 +70,10 @@
 #      run against one and then the other, the order alternating, N pairs;
 #      per row the median of the per-pair ratios: guest/paired.sh,
 #      out/paired-medians.txt; the emulator's speed drifts by tens of per
-#      cent within seconds, so these are the figures it moves least),
+#      cent within seconds, so these are the figures it moves least;
+#      with KINTEROP_RATIOS_ONLY=1, KINTEROP_PAIRED_ONLY=1 runs only them,
+#      and PAIRED_OURS_ENV="VAR=VALUE ..." runs ours with those settings of
+#      gen_config.py, e.g. TARGET_MAX_SPIN_US=20000),
 #      KINTEROP_SYSCALLS (0; 1: after each first-round pass of ours, its system
 #      calls per Call for NULL, READ 4 KiB and READ 1 MiB at qd 1 with strace
 #      -c, guest/syscalls.sh, out/<pass>/syscalls.txt),
@@ -141,7 +144,7 @@ fi
     # tuning of the guest runs, passed through when set (see gen_config.py, perf.sh)
     for v in TARGET_SPIN_US TARGET_MAX_SPIN_US TARGET_MAX_WAIT_MS TARGET_IDLE_LOOPS TARGET_MAX_SLEEP_US PERF_IDLE_SLEEP_US \
         KINTEROP_NCONNECT KINTEROP_FIO_TCP TARGET_IO_CPU TARGET_AFFINITY RPCRDMA_WAIT RPCRDMA_ARM_SENDS \
-        KINTEROP_ROUNDS KINTEROP_PAIRS KINTEROP_SYSCALLS FIO_ONLY PERF_ONLY; do
+        KINTEROP_ROUNDS KINTEROP_PAIRS KINTEROP_PAIRED_ONLY PAIRED_OURS_ENV KINTEROP_SYSCALLS FIO_ONLY PERF_ONLY; do
         [ -z "${!v:-}" ] || echo "export $v='${!v}'"
     done
     echo "RATIOS_ONLY=$RATIOS_ONLY"

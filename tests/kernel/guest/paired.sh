@@ -49,6 +49,10 @@ FIO_FILE_MIB=${FIO_FILE_MIB:-64}
 export OURS_TAG=$NAME-ours TARGET_RDMA_PORT=$OURS_PORT TARGET_NFS_TCP_PORT=2050 \
     TARGET_MOUNT_PORT=$OURS_PORT TARGET_RPCBIND=off
 unset MOUNT_PORT
+# PAIRED_OURS_ENV="VAR=VALUE ...": ours with other settings (gen_config.py's)
+read -ra ours_env <<<"${PAIRED_OURS_ENV:-}"
+for kv in "${ours_env[@]}"; do export "${kv?}"; done
+[ ${#ours_env[@]} = 0 ] || note "$NAME: ours with ${ours_env[*]}"
 knfsd_start || exit 1
 if ! ours_start; then
     knfsd_stop

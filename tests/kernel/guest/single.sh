@@ -60,6 +60,8 @@ for ((r = 1; r <= ROUNDS; r++)); do
         if [ $r = 1 ]; then passes+=("$s"); else passes+=("$s.r$r"); fi
     done
 done
+# KINTEROP_PAIRED_ONLY=1 (with RATIOS_ONLY): no passes, the paired rows only
+[ "${KINTEROP_PAIRED_ONLY:-0}" = 1 ] && [ "$RATIOS_ONLY" = 1 ] && passes=()
 for s in "${passes[@]}"; do
     variant=()
     base=${s%.r[0-9]*}
