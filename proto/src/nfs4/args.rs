@@ -1060,11 +1060,7 @@ pub fn final_read_count(args: &[u8]) -> Option<u32> {
         // The walk to it skips exactly what the decoder reads for them, so
         // for arguments the decoder accepts, this is the decoder's last
         // operation; for others the decoder answers `None` too.
-        4 => {
-            if sequence_putfh_write_then(r.clone()).is_some_and(|op| op != OP_READ) {
-                return None;
-            }
-        }
+        4 if sequence_putfh_write_then(r.clone()).is_some_and(|op| op != OP_READ) => return None,
         _ => {}
     }
     final_read_count_decoded(r, h.numops)
