@@ -258,6 +258,20 @@ fn run(addr: &str) -> Result<(), String> {
         cli.f.max_inline(conn_c),
         srv.f.qp_num(conn_s)
     );
+    // The transport retries both QPs use come from the active side's
+    // retry_count (REQ), as the module docs say; the ACK timeouts are the
+    // CM's from the path (printed: a retransmission waits that long).
+    let (tc, ts) = (cli.f.qp_transport(conn_c), srv.f.qp_transport(conn_s));
+    println!(
+        "  client QP transport {tc:?} (ACK timeout {:?} us); server QP {ts:?} (ACK timeout {:?} us)",
+        tc.and_then(|t| t.ack_timeout_us()),
+        ts.and_then(|t| t.ack_timeout_us())
+    );
+    let want = qp.retry_count.min(7);
+    check(
+        tc.map(|t| t.retry_cnt) == Some(want) && ts.map(|t| t.retry_cnt) == Some(want),
+        "both QPs hold the client's retry_count (ibv_query_qp)",
+    )?;
 
     println!("[3] Send/Recv: two-SGE gather, inline, and back");
     let head = pattern(1, 100);

@@ -451,6 +451,30 @@ pub struct WcError {
     pub opcode: Option<WcOpcode>,
 }
 
+/// The transport retry settings of a connection's QP as the device holds
+/// them (`ibv_query_qp`), for diagnostics: what the CM made of
+/// [`QpConfig`]'s counts and the path (IBTA: the local ACK timeout is
+/// 4.096 us x 2^`ack_timeout`, 0 = never; a `retry_cnt` or `rnr_retry` of 7
+/// = retry forever for RNR, and on rxe for transport retries too).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QpTransport {
+    /// The local ACK timeout exponent (`ibv_qp_attr::timeout`).
+    pub ack_timeout: u8,
+    /// Transport retries before an error completion.
+    pub retry_cnt: u8,
+    /// Retries after an RNR NAK from the peer.
+    pub rnr_retry: u8,
+    /// The RNR NAK timer this QP gives its peer (IBTA table code).
+    pub min_rnr_timer: u8,
+}
+
+impl QpTransport {
+    /// The local ACK timeout in microseconds, `None` when it never fires.
+    pub fn ack_timeout_us(&self) -> Option<u64> {
+        (self.ack_timeout != 0).then(|| (4096u64 << self.ack_timeout.min(31)) / 1000)
+    }
+}
+
 impl std::fmt::Display for WcError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(

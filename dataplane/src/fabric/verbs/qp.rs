@@ -39,6 +39,31 @@ impl VerbsFabric {
         self.last_wc_error
     }
 
+    /// The transport retry settings of the connection's QP as the device
+    /// holds them (for diagnostics), once its QP exists and the query works.
+    pub fn qp_transport(&self, conn: ConnId) -> Option<QpTransport> {
+        let c = self.conns.get(self.conns.index(conn.0)?)?;
+        if c.qp.is_null() {
+            return None;
+        }
+        // SAFETY: plain C structs, all-zero is a valid value of each.
+        let mut attr: sys::ibv_qp_attr = unsafe { std::mem::zeroed() };
+        let mut init: sys::ibv_qp_init_attr = unsafe { std::mem::zeroed() };
+        let mask = sys::ibv_qp_attr_mask::IBV_QP_TIMEOUT
+            | sys::ibv_qp_attr_mask::IBV_QP_RETRY_CNT
+            | sys::ibv_qp_attr_mask::IBV_QP_RNR_RETRY
+            | sys::ibv_qp_attr_mask::IBV_QP_MIN_RNR_TIMER;
+        // SAFETY: `c.qp` is a live QP (non-null, destroyed only with its
+        // slot); `attr` and `init` are valid for writes for the call.
+        let rc = unsafe { sys::ibv_query_qp(c.qp, &mut attr, mask.0 as c_int, &mut init) };
+        (rc == 0).then_some(QpTransport {
+            ack_timeout: attr.timeout,
+            retry_cnt: attr.retry_cnt,
+            rnr_retry: attr.rnr_retry,
+            min_rnr_timer: attr.min_rnr_timer,
+        })
+    }
+
     /// Inline bytes the connection's QP was created with.
     pub fn max_inline(&self, conn: ConnId) -> Option<u32> {
         let c = self.conns.get(self.conns.index(conn.0)?)?;
