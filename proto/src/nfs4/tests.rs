@@ -916,6 +916,24 @@ proptest::proptest! {
     }
 }
 
+/// The COMPOUND of `ops` (minor version `minor`) followed by `trailing`
+/// bytes and cut at `cut`: `final_read_count` must give what decoding every
+/// operation gives.
+fn hint_agrees(
+    minor: u32,
+    ops: &[Vec<u8>],
+    trailing: &[u8],
+    cut: Option<usize>,
+) -> Result<(), proptest::test_runner::TestCaseError> {
+    let mut c = compound(minor, ops);
+    c.extend_from_slice(trailing);
+    if let Some(n) = cut {
+        c.truncate(n.min(c.len()));
+    }
+    proptest::prop_assert_eq!(final_read_count(&c), final_read_count_by_decoding(&c), "{:02x?}", c);
+    Ok(())
+}
+
 /// One operation of a three-operation COMPOUND, near the Linux client's
 /// `SEQUENCE, PUTFH, READ` and off it in every field the fast path checks.
 fn near_read_op(kind: u8, x: u32, fh_len: u32, pad: u8) -> Vec<u8> {
@@ -955,12 +973,7 @@ proptest::proptest! {
         let ops: Vec<Vec<u8>> = kinds.iter().map(|&k| near_read_op(k, x, fh_len, pad)).collect();
         let exact: Vec<Vec<u8>> = [0u8, 1, 2].iter().map(|&k| near_read_op(k, x, fh_len, pad)).collect();
         for ops in [ops, exact] {
-            let mut c = compound(minor, &ops);
-            c.extend_from_slice(&trailing);
-            if let Some(n) = cut {
-                c.truncate(n.min(c.len()));
-            }
-            proptest::prop_assert_eq!(final_read_count(&c), final_read_count_by_decoding(&c), "{:02x?}", c);
+            hint_agrees(minor, &ops, &trailing, cut)?;
         }
     }
 }
@@ -1014,12 +1027,7 @@ proptest::proptest! {
         // Weighted towards the exact shape, with any last operation.
         let exact: Vec<Vec<u8>> = [0u8, 1, 6, last].iter().map(|&k| op(k)).collect();
         for ops in [ops, exact] {
-            let mut c = compound(minor, &ops);
-            c.extend_from_slice(&trailing);
-            if let Some(n) = cut {
-                c.truncate(n.min(c.len()));
-            }
-            proptest::prop_assert_eq!(final_read_count(&c), final_read_count_by_decoding(&c), "{:02x?}", c);
+            hint_agrees(minor, &ops, &trailing, cut)?;
         }
     }
 }
