@@ -103,6 +103,20 @@ run_on() {
     fi
 }
 
+# both WHAT...: the slice on both servers of pair $p, into $k and $o, the
+# order alternating from slice to slice ($i) and from pair to pair, so
+# neither server always runs first after the other's job
+both() {
+    if (((i + p) % 2)); then
+        run_on kernel "$k" "$@"
+        run_on ours "$o" "$@"
+    else
+        run_on ours "$o" "$@"
+        run_on kernel "$k" "$@"
+    fi
+    i=$((i + 1))
+}
+
 PERF_JOBS="null-qd1 null-qd16 read-4k-qd1 read-4k-qd16 write-64k-qd8x4"
 t=$(now)
 if [ $ok = 1 ]; then
@@ -110,30 +124,14 @@ if [ $ok = 1 ]; then
         if [ $p = 1 ]; then k=kernel o=ours; else k=kernel.r$p o=ours.r$p; fi
         passes+=("$k" "$o")
         i=0
-        # the order of the two servers alternates from job to job and from
-        # pair to pair, so neither always runs first after the other's job
         while read -r name rw bs qd; do
             [ -n "${FIO_ONLY:-}" ] && [[ " $FIO_ONLY " != *" $name "* ]] && continue
-            if (((i + p) % 2)); then
-                run_on kernel "$k" fio "$name" "$rw" "$bs" "$qd"
-                run_on ours "$o" fio "$name" "$rw" "$bs" "$qd"
-            else
-                run_on ours "$o" fio "$name" "$rw" "$bs" "$qd"
-                run_on kernel "$k" fio "$name" "$rw" "$bs" "$qd"
-            fi
-            i=$((i + 1))
+            both fio "$name" "$rw" "$bs" "$qd"
         done <<<"$FIO_JOBS"
         if [ -x "$BIN/perf" ]; then
             for job in $PERF_JOBS; do
                 [ -n "${PERF_ONLY:-}" ] && [[ " $PERF_ONLY " != *" $job "* ]] && continue
-                if (((i + p) % 2)); then
-                    run_on kernel "$k" perf "$job"
-                    run_on ours "$o" perf "$job"
-                else
-                    run_on ours "$o" perf "$job"
-                    run_on kernel "$k" perf "$job"
-                fi
-                i=$((i + 1))
+                both perf "$job"
             done
         fi
         note "$NAME: pair $p of $PAIRS done ($(elapsed "$t") s)"
