@@ -1,6 +1,8 @@
 //! Which CPUs the target's own non-reactor threads may use.
 //!
-//! A reactor core's thread is pinned to its CPU and polls. Work that blocks
+//! A reactor core's thread is pinned to its CPU and polls (unless the
+//! configuration says `reactor.pin_threads: false`: then no CPU is a core's
+//! and nothing is kept off one). Work that blocks
 //! (an fsync, `open_by_handle_at`, a record file's write) runs elsewhere: on
 //! the kernel's io-wq workers of a core's ring (`backend::uring`'s `iowq`),
 //! on the NFS helper pool (`nfs::offload`) and on the NFSv4 record writer
@@ -25,8 +27,13 @@ pub struct CoreCpus {
 }
 
 impl CoreCpus {
-    /// The cores of a configuration.
+    /// The cores of a configuration. Cores that are not pinned
+    /// (`reactor.pin_threads: false`) hold no CPU of their own: the lists are
+    /// empty and helpers run anywhere, as the cores do.
     pub fn of(cfg: &crate::config::Config) -> CoreCpus {
+        if !cfg.reactor.pin_threads {
+            return CoreCpus::default();
+        }
         CoreCpus {
             reactor: cfg.cores.iter().map(|c| c.cpu as usize).collect(),
             io: cfg.io_cores().iter().map(|&i| cfg.cores[i].cpu as usize).collect(),

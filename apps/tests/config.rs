@@ -64,6 +64,7 @@ fn quick_start_config_is_the_small_host_profile() {
     assert_eq!(c.cores.len(), 2);
     assert_eq!(c.io_cores(), vec![1]);
     assert_eq!(c.cores[0].role, CoreRole::Admin);
+    assert!(!c.reactor.pin_threads, "a shared host's cores float (docs/CONFIG.md)");
     assert!(matches!(c.fabric, FabricConfig::Shm { .. }));
     assert!(c.pools.iter().all(|p| p.page_size == PageSize::Size4K));
     assert_eq!(c.backends.len(), 1);
@@ -89,6 +90,8 @@ fn quick_start_config_starts_a_reactor_here() {
 fn missing_cpu_is_only_detected_at_start() {
     let mut v = example_value("cores.json");
     v["cores"][1]["cpu"] = json!(4000);
+    // Only a pinned core needs its CPU (the shipped file's cores float).
+    v["reactor"]["pin_threads"] = json!(true);
     let c = Config::from_json_value(&v).expect("validation does not look at the machine");
     match Reactor::start(c.reactor_options()) {
         Err(ReactorError::CpuUnavailable { core, cpu, .. }) => assert_eq!((core, cpu), (1, 4000)),
@@ -462,4 +465,57 @@ fn nfs_safety_check_config_warns_of_a_queue_depth_below_the_calls_in_flight() {
         .unwrap();
     assert!(out.status.success());
     assert!(!String::from_utf8_lossy(&out.stderr).contains("warning:"));
+}
+
+/// `$.reactor.pin_threads`: absent means pinned (each core thread on its
+/// `cpu` alone); `false` leaves every core thread on the CPUs the process
+/// may use, so the kernel can move it off a CPU that other work needs, and
+/// nothing is kept off a core's CPU for the helpers; a wrong type is
+/// reported at its path.
+#[test]
+fn reactor_threads_float_when_pin_threads_is_false() {
+    let affinity_on_cores = |c: &Config| {
+        let r = Reactor::start(c.reactor_options()).unwrap();
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        for core in 0..c.cores.len() {
+            let seen = seen.clone();
+            r.handle()
+                .send(core, move |_| {
+                    seen.lock()
+                        .unwrap()
+                        .push((core, rpcrdma_apps::cpus::thread_cpus().unwrap()));
+                })
+                .unwrap();
+        }
+        r.shutdown().unwrap();
+        let mut seen = seen.lock().unwrap().clone();
+        seen.sort();
+        seen
+    };
+    let allowed = rpcrdma_apps::cpus::thread_cpus().unwrap();
+    let mut v = example_value("cores.json");
+    v["reactor"]["pin_threads"] = json!(true);
+    let pinned = Config::from_json_value(&v).unwrap();
+    assert!(pinned.reactor_options().pin_threads);
+    assert_eq!(rpcrdma_apps::cpus::CoreCpus::of(&pinned).reactor, vec![0, 1]);
+    if allowed.contains(&0) && allowed.contains(&1) {
+        assert_eq!(affinity_on_cores(&pinned), vec![(0, vec![0]), (1, vec![1])]);
+    }
+    v["reactor"].as_object_mut().unwrap().remove("pin_threads");
+    assert!(
+        Config::from_json_value(&v).unwrap().reactor.pin_threads,
+        "pinned by default"
+    );
+
+    v["reactor"]["pin_threads"] = json!(false);
+    let floating = Config::from_json_value(&v).unwrap();
+    assert!(!floating.reactor_options().pin_threads);
+    assert_eq!(rpcrdma_apps::cpus::CoreCpus::of(&floating), Default::default());
+    assert_eq!(
+        affinity_on_cores(&floating),
+        vec![(0, allowed.clone()), (1, allowed.clone())]
+    );
+
+    let p = problems_after(|v| v["reactor"]["pin_threads"] = json!("yes"));
+    assert_problem(&p, "$.reactor.pin_threads", "true or false", "\"yes\"");
 }

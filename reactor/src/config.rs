@@ -39,6 +39,13 @@ pub enum CoreRole {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ReactorConfig {
+    /// Pin each core's thread to its `cpu` (default `true`). `false`: every
+    /// core thread may run on any CPU the process may use and the kernel's
+    /// scheduler places it (and moves it off a CPU that other work needs);
+    /// `cpu` then only names the core. For a host the target shares with
+    /// other work (the shipped `configs/cores.json`, see docs/CONFIG.md);
+    /// dedicated, isolated CPUs want `true`.
+    pub pin_threads: bool,
     /// Idle policy (default spin 1000 loops, then sleep up to 100 µs).
     pub idle: IdlePolicy,
     /// Slots of each core's message ring, a power of two (default 1024).
@@ -58,6 +65,7 @@ pub struct ReactorConfig {
 impl Default for ReactorConfig {
     fn default() -> Self {
         ReactorConfig {
+            pin_threads: true,
             idle: IdlePolicy::default(),
             message_ring_size: 1024,
             message_batch: 32,
@@ -69,12 +77,13 @@ impl Default for ReactorConfig {
     }
 }
 
-/// Reactor options for `cores` (in core-index order; threads pinned) and
-/// the `reactor` section. Not checked here: [`ReactorOptions::check`] runs
+/// Reactor options for `cores` (in core-index order) and the `reactor`
+/// section (threads pinned unless it says `pin_threads: false`). Not checked here: [`ReactorOptions::check`] runs
 /// when the reactor starts.
 pub fn reactor_options(cores: &[CoreConfig], reactor: &ReactorConfig) -> ReactorOptions {
     let cpus: Vec<usize> = cores.iter().map(|c| c.cpu as usize).collect();
     let mut o = ReactorOptions::new(&cpus);
+    o.pin_threads = reactor.pin_threads;
     o.idle = reactor.idle;
     o.ring_capacity = reactor.message_ring_size as usize;
     o.message_batch = reactor.message_batch as usize;

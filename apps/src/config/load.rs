@@ -309,6 +309,7 @@ impl Walker {
             p,
             v,
             &[
+                "pin_threads",
                 "idle",
                 "message_ring_size",
                 "message_batch",
@@ -319,6 +320,7 @@ impl Walker {
             ],
         )?;
         let d = ReactorConfig::default();
+        let pin = self.opt(p, m, "pin_threads", d.pin_threads, Walker::boolean);
         let idle = self.opt(p, m, "idle", d.idle, Walker::idle);
         let ring = self.opt(p, m, "message_ring_size", d.message_ring_size, Walker::u32);
         let batch = self.opt(p, m, "message_batch", d.message_batch, Walker::u32);
@@ -327,6 +329,7 @@ impl Walker {
         let timers = self.opt(p, m, "max_timers", d.max_timers, Walker::u32);
         let drain = self.opt(p, m, "drain_timeout_ms", d.drain_timeout_ms, Walker::u32);
         Some(ReactorConfig {
+            pin_threads: pin?,
             idle: idle?,
             message_ring_size: ring?,
             message_batch: batch?,

@@ -72,8 +72,8 @@ impl Config {
         serde_json::to_string_pretty(self).unwrap_or_default()
     }
 
-    /// Reactor options for these cores and the `reactor` section (threads
-    /// pinned, cores in list order).
+    /// Reactor options for these cores and the `reactor` section (cores in
+    /// list order; threads pinned unless `reactor.pin_threads` is false).
     pub fn reactor_options(&self) -> ReactorOptions {
         reactor::config::reactor_options(&self.cores, &self.reactor)
     }

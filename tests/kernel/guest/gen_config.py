@@ -91,6 +91,10 @@ if "TARGET_IDLE_LOOPS" in os.environ or "TARGET_MAX_SLEEP_US" in os.environ:
         "idle_loops": int(os.environ.get("TARGET_IDLE_LOOPS", "1000")),
         "max_sleep_us": int(os.environ.get("TARGET_MAX_SLEEP_US", "1000")),
     }
+# TARGET_PIN_THREADS=1 (or 0): the cores pinned to their CPUs (or floating)
+# whatever the base file says (configs/cores.json floats them, docs/CONFIG.md)
+if os.environ.get("TARGET_PIN_THREADS") in ("0", "1"):
+    cfg.setdefault("reactor", {})["pin_threads"] = os.environ["TARGET_PIN_THREADS"] == "1"
 # a per-core cache may not exceed count / cores
 for pool in cfg["pools"]:
     pool["per_core_cache"] = min(pool["per_core_cache"], pool["count"] // len(cfg["cores"]))

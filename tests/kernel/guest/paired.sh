@@ -138,6 +138,17 @@ if [ $ok = 1 ]; then
     done
 fi
 
+# How often each mount's transport (re)connected (mountstats "xprt: rdma
+# 0 bind_count connect_count ...": 1 when it never reconnected), and the
+# kernel's transport messages: a reconnect in the middle of a job leaves a
+# Call of the old connection unanswered on the server's side.
+for mp in $MK $MO; do
+    note "$NAME: $mp transport connects: $(awk -v mp="$mp" '$1 == "device" { on = ($5 == mp) } on && $1 == "xprt:" && $2 == "rdma" { print $5; exit }' /proc/self/mountstats)"
+done
+dmesg | grep -iE 'rpcrdma|xprtrdma|rpc-rdma|nfs: server' >"$OUT/paired-dmesg.txt" || true
+note "$NAME: kernel transport messages: $(wc -l <"$OUT/paired-dmesg.txt") (paired-dmesg.txt)"
+while read -r line; do note "$NAME: dmesg: $line"; done < <(tail -5 "$OUT/paired-dmesg.txt")
+
 for mp in $MK $MO; do
     rm -f "$mp/fio.dat"
     mountpoint -q "$mp" && check "$NAME: umount $mp" nfs_umount "$mp"
