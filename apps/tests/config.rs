@@ -64,7 +64,10 @@ fn quick_start_config_is_the_small_host_profile() {
     assert_eq!(c.cores.len(), 2);
     assert_eq!(c.io_cores(), vec![1]);
     assert_eq!(c.cores[0].role, CoreRole::Admin);
-    assert!(!c.reactor.pin_threads, "a shared host's cores float (docs/CONFIG.md)");
+    assert!(
+        c.reactor.pin_threads,
+        "pinned: floating measured no better (docs/CONFIG.md)"
+    );
     assert!(matches!(c.fabric, FabricConfig::Shm { .. }));
     assert!(c.pools.iter().all(|p| p.page_size == PageSize::Size4K));
     assert_eq!(c.backends.len(), 1);
@@ -90,8 +93,6 @@ fn quick_start_config_starts_a_reactor_here() {
 fn missing_cpu_is_only_detected_at_start() {
     let mut v = example_value("cores.json");
     v["cores"][1]["cpu"] = json!(4000);
-    // Only a pinned core needs its CPU (the shipped file's cores float).
-    v["reactor"]["pin_threads"] = json!(true);
     let c = Config::from_json_value(&v).expect("validation does not look at the machine");
     match Reactor::start(c.reactor_options()) {
         Err(ReactorError::CpuUnavailable { core, cpu, .. }) => assert_eq!((core, cpu), (1, 4000)),

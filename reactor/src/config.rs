@@ -42,9 +42,8 @@ pub struct ReactorConfig {
     /// Pin each core's thread to its `cpu` (default `true`). `false`: every
     /// core thread may run on any CPU the process may use and the kernel's
     /// scheduler places it (and moves it off a CPU that other work needs);
-    /// `cpu` then only names the core. For a host the target shares with
-    /// other work (the shipped `configs/cores.json`, see docs/CONFIG.md);
-    /// dedicated, isolated CPUs want `true`.
+    /// `cpu` then only names the core. See docs/CONFIG.md for when each
+    /// helps (the shipped configurations pin).
     pub pin_threads: bool,
     /// Idle policy (default spin 1000 loops, then sleep up to 100 µs).
     pub idle: IdlePolicy,
