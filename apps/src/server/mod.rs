@@ -7,7 +7,8 @@
 //! 2. sizes one process-wide buffer pool from the `pools` section (one size
 //!    class per usage: receive, send, data; one per-core cache per core) and
 //!    maps it once — the fabric registers it once per engine (persistent keys);
-//! 3. starts one pinned reactor thread per configured core; on every `io`
+//! 3. starts one reactor thread per configured core (pinned unless
+//!    `reactor.pin_threads` is false); on every `io`
 //!    core that owns a fabric listener (listener *k* goes to io core
 //!    *k mod n*) it creates that core's fabric provider and a
 //!    [`Responder`] engine serving an [`NfsService`], polled by the core's
@@ -275,6 +276,7 @@ impl Target {
             credits,
             max_conns_per_core = max_conns,
             data_buffer_bytes = classes.data_size,
+            pinned = cfg.reactor.pin_threads,
             "starting engines"
         );
         let engine_stats = Arc::new(Mutex::new(Vec::new()));
