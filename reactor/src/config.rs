@@ -77,8 +77,8 @@ impl Default for ReactorConfig {
 }
 
 /// Reactor options for `cores` (in core-index order) and the `reactor`
-/// section (threads pinned unless it says `pin_threads: false`). Not checked here: [`ReactorOptions::check`] runs
-/// when the reactor starts.
+/// section (threads pinned unless it says `pin_threads: false`). Not checked
+/// here: [`ReactorOptions::check`] runs when the reactor starts.
 pub fn reactor_options(cores: &[CoreConfig], reactor: &ReactorConfig) -> ReactorOptions {
     let cpus: Vec<usize> = cores.iter().map(|c| c.cpu as usize).collect();
     let mut o = ReactorOptions::new(&cpus);

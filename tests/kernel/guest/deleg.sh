@@ -249,7 +249,7 @@ F=$A/deleg/f
 # sends - recvs is then the number of backward Calls the client answered
 # over RDMA: the CB_NULL probe, then each CB_RECALL.
 bc_replies() {
-    awk -v mp="$1" '$1 == "device" { on = ($5 == mp) } on && $1 == "xprt:" && $2 == "rdma" { print $8 - $9; exit }' /proc/self/mountstats
+    xprt_rdma "$1" | awk '{ print $8 - $9 }'
 }
 # op_count MP OP: the mount's count of NFS operation OP (mountstats)
 op_count() {

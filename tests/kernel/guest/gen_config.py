@@ -92,7 +92,7 @@ if "TARGET_IDLE_LOOPS" in os.environ or "TARGET_MAX_SLEEP_US" in os.environ:
         "max_sleep_us": int(os.environ.get("TARGET_MAX_SLEEP_US", "1000")),
     }
 # TARGET_PIN_THREADS=1 (or 0): the cores pinned to their CPUs (or floating)
-# whatever the base file says (configs/cores.json floats them, docs/CONFIG.md)
+# whatever the base file says (configs/cores.json pins them; docs/CONFIG.md)
 if os.environ.get("TARGET_PIN_THREADS") in ("0", "1"):
     cfg.setdefault("reactor", {})["pin_threads"] = os.environ["TARGET_PIN_THREADS"] == "1"
 # a per-core cache may not exceed count / cores

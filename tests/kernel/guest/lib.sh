@@ -116,3 +116,10 @@ fio_job() {
         --lat_percentiles=1 --randrepeat=0 --norandommap \
         --output-format=json --output="$7"
 }
+
+# xprt_rdma MP: the "xprt: rdma ..." line of mount MP in /proc/self/mountstats
+# (kernel 6.1, xprt_rdma_print_stats: "xprt: rdma 0 bind_count connect_count
+# connect_time idle_time sends recvs bad_xids ..."); empty if MP has none.
+xprt_rdma() {
+    awk -v mp="$1" '$1 == "device" { on = ($5 == mp) } on && $1 == "xprt:" && $2 == "rdma" { print; exit }' /proc/self/mountstats
+}

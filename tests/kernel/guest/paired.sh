@@ -143,7 +143,7 @@ fi
 # kernel's transport messages: a reconnect in the middle of a job leaves a
 # Call of the old connection unanswered on the server's side.
 for mp in $MK $MO; do
-    note "$NAME: $mp transport connects: $(awk -v mp="$mp" '$1 == "device" { on = ($5 == mp) } on && $1 == "xprt:" && $2 == "rdma" { print $5; exit }' /proc/self/mountstats)"
+    note "$NAME: $mp transport connects: $(xprt_rdma "$mp" | awk '{ print $5 }')"
 done
 dmesg | grep -iE 'rpcrdma|xprtrdma|rpc-rdma|nfs: server' >"$OUT/paired-dmesg.txt" || true
 note "$NAME: kernel transport messages: $(wc -l <"$OUT/paired-dmesg.txt") (paired-dmesg.txt)"
