@@ -520,3 +520,55 @@ fn reactor_threads_float_when_pin_threads_is_false() {
     let p = problems_after(|v| v["reactor"]["pin_threads"] = json!("yes"));
     assert_problem(&p, "$.reactor.pin_threads", "true or false", "\"yes\"");
 }
+
+/// `$.reactor.move_when_crowded`: absent means on (the reactor watches
+/// pinned cores with the default rule), `false` turns the watcher off, a
+/// wrong type is reported at its path; a reactor started from the shipped
+/// file says whether it watches (or why it cannot: no scheduler statistics
+/// on this host).
+#[test]
+fn reactor_moves_crowded_cores_unless_told_not_to() {
+    let mut v = example_value("cores.json");
+    v["reactor"].as_object_mut().unwrap().remove("move_when_crowded");
+    let on = Config::from_json_value(&v).unwrap();
+    assert!(on.reactor.move_when_crowded, "on by default");
+    assert_eq!(on.reactor_options().crowd_move, Some(reactor::CrowdRule::default()));
+
+    v["reactor"]["move_when_crowded"] = json!(false);
+    let off = Config::from_json_value(&v).unwrap();
+    assert_eq!(off.reactor_options().crowd_move, None);
+    let r = Reactor::start(off.reactor_options()).unwrap();
+    assert_eq!(*r.crowd_move(), reactor::CrowdMove::Off);
+    r.shutdown().unwrap();
+
+    let allowed = rpcrdma_apps::cpus::thread_cpus().unwrap();
+    if allowed.contains(&0) && allowed.contains(&1) {
+        let r = Reactor::start(on.reactor_options()).unwrap();
+        match r.crowd_move() {
+            reactor::CrowdMove::Watching => assert!(std::path::Path::new("/proc/schedstat").exists()),
+            reactor::CrowdMove::Unavailable(why) => {
+                assert!(!why.is_empty());
+                assert!(!std::path::Path::new("/proc/schedstat").exists(), "{why}");
+            }
+            reactor::CrowdMove::Off => panic!("asked for, with two CPUs: watching or unavailable"),
+        }
+        let unavailable = matches!(r.crowd_move(), reactor::CrowdMove::Unavailable(_));
+        let stats = r.shutdown().unwrap();
+        if unavailable {
+            // nothing watched: every core ends where it started
+            assert_eq!(
+                stats.iter().map(|s| (s.cpu, s.crowd_moves)).collect::<Vec<_>>(),
+                vec![(0, 0), (1, 0)]
+            );
+        }
+    }
+    // floating cores are not watched
+    v["reactor"]["move_when_crowded"] = json!(true);
+    v["reactor"]["pin_threads"] = json!(false);
+    let r = Reactor::start(Config::from_json_value(&v).unwrap().reactor_options()).unwrap();
+    assert_eq!(*r.crowd_move(), reactor::CrowdMove::Off);
+    r.shutdown().unwrap();
+
+    let p = problems_after(|v| v["reactor"]["move_when_crowded"] = json!(1));
+    assert_problem(&p, "$.reactor.move_when_crowded", "true or false", "1");
+}

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::crowding::CrowdRule;
 use crate::idle::IdlePolicy;
 use crate::options::ReactorOptions;
 
@@ -45,6 +46,10 @@ pub struct ReactorConfig {
     /// `cpu` then only names the core. See docs/CONFIG.md for when each
     /// helps (the shipped configurations pin).
     pub pin_threads: bool,
+    /// With pinned cores, pin a core whose CPU other threads crowd to an
+    /// idle CPU of the process instead (default `true`; the rule and its
+    /// figures: [`crate::crowding`], docs/CONFIG.md).
+    pub move_when_crowded: bool,
     /// Idle policy (default spin 1000 loops, then sleep up to 100 µs).
     pub idle: IdlePolicy,
     /// Slots of each core's message ring, a power of two (default 1024).
@@ -65,6 +70,7 @@ impl Default for ReactorConfig {
     fn default() -> Self {
         ReactorConfig {
             pin_threads: true,
+            move_when_crowded: true,
             idle: IdlePolicy::default(),
             message_ring_size: 1024,
             message_batch: 32,
@@ -83,6 +89,7 @@ pub fn reactor_options(cores: &[CoreConfig], reactor: &ReactorConfig) -> Reactor
     let cpus: Vec<usize> = cores.iter().map(|c| c.cpu as usize).collect();
     let mut o = ReactorOptions::new(&cpus);
     o.pin_threads = reactor.pin_threads;
+    o.crowd_move = reactor.move_when_crowded.then(CrowdRule::default);
     o.idle = reactor.idle;
     o.ring_capacity = reactor.message_ring_size as usize;
     o.message_batch = reactor.message_batch as usize;

@@ -62,7 +62,10 @@ impl ReactorHandle {
     /// Last published counters of core `core` (published at least once per
     /// timer tick while the core runs, and when it stops).
     pub fn stats(&self, core: usize) -> Option<CoreStats> {
-        self.shared.cores.get(core).map(|c| c.stats.snapshot(core, c.cpu))
+        self.shared.cores.get(core).map(|c| CoreStats {
+            crowd_moves: c.crowd_moves.load(Ordering::Relaxed),
+            ..c.stats.snapshot(core, c.home.load(Ordering::Relaxed))
+        })
     }
 
     /// Last published counters of every core.

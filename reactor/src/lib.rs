@@ -26,13 +26,14 @@
 //! | module | what | uses |
 //! |---|---|---|
 //! | `error`, `idle`, `stats`, `timer` | errors, idle policies, counters, the timer wheel | (`error` only, for `timer`) |
+//! | [`crowding`] | the crowded-CPU move: its rule, decision (sans IO) and watcher thread | nothing |
 //! | `msg` | type-erased closure records, generic over the context they receive | nothing |
-//! | `options` | [`ReactorOptions`] and its limits | `error`, `idle`, `timer` |
+//! | `options` | [`ReactorOptions`] and its limits | `error`, `idle`, `timer`, `crowding` |
 //! | `shared` | what cores and handles share: per-core rings and counters, the send path, the shutdown detector (generic over the context) | `msg`, `options`, `stats`, `error` |
 //! | `core_loop` | [`Poller`], [`CoreCtx`] and the per-core loop; fixes the context to `CoreCtx` | `shared`, `msg`, `timer`, `idle`, `stats`, `error` |
 //! | `handle` | [`ReactorHandle`] (and [`CoreCtx::handle`]) | `shared`, `core_loop` |
-//! | `reactor` | [`Reactor`], [`ReactorBuilder`]: start-up, core threads, shutdown | `handle`, `core_loop`, `shared`, `options` |
-//! | [`config`] | the reactor's part of `cores.json` and [`config::reactor_options`] | `options`, `idle` |
+//! | `reactor` | [`Reactor`], [`ReactorBuilder`]: start-up, core threads, the crowded-CPU watcher, shutdown | `handle`, `core_loop`, `shared`, `options`, `crowding` |
+//! | [`config`] | the reactor's part of `cores.json` and [`config::reactor_options`] | `options`, `idle`, `crowding` |
 //!
 //! ```
 //! use std::sync::atomic::{AtomicU64, Ordering};
@@ -59,6 +60,7 @@
 pub mod clock;
 pub mod config;
 mod core_loop;
+pub mod crowding;
 pub mod error;
 mod handle;
 pub mod idle;
@@ -72,11 +74,12 @@ pub mod timer;
 pub mod waiter;
 
 pub use crate::core_loop::{Arm, CoreCtx, PollStatus, Poller, PollerId};
+pub use crate::crowding::CrowdRule;
 pub use crate::error::{ReactorError, SendError, TimerError, TrySendError};
 pub use crate::handle::ReactorHandle;
 pub use crate::idle::IdlePolicy;
 pub use crate::options::{ReactorOptions, MAX_CORES, MAX_MESSAGE_BATCH};
-pub use crate::reactor::{Reactor, ReactorBuilder};
+pub use crate::reactor::{CrowdMove, Reactor, ReactorBuilder};
 pub use crate::shared::on_core_thread;
 pub use crate::stats::CoreStats;
 pub use crate::timer::TimerId;

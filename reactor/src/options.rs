@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use crate::crowding::CrowdRule;
 use crate::error::ReactorError;
 use crate::idle::IdlePolicy;
 
@@ -24,6 +25,11 @@ pub struct ReactorOptions {
     /// CPU numbers are only labels (useful to run more cores than CPUs in a
     /// test).
     pub pin_threads: bool,
+    /// The crowded-CPU move of pinned cores (`crate::crowding`): `Some`
+    /// (the default, [`CrowdRule::default`]) starts a watcher thread that
+    /// pins a core whose CPU others crowd to an idle CPU instead;
+    /// `None` keeps every core on its CPU. Nothing without `pin_threads`.
+    pub crowd_move: Option<CrowdRule>,
     /// What idle cores do.
     pub idle: IdlePolicy,
     /// Slots of each core's inbound message ring (power of two).
@@ -51,6 +57,7 @@ impl ReactorOptions {
         ReactorOptions {
             cpus: cpus.to_vec(),
             pin_threads: true,
+            crowd_move: Some(CrowdRule::default()),
             idle: IdlePolicy::default(),
             ring_capacity: 1024,
             message_batch: 32,
@@ -112,6 +119,12 @@ impl ReactorOptions {
         }
         if self.drain_timeout.is_zero() {
             return bad("drain_timeout must be non-zero".to_string());
+        }
+        if let Some(r) = &self.crowd_move {
+            let share = 0.0..=1.0;
+            if r.window.is_zero() || !share.contains(&r.wait_min) || !share.contains(&r.idle_run_max) {
+                return bad(format!("crowd_move: a non-zero window, shares in 0..=1; found {r:?}"));
+            }
         }
         self.idle.check().map_err(ReactorError::InvalidOptions)
     }

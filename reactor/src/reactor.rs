@@ -4,11 +4,12 @@
 
 use std::any::Any;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 
 use crate::core_loop::{Core, CoreCtx, Poller};
+use crate::crowding::{spawn_watch, Watched};
 use crate::error::ReactorError;
 use crate::handle::ReactorHandle;
 use crate::options::ReactorOptions;
@@ -34,6 +35,23 @@ type CoreResult = Option<Result<CoreStats, ReactorError>>;
 pub struct Reactor {
     shared: Arc<Shared<CoreCtx>>,
     threads: Vec<JoinHandle<CoreResult>>,
+    /// The crowded-CPU watcher and its stop flag, when it runs.
+    watch: Option<(JoinHandle<()>, Arc<AtomicBool>)>,
+    crowd_move: CrowdMove,
+}
+
+/// Whether the crowded-CPU move (`crate::crowding`) watches the cores.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CrowdMove {
+    /// The watcher runs.
+    Watching,
+    /// Not asked for: cores float (`pin_threads: false`), the option is
+    /// off, or the process has one CPU.
+    Off,
+    /// Asked for, but the kernel's scheduler statistics cannot be read (no
+    /// `/proc/schedstat`: a kernel without `sched_info`, or a sandbox); the
+    /// cores stay on their CPUs.
+    Unavailable(String),
 }
 
 impl ReactorBuilder {
@@ -69,6 +87,7 @@ impl ReactorBuilder {
                 opts.cpus.len()
             )));
         }
+        let mut allowed: Vec<usize> = Vec::new();
         if opts.pin_threads {
             let available: Vec<usize> = core_affinity::get_core_ids()
                 .ok_or(ReactorError::CpuListUnavailable)?
@@ -80,6 +99,7 @@ impl ReactorBuilder {
                     return Err(ReactorError::CpuUnavailable { core, cpu, available });
                 }
             }
+            allowed = available;
         }
         let n = opts.cpus.len();
         let shared = Arc::new(Shared::new(opts)?);
@@ -87,10 +107,12 @@ impl ReactorBuilder {
         for (core, p) in pollers {
             per_core[core].push(p);
         }
-        let (ready_tx, ready_rx) = mpsc::channel::<(usize, Result<(), ReactorError>)>();
+        let (ready_tx, ready_rx) = mpsc::channel::<(usize, Result<libc::pid_t, ReactorError>)>();
         let mut reactor = Reactor {
             shared: shared.clone(),
             threads: Vec::with_capacity(n),
+            watch: None,
+            crowd_move: CrowdMove::Off,
         };
         for (core, pollers) in per_core.into_iter().enumerate() {
             let thread_shared = shared.clone();
@@ -109,9 +131,10 @@ impl ReactorBuilder {
             }
         }
         drop(ready_tx);
+        let mut tids: Vec<libc::pid_t> = vec![0; n];
         for _ in 0..n {
             match ready_rx.recv() {
-                Ok((_, Ok(()))) => {}
+                Ok((core, Ok(tid))) => tids[core] = tid,
                 Ok((_, Err(e))) => {
                     shared.abort();
                     return Err(e);
@@ -126,6 +149,7 @@ impl ReactorBuilder {
                 }
             }
         }
+        reactor.start_watch(&tids, allowed);
         Ok(reactor)
     }
 }
@@ -140,13 +164,62 @@ fn panic_message(p: &(dyn Any + Send)) -> String {
     }
 }
 
+impl Reactor {
+    /// Starts the crowded-CPU watcher when the options ask for it and there
+    /// is another CPU to escape to. `tids` are the core threads' ids, by
+    /// core; `allowed` the CPUs the process may use (empty when the cores
+    /// are not pinned).
+    fn start_watch(&mut self, tids: &[libc::pid_t], allowed: Vec<usize>) {
+        let opts = &self.shared.opts;
+        let Some(rule) = opts.crowd_move.filter(|_| opts.pin_threads && allowed.len() > 1) else {
+            return;
+        };
+        let cores: Vec<Watched> = tids
+            .iter()
+            .zip(&opts.cpus)
+            .map(|(&tid, &home)| Watched { tid, home })
+            .collect();
+        let own_cpus: Vec<usize> = allowed.iter().copied().filter(|c| !opts.cpus.contains(c)).collect();
+        let stop = Arc::new(AtomicBool::new(false));
+        let shared = self.shared.clone();
+        let moved = Box::new(move |core: usize, cpu: usize| {
+            let slot = &shared.cores[core];
+            slot.home.store(cpu, Ordering::Relaxed);
+            slot.crowd_moves.fetch_add(1, Ordering::Relaxed);
+        });
+        match spawn_watch(rule, cores, allowed, own_cpus, moved, stop.clone()) {
+            Ok(h) => {
+                self.watch = Some((h, stop));
+                self.crowd_move = CrowdMove::Watching;
+            }
+            Err(e) => self.crowd_move = CrowdMove::Unavailable(e.to_string()),
+        }
+    }
+
+    /// Whether the crowded-CPU move watches the cores (for the start-up
+    /// log). Any thread.
+    pub fn crowd_move(&self) -> &CrowdMove {
+        &self.crowd_move
+    }
+
+    /// Stops the watcher (after the cores: it only reads their counters).
+    fn stop_watch(&mut self) {
+        if let Some((h, stop)) = self.watch.take() {
+            // Pairs with the Acquire load in the watcher's loop.
+            stop.store(true, Ordering::Release);
+            h.thread().unpark();
+            let _ = h.join();
+        }
+    }
+}
+
 /// Body of one core thread.
 fn core_thread(
     shared: Arc<Shared<CoreCtx>>,
     core: usize,
     pollers: Vec<Box<dyn Poller + Send>>,
     init: Option<InitFn>,
-    ready: mpsc::Sender<(usize, Result<(), ReactorError>)>,
+    ready: mpsc::Sender<(usize, Result<libc::pid_t, ReactorError>)>,
 ) -> CoreResult {
     let slot = &shared.cores[core];
     let cpu = slot.cpu;
@@ -176,7 +249,9 @@ fn core_thread(
             init(c.ctx_mut());
         }
         if let Some(tx) = ready.take() {
-            let _ = tx.send((core, Ok(())));
+            // SAFETY: gettid has no preconditions.
+            let tid = unsafe { libc::gettid() };
+            let _ = tx.send((core, Ok(tid)));
         }
         Some(c.run())
     }));
@@ -241,6 +316,12 @@ impl Reactor {
     }
 
     fn join_threads(&mut self) -> Result<Vec<CoreStats>, ReactorError> {
+        let r = self.join_cores();
+        self.stop_watch();
+        r
+    }
+
+    fn join_cores(&mut self) -> Result<Vec<CoreStats>, ReactorError> {
         let mut stats = Vec::with_capacity(self.threads.len());
         let mut first_err: Option<ReactorError> = None;
         for (core, h) in std::mem::take(&mut self.threads).into_iter().enumerate() {
@@ -256,7 +337,11 @@ impl Reactor {
                 }),
             };
             match r {
-                Ok(s) => stats.push(s),
+                Ok(s) => stats.push(CoreStats {
+                    cpu: self.shared.cores[core].home.load(Ordering::Relaxed),
+                    crowd_moves: self.shared.cores[core].crowd_moves.load(Ordering::Relaxed),
+                    ..s
+                }),
                 Err(e) => {
                     let replace = match (&first_err, &e) {
                         (None, _) => true,
@@ -283,5 +368,6 @@ impl Drop for Reactor {
             self.shared.request_stop();
             let _ = self.join_threads();
         }
+        self.stop_watch();
     }
 }

@@ -130,6 +130,11 @@ pub(crate) struct CoreSlot<C> {
     pub(crate) stats: SharedStats,
     /// The core thread has exited (normally or by panic).
     pub(crate) stopped: AtomicBool,
+    /// Crowded-CPU moves of this core, and the CPU it is pinned to now
+    /// (`cpu` until the first), written by the watcher thread only
+    /// (Relaxed: figures for the statistics, nothing published with them).
+    pub(crate) crowd_moves: AtomicU64,
+    pub(crate) home: AtomicUsize,
 }
 
 /// Reactor-wide flags and the external message counters.
@@ -183,6 +188,8 @@ impl<C> Shared<C> {
                 },
                 stats: SharedStats::default(),
                 stopped: AtomicBool::new(false),
+                crowd_moves: AtomicU64::new(0),
+                home: AtomicUsize::new(cpu),
             });
         }
         Ok(Shared {

@@ -16,7 +16,7 @@ use serde::Serialize;
 pub struct CoreStats {
     /// Core index.
     pub core: usize,
-    /// CPU the core thread is pinned to.
+    /// CPU the core thread is pinned to (now: a crowded core moves).
     pub cpu: usize,
     /// Loop iterations.
     pub loops: u64,
@@ -61,6 +61,9 @@ pub struct CoreStats {
     /// Spin-then-wait: reads of the core's own doorbell (only after a wait
     /// that reported it ready).
     pub bell_clears: u64,
+    /// Times the core was pinned to another CPU because its own was crowded
+    /// (`crate::crowding`); counted by the watcher.
+    pub crowd_moves: u64,
 }
 
 /// Atomic mirror of [`CoreStats`], written by its core only.
@@ -135,6 +138,9 @@ impl SharedStats {
             wakes_bell: self.wakes_bell.load(Ordering::Relaxed),
             wakes_none: self.wakes_none.load(Ordering::Relaxed),
             bell_clears: self.bell_clears.load(Ordering::Relaxed),
+            // Filled by the caller from the core slot (the watcher counts
+            // them, not the core).
+            crowd_moves: 0,
         }
     }
 }

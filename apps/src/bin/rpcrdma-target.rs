@@ -192,6 +192,7 @@ fn run(cfg: Config) -> anyhow::Result<()> {
             ns_per_loop = (c.busy_ns + c.idle_ns).checked_div(c.loops).unwrap_or(0),
             sleeps = c.sleeps,
             spin_caught = c.spin_caught,
+            crowd_moves = c.crowd_moves,
             wait_short = c.wait_short,
             wait_long = c.wait_long,
             spin_window_us = c.spin_window_us,

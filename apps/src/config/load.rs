@@ -310,6 +310,7 @@ impl Walker {
             v,
             &[
                 "pin_threads",
+                "move_when_crowded",
                 "idle",
                 "message_ring_size",
                 "message_batch",
@@ -321,6 +322,7 @@ impl Walker {
         )?;
         let d = ReactorConfig::default();
         let pin = self.opt(p, m, "pin_threads", d.pin_threads, Walker::boolean);
+        let crowd = self.opt(p, m, "move_when_crowded", d.move_when_crowded, Walker::boolean);
         let idle = self.opt(p, m, "idle", d.idle, Walker::idle);
         let ring = self.opt(p, m, "message_ring_size", d.message_ring_size, Walker::u32);
         let batch = self.opt(p, m, "message_batch", d.message_batch, Walker::u32);
@@ -330,6 +332,7 @@ impl Walker {
         let drain = self.opt(p, m, "drain_timeout_ms", d.drain_timeout_ms, Walker::u32);
         Some(ReactorConfig {
             pin_threads: pin?,
+            move_when_crowded: crowd?,
             idle: idle?,
             message_ring_size: ring?,
             message_batch: batch?,

@@ -305,6 +305,13 @@ impl Target {
             let _ = reactor.shutdown();
             return Err(e);
         }
+        match reactor.crowd_move() {
+            reactor::CrowdMove::Watching => tracing::info!("crowded-CPU move watching the cores"),
+            reactor::CrowdMove::Off => {}
+            reactor::CrowdMove::Unavailable(why) => {
+                tracing::info!(reason = %why, "crowded-CPU move unavailable: the cores stay on their CPUs")
+            }
+        }
 
         // TCP services, bound on each distinct listener address.
         let mut addrs: Vec<IpAddr> = cfg.listeners.fabric.iter().map(|l| l.address).collect();

@@ -95,6 +95,10 @@ if "TARGET_IDLE_LOOPS" in os.environ or "TARGET_MAX_SLEEP_US" in os.environ:
 # whatever the base file says (configs/cores.json pins them; docs/CONFIG.md)
 if os.environ.get("TARGET_PIN_THREADS") in ("0", "1"):
     cfg.setdefault("reactor", {})["pin_threads"] = os.environ["TARGET_PIN_THREADS"] == "1"
+# TARGET_MOVE_WHEN_CROWDED=0 (or 1): reactor.move_when_crowded off (or on)
+# whatever the base file says (on by default; docs/CONFIG.md)
+if os.environ.get("TARGET_MOVE_WHEN_CROWDED") in ("0", "1"):
+    cfg.setdefault("reactor", {})["move_when_crowded"] = os.environ["TARGET_MOVE_WHEN_CROWDED"] == "1"
 # a per-core cache may not exceed count / cores
 for pool in cfg["pools"]:
     pool["per_core_cache"] = min(pool["per_core_cache"], pool["count"] // len(cfg["cores"]))

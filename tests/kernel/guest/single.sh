@@ -97,6 +97,8 @@ for s in "${passes[@]}"; do
             section "$s-posix" "$G/posix.sh" "$SRC" "$s"
         fi
         section "$s-fio" "$G/fio.sh" "$SRC" "$s"
+        # The client crowding the io core's CPU: the core moves (issue 24).
+        [[ $s == ours && $RATIOS_ONLY != 1 ]] && section "$s-crowd" "$G/crowd.sh" "$SRC" "$s" "$TARGET_PID"
         # The same matrix over NFS/TCP, for RDMA against TCP (issue 24 part 2).
         [ "${KINTEROP_FIO_TCP:-0}" = 1 ] && section "$s-fio-tcp" "$G/fio.sh" "$SRC" "$s" tcp
         # Many connections from one client (issue 24 item 4), on request.
