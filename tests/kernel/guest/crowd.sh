@@ -44,7 +44,7 @@ fio --name=crowd-fill --filename="$MP/crowd.dat" --size=16M --rw=write --bs=1M -
     --ioengine=libaio --output=/dev/null >/dev/null 2>&1
 # fio on the core's own CPU, for long enough for a few 100 ms windows
 taskset -c "$home" fio --name=crowd --filename="$MP/crowd.dat" --size=16M --rw=randread --bs=4k \
-    --iodepth=1 --ioengine=libaio --direct=1 --time_based --runtime=4 --randrepeat=0 --norandommap \
+    --iodepth=1 --ioengine=libaio --direct=1 --time_based --runtime=6 --randrepeat=0 --norandommap \
     --output-format=json --output="$D/crowd-fio.json" >/dev/null 2>&1
 rc=$?
 after=$(taskset -pc "$tid" | sed 's/.*: //')
