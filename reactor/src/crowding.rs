@@ -354,36 +354,41 @@ fn set_thread_affinity(tid: libc::pid_t, cpus: &[usize]) -> std::io::Result<()> 
     Ok(())
 }
 
-/// Starts the watcher thread `crowd-watch` over `cores`, which may move
-/// onto `cpus` (the process's CPUs); the thread itself runs on `own_cpus`
-/// when not empty (CPUs no core is pinned to). `moved(i, cpu)` is called
-/// after core `i` was pinned to `cpu`. The thread stops when `stop` is set
-/// (and it is unparked), or when a core's affinity cannot be set (its
-/// thread is gone). `Err` (the reason) when the statistics cannot be read:
-/// the cores then simply stay where they are. Called by the reactor's
-/// start-up, on the starting thread.
-pub(crate) fn spawn_watch(
-    rule: CrowdRule,
-    cores: Vec<Watched>,
-    cpus: Vec<usize>,
-    own_cpus: Vec<usize>,
-    moved: Box<dyn Fn(usize, usize) + Send>,
-    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
-) -> Result<std::thread::JoinHandle<()>, std::io::Error> {
-    spawn_watch_at(std::path::Path::new("/proc"), rule, cores, cpus, own_cpus, moved, stop)
+/// What the watcher thread is given.
+pub(crate) struct WatchSetup {
+    /// When a core counts as crowded.
+    pub(crate) rule: CrowdRule,
+    /// The cores, by index.
+    pub(crate) cores: Vec<Watched>,
+    /// The CPUs they may move to (the process's).
+    pub(crate) cpus: Vec<usize>,
+    /// Where the watcher itself runs (CPUs no core is pinned to); empty:
+    /// anywhere.
+    pub(crate) own_cpus: Vec<usize>,
+    /// Called after core `i` was pinned to `cpu`, as `moved(i, cpu)`.
+    pub(crate) moved: Box<dyn Fn(usize, usize) + Send>,
+    /// Set (then unpark the thread) to stop it.
+    pub(crate) stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
-/// [`spawn_watch`] reading the statistics under `proc_root` (tests give a
-/// tree of their own).
-fn spawn_watch_at(
+/// Starts the watcher thread `crowd-watch`, reading the statistics under
+/// `proc_root` (`/proc`; tests give a tree of their own). It stops when
+/// `stop` is set, or when a core's affinity cannot be set (its thread is
+/// gone). `Err` (the reason) when the statistics cannot be read: the cores
+/// then simply stay where they are. Called by the reactor's start-up, on
+/// the starting thread.
+pub(crate) fn spawn_watch(
     proc_root: &std::path::Path,
-    rule: CrowdRule,
-    cores: Vec<Watched>,
-    cpus: Vec<usize>,
-    own_cpus: Vec<usize>,
-    moved: Box<dyn Fn(usize, usize) + Send>,
-    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    setup: WatchSetup,
 ) -> Result<std::thread::JoinHandle<()>, std::io::Error> {
+    let WatchSetup {
+        rule,
+        cores,
+        cpus,
+        own_cpus,
+        moved,
+        stop,
+    } = setup;
     use std::sync::atomic::Ordering;
     let mut reader = ProcReader::open(proc_root, &cores, &cpus)?;
     std::thread::Builder::new().name("crowd-watch".into()).spawn(move || {
@@ -678,16 +683,15 @@ mod tests {
         let (moved_tx, moved_rx) = mpsc::channel();
         let stop = Arc::new(AtomicBool::new(false));
         let moved_tx = std::sync::Mutex::new(moved_tx);
-        let h = spawn_watch_at(
-            &root,
+        let setup = WatchSetup {
             rule,
-            vec![Watched { tid, home }],
-            cpus.clone(),
-            vec![],
-            Box::new(move |core, cpu| moved_tx.lock().unwrap().send((core, cpu)).unwrap()),
-            stop.clone(),
-        )
-        .unwrap();
+            cores: vec![Watched { tid, home }],
+            cpus: cpus.clone(),
+            own_cpus: vec![],
+            moved: Box::new(move |core, cpu| moved_tx.lock().unwrap().send((core, cpu)).unwrap()),
+            stop: stop.clone(),
+        };
+        let h = spawn_watch(&root, setup).unwrap();
         let mut moves = Vec::new();
         while t0.elapsed() < Duration::from_millis(for_ms) {
             write_all();
@@ -731,26 +735,21 @@ mod tests {
     fn the_watcher_is_unavailable_without_the_statistics() {
         let root = std::env::temp_dir().join(format!("rpcrdma-crowd-none-{}", std::process::id()));
         let _ = std::fs::create_dir_all(&root);
-        let r = spawn_watch_at(
-            &root,
-            CrowdRule::default(),
-            vec![],
-            vec![0],
-            vec![],
-            Box::new(|_, _| {}),
-            Default::default(),
-        );
-        assert!(r.is_err());
+        let start = || {
+            let setup = WatchSetup {
+                rule: CrowdRule::default(),
+                cores: vec![],
+                cpus: vec![0],
+                own_cpus: vec![],
+                moved: Box::new(|_, _| {}),
+                stop: Default::default(),
+            };
+            spawn_watch(&root, setup)
+        };
+        // no file at all, then one without CPU 0
+        assert!(start().is_err());
         std::fs::write(root.join("schedstat"), "version 15\ncpu1 0 0 0 0 0 0 1 1 1\n").unwrap();
-        let r = spawn_watch_at(
-            &root,
-            CrowdRule::default(),
-            vec![],
-            vec![0],
-            vec![],
-            Box::new(|_, _| {}),
-            Default::default(),
-        );
+        let r = start();
         assert!(r.unwrap_err().to_string().contains("no per-CPU run times"));
         let _ = std::fs::remove_dir_all(&root);
     }

@@ -9,7 +9,7 @@ use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 
 use crate::core_loop::{Core, CoreCtx, Poller};
-use crate::crowding::{spawn_watch, Watched};
+use crate::crowding::{spawn_watch, WatchSetup, Watched};
 use crate::error::ReactorError;
 use crate::handle::ReactorHandle;
 use crate::options::ReactorOptions;
@@ -187,7 +187,15 @@ impl Reactor {
             slot.home.store(cpu, Ordering::Relaxed);
             slot.crowd_moves.fetch_add(1, Ordering::Relaxed);
         });
-        match spawn_watch(rule, cores, allowed, own_cpus, moved, stop.clone()) {
+        let setup = WatchSetup {
+            rule,
+            cores,
+            cpus: allowed,
+            own_cpus,
+            moved,
+            stop: stop.clone(),
+        };
+        match spawn_watch(std::path::Path::new("/proc"), setup) {
             Ok(h) => {
                 self.watch = Some((h, stop));
                 self.crowd_move = CrowdMove::Watching;
