@@ -289,7 +289,9 @@ impl ProcReader {
             cpus: cpus.to_vec(),
             buf: String::with_capacity(16 << 10),
         };
-        r.read(&root.join("schedstat"))?;
+        let path = root.join("schedstat");
+        r.read(&path)
+            .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
         r.read_cpus().ok_or_else(|| {
             std::io::Error::new(
                 std::io::ErrorKind::InvalidData,

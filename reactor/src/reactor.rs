@@ -166,7 +166,7 @@ fn panic_message(p: &(dyn Any + Send)) -> String {
 
 impl Reactor {
     /// Starts the crowded-CPU watcher when the options ask for it and there
-    /// is another CPU to escape to. `tids` are the core threads' ids, by
+    /// is another CPU to move to. `tids` are the core threads' ids, by
     /// core; `allowed` the CPUs the process may use (empty when the cores
     /// are not pinned).
     fn start_watch(&mut self, tids: &[libc::pid_t], allowed: Vec<usize>) {
