@@ -107,43 +107,12 @@ impl OffCores {
     }
 }
 
-/// The calling thread's allowed CPUs.
-pub fn thread_cpus() -> Option<Vec<usize>> {
-    // SAFETY: cpu_set_t is plain data; all zeros is the empty set.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: `set` is a valid cpu_set_t of the size passed.
-    let r = unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
-    if r != 0 {
-        return None;
-    }
-    // SAFETY: CPU_ISSET reads the set within its size (CPU_SETSIZE).
-    Some(
-        (0..libc::CPU_SETSIZE as usize)
-            .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
-            .collect(),
-    )
-}
+pub(crate) use reactor::affinity::cpu_set;
+pub use reactor::affinity::thread_cpus;
 
 /// Restrict the calling thread to `cpus`.
 pub fn set_thread_cpus(cpus: &[usize]) -> std::io::Result<()> {
-    let set = cpu_set(cpus);
-    // SAFETY: `set` is a valid cpu_set_t of the size passed; 0 is this thread.
-    let r = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
-    if r != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
-}
-
-/// `cpus` as a `cpu_set_t` (CPUs at or above `CPU_SETSIZE` left out).
-pub(crate) fn cpu_set(cpus: &[usize]) -> libc::cpu_set_t {
-    // SAFETY: cpu_set_t is plain data; all zeros is the empty set.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    for &c in cpus.iter().filter(|&&c| c < libc::CPU_SETSIZE as usize) {
-        // SAFETY: `c` is below CPU_SETSIZE, within the set.
-        unsafe { libc::CPU_SET(c, &mut set) };
-    }
-    set
+    reactor::affinity::set_thread_cpus(0, cpus)
 }
 
 #[cfg(test)]

@@ -34,6 +34,8 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
+use crate::affinity::set_thread_cpus;
+
 /// Moves in quick succession double the windows needed at most this many
 /// times.
 pub const MAX_BACKOFF_SHIFT: u32 = 3;
@@ -339,23 +341,6 @@ impl ProcReader {
     }
 }
 
-/// Sets thread `tid`'s allowed CPUs.
-fn set_thread_affinity(tid: libc::pid_t, cpus: &[usize]) -> std::io::Result<()> {
-    // SAFETY: cpu_set_t is plain data; all zeros is the empty set.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    for &c in cpus.iter().filter(|&&c| c < libc::CPU_SETSIZE as usize) {
-        // SAFETY: `c` is below CPU_SETSIZE, within the set.
-        unsafe { libc::CPU_SET(c, &mut set) };
-    }
-    // SAFETY: `set` is a valid cpu_set_t of the size passed; `tid` is a
-    // thread of this process (or gone: then the call fails with ESRCH).
-    let r = unsafe { libc::sched_setaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &set) };
-    if r != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
-}
-
 /// What the watcher thread is given.
 pub(crate) struct WatchSetup {
     /// When a core counts as crowded.
@@ -396,7 +381,7 @@ pub(crate) fn spawn_watch(
     std::thread::Builder::new().name("crowd-watch".into()).spawn(move || {
         if !own_cpus.is_empty() {
             // Off the cores' CPUs when there are such; failing that, anywhere.
-            let _ = set_thread_affinity(0, &own_cpus);
+            let _ = set_thread_cpus(0, &own_cpus);
         }
         let homes: Vec<usize> = cores.iter().map(|c| c.home).collect();
         let mut watch = CrowdWatch::new(rule, &homes);
@@ -419,7 +404,7 @@ pub(crate) fn spawn_watch(
             prev_runs = Some(runs);
             watch.handle_sample(sample);
             while let Some(Action { core, cpu }) = watch.poll_action() {
-                if set_thread_affinity(cores[core].tid, &[cpu]).is_err() {
+                if set_thread_cpus(cores[core].tid, &[cpu]).is_err() {
                     return;
                 }
                 moved(core, cpu);
@@ -432,6 +417,7 @@ pub(crate) fn spawn_watch(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::affinity::thread_cpus;
 
     const MS: u64 = 1_000_000;
 
@@ -611,19 +597,6 @@ mod tests {
         assert_eq!(f.step(&mut w, 30, &[10, 100]), to(0));
     }
 
-    /// The calling thread's allowed CPUs.
-    fn my_cpus() -> Vec<usize> {
-        // SAFETY: cpu_set_t is plain data; all zeros is the empty set.
-        let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-        // SAFETY: `set` is a valid cpu_set_t of the size passed.
-        let r = unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
-        assert_eq!(r, 0);
-        // SAFETY: CPU_ISSET reads within the set (below CPU_SETSIZE).
-        (0..libc::CPU_SETSIZE as usize)
-            .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
-            .collect()
-    }
-
     /// `(core, cpu)` moves reported by the watcher.
     type Moves = Vec<(usize, usize)>;
 
@@ -635,7 +608,7 @@ mod tests {
     fn watch_a_thread(wait: f64, for_ms: u64) -> Option<(Moves, Vec<usize>)> {
         use std::sync::atomic::{AtomicBool, Ordering};
         use std::sync::{mpsc, Arc};
-        let cpus = my_cpus();
+        let cpus = thread_cpus().unwrap();
         if cpus.len() < 2 {
             return None;
         }
@@ -647,13 +620,13 @@ mod tests {
         let done = Arc::new(AtomicBool::new(false));
         let d = done.clone();
         let core = std::thread::spawn(move || {
-            set_thread_affinity(0, &[home]).unwrap();
+            set_thread_cpus(0, &[home]).unwrap();
             // SAFETY: gettid has no preconditions.
             tid_tx.send(unsafe { libc::gettid() }).unwrap();
             while !d.load(Ordering::Acquire) {
                 std::thread::park();
             }
-            my_cpus()
+            thread_cpus().unwrap()
         });
         let tid = tid_rx.recv().unwrap();
         let task = root.join(format!("self/task/{tid}"));
@@ -717,7 +690,7 @@ mod tests {
             eprintln!("one CPU: nothing to move to");
             return;
         };
-        let cpus = my_cpus();
+        let cpus = thread_cpus().unwrap();
         // moved once, to the idle CPU; then it stays (the CPU it left runs
         // 100 % in the counters: no idle CPU to go to)
         assert_eq!(moves, vec![(0, cpus[1])]);
@@ -730,7 +703,7 @@ mod tests {
             return;
         };
         assert_eq!(moves, vec![]);
-        assert_eq!(now, vec![my_cpus()[0]]);
+        assert_eq!(now, vec![thread_cpus().unwrap()[0]]);
     }
 
     #[test]

@@ -26,7 +26,8 @@
 //! | module | what | uses |
 //! |---|---|---|
 //! | `error`, `idle`, `stats`, `timer` | errors, idle policies, counters, the timer wheel | (`error` only, for `timer`) |
-//! | [`crowding`] | the crowded-CPU move: its rule, decision (sans IO) and watcher thread | nothing |
+//! | [`affinity`] | thread CPU sets (`sched_getaffinity` / `sched_setaffinity`) | nothing |
+//! | [`crowding`] | the crowded-CPU move: its rule, decision (sans IO) and watcher thread | `affinity` |
 //! | `msg` | type-erased closure records, generic over the context they receive | nothing |
 //! | `options` | [`ReactorOptions`] and its limits | `error`, `idle`, `timer`, `crowding` |
 //! | `shared` | what cores and handles share: per-core rings and counters, the send path, the shutdown detector (generic over the context) | `msg`, `options`, `stats`, `error` |
@@ -57,6 +58,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
+pub mod affinity;
 pub mod clock;
 pub mod config;
 mod core_loop;
