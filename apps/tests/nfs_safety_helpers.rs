@@ -178,6 +178,7 @@ fn nfs_safety_tcp_and_stats_threads_stay_off_the_core_cpu() {
         tcp: Vec::new(),
         epoch: std::time::Instant::now(),
         nfs: Some(sh.clone()),
+        reactor: None,
     };
     let mut stats = rpcrdma_apps::server::stats::StatsServer::start(&path, sources).unwrap();
     // The connection's thread starts once the listener accepts: wait for it

@@ -107,6 +107,15 @@ fn stats_command_reads_the_running_target() {
     assert_eq!(nfs_tcp["calls"], CALLS, "{doc:#}");
     assert_eq!(nfs_tcp["conns_accepted"], 1);
     assert_eq!(doc["cores"].as_array().map(Vec::len), Some(1), "{doc:#}");
+    // where the io core runs: its configured CPU until a crowded-CPU move
+    // (none without /proc/schedstat; one is possible on a loaded host that
+    // has it), and the total counts its moves
+    let io = &doc["cores"][0];
+    assert_eq!(io["cpu_at_start"], 1, "{doc:#}");
+    let moves = io["crowd_moves"].as_u64().expect("crowd_moves");
+    assert_eq!(io["cpu"] == 1, moves == 0, "{doc:#}");
+    assert_eq!(doc["total"]["crowd_moves"], moves, "{doc:#}");
+    let io_row = format!("{} {} {}", io["core"], io["cpu"], moves);
     // issue 23: the delegation counters are there (none granted over TCP NULLs)
     assert_eq!(doc["nfs4"]["delegations_held"], 0, "{doc:#}");
     assert_eq!(doc["nfs4"]["callbacks"]["recalls_sent"], 0, "{doc:#}");
@@ -116,6 +125,8 @@ fn stats_command_reads_the_running_target() {
     let table = String::from_utf8_lossy(&out.stdout);
     for want in [
         "core",
+        "cpu",
+        "moves",
         "total",
         "procedure",
         "pool",
@@ -125,6 +136,13 @@ fn stats_command_reads_the_running_target() {
     ] {
         assert!(table.contains(want), "{want:?} missing:\n{table}");
     }
+    // the io core's row: core, CPU now, moves
+    assert!(
+        table
+            .lines()
+            .any(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" ") == io_row),
+        "no row starting {io_row:?}:\n{table}"
+    );
     t.shutdown().expect("clean shutdown");
     assert!(!dir.join("stats.sock").exists());
     let _ = std::fs::remove_dir_all(&dir);

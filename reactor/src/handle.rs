@@ -9,6 +9,17 @@ use crate::error::{SendError, TrySendError};
 use crate::shared::Shared;
 use crate::stats::CoreStats;
 
+/// Where a core runs: see [`ReactorHandle::placement`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Placement {
+    /// The CPU of the core's configuration (its pin at start-up).
+    pub cpu_at_start: usize,
+    /// The CPU it is pinned to now (`cpu_at_start` until a crowded-CPU move).
+    pub cpu: usize,
+    /// Crowded-CPU moves so far.
+    pub crowd_moves: u64,
+}
+
 /// Cloneable, `Send + Sync` handle to a running reactor: send closures to
 /// cores, read statistics, request shutdown. Usable from any thread,
 /// including core threads (a send from a core thread is accounted to that
@@ -54,9 +65,20 @@ impl ReactorHandle {
         self.shared.cores.len()
     }
 
-    /// CPU of core `core`.
+    /// CPU core `core` was pinned to at start-up (see
+    /// [`ReactorHandle::placement`] for where it is now).
     pub fn cpu(&self, core: usize) -> Option<usize> {
         self.shared.cores.get(core).map(|c| c.cpu)
+    }
+
+    /// Where core `core` is pinned now and how often the crowded-CPU watcher
+    /// moved it (`reactor::crowding`). Any thread.
+    pub fn placement(&self, core: usize) -> Option<Placement> {
+        self.shared.cores.get(core).map(|c| Placement {
+            cpu_at_start: c.cpu,
+            cpu: c.home.load(Ordering::Relaxed),
+            crowd_moves: c.crowd_moves.load(Ordering::Relaxed),
+        })
     }
 
     /// Last published counters of core `core` (published at least once per

@@ -78,7 +78,7 @@ pub mod waiter;
 pub use crate::core_loop::{Arm, CoreCtx, PollStatus, Poller, PollerId};
 pub use crate::crowding::CrowdRule;
 pub use crate::error::{ReactorError, SendError, TimerError, TrySendError};
-pub use crate::handle::ReactorHandle;
+pub use crate::handle::{Placement, ReactorHandle};
 pub use crate::idle::IdlePolicy;
 pub use crate::options::{ReactorOptions, MAX_CORES, MAX_MESSAGE_BATCH};
 pub use crate::reactor::{CrowdMove, Reactor, ReactorBuilder};

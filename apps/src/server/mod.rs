@@ -360,6 +360,7 @@ impl Target {
             tcp: tcp.iter().map(|t| (t.local_addr(), t.stats_arc())).collect(),
             epoch,
             nfs: Some(shared.clone()),
+            reactor: Some(reactor.handle()),
         };
         let path = stats::socket_path(&cfg);
         let stats = match StatsServer::start(&path, sources) {

@@ -680,6 +680,9 @@ pub struct Sources {
     /// The services' shared state, for the "nfs4" section (delegations,
     /// recalls, callbacks).
     pub nfs: Option<Arc<crate::nfs::NfsShared>>,
+    /// The reactor, for where each core runs now (its CPU and crowded-CPU
+    /// moves, `reactor::crowding`).
+    pub reactor: Option<reactor::ReactorHandle>,
 }
 
 /// The JSON document the socket serves. Stats thread.
@@ -692,12 +695,19 @@ pub fn snapshot_json(src: &Sources) -> Value {
     // `deferred_max` is a maximum, not a sum.
     const DEFERRED_MAX: usize = OFF_NFS + 6;
     let mut deferred_max = 0;
+    let mut crowd_moves = 0u64;
     for c in &cells {
         if !c.read(&mut buf) || buf[0] == 0 {
             continue;
         }
         let mut sec = core_section(&buf, now_ns);
         sec["core"] = json!(c.core());
+        if let Some(p) = src.reactor.as_ref().and_then(|r| r.placement(c.core())) {
+            sec["cpu"] = json!(p.cpu);
+            sec["cpu_at_start"] = json!(p.cpu_at_start);
+            sec["crowd_moves"] = json!(p.crowd_moves);
+            crowd_moves += p.crowd_moves;
+        }
         cores.push(sec);
         for (t, v) in total.iter_mut().zip(&buf).skip(1) {
             *t += v;
@@ -740,13 +750,17 @@ pub fn snapshot_json(src: &Sources) -> Value {
             })
         })
         .collect();
+    let mut total_sec = core_section(&total, now_ns.max(total[0]));
+    if src.reactor.is_some() {
+        total_sec["crowd_moves"] = json!(crowd_moves);
+    }
     json!({
         "version": 1,
         "pid": std::process::id(),
         "uptime_s": (now_ns as f64 / 1e9 * 1000.0).round() / 1000.0,
         "latency_sample_every": LAT_SAMPLE_EVERY,
         "cores": cores,
-        "total": core_section(&total, now_ns.max(total[0])),
+        "total": total_sec,
         "pools": pools,
         "tcp": tcp,
         "nfs4": src.nfs.as_ref().map(|n| n.v4().stats_json()),
@@ -935,8 +949,10 @@ pub fn render_table(doc: &Value, prev: Option<(&Value, f64)>) -> String {
         }
     };
     out += &format!(
-        "{:>5} {:>10} {:>9} {:>7} {:>6} {:>6} {:>8} {:>9} {:>7} {:>7} {:>7} {:>8} {:>8}\n",
+        "{:>5} {:>4} {:>5} {:>10} {:>9} {:>7} {:>6} {:>6} {:>8} {:>9} {:>7} {:>7} {:>7} {:>8} {:>8}\n",
         "core",
+        "cpu",
+        "moves",
         "calls",
         "rate",
         "errors",
@@ -975,9 +991,16 @@ pub fn render_table(doc: &Value, prev: Option<(&Value, f64)>) -> String {
                 _ => "-".into(),
             }
         };
+        // where the core runs now and its crowded-CPU moves (absent: "-")
+        let cpu = c["cpu"].as_u64().map_or_else(|| "-".to_string(), |v| v.to_string());
+        let moves = c["crowd_moves"]
+            .as_u64()
+            .map_or_else(|| "-".to_string(), |v| v.to_string());
         out += &format!(
-            "{:>5} {:>10} {:>9} {:>7} {:>6} {:>6} {:>8} {:>9} {:>7} {:>7} {:>7} {:>8} {:>8}\n",
+            "{:>5} {:>4} {:>5} {:>10} {:>9} {:>7} {:>6} {:>6} {:>8} {:>9} {:>7} {:>7} {:>7} {:>8} {:>8}\n",
             name,
+            cpu,
+            moves,
             u(&e["calls"]),
             r,
             u(&e["call_errors"]) + u(&n["rpc_errors"]),
