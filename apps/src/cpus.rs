@@ -16,6 +16,8 @@
 //! ([`OffCores::apply`]), to the set [`off_core_cpus`] computes — the same
 //! rule the io-wq registration uses.
 
+use std::sync::{Arc, Mutex};
+
 /// The CPUs of the reactor's cores. Empty lists are allowed (a backend or
 /// service used outside a target).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -70,20 +72,54 @@ pub fn off_core_cpus(allowed: &[usize], cores: &CoreCpus, own: &[usize]) -> Opti
 
 /// Where a helper thread of the target runs: the process's allowed CPUs
 /// (taken when this is built, on the thread that starts the target, before
-/// the cores pin themselves) and the reactor's cores.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// the cores pin themselves) and the reactor's cores, as they are now: a
+/// crowded-CPU move (`reactor::crowding`) changes a core's CPU, and
+/// [`OffCores::follow_move`] moves the helpers with it. Clones share the
+/// cores' placement.
+#[derive(Clone, Debug, Default)]
 pub struct OffCores {
     allowed: Vec<usize>,
-    cores: CoreCpus,
+    /// The cores' CPUs now (the configuration's until a move).
+    cores: Arc<Mutex<CoreCpus>>,
+    /// Which cores (indices into `CoreCpus::reactor`) are io cores.
+    io_index: Vec<usize>,
+}
+
+/// What [`OffCores::follow_move`] did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Followed {
+    /// The helpers' CPUs before the move.
+    pub from: Vec<usize>,
+    /// The helpers' CPUs after it.
+    pub to: Vec<usize>,
+    /// Threads moved from `from` to `to`.
+    pub threads: usize,
+    /// Threads confined to `from` that could not be moved.
+    pub failed: usize,
 }
 
 impl OffCores {
     /// With the calling thread's allowed CPUs as the process's.
     pub fn new(cores: CoreCpus) -> OffCores {
+        OffCores::with_allowed(thread_cpus().unwrap_or_default(), cores)
+    }
+
+    /// With `allowed` as the process's CPUs. The io cores are those of
+    /// `cores.reactor` whose CPU is in `cores.io` (a configuration lists no
+    /// CPU twice).
+    pub fn with_allowed(allowed: Vec<usize>, cores: CoreCpus) -> OffCores {
+        let io_index = (0..cores.reactor.len())
+            .filter(|&i| cores.io.contains(&cores.reactor[i]))
+            .collect();
         OffCores {
-            allowed: thread_cpus().unwrap_or_default(),
-            cores,
+            allowed,
+            cores: Arc::new(Mutex::new(cores)),
+            io_index,
         }
+    }
+
+    fn cores(&self) -> CoreCpus {
+        self.cores.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     /// The CPUs a helper thread may use: [`off_core_cpus`] of the allowed
@@ -91,7 +127,54 @@ impl OffCores {
     /// off (it still undoes a core's pinning a spawned thread inherits).
     /// Empty when the allowed set is unknown.
     pub fn cpus(&self) -> Vec<usize> {
-        off_core_cpus(&self.allowed, &self.cores, &[]).unwrap_or_else(|| self.allowed.clone())
+        off_core_cpus(&self.allowed, &self.cores(), &[]).unwrap_or_else(|| self.allowed.clone())
+    }
+
+    /// The cores are now on `homes` (by core index, as the reactor reports
+    /// a crowded-CPU move): the helpers' CPUs are worked out again, and
+    /// every thread of the process that was confined to the old set is
+    /// moved to the new one, except `keep` (the core threads, whose own
+    /// pinning may equal it). `None` when nothing changed (or the cores are
+    /// not pinned). io-wq workers cannot be moved this way (the kernel
+    /// refuses to set their affinity): their channels register the new set
+    /// ([`crate::backend::uring::follow_move`]). Called by the reactor's
+    /// watcher thread, never a core.
+    pub fn follow_move(&self, homes: &[usize], keep: &[libc::pid_t]) -> Option<Followed> {
+        let from = self.cpus();
+        {
+            let mut c = self.cores.lock().unwrap_or_else(|e| e.into_inner());
+            if c.reactor.is_empty() || homes.len() != c.reactor.len() {
+                return None;
+            }
+            c.reactor = homes.to_vec();
+            c.io = self.io_index.iter().map(|&i| homes[i]).collect();
+        }
+        let to = self.cpus();
+        if to == from || to.is_empty() {
+            return None;
+        }
+        let (mut threads, mut failed) = (0, 0);
+        let tasks = std::fs::read_dir("/proc/self/task").ok()?;
+        for tid in tasks
+            .flatten()
+            .filter_map(|t| t.file_name().to_str()?.parse::<libc::pid_t>().ok())
+        {
+            if keep.contains(&tid) || thread_cpus_of(tid).as_deref() != Some(&from[..]) {
+                continue;
+            }
+            match reactor::affinity::set_thread_cpus(tid, &to) {
+                Ok(()) => threads += 1,
+                // Exited in the meantime.
+                Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {}
+                Err(_) => failed += 1,
+            }
+        }
+        Some(Followed {
+            from,
+            to,
+            threads,
+            failed,
+        })
     }
 
     /// Set the calling thread's affinity to [`OffCores::cpus`]; nothing when
@@ -108,7 +191,7 @@ impl OffCores {
 }
 
 pub(crate) use reactor::affinity::cpu_set;
-pub use reactor::affinity::thread_cpus;
+pub use reactor::affinity::{thread_cpus, thread_cpus_of};
 
 /// Restrict the calling thread to `cpus`.
 pub fn set_thread_cpus(cpus: &[usize]) -> std::io::Result<()> {
@@ -144,10 +227,7 @@ mod tests {
 
     #[test]
     fn helper_cpus_fall_back_to_the_allowed_set() {
-        let p = |allowed: &[usize], c: CoreCpus| OffCores {
-            allowed: allowed.to_vec(),
-            cores: c,
-        };
+        let p = |allowed: &[usize], c: CoreCpus| OffCores::with_allowed(allowed.to_vec(), c);
         assert_eq!(p(&[0, 1, 2, 3], cores(&[0, 1], &[1])).cpus(), vec![2, 3]);
         assert_eq!(p(&[0, 1], cores(&[0, 1], &[1])).cpus(), vec![0]);
         // Only io cores: anywhere allowed (not the inherited core's CPU alone).

@@ -538,6 +538,64 @@ fn nfs_safety_iowq_workers_on_the_core_cpu_when_disabled() {
     assert!(workers.iter().any(|w| w.contains(&0)), "workers {workers:?}");
 }
 
+/// After a crowded-CPU move the core's io-wq workers follow the new set:
+/// the core (on CPU 0, its workers kept off it) moves to another CPU, the
+/// target registers the new off-core set (CPU 0 now) from the core thread
+/// with `uring::follow_move`, and the workers the kernel starts from then
+/// on may run on CPU 0 only. (The kernel does not move a running worker;
+/// this waits for the first ones to retire, about 5 s idle.)
+#[test]
+fn nfs_safety_iowq_workers_follow_a_moved_core() {
+    let allowed = rpcrdma_apps::cpus::thread_cpus().unwrap();
+    if allowed.len() < 2 || !allowed.contains(&0) {
+        eprintln!("skipped: needs CPU 0 and at least one other CPU (allowed: {allowed:?})");
+        return;
+    }
+    let other = *allowed.iter().find(|&&c| c != 0).unwrap();
+    let dir = temp();
+    let b = UringBackend::open("iowq-move", &dir.0.join("export"), DEPTH, false)
+        .unwrap()
+        .with_io_workers(
+            true,
+            rpcrdma_apps::backend::uring::CoreCpus {
+                reactor: vec![0],
+                io: vec![0],
+            },
+        );
+    let b = Arc::new(b);
+    let (fh, _) = create_file(&*b, &b.root(), b"moved");
+    let t = std::thread::spawn(move || {
+        rpcrdma_apps::cpus::set_thread_cpus(&[0]).unwrap();
+        let mut ch = b.open_uring_channel(0).unwrap();
+        let data = pattern(1 << 20, 5);
+        let work = |ch: &mut rpcrdma_apps::backend::uring::UringChannel| {
+            for i in 0..4u64 {
+                write_sync(ch, &fh, i << 20, &data, Stable::Unstable).unwrap();
+            }
+            rpcrdma_apps::backend::flush_sync(ch, &fh).unwrap();
+        };
+        work(&mut ch);
+        let before = own_io_workers();
+        // The move: the core thread to `other`, its workers' set to CPU 0.
+        rpcrdma_apps::cpus::set_thread_cpus(&[other]).unwrap();
+        rpcrdma_apps::backend::uring::follow_move(&[0]).expect("io-wq affinity registered");
+        let t0 = std::time::Instant::now();
+        while !own_io_workers().is_empty() && t0.elapsed() < std::time::Duration::from_secs(30) {
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+        work(&mut ch);
+        (before, own_io_workers())
+    });
+    let (before, after) = t.join().unwrap();
+    drop(dir);
+    assert!(
+        !before.is_empty() && before.iter().all(|w| !w.contains(&0)),
+        "before: {before:?}"
+    );
+    assert!(!after.is_empty(), "the flush after the move ran on no io-wq worker");
+    assert!(after.iter().all(|w| w == &vec![0]), "after the move: {after:?}");
+}
+
 /// A file removed through the backend while a channel had it open: the
 /// channel lets its descriptor go, and the kernel frees the inode a moment
 /// later. A handle opened in that moment finds the inode being freed, and

@@ -16,10 +16,17 @@ pub fn cpu_set(cpus: &[usize]) -> libc::cpu_set_t {
 
 /// The calling thread's allowed CPUs.
 pub fn thread_cpus() -> Option<Vec<usize>> {
+    thread_cpus_of(0)
+}
+
+/// The allowed CPUs of thread `tid` of this process (0: the calling
+/// thread); `None` when it cannot be read (the thread is gone).
+pub fn thread_cpus_of(tid: libc::pid_t) -> Option<Vec<usize>> {
     // SAFETY: cpu_set_t is plain data; all zeros is the empty set.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: `set` is a valid cpu_set_t of the size passed.
-    let r = unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
+    // SAFETY: `set` is a valid cpu_set_t of the size passed; `tid` is 0 or
+    // a thread id (a stale one fails with ESRCH).
+    let r = unsafe { libc::sched_getaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
     if r != 0 {
         return None;
     }

@@ -81,7 +81,7 @@ pub use crate::error::{ReactorError, SendError, TimerError, TrySendError};
 pub use crate::handle::{Placement, ReactorHandle};
 pub use crate::idle::IdlePolicy;
 pub use crate::options::{ReactorOptions, MAX_CORES, MAX_MESSAGE_BATCH};
-pub use crate::reactor::{CrowdMove, Reactor, ReactorBuilder};
+pub use crate::reactor::{CrowdMove, CrowdMoved, Reactor, ReactorBuilder};
 pub use crate::shared::on_core_thread;
 pub use crate::stats::CoreStats;
 pub use crate::timer::TimerId;

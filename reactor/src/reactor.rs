@@ -17,12 +17,28 @@ use crate::shared::Shared;
 use crate::stats::CoreStats;
 
 type InitFn = Arc<dyn Fn(&mut CoreCtx) + Send + Sync>;
+type MoveFn = Arc<dyn Fn(&ReactorHandle, &CrowdMoved) + Send + Sync>;
 
 /// Builder: options, pollers per core, and a start-up hook run on every core.
 pub struct ReactorBuilder {
     opts: ReactorOptions,
     pollers: Vec<(usize, Box<dyn Poller + Send>)>,
     init: Option<InitFn>,
+    on_move: Option<MoveFn>,
+}
+
+/// A crowded-CPU move that has just been applied (`crate::crowding`), as
+/// the hook of [`ReactorBuilder::on_crowd_move`] sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CrowdMoved {
+    /// The core that moved.
+    pub core: usize,
+    /// The CPU it is pinned to now.
+    pub cpu: usize,
+    /// Every core's CPU now, by core index.
+    pub homes: Vec<usize>,
+    /// Every core's thread id, by core index.
+    pub core_tids: Vec<libc::pid_t>,
 }
 
 /// What a core thread returns: `None` if it failed before reporting ready
@@ -63,6 +79,19 @@ impl ReactorBuilder {
         self
     }
 
+    /// Runs `f` on the watcher thread after each crowded-CPU move, once the
+    /// core's thread is pinned to its new CPU: for what should follow the
+    /// core (an application's helper threads kept off the cores' CPUs).
+    /// Never on a core thread; `f` may make system calls, but should be
+    /// brief (the watcher samples again after it).
+    pub fn on_crowd_move<F>(mut self, f: F) -> Self
+    where
+        F: Fn(&ReactorHandle, &CrowdMoved) + Send + Sync + 'static,
+    {
+        self.on_move = Some(Arc::new(f));
+        self
+    }
+
     /// Runs `f` once on every core thread, after pinning and before the
     /// loop starts (e.g. to create `!Send` pollers or per-core locals).
     pub fn on_core_start<F>(mut self, f: F) -> Self
@@ -79,7 +108,12 @@ impl ReactorBuilder {
     /// Call from any thread (not from a core thread of another reactor that
     /// must keep polling: this blocks until the cores are up).
     pub fn start(self) -> Result<Reactor, ReactorError> {
-        let ReactorBuilder { opts, pollers, init } = self;
+        let ReactorBuilder {
+            opts,
+            pollers,
+            init,
+            on_move,
+        } = self;
         opts.check()?;
         if let Some((core, _)) = pollers.iter().find(|(c, _)| *c >= opts.cpus.len()) {
             return Err(ReactorError::InvalidOptions(format!(
@@ -149,7 +183,7 @@ impl ReactorBuilder {
                 }
             }
         }
-        reactor.start_watch(&tids, allowed);
+        reactor.start_watch(&tids, allowed, on_move);
         Ok(reactor)
     }
 }
@@ -168,8 +202,9 @@ impl Reactor {
     /// Starts the crowded-CPU watcher when the options ask for it and there
     /// is another CPU to move to. `tids` are the core threads' ids, by
     /// core; `allowed` the CPUs the process may use (empty when the cores
-    /// are not pinned).
-    fn start_watch(&mut self, tids: &[libc::pid_t], allowed: Vec<usize>) {
+    /// are not pinned); `on_move` the hook of
+    /// [`ReactorBuilder::on_crowd_move`].
+    fn start_watch(&mut self, tids: &[libc::pid_t], allowed: Vec<usize>, on_move: Option<MoveFn>) {
         let opts = &self.shared.opts;
         let Some(rule) = opts.crowd_move.filter(|_| opts.pin_threads && allowed.len() > 1) else {
             return;
@@ -182,10 +217,21 @@ impl Reactor {
         let own_cpus: Vec<usize> = allowed.iter().copied().filter(|c| !opts.cpus.contains(c)).collect();
         let stop = Arc::new(AtomicBool::new(false));
         let shared = self.shared.clone();
+        let core_tids = tids.to_vec();
         let moved = Box::new(move |core: usize, cpu: usize| {
             let slot = &shared.cores[core];
             slot.home.store(cpu, Ordering::Relaxed);
             slot.crowd_moves.fetch_add(1, Ordering::Relaxed);
+            if let Some(f) = &on_move {
+                let ev = CrowdMoved {
+                    core,
+                    cpu,
+                    // The watcher is the only writer of `home`.
+                    homes: shared.cores.iter().map(|c| c.home.load(Ordering::Relaxed)).collect(),
+                    core_tids: core_tids.clone(),
+                };
+                f(&ReactorHandle::from_shared(shared.clone()), &ev);
+            }
         });
         let setup = WatchSetup {
             rule,
@@ -288,6 +334,7 @@ impl Reactor {
             opts,
             pollers: Vec::new(),
             init: None,
+            on_move: None,
         }
     }
 

@@ -72,7 +72,7 @@ use super::personality::Personalities;
 mod iowq;
 mod sync;
 
-pub use iowq::CoreCpus;
+pub use iowq::{follow_move, CoreCpus};
 
 use super::{
     Attr, Backend, CreateHow, DirChange, DirChanged, DirEntry, DirPre, FileHandle, FileType, FsError, FsResult, FsStat,

@@ -214,6 +214,49 @@ fn open_backends(cfg: &Config) -> Result<NamedBackends, TargetError> {
     Ok(out)
 }
 
+/// What follows a core that the crowded-CPU watcher moved
+/// (`reactor::crowding`): the helper threads and the io-wq workers kept off
+/// the cores' CPUs (`crate::cpus`), whose set of CPUs the move changes.
+struct FollowMoves {
+    helpers: crate::cpus::OffCores,
+    io_cores: Vec<usize>,
+    /// A `uring` backend keeps its io-wq workers off the cores.
+    iowq: bool,
+}
+
+impl FollowMoves {
+    /// The watcher thread, after a move.
+    fn moved(&self, reactor: &reactor::ReactorHandle, ev: &reactor::CrowdMoved) {
+        let Some(f) = self.helpers.follow_move(&ev.homes, &ev.core_tids) else {
+            tracing::info!(core = ev.core, cpu = ev.cpu, "crowded core moved");
+            return;
+        };
+        tracing::info!(
+            core = ev.core,
+            cpu = ev.cpu,
+            helper_cpus = ?f.to,
+            was = ?f.from,
+            threads = f.threads,
+            failed = f.failed,
+            "crowded core moved; helper threads follow"
+        );
+        if !self.iowq {
+            return;
+        }
+        for &core in &self.io_cores {
+            let cpus = f.to.clone();
+            let sent = reactor.send(core, move |_ctx| {
+                if let Err(e) = crate::backend::uring::follow_move(&cpus) {
+                    tracing::debug!(core, ?cpus, error = %e, "uring: io-wq affinity not registered after a move");
+                }
+            });
+            if sent.is_err() {
+                return; // shutting down
+            }
+        }
+    }
+}
+
 fn version_range(versions: &[u32]) -> Result<VersionRange, TargetError> {
     let lo = versions.iter().copied().min().unwrap_or(1);
     let hi = versions.iter().copied().max().unwrap_or(1);
@@ -297,8 +340,22 @@ impl Target {
             epoch,
         });
         let hook = setup.clone();
+        let follow = FollowMoves {
+            helpers: shared.off_cores().clone(),
+            io_cores: io.clone(),
+            iowq: cfg.backends.iter().any(|b| {
+                matches!(
+                    b,
+                    crate::config::BackendConfig::Uring {
+                        iowq_off_cores: true,
+                        ..
+                    }
+                )
+            }),
+        };
         let reactor = Reactor::builder(cfg.reactor_options())
             .on_core_start(move |ctx| start_engines(&hook, ctx))
+            .on_crowd_move(move |h, ev| follow.moved(h, ev))
             .start()?;
         let errs = std::mem::take(&mut *setup.errors.lock().unwrap_or_else(|e| e.into_inner()));
         if let Some(e) = errs.into_iter().next() {

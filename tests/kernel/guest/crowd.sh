@@ -53,4 +53,36 @@ echo "io core thread $tid: CPU $home before, $after after; fio on CPU $home: ${i
 check_eq "$TAG: crowd: fio pinned to the io core's CPU ran" "$rc" 0
 check "$TAG: crowd: the io core moved off the CPU the client crowds (was $home, now $after)" \
     test -n "$after" -a "$after" != "$home"
+# The threads kept off the cores' CPUs (the TCP listeners and their
+# connections, the statistics thread, and when started the NFS helper pool
+# and the NFSv4 record writer: docs/CONFIG.md) follow the move: none may run
+# on the io core's new CPU.
+helpers=""
+for t in /proc/"$TARGET_PID"/task/*; do
+    case "$(cat "$t/comm" 2>/dev/null)" in
+    nfs-helper-* | nfs4-records | stats | tcp-[0-9]* | tcp-conn-*)
+        helpers+="$(cat "$t/comm"):$(taskset -pc "$(basename "$t")" | sed 's/.*: //') " ;;
+    esac
+done
+echo "helper threads after the move: $helpers" | tee -a "$D/crowd.txt"
+check "$TAG: crowd: helper threads found" test -n "$helpers"
+check "$TAG: crowd: no helper thread may run on the io core's new CPU $after ($helpers)" \
+    python3 -c "
+import sys
+def cpus(s):
+    out = set()
+    for p in s.split(','):
+        a, _, b = p.partition('-')
+        out.update(range(int(a), int(b or a) + 1))
+    return out
+bad = [h for h in sys.argv[2].split() if int(sys.argv[1]) in cpus(h.split(':')[1])]
+sys.exit(1 if bad else 0)" "$after" "$helpers"
+check "$TAG: crowd: the target logged that the helpers follow" grep -q "helper threads follow" "$LOG"
+# The live statistics show where the core runs now and its moves.
+check "$TAG: crowd: rpcrdma-target stats shows the io core on CPU $after with a move" \
+    sh -c "'${BIN:-/host/bin}/rpcrdma-target' stats -c '$D/target.json' --json | python3 -c \"
+import json, sys
+d = json.load(sys.stdin)
+c = [c for c in d['cores'] if c['core'] == 1][0]
+sys.exit(0 if c['cpu'] == $after and c['crowd_moves'] >= 1 and d['total']['crowd_moves'] >= 1 else 1)\""
 nfs_umount "$MP"

@@ -102,6 +102,21 @@ pub(crate) fn place(ring: &IoUring, policy: &IoWorkerPolicy, queue_depth: u32, c
     registered
 }
 
+/// A crowded-CPU move changed where the cores run (`reactor::crowding`):
+/// register `cpus` as the calling core thread's io-wq affinity. The setting
+/// belongs to the thread's io_uring task context, shared by all its rings,
+/// so a small ring made for the purpose carries it (this runs once per
+/// move; the channels' rings live in their owners). Workers the kernel
+/// starts from now on run on `cpus`; ones already running keep their CPUs
+/// until they retire (the kernel ends an idle io-wq worker after a few
+/// seconds) because the kernel refuses to move them. `Err` when the thread
+/// has no io-wq (it never used io_uring) or the kernel is too old: nothing
+/// to follow then. Core thread (the one whose channels' workers these are).
+pub fn follow_move(cpus: &[usize]) -> std::io::Result<()> {
+    let ring = IoUring::new(2)?;
+    ring.submitter().register_iowq_aff(&cpu_set(cpus))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
