@@ -15,7 +15,9 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use dataplane::requester::{CallId, CallOutcome, LinkState, ReplyView, Requester, RequesterConfig, SubmitError};
+use dataplane::requester::{
+    CallId, CallOutcome, LinkState, ReplyView, Requester, RequesterConfig, SubmitBlock, SubmitError,
+};
 use dataplane::shm::{ShmConfig, ShmFabric};
 use dataplane::Fabric;
 use mempool::pool::{ClassId, Mempool, PoolPlan};
@@ -633,6 +635,27 @@ struct ConnLoad<'p, F: Fabric> {
     since_commit: u64,
     /// Its NFSv4.1 session (`--nfs 4.1`).
     v4: Option<V4Conn>,
+    /// After the last refill: Calls short of the queue depth, and why
+    /// (a [`HeldBack`] index).
+    short: u32,
+    short_why: usize,
+}
+
+/// Why a closed-loop connection had fewer Calls outstanding than its queue
+/// depth, as indices of [`WorkerOut::held_back_ns`].
+#[derive(Debug)]
+pub struct HeldBack;
+
+impl HeldBack {
+    /// The responder's credit grant (RFC 8166 s3.3.1).
+    pub const CREDITS: usize = 0;
+    /// Every Call slot in use (answered Calls not yet released).
+    pub const SLOTS: usize = 1;
+    /// Anything else: no buffer, the link not ready, a quota, an open loop's
+    /// schedule.
+    pub const OTHER: usize = 2;
+    /// Names, by index.
+    pub const NAMES: [&'static str; 3] = ["credits", "slots", "other"];
 }
 
 /// What a worker hands back.
@@ -648,6 +671,11 @@ pub struct WorkerOut {
     pub idle_waits: u64,
     /// How many of those blocks a descriptor ended (not the time limit).
     pub idle_wakes: u64,
+    /// Within the measured time, the Call-nanoseconds a connection was
+    /// short of its queue depth, by reason ([`HeldBack`]): with `qd` x
+    /// connections x the measured time, the share of the offered load that
+    /// was held back on this side.
+    pub held_back_ns: [u64; 3],
 }
 
 /// Idle poll turns in a row before a worker with `idle_sleep_us` sleeps.
@@ -799,6 +827,8 @@ pub fn run_worker<'p, F: Fabric>(
             dead: false,
             since_commit: 0,
             v4: wl.v4.as_ref().map(|v| V4Conn::of(v, c)),
+            short: 0,
+            short_why: HeldBack::OTHER,
         })
         .collect();
     let blocks = (file_size / wl.io_size.max(1) as u64).max(1);
@@ -811,8 +841,19 @@ pub fn run_worker<'p, F: Fabric>(
     let mut drain_deadline: Option<u64> = None;
     let mut idle_turns = 0u32;
     let mut waiter = plan.idle_wait.then(|| IdleWait::new(&mut conns));
+    let mut held_back_ns = [0u64; 3];
+    let mut prev_ns = clock.now_ns();
     loop {
         let now = clock.now_ns();
+        // The time since the last turn, within the measured window, in
+        // which each connection was short of its queue depth.
+        let dt = now.min(end_ns).saturating_sub(prev_ns.max(start_ns));
+        prev_ns = now;
+        if dt > 0 {
+            for c in conns.iter().filter(|c| !c.dead && c.short > 0) {
+                held_back_ns[c.short_why] += u64::from(c.short) * dt;
+            }
+        }
         let mut completed = 0u32;
         let count_done = conns.iter().all(|c| c.dead || c.quota == Some(0));
         let stopping = now >= end_ns || (plan.quotas.is_some() && count_done) || abort.load(Ordering::Relaxed);
@@ -851,6 +892,12 @@ pub fn run_worker<'p, F: Fabric>(
             }
             if !stopping {
                 refill(c, plan.qd, wl, &needs, &clock, start_ns)?;
+                c.short = plan.qd.saturating_sub(c.outstanding);
+                c.short_why = match c.req.submit_block() {
+                    Some(SubmitBlock::Credits) => HeldBack::CREDITS,
+                    Some(SubmitBlock::Slots) => HeldBack::SLOTS,
+                    _ => HeldBack::OTHER,
+                };
             }
             busy += c.outstanding;
         }
@@ -908,6 +955,7 @@ pub fn run_worker<'p, F: Fabric>(
         written,
         stats,
         lost,
+        held_back_ns,
         idle_waits: waiter.as_ref().map_or(0, |w| w.waits),
         idle_wakes: waiter.as_ref().map_or(0, |w| w.wakes),
     })

@@ -521,6 +521,12 @@ fn report(c: &Common, cfg: &RunConfig, out: &RunOutput) -> Result<()> {
             t.short_calls, t.chunked_calls, t.long_calls, t.transport_errors, t.bad_replies
         );
     }
+    if let Some(h) = &out.result.held_back_pct {
+        println!(
+            "  held back (of qd x conns x time): credits={:.2}% slots={:.2}% other={:.2}%",
+            h.credits, h.slots, h.other
+        );
+    }
     if let Some(n) = out.verified_blocks {
         let what = if cfg.verify_only {
             "blocks of the file"

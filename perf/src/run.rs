@@ -173,6 +173,10 @@ pub struct RunOutput {
     pub idle_waits: u64,
     /// How many of those blocks a ready descriptor ended.
     pub idle_wakes: u64,
+    /// Call-nanoseconds the connections were short of their queue depth in
+    /// the measured time, by reason (`engine::HeldBack`; closed-loop RPC
+    /// runs over a fabric).
+    pub held_back_ns: [u64; 3],
 }
 
 /// Most connections of a run.
@@ -473,6 +477,19 @@ fn run_rpc<M: FabricMaker>(maker: &M, cfg: &RunConfig, kind: OpKind) -> Result<R
     out.target_lost = lost;
     out.idle_waits = outs.iter().flatten().map(|o| o.idle_waits).sum();
     out.idle_wakes = outs.iter().flatten().map(|o| o.idle_wakes).sum();
+    for o in outs.iter().flatten() {
+        for (t, v) in out.held_back_ns.iter_mut().zip(o.held_back_ns) {
+            *t += v;
+        }
+    }
+    if cfg.rate.is_none() {
+        out.result.held_back_pct = crate::stats::HeldBackPct::of(
+            out.held_back_ns,
+            out.result.queue_depth,
+            out.result.connections,
+            out.result.duration_s,
+        );
+    }
     Ok(out)
 }
 
@@ -753,6 +770,7 @@ pub(crate) fn finish(
         transport: Default::default(),
         idle_waits: 0,
         idle_wakes: 0,
+        held_back_ns: [0; 3],
     }
 }
 

@@ -112,6 +112,42 @@ pub struct RunResult {
     /// the target's with `--target-pid`). Absent in older files.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu: Option<crate::cpu::CpuUse>,
+    /// Closed-loop RPC runs over a fabric: the share of the offered load
+    /// (queue depth x connections x measured time) that perf could not keep
+    /// outstanding, by reason. Absent in older files.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held_back_pct: Option<HeldBackPct>,
+}
+
+/// [`RunResult::held_back_pct`]: percent of queue depth x connections x
+/// measured time.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HeldBackPct {
+    /// No credit left: as many Calls outstanding as the server granted.
+    pub credits: f64,
+    /// Every Call slot in use.
+    pub slots: f64,
+    /// Anything else (between a reply and the next Call's submission, no
+    /// buffer, the link not ready).
+    pub other: f64,
+}
+
+impl HeldBackPct {
+    /// From Call-nanoseconds by reason (`engine::HeldBack` order) over
+    /// `qd` x `conns` x `duration_s`; `None` for an empty run.
+    pub fn of(held_ns: [u64; 3], qd: u32, conns: u32, duration_s: f64) -> Option<HeldBackPct> {
+        let whole = f64::from(qd) * f64::from(conns) * duration_s * 1e9;
+        if whole <= 0.0 {
+            return None;
+        }
+        let pct = |ns: u64| (ns as f64 / whole * 1e4).round() / 100.0;
+        Some(HeldBackPct {
+            credits: pct(held_ns[0]),
+            slots: pct(held_ns[1]),
+            other: pct(held_ns[2]),
+        })
+    }
 }
 
 impl RunResult {
@@ -144,6 +180,7 @@ impl RunResult {
             mb_per_s,
             latency_us: LatencyUs::from_hist(hist),
             cpu: None,
+            held_back_pct: None,
         }
     }
 

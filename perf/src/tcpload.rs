@@ -695,6 +695,7 @@ fn run_worker(
         lost,
         idle_waits: 0,
         idle_wakes: 0,
+        held_back_ns: [0; 3],
     })
 }
 

@@ -230,3 +230,45 @@ fn tcp_transport_against_the_target() {
     t.shutdown().expect("clean shutdown");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// What held perf back: asking for more Calls per connection (32) than the
+/// target grants (its `credits.max_per_connection`, 16 here) leaves about
+/// half of the offered load waiting for credits, and the report says so;
+/// within the grant nothing is held back for credits.
+#[test]
+fn held_back_by_the_credit_grant_is_reported() {
+    let dir = tmpdir("held");
+    let (cfg, mount_port) = target_config(&dir);
+    let granted = cfg.credits.max_per_connection;
+    let t = Target::start(cfg).expect("target starts");
+    let sock = dir.join("fabric.sock");
+    let mut held = Vec::new();
+    for qd in [2 * granted, granted] {
+        let mut c = run_cfg(&sock, mount_port, Mode::Rpc(run::NULL_DEFAULT), 1, 0);
+        c.nfs = None;
+        c.auth = Auth::None;
+        c.verify = false;
+        c.qd = qd;
+        c.conns = 1;
+        let out = run::run_with(&ShmMaker::default(), &c).expect("null");
+        assert_eq!(out.result.errors, 0, "{:?}", out.result);
+        let h = out
+            .result
+            .held_back_pct
+            .clone()
+            .expect("a closed-loop run reports what held it back");
+        // The JSON keeps it.
+        let back = perf::stats::RunResult::from_json(&out.result.to_json()).unwrap();
+        assert_eq!(back.held_back_pct.as_ref(), Some(&h));
+        held.push((qd, h));
+    }
+    let (over, within) = (&held[0].1, &held[1].1);
+    assert!(
+        (40.0..=55.0).contains(&over.credits),
+        "qd {} against {granted} credits: {over:?}",
+        held[0].0
+    );
+    assert!(within.credits < 1.0, "qd {granted}: {within:?}");
+    t.shutdown().expect("clean shutdown");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -279,6 +279,17 @@ pub struct RequesterStats {
     pub backward_lost: u64,
 }
 
+/// What holds a Call back ([`Requester::submit_block`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SubmitBlock {
+    /// The connection is not ready (connecting, negotiating, failed).
+    Link,
+    /// As many Calls outstanding as the responder granted credits.
+    Credits,
+    /// Every Call slot is in use (outstanding or not yet released).
+    Slots,
+}
+
 /// Connection lifecycle.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LinkState {
@@ -446,6 +457,26 @@ impl<'p, F: Fabric> Requester<'p, F> {
 
     pub fn fabric(&mut self) -> &mut F {
         &mut self.fabric
+    }
+
+    /// Why [`Requester::can_submit`] is false now: `Some(SubmitBlock)`, or
+    /// `None` when a Call may be submitted.
+    pub fn submit_block(&self) -> Option<SubmitBlock> {
+        if !matches!(self.link, LinkState::Ready) {
+            Some(SubmitBlock::Link)
+        } else if !self.credits.can_send() {
+            Some(SubmitBlock::Credits)
+        } else if self.calls.available() == 0 {
+            Some(SubmitBlock::Slots)
+        } else {
+            None
+        }
+    }
+
+    /// The credit limit now (RFC 8166 s3.3.1: the last grant, at most the
+    /// credits this side asks for).
+    pub fn credit_limit(&self) -> u32 {
+        self.credits.limit()
     }
 
     /// Calls outstanding or finished-but-unreleased.
