@@ -36,10 +36,14 @@
 //! - **Work requests**: `wr_id` is the [`WrId`] value. [`Fabric::post_send`]
 //!   stages a request on its connection; [`Fabric::flush`] (the engines call
 //!   it at the end of every turn), or failing that the fabric's next poll,
-//!   arming, window post or error on that QP, posts a connection's staged
+//!   arming or error on that QP, posts a connection's staged
 //!   requests as one linked chain: one `ibv_post_send`, which is one
 //!   system call on rxe and siw, for a reply's RDMA Writes and its Send
-//!   (doorbell batching). Every request is posted *signaled* (a request
+//!   (doorbell batching). A requester's memory-window binds
+//!   ([`Fabric::expose`]) and invalidations ([`Fabric::hide`]) are staged
+//!   the same way, in order with the Sends that advertise the windows, as
+//!   the Linux client chains its registrations with its Send: a chunked
+//!   Call costs one doorbell with its Send, not three. Every request is posted *signaled* (a request
 //!   posted unsignaled that succeeded leaves no completion, and once the QP
 //!   fails the device completes only those that had not: the FIFO below
 //!   could no longer tell which completion is whose); a success completion
@@ -286,6 +290,19 @@ struct Staged {
     /// have (the caller may reuse the source at once); `inline_len` of them.
     inline: [u8; STAGE_INLINE],
     inline_len: u16,
+    /// The provider's own request (a window bind or invalidation), staged
+    /// in order with the consumer's so that it rides the same doorbell.
+    internal: bool,
+}
+
+impl Staged {
+    /// A staged bind of window `mw`.
+    fn binds(&self, mw: *mut sys::ibv_mw) -> bool {
+        // SAFETY: the union holds `bind_mw` for a BIND_MW request.
+        self.internal
+            && self.wr.opcode == sys::ibv_wr_opcode::IBV_WR_BIND_MW
+            && unsafe { self.wr.bind_mw_tso_union.bind_mw.mw } == mw
+    }
 }
 
 impl std::fmt::Debug for Staged {

@@ -2,13 +2,13 @@
 //! addresses and scatter/gather entries, and the Memory Windows that expose
 //! a requester's chunk buffers to one connection ([`Fabric::expose`]).
 
-use super::qp::post_err;
 use super::*;
 
 impl VerbsFabric {
     /// [`Fabric::expose`] for this provider: a type-2 Memory Window bound
-    /// over `buf` with a work request on `conn`'s send queue (ordered before
-    /// the Send that advertises it), for remote Read or remote Write only. A
+    /// over `buf` with a work request staged on `conn`'s send queue (posted
+    /// in the same chain as, and ordered before, the Send that advertises
+    /// it), for remote Read or remote Write only. A
     /// type-2 window is bound to the QP: a peer on another connection using
     /// its rkey gets a remote access error. A window of this QP freed by an
     /// earlier invalidation is rebound with the next rkey (its low byte
@@ -21,8 +21,6 @@ impl VerbsFabric {
                 "exposing a region registered for local access",
             ));
         }
-        // Posted in order after what this QP has staged.
-        self.flush_conn(ci);
         let c = self.conns.get_mut(ci).ok_or(FabricError::NotConnected(conn))?;
         if !matches!(c.state, State::Established | State::Accepting) || c.qp.is_null() {
             return Err(FabricError::NotConnected(conn));
@@ -43,7 +41,21 @@ impl VerbsFabric {
                 (mw, unsafe { (*mw).rkey })
             }
         };
+        // The provider reads a bind's current key from `mw->rkey` when the
+        // chain is posted, and `flush_conn` updates it after: a window with
+        // a bind still staged is posted before it is bound again.
+        if self
+            .conns
+            .get(ci)
+            .is_some_and(|c| c.staged.iter().any(|st| st.binds(mw)))
+        {
+            self.flush_conn(ci);
+        }
         let c = self.conns.get_mut(ci).ok_or(FabricError::NotConnected(conn))?;
+        if !matches!(c.state, State::Established | State::Accepting) || c.qp.is_null() {
+            c.free_mws.push((mw, old));
+            return Err(FabricError::NotConnected(conn));
+        }
         let rkey = (old & !0xff) | (old.wrapping_add(1) & 0xff);
         use sys::ibv_access_flags as a;
         let flags = match access {
@@ -67,30 +79,11 @@ impl VerbsFabric {
                 mw_access_flags: flags,
             },
         };
-        let mut bad: *mut sys::ibv_send_wr = ptr::null_mut();
-        // SAFETY: `c.qp` is a live QP; `wr` and the MR / MW it names are
-        // valid for the call; the provider copies the request.
-        let rc = unsafe { sys::ibv_post_send(c.qp, &mut wr, &mut bad) };
-        if rc != 0 {
-            c.free_mws.push((mw, old));
-            return Err(post_err("ibv_post_send(BIND_MW)", rc));
-        }
-        // The window's current key lives in `mw->rkey`: the provider hands
-        // it to the device as the key of the window to bind (rxe compares it
-        // with the window's key and fails the bind, and with it the QP, when
-        // it differs). A type-2 bind posted as a work request leaves it to
-        // the consumer to record the key the bind gives the window, so the
-        // next bind (after the invalidation) names it.
-        // SAFETY: `mw` is a window this fabric allocated and still owns; no
-        // other thread uses it.
-        unsafe { (*mw).rkey = rkey };
-        c.sq.push_back(SqEntry {
-            signaled: false,
-            opcode: WcOpcode::Send,
-            internal: true,
-            wr_id: INTERNAL_WR_ID.0,
-        });
-        c.sq_internal += 1;
+        // Staged with the Sends (one doorbell); the window's key in
+        // `mw->rkey` is brought up to date when the chain is posted
+        // (`flush_conn`).
+        self.stage_internal(ci, wr);
+        let c = self.conns.get_mut(ci).ok_or(FabricError::NotConnected(conn))?;
         c.windows.push((rkey, mw));
         Ok(RemoteBuf {
             handle: rkey,
@@ -99,15 +92,13 @@ impl VerbsFabric {
         })
     }
 
-    /// [`Fabric::hide`] for this provider: a Local Invalidate posted on the
+    /// [`Fabric::hide`] for this provider: a Local Invalidate staged on the
     /// window's QP (the window then waits on that QP's free list, so its
-    /// next bind is ordered after the invalidation). A window the peer
+    /// next bind is ordered after the invalidation in the send queue). A window the peer
     /// invalidated was freed when its receive completed; one of a QP that is
     /// no longer usable is left for the QP's teardown.
     pub(super) fn do_hide(&mut self, conn: ConnId, handle: u32) {
         let Some(ci) = self.conns.index(conn.0) else { return };
-        // Posted in order after what this QP has staged.
-        self.flush_conn(ci);
         let Some(c) = self.conns.get_mut(ci) else { return };
         let Some(p) = c.windows.iter().position(|w| w.0 == handle) else {
             return;
@@ -122,22 +113,10 @@ impl VerbsFabric {
         wr.opcode = sys::ibv_wr_opcode::IBV_WR_LOCAL_INV;
         wr.send_flags = sys::ibv_send_flags::IBV_SEND_SIGNALED.0;
         wr.imm_data_invalidated_rkey_union.invalidated_rkey = rkey;
-        let mut bad: *mut sys::ibv_send_wr = ptr::null_mut();
-        // SAFETY: `c.qp` is a live QP; `wr` is valid for the call.
-        let rc = unsafe { sys::ibv_post_send(c.qp, &mut wr, &mut bad) };
-        if rc != 0 {
-            // Still bound: the QP's teardown deallocates it.
-            c.windows.push((rkey, mw));
-            return;
-        }
-        c.sq.push_back(SqEntry {
-            signaled: false,
-            opcode: WcOpcode::Send,
-            internal: true,
-            wr_id: INTERNAL_WR_ID.0,
-        });
-        c.sq_internal += 1;
         c.free_mws.push((mw, rkey));
+        // Staged, in order after what this QP has staged (the device
+        // invalidates before it binds the window again).
+        self.stage_internal(ci, wr);
     }
 
     /// Address and MR of a local buffer, checked against its registration.

@@ -336,6 +336,7 @@ impl VerbsFabric {
             sges,
             inline: [0; STAGE_INLINE],
             inline_len: 0,
+            internal: false,
         };
         // An inline Send's bytes are the ones at post time: copied now.
         let copied = inline && total as usize <= STAGE_INLINE;
@@ -367,6 +368,41 @@ impl VerbsFabric {
             self.flush_conn(ci);
         }
         Ok(())
+    }
+
+    /// Stages the provider's own request `wr` (a window bind or
+    /// invalidation, signaled, `INTERNAL_WR_ID`) on connection slot `ci`,
+    /// in order with the consumer's staged requests; posted with them (see
+    /// [`VerbsFabric::flush_conn`]). The caller checked the connection is
+    /// ready and the send queue has room.
+    pub(super) fn stage_internal(&mut self, ci: usize, wr: sys::ibv_send_wr) {
+        let Some(c) = self.conns.get_mut(ci) else { return };
+        c.staged.push(Staged {
+            wr,
+            sges: [sys::ibv_sge {
+                addr: 0,
+                length: 0,
+                lkey: 0,
+            }; MAX_SGE],
+            inline: [0; STAGE_INLINE],
+            inline_len: 0,
+            internal: true,
+        });
+        c.sq.push_back(SqEntry {
+            signaled: false,
+            opcode: WcOpcode::Send,
+            internal: true,
+            wr_id: INTERNAL_WR_ID.0,
+        });
+        c.sq_internal += 1;
+        let full = c.staged.len() >= STAGE_MAX;
+        if !c.dirty {
+            c.dirty = true;
+            self.dirty.push(ci);
+        }
+        if full {
+            self.flush_conn(ci);
+        }
     }
 
     /// Posts every connection's staged send work requests.
@@ -409,9 +445,10 @@ impl VerbsFabric {
             }
             st.wr.sg_list = st.sges.as_mut_ptr();
             st.wr.send_flags |= signaled;
-            debug_assert!(
-                !c.sq[base + k].internal,
-                "staged requests are the consumer's, at the tail of sq"
+            debug_assert_eq!(
+                c.sq[base + k].internal,
+                st.internal,
+                "staged requests are the tail of sq, in order"
             );
         }
         let mut bad: *mut sys::ibv_send_wr = ptr::null_mut();
@@ -433,6 +470,22 @@ impl VerbsFabric {
                 .unwrap_or_else(|| if bad.is_null() || ptr::eq(first, bad) { 0 } else { n })
         };
         self.counts.send_wrs += posted as u64;
+        // A posted type-2 bind gave its window the key it names: record it
+        // where the provider reads the window's current key for the next
+        // bind (see `do_expose`).
+        for st in c.staged[..posted].iter().filter(|st| st.internal) {
+            if st.wr.opcode == sys::ibv_wr_opcode::IBV_WR_BIND_MW {
+                // SAFETY: the union holds `bind_mw` for a BIND_MW request;
+                // its window was allocated by this fabric and is live (a
+                // connection's windows are freed when it is reaped, after
+                // its staged requests were posted or discarded), and no
+                // other thread uses it.
+                unsafe {
+                    let b = st.wr.bind_mw_tso_union.bind_mw;
+                    (*b.mw).rkey = b.rkey;
+                }
+            }
+        }
         c.staged.clear();
         if posted < n {
             let conn = ConnId(self.conns.id_of(ci));
@@ -450,6 +503,10 @@ impl VerbsFabric {
         let at = c.sq.len() - k;
         let tail: Vec<SqEntry> = c.sq.drain(at..).collect();
         for e in tail {
+            if e.internal {
+                debug_assert!(c.sq_internal > 0, "internal requests counted");
+                c.sq_internal -= 1;
+            }
             self.cqs[cq].soft.push_back(Completion {
                 wr_id: WrId(e.wr_id),
                 status: WcStatus::Flushed,
