@@ -454,23 +454,22 @@ fn own_io_workers() -> Vec<Vec<usize>> {
 /// What a channel registered, and the allowed CPUs of each of its workers.
 type Workers = (Option<Vec<usize>>, Vec<Vec<usize>>);
 
-fn io_workers_of_core_on_cpu0(off_cores: bool) -> Option<Workers> {
-    // SAFETY: cpu_set_t is plain data; all zeros is the empty set.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: `set` is a cpu_set_t of the size passed.
-    let r = unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
-    assert_eq!(r, 0);
-    // SAFETY: reads within the set.
-    let allowed: Vec<usize> = (0..libc::CPU_SETSIZE as usize)
-        .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
-        .collect();
+/// The CPUs this thread may use, when they include CPU 0 and another
+/// (the io-wq tests put a core on CPU 0); `None` (the test skipped) else.
+fn cpu0_and_another() -> Option<Vec<usize>> {
+    let allowed = rpcrdma_apps::cpus::thread_cpus().unwrap();
     if allowed.len() < 2 || !allowed.contains(&0) {
         eprintln!("skipped: needs CPU 0 and at least one other CPU (allowed: {allowed:?})");
         return None;
     }
-    let dir = temp();
-    // Buffered (no O_DIRECT), so the writes go through the page cache.
-    let b = UringBackend::open("iowq", &dir.0.join("export"), DEPTH, false)
+    Some(allowed)
+}
+
+/// A buffered (no O_DIRECT: the writes go through the page cache) `uring`
+/// backend in `dir` whose only core, an io core, runs on CPU 0; its io-wq
+/// workers kept off that CPU when `off_cores`.
+fn backend_of_core_on_cpu0(dir: &TempDir, name: &str, off_cores: bool) -> Arc<UringBackend> {
+    let b = UringBackend::open(name, &dir.0.join("export"), DEPTH, false)
         .unwrap()
         .with_io_workers(
             off_cores,
@@ -479,7 +478,13 @@ fn io_workers_of_core_on_cpu0(off_cores: bool) -> Option<Workers> {
                 io: vec![0],
             },
         );
-    let b = Arc::new(b);
+    Arc::new(b)
+}
+
+fn io_workers_of_core_on_cpu0(off_cores: bool) -> Option<Workers> {
+    cpu0_and_another()?;
+    let dir = temp();
+    let b = backend_of_core_on_cpu0(&dir, "iowq", off_cores);
     let (fh, _) = create_file(&*b, &b.root(), b"big");
     let t = std::thread::spawn(move || {
         // SAFETY: cpu_set_t is plain data; all zeros is the empty set.
@@ -546,23 +551,12 @@ fn nfs_safety_iowq_workers_on_the_core_cpu_when_disabled() {
 /// this waits for the first ones to retire, about 5 s idle.)
 #[test]
 fn nfs_safety_iowq_workers_follow_a_moved_core() {
-    let allowed = rpcrdma_apps::cpus::thread_cpus().unwrap();
-    if allowed.len() < 2 || !allowed.contains(&0) {
-        eprintln!("skipped: needs CPU 0 and at least one other CPU (allowed: {allowed:?})");
+    let Some(allowed) = cpu0_and_another() else {
         return;
-    }
+    };
     let other = *allowed.iter().find(|&&c| c != 0).unwrap();
     let dir = temp();
-    let b = UringBackend::open("iowq-move", &dir.0.join("export"), DEPTH, false)
-        .unwrap()
-        .with_io_workers(
-            true,
-            rpcrdma_apps::backend::uring::CoreCpus {
-                reactor: vec![0],
-                io: vec![0],
-            },
-        );
-    let b = Arc::new(b);
+    let b = backend_of_core_on_cpu0(&dir, "iowq-move", true);
     let (fh, _) = create_file(&*b, &b.root(), b"moved");
     let t = std::thread::spawn(move || {
         rpcrdma_apps::cpus::set_thread_cpus(&[0]).unwrap();
