@@ -636,26 +636,22 @@ struct ConnLoad<'p, F: Fabric> {
     /// Its NFSv4.1 session (`--nfs 4.1`).
     v4: Option<V4Conn>,
     /// After the last refill: Calls short of the queue depth, and why
-    /// (a [`HeldBack`] index).
+    /// ([`HeldBack`]).
     short: u32,
-    short_why: usize,
+    short_why: HeldBack,
 }
 
 /// Why a closed-loop connection had fewer Calls outstanding than its queue
-/// depth, as indices of [`WorkerOut::held_back_ns`].
-#[derive(Debug)]
-pub struct HeldBack;
-
-impl HeldBack {
+/// depth; as a number, the index into [`WorkerOut::held_back_ns`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HeldBack {
     /// The responder's credit grant (RFC 8166 s3.3.1).
-    pub const CREDITS: usize = 0;
+    Credits = 0,
     /// Every Call slot in use (answered Calls not yet released).
-    pub const SLOTS: usize = 1;
+    Slots = 1,
     /// Anything else: no buffer, the link not ready, a quota, an open loop's
     /// schedule.
-    pub const OTHER: usize = 2;
-    /// Names, by index.
-    pub const NAMES: [&'static str; 3] = ["credits", "slots", "other"];
+    Other = 2,
 }
 
 /// What a worker hands back.
@@ -828,7 +824,7 @@ pub fn run_worker<'p, F: Fabric>(
             since_commit: 0,
             v4: wl.v4.as_ref().map(|v| V4Conn::of(v, c)),
             short: 0,
-            short_why: HeldBack::OTHER,
+            short_why: HeldBack::Other,
         })
         .collect();
     let blocks = (file_size / wl.io_size.max(1) as u64).max(1);
@@ -851,7 +847,7 @@ pub fn run_worker<'p, F: Fabric>(
         prev_ns = now;
         if dt > 0 {
             for c in conns.iter().filter(|c| !c.dead && c.short > 0) {
-                held_back_ns[c.short_why] += u64::from(c.short) * dt;
+                held_back_ns[c.short_why as usize] += u64::from(c.short) * dt;
             }
         }
         let mut completed = 0u32;
@@ -894,9 +890,9 @@ pub fn run_worker<'p, F: Fabric>(
                 refill(c, plan.qd, wl, &needs, &clock, start_ns)?;
                 c.short = plan.qd.saturating_sub(c.outstanding);
                 c.short_why = match c.req.submit_block() {
-                    Some(SubmitBlock::Credits) => HeldBack::CREDITS,
-                    Some(SubmitBlock::Slots) => HeldBack::SLOTS,
-                    _ => HeldBack::OTHER,
+                    Some(SubmitBlock::Credits) => HeldBack::Credits,
+                    Some(SubmitBlock::Slots) => HeldBack::Slots,
+                    _ => HeldBack::Other,
                 };
             }
             busy += c.outstanding;

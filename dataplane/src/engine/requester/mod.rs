@@ -473,12 +473,6 @@ impl<'p, F: Fabric> Requester<'p, F> {
         }
     }
 
-    /// The credit limit now (RFC 8166 s3.3.1: the last grant, at most the
-    /// credits this side asks for).
-    pub fn credit_limit(&self) -> u32 {
-        self.credits.limit()
-    }
-
     /// Calls outstanding or finished-but-unreleased.
     pub fn calls_held(&self) -> usize {
         self.calls.in_use()
